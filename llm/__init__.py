@@ -1,0 +1,1 @@
+"""actline llm package (see DESIGN.md)."""

@@ -1,0 +1,70 @@
+"""The typed wire contract of actline: messages, their msgpack codec, and subject names.
+
+Outside programs (a Ray job publishing turns, an outside agent answering DONE)
+need only ``encode``, ``decode``, ``from_dict`` and the public kinds of DESIGN.md §3.1.
+"""
+
+from . import subjects
+from .agents import AgentTask, DoneSignal
+from .base import ArtifactRef, Attachment, Usage, UtcDatetime, WireModel, utcnow
+from .codec import MAX_PAYLOAD, MESSAGE_ADAPTER, MESSAGE_TYPES, Message, decode, encode, from_dict
+from .errors import DecodeError, EncodeError, MessageError, PayloadTooLarge
+from .ids import AgentName, Id, is_valid_id, is_valid_name, new_id
+from .llm import Contribute, GenerateRequest, GenerateResult, RenderedContext, RenderRequest
+from .react import CancelReAct, Phase, ReActProgress, SkipWaiting, StartReAct, StreamDelta
+from .subjects import SubjectError, Subjects
+from .system import DeadLetter, ErrorReply
+from .tools import ToolCall, ToolResult
+from .turn import Feedback, Followup, ReActResult, TurnAccepted, TurnRequest, TurnResult, TurnStatus
+
+__all__ = [
+    "MAX_PAYLOAD",
+    "MESSAGE_ADAPTER",
+    "MESSAGE_TYPES",
+    "AgentName",
+    "AgentTask",
+    "ArtifactRef",
+    "Attachment",
+    "CancelReAct",
+    "Contribute",
+    "DeadLetter",
+    "DecodeError",
+    "DoneSignal",
+    "EncodeError",
+    "ErrorReply",
+    "Feedback",
+    "Followup",
+    "GenerateRequest",
+    "GenerateResult",
+    "Id",
+    "Message",
+    "MessageError",
+    "PayloadTooLarge",
+    "Phase",
+    "ReActProgress",
+    "ReActResult",
+    "RenderRequest",
+    "RenderedContext",
+    "SkipWaiting",
+    "StartReAct",
+    "StreamDelta",
+    "SubjectError",
+    "Subjects",
+    "ToolCall",
+    "ToolResult",
+    "TurnAccepted",
+    "TurnRequest",
+    "TurnResult",
+    "TurnStatus",
+    "Usage",
+    "UtcDatetime",
+    "WireModel",
+    "decode",
+    "encode",
+    "from_dict",
+    "is_valid_id",
+    "is_valid_name",
+    "new_id",
+    "subjects",
+    "utcnow",
+]

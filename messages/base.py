@@ -1,0 +1,88 @@
+"""Base model and shared value types of the wire contract.
+
+Every message is a frozen pydantic model. Validation on the wire is strict
+(no coercion of ``"5"`` into ``5``) except for timestamps, which also accept
+ISO-8601 strings; every timestamp is normalised to an aware UTC datetime
+(a naive one is taken as UTC). Unknown fields are ignored so that newer
+senders can add optional fields without breaking older receivers.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field
+
+
+def _to_utc(value: datetime) -> datetime:
+    if value.tzinfo is None:
+        return value.replace(tzinfo=UTC)
+    return value.astimezone(UTC)
+
+
+def utcnow() -> datetime:
+    """The current time as an aware UTC datetime."""
+    return datetime.now(UTC)
+
+
+UtcDatetime = Annotated[datetime, Field(strict=False), AfterValidator(_to_utc)]
+"""An aware UTC datetime; ISO strings and naive datetimes (taken as UTC) are accepted."""
+
+
+class WireModel(BaseModel):
+    """Base of every message and of the value types nested in messages."""
+
+    model_config = ConfigDict(strict=True, frozen=True, extra="ignore")
+
+
+class Usage(WireModel):
+    """Token usage of one model call or, summed, of a turn."""
+
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cache_write_5m_tokens: int = 0
+    cache_write_1h_tokens: int = 0
+    model: str = ""
+    request_id: str = ""
+
+    def __add__(self, other: Usage) -> Usage:
+        return Usage(
+            input_tokens=self.input_tokens + other.input_tokens,
+            output_tokens=self.output_tokens + other.output_tokens,
+            cache_read_tokens=self.cache_read_tokens + other.cache_read_tokens,
+            cache_write_5m_tokens=self.cache_write_5m_tokens + other.cache_write_5m_tokens,
+            cache_write_1h_tokens=self.cache_write_1h_tokens + other.cache_write_1h_tokens,
+            model=self.model or other.model,
+            request_id=other.request_id or self.request_id,
+        )
+
+    @property
+    def total_input_tokens(self) -> int:
+        """All prompt tokens: uncached + cache read + cache writes."""
+        return (
+            self.input_tokens
+            + self.cache_read_tokens
+            + self.cache_write_5m_tokens
+            + self.cache_write_1h_tokens
+        )
+
+
+class Attachment(WireModel):
+    """A user attachment: inline bytes for small files, or a storage reference."""
+
+    name: str
+    mime: str = "application/octet-stream"
+    data: bytes | None = None
+    ref: str | None = None
+    size: int | None = None
+
+
+class ArtifactRef(WireModel):
+    """A reference to an artifact an outside agent or tool produced."""
+
+    path: str
+    mime: str = "text/plain"
+    text: str | None = None
+    meta: dict[str, Any] = Field(default_factory=dict)

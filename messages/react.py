@@ -1,0 +1,67 @@
+"""Decision-loop messages: start, progress cards, stream deltas and user controls."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from .base import UtcDatetime, WireModel, utcnow
+from .ids import Id
+
+Phase = Literal["thinking", "tool_call", "tool_result", "waiting", "complete", "notice"]
+
+
+class StartReAct(WireModel):
+    """Asks a DecisionActor to run the decision loop of one turn."""
+
+    kind: Literal["react.start"] = "react.start"
+    conversation_id: Id
+    turn_id: Id
+    max_iterations: int = 8
+    max_tokens: int = 0
+    config: dict[str, Any] = Field(default_factory=dict)
+    ts: UtcDatetime = Field(default_factory=utcnow)
+
+
+class ReActProgress(WireModel):
+    """One transition of the decision loop: a card on the client (public wire contract)."""
+
+    kind: Literal["react.progress"] = "react.progress"
+    conversation_id: Id
+    turn_id: Id
+    phase: Phase
+    round: int = 0
+    detail: str = ""
+    data: dict[str, Any] = Field(default_factory=dict)
+    ts: UtcDatetime = Field(default_factory=utcnow)
+
+
+class StreamDelta(WireModel):
+    """A piece of one output channel, in order by ``seq`` (public wire contract)."""
+
+    kind: Literal["stream.delta"] = "stream.delta"
+    conversation_id: Id
+    turn_id: Id
+    channel: str
+    text: str
+    seq: int
+    ts: UtcDatetime = Field(default_factory=utcnow)
+
+
+class SkipWaiting(WireModel):
+    """Stop waiting for outside agents and resume thinking (public wire contract)."""
+
+    kind: Literal["react.skip_waiting"] = "react.skip_waiting"
+    turn_id: Id
+    reason: str = ""
+    ts: UtcDatetime = Field(default_factory=utcnow)
+
+
+class CancelReAct(WireModel):
+    """Cancel the turn from any state (public wire contract)."""
+
+    kind: Literal["react.cancel"] = "react.cancel"
+    turn_id: Id
+    reason: str = ""
+    ts: UtcDatetime = Field(default_factory=utcnow)

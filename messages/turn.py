@@ -1,0 +1,78 @@
+"""Turn lifecycle messages: what a client submits and what it gets back."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import Field
+
+from .base import Attachment, Usage, UtcDatetime, WireModel, utcnow
+from .ids import Id
+
+TurnStatus = Literal["completed", "cancelled", "budget_exhausted", "failed"]
+
+
+class TurnRequest(WireModel):
+    """A user turn submitted on ``al.turn.submit`` (public wire contract)."""
+
+    kind: Literal["turn.request"] = "turn.request"
+    conversation_id: Id
+    turn_id: Id
+    text: str
+    attachments: list[Attachment] = Field(default_factory=list)
+    user_id: str = ""
+    timezone: str = "UTC"
+    config: dict[str, Any] = Field(default_factory=dict)
+    ts: UtcDatetime = Field(default_factory=utcnow)
+
+
+class TurnAccepted(WireModel):
+    """A node took the turn (public wire contract)."""
+
+    kind: Literal["turn.accepted"] = "turn.accepted"
+    conversation_id: Id
+    turn_id: Id
+    node: str
+    ts: UtcDatetime = Field(default_factory=utcnow)
+
+
+class ReActResult(WireModel):
+    """The outcome of a turn, published on ``al.result.<turn_id>`` (public wire contract)."""
+
+    kind: Literal["turn.result"] = "turn.result"
+    conversation_id: Id
+    turn_id: Id
+    status: TurnStatus
+    answer: str = ""
+    followups: list[str] = Field(default_factory=list)
+    sources_used: list[int] = Field(default_factory=list)
+    usage: Usage = Field(default_factory=Usage)
+    rounds: int = 0
+    error: str | None = None
+    ts: UtcDatetime = Field(default_factory=utcnow)
+
+
+TurnResult = ReActResult
+"""Alias: the turn result is the ReAct result."""
+
+
+class Followup(WireModel):
+    """A user message that lands while a turn is still running."""
+
+    kind: Literal["turn.followup"] = "turn.followup"
+    conversation_id: Id
+    turn_id: Id
+    text: str
+    attachments: list[Attachment] = Field(default_factory=list)
+    ts: UtcDatetime = Field(default_factory=utcnow)
+
+
+class Feedback(WireModel):
+    """User feedback on a finished turn (rating -1, 0 or +1, and free text)."""
+
+    kind: Literal["turn.feedback"] = "turn.feedback"
+    conversation_id: Id
+    turn_id: Id
+    rating: int = 0
+    text: str = ""
+    ts: UtcDatetime = Field(default_factory=utcnow)

@@ -1,0 +1,1 @@
+"""actline storage package (see DESIGN.md)."""

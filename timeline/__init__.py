@@ -1,0 +1,1 @@
+"""actline timeline package (see DESIGN.md)."""

@@ -1,0 +1,1 @@
+"""actline tools package (see DESIGN.md)."""
