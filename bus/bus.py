@@ -103,6 +103,10 @@ class Bus:
         self.subjects = subject_names
         self.url = url
         self.counters: Counter[str] = Counter()
+        self._connected = asyncio.Event()
+        self._reconnected = asyncio.Condition()
+        if nc.is_connected:
+            self._connected.set()
 
     # -- lifecycle ---------------------------------------------------------
     @classmethod
@@ -128,11 +132,20 @@ class Bus:
             level = logging.DEBUG if isinstance(exc, ConnectionRefusedError) else logging.WARNING
             log.log(level, "nats error on %s: %s: %s", target, type(exc).__name__, exc)
 
+        holder: list[Bus] = []
+
         async def on_disconnect() -> None:
             log.info("nats disconnected from %s; reconnecting", target)
+            if holder:
+                holder[0]._connected.clear()
 
         async def on_reconnect() -> None:
             log.info("nats reconnected to %s", target)
+            if holder:
+                holder[0].counters["reconnects"] += 1
+                holder[0]._connected.set()
+                async with holder[0]._reconnected:
+                    holder[0]._reconnected.notify_all()
 
         nc = Client()
         try:
@@ -152,7 +165,9 @@ class Bus:
             raise ConnectFailed(target, f"{type(exc).__name__}: {exc}") from None
         # Connected: from now on never give up reconnecting (nats-py reads this option live).
         nc.options["max_reconnect_attempts"] = -1
-        return cls(nc, subject_names or subjects.current(), target)
+        bus = cls(nc, subject_names or subjects.current(), target)
+        holder.append(bus)
+        return bus
 
     async def close(self) -> None:
         """Drain subscriptions and close the connection."""
@@ -188,6 +203,21 @@ class Bus:
     def max_payload(self) -> int:
         """The server's ``max_payload``."""
         return int(self._nc.max_payload or 1024 * 1024)
+
+    async def wait_connected(self, timeout: float = 10.0, *, reconnects: int = 0) -> None:
+        """Return once connected and at least ``reconnects`` reconnects have happened.
+
+        Raises ``RequestTimeout`` when that does not happen within ``timeout``.
+        """
+        try:
+            async with asyncio.timeout(timeout):
+                async with self._reconnected:
+                    await self._reconnected.wait_for(
+                        lambda: self.counters["reconnects"] >= reconnects
+                    )
+                await self._connected.wait()
+        except TimeoutError:
+            raise RequestTimeout(self.url, timeout) from None
 
     def jetstream(self) -> Any:
         """A JetStream context over this connection."""

@@ -124,6 +124,8 @@ class EmbeddedNats:
         if self.running:
             raise NatsServerError("the embedded nats-server is already running")
         binary = self._binary or find_nats_server()
+        if not (binary.is_file() and os.access(binary, os.X_OK)):
+            raise NatsServerNotFound(str(binary))
         if self._store_dir_arg is None:
             if self._tmp is None:
                 self._tmp = tempfile.TemporaryDirectory(prefix="actline-nats-")

@@ -1,0 +1,138 @@
+"""Typed request/reply (``Bus.request`` with actline messages) against raw nats-py.
+
+Both run on the same embedded nats-server in the same process and event loop,
+in alternating blocks so that machine noise hits both alike. The typed path
+pays for pydantic validation and msgpack on both sides; the raw path sends a
+byte string of the same size. Target: typed p50 within 1.3x of raw p50.
+
+    python -m bench.bus [--requests 5000] [--warmup 500] [--out bench/results/bus.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import platform
+import statistics
+import time
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from bus import Bus, EmbeddedNats, Envelope
+from messages import Message, TurnAccepted, TurnRequest, encode
+
+TARGET_RATIO = 1.3
+RESULTS = Path(__file__).parent / "results"
+
+
+def _percentile(samples: list[float], q: float) -> float:
+    ordered = sorted(samples)
+    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
+    return ordered[index]
+
+
+def _summary(samples: list[float]) -> dict[str, float]:
+    return {
+        "n": len(samples),
+        "p50_us": _percentile(samples, 0.50) * 1e6,
+        "p99_us": _percentile(samples, 0.99) * 1e6,
+        "mean_us": statistics.fmean(samples) * 1e6,
+    }
+
+
+async def run(requests: int, warmup: int, blocks: int = 10) -> dict[str, Any]:
+    async with EmbeddedNats() as server:
+        bus = await Bus.connect(server.url, name="bench-typed")
+        raw = bus.nc
+        request = TurnRequest(
+            conversation_id="c-bench", turn_id="t-bench", text="How do I rotate the API key?"
+        )
+        reply = TurnAccepted(conversation_id="c-bench", turn_id="t-bench", node="node-bench")
+        raw_request = b"x" * len(encode(request))
+        raw_reply = b"y" * len(encode(reply))
+
+        async def typed_handler(msg: Message, env: Envelope) -> Message:
+            assert isinstance(msg, TurnRequest)
+            return TurnAccepted(conversation_id=msg.conversation_id, turn_id=msg.turn_id, node="n")
+
+        async def raw_handler(msg: Any) -> None:
+            await msg.respond(raw_reply)
+
+        await bus.subscribe("bench.typed", typed_handler)
+        await raw.subscribe("bench.raw", cb=raw_handler)
+        await bus.flush()
+
+        async def typed_once() -> None:
+            await bus.request("bench.typed", request, timeout=5)
+
+        async def raw_once() -> None:
+            await raw.request("bench.raw", raw_request, timeout=5)
+
+        for _ in range(warmup):
+            await typed_once()
+            await raw_once()
+
+        samples: dict[str, list[float]] = {"typed": [], "raw": []}
+        per_block = max(1, requests // blocks)
+        with Progress(transient=True) as progress:
+            task = progress.add_task("request/reply", total=2 * per_block * blocks)
+            for block in range(blocks):
+                order = [("raw", raw_once), ("typed", typed_once)]
+                if block % 2:
+                    order.reverse()
+                for name, call in order:
+                    bucket = samples[name]
+                    for _ in range(per_block):
+                        t0 = time.perf_counter()
+                        await call()
+                        bucket.append(time.perf_counter() - t0)
+                    progress.advance(task, per_block)
+        await bus.close()
+
+    typed, raw_s = _summary(samples["typed"]), _summary(samples["raw"])
+    return {
+        "benchmark": "bus.request_reply",
+        "payload_bytes": {"request": len(raw_request), "reply": len(raw_reply)},
+        "typed": typed,
+        "raw": raw_s,
+        "ratio_p50": typed["p50_us"] / raw_s["p50_us"],
+        "ratio_p99": typed["p99_us"] / raw_s["p99_us"],
+        "target_ratio_p50": TARGET_RATIO,
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.bus", description=__doc__.split("\n")[0])
+    parser.add_argument("--requests", type=int, default=5000)
+    parser.add_argument("--warmup", type=int, default=500)
+    parser.add_argument("--out", type=Path, default=RESULTS / "bus.json")
+    args = parser.parse_args(argv)
+    result = asyncio.run(run(args.requests, args.warmup))
+
+    table = Table(title=f"request/reply, {args.requests} each after {args.warmup} warm-up")
+    for column in ("path", "p50 µs", "p99 µs", "mean µs"):
+        table.add_column(column, justify="right" if column != "path" else "left")
+    for name in ("raw", "typed"):
+        row = result[name]
+        table.add_row(name, f"{row['p50_us']:.0f}", f"{row['p99_us']:.0f}", f"{row['mean_us']:.0f}")
+    verdict = "[green]met[/]" if result["ratio_p50"] <= TARGET_RATIO else "[red]missed[/]"
+    table.add_row(
+        "typed / raw", f"{result['ratio_p50']:.2f}x", f"{result['ratio_p99']:.2f}x", verdict
+    )
+    console = Console()
+    console.print(table)
+    args.out.parent.mkdir(parents=True, exist_ok=True)
+    args.out.write_text(json.dumps(result, indent=2) + "\n")
+    console.print(f"wrote {args.out}")
+    return 0 if result["ratio_p50"] <= TARGET_RATIO else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,50 @@
+"""Shared fixtures: one real embedded nats-server for the session, and per-test buses."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+
+from bus import Bus, EmbeddedNats
+from messages import Subjects, new_id
+
+os.environ.setdefault("RAY_AUTH_MODE", "disabled")
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+
+
+@pytest.fixture(scope="session")
+def nats_server() -> Iterator[EmbeddedNats]:
+    """One embedded nats-server (JetStream on) shared by the whole test session."""
+    with EmbeddedNats() as server:
+        yield server
+
+
+@pytest.fixture
+def fresh_nats(tmp_path: Path) -> Iterator[EmbeddedNats]:
+    """A nats-server of this test alone (for tests that stop or restart it)."""
+    server = EmbeddedNats(store_dir=tmp_path / "nats")
+    server.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture
+def subject_names() -> Subjects:
+    """A prefix of this test alone, so tests on the shared server never see each other."""
+    return Subjects(f"t{new_id().lower()}")
+
+
+@pytest.fixture
+async def bus(nats_server: EmbeddedNats, subject_names: Subjects) -> AsyncIterator[Bus]:
+    """A connected Bus on the session server, closed after the test."""
+    connection = await Bus.connect(nats_server.url, subject_names=subject_names)
+    try:
+        yield connection
+    finally:
+        await connection.close()
