@@ -23,7 +23,10 @@ def _parser() -> argparse.ArgumentParser:
         "demo", help="start an embedded nats-server and show a turn going through it"
     )
     demo.add_argument(
-        "--nats", metavar="URL", default=None, help="use this NATS server instead of an embedded one"
+        "--nats",
+        metavar="URL",
+        default=None,
+        help="use this NATS server instead of an embedded one",
     )
     return parser
 

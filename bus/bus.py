@@ -82,12 +82,12 @@ class Subscription:
 
     async def drain(self) -> None:
         """Stop receiving after the handler has processed what is already queued."""
-        await self._sub.drain()
+        await self._sub.drain()  # type: ignore[no-untyped-call]
 
 
 def _label(msg: Message) -> str:
     """Ids of a message for logs (never its body)."""
-    parts = [msg.kind]
+    parts: list[str] = [msg.kind]
     for name in ("conversation_id", "turn_id", "task_id", "call_id"):
         value = getattr(msg, name, None)
         if value:
@@ -224,7 +224,15 @@ class Bus:
         return self._nc.jetstream()
 
     async def flush(self, timeout: float = 2.0) -> None:
-        """Wait until the server has processed everything sent so far."""
+        """Wait until the server has processed everything sent so far.
+
+        nats-py 2.16 writes the flush PING straight to the socket, ahead of
+        commands still in its pending buffer (a SUB, say), so the PONG alone
+        proves nothing; the pending buffer is pushed out first.
+        """
+        push = getattr(self._nc, "_flush_pending", None)
+        if push is not None and self._nc.is_connected:
+            await push(force_flush=True)
         await self._nc.flush(timeout=int(max(1, timeout)))
 
     # -- tell / ask ----------------------------------------------------------
@@ -277,12 +285,18 @@ class Bus:
     async def subscribe(
         self, subject: str, handler: Handler, *, queue: str | None = None
     ) -> Subscription:
-        """Deliver decoded messages on ``subject`` to ``handler`` (queue group if given)."""
+        """Deliver decoded messages on ``subject`` to ``handler`` (queue group if given).
+
+        Returns once the server has registered the interest, so a request sent
+        from any connection after this returns finds the subscriber.
+        """
 
         async def on_msg(raw: Msg) -> None:
             await self._dispatch(raw, handler)
 
         sub = await self._nc.subscribe(subject, queue=queue or "", cb=on_msg)
+        if self._nc.is_connected:
+            await self.flush()
         return Subscription(sub, subject, queue)
 
     async def _dispatch(self, raw: Msg, handler: Handler) -> None:

@@ -136,7 +136,7 @@ class EmbeddedNats:
         self.log_path = self.store_dir / "nats-server.log"
         config = self.store_dir / "nats-server.conf"
         port = self._requested_port if self._requested_port is not None else -1
-        js_dir = self.store_dir / "jetstream"
+        js_dir = self.store_dir  # nats-server keeps its state under <store_dir>/jetstream
         config.write_text(
             "host: 127.0.0.1\n"
             f"port: {port}\n"
@@ -241,7 +241,10 @@ class EmbeddedNats:
 
     def _log_tail(self, lines: int = 20) -> str:
         parts: list[str] = []
-        for path in (self.log_path, self.store_dir / "nats-server.stderr" if self.store_dir else None):
+        for path in (
+            self.log_path,
+            self.store_dir / "nats-server.stderr" if self.store_dir else None,
+        ):
             if path is not None and path.exists():
                 parts.extend(path.read_text(errors="replace").splitlines()[-lines:])
         return "\n".join(parts)

@@ -84,7 +84,8 @@ def encode(msg: Message, *, max_size: int = MAX_PAYLOAD) -> bytes:
     try:
         data: bytes = msgpack.packb(msg.model_dump(mode="python"), datetime=True)
     except (TypeError, ValueError, OverflowError) as exc:
-        raise EncodeError(f"cannot encode {getattr(msg, 'kind', type(msg).__name__)}: {exc}")
+        kind = getattr(msg, "kind", type(msg).__name__)
+        raise EncodeError(f"cannot encode {kind}: {exc}") from None
     if len(data) > max_size:
         raise PayloadTooLarge(len(data), max_size)
     return data

@@ -71,7 +71,8 @@ class Subjects:
 
     def conv(self, conversation_id: str, verb: str) -> str:
         """One verb of a ConversationActor, e.g. ``render``."""
-        return f"{self.prefix}.conv.{_token(conversation_id, 'conversation id')}.{_token(verb, 'verb')}"
+        cid = _token(conversation_id, "conversation id")
+        return f"{self.prefix}.conv.{cid}.{_token(verb, 'verb')}"
 
     def conv_all(self, conversation_id: str) -> str:
         """Every subject of a ConversationActor (wildcard)."""

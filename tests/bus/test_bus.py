@@ -65,6 +65,21 @@ async def test_published_messages_reach_the_handler_decoded_with_their_envelope(
     assert env.headers["al-trace"] == "tr-1"
 
 
+async def test_a_subscription_is_live_for_every_connection_when_subscribe_returns(
+    nats_server: EmbeddedNats, subject_names: messages.Subjects
+) -> None:
+    # Regression: nats-py's flush PING overtook a pending SUB, so a request
+    # from another connection right after subscribe() found no responders.
+    for i in range(30):
+        client = await Bus.connect(nats_server.url, subject_names=subject_names)
+        server = await Bus.connect(nats_server.url, subject_names=subject_names)
+        subject = subject_names.conv(f"c{i}", "render")
+        await server.subscribe(subject, accept)
+        assert isinstance(await client.request(subject, turn()), TurnAccepted)
+        await client.close()
+        await server.close()
+
+
 async def test_request_without_a_reply_times_out(bus: Bus) -> None:
     async def silent(msg: Message, env: Envelope) -> None:
         return None
@@ -100,7 +115,6 @@ async def test_queue_group_spreads_work_over_two_subscribers(
     subject = bus.subjects.tools_exec
     await bus.subscribe(subject, worker("a"), queue="tools")
     await other.subscribe(subject, worker("b"), queue="tools")
-    await other.flush()
     for i in range(total):
         await bus.publish(subject, turn(turn_id=f"t{i}"))
     await asyncio.wait_for(all_in.wait(), 10)
@@ -197,7 +211,6 @@ async def test_server_restart_the_client_reconnects_and_serves_again(
     server = await Bus.connect(fresh_nats.url)
     subject = client.subjects.turn_submit
     await server.subscribe(subject, accept)
-    await server.flush()  # the SUB is on another connection than the request
     assert isinstance(await client.request(subject, turn()), TurnAccepted)
 
     await asyncio.to_thread(fresh_nats.restart)

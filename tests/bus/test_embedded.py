@@ -58,7 +58,9 @@ def test_restart_keeps_the_port(tmp_path: Path) -> None:
         server.stop()
 
 
-def test_a_missing_binary_says_what_to_install(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+def test_a_missing_binary_says_what_to_install(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
     def no_dist(name: str) -> None:
         raise bus.embedded.importlib.metadata.PackageNotFoundError(name)
 

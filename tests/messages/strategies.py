@@ -17,7 +17,9 @@ INT64 = st.integers(min_value=-(2**63), max_value=2**63 - 1)
 
 json_like: st.SearchStrategy[Any] = st.recursive(
     st.none() | st.booleans() | INT64 | st.floats(allow_nan=False) | st.text(max_size=12),
-    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3)
+    ),
     max_leaves=8,
 )
 

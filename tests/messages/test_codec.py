@@ -130,17 +130,21 @@ def test_payload_over_the_limit_is_refused_both_ways() -> None:
 
 def test_unencodable_values_raise_encode_error() -> None:
     msg = TurnRequest(conversation_id="c", turn_id="t", text="x", config={"bad": {1, 2}})
-    with pytest.raises(EncodeError, match="turn.request"):
+    with pytest.raises(EncodeError, match=r"turn\.request"):
         encode(msg)
 
 
 def test_timestamps_are_utc() -> None:
     plus2 = timezone(timedelta(hours=2))
-    local = TurnRequest(conversation_id="c", turn_id="t", text="x", ts=datetime(2026, 1, 1, 12, tzinfo=plus2))
+    local = TurnRequest(
+        conversation_id="c", turn_id="t", text="x", ts=datetime(2026, 1, 1, 12, tzinfo=plus2)
+    )
     assert local.ts == datetime(2026, 1, 1, 10, tzinfo=UTC) and local.ts.tzinfo is UTC
     naive = TurnRequest(conversation_id="c", turn_id="t", text="x", ts=datetime(2026, 1, 1, 12))
     assert naive.ts == datetime(2026, 1, 1, 12, tzinfo=UTC)
-    iso = messages.from_dict({"kind": "react.cancel", "turn_id": "t", "ts": "2026-01-01T12:00:00+01:00"})
+    iso = messages.from_dict(
+        {"kind": "react.cancel", "turn_id": "t", "ts": "2026-01-01T12:00:00+01:00"}
+    )
     assert iso.ts == datetime(2026, 1, 1, 11, tzinfo=UTC)
     assert decode(encode(local)).ts.tzinfo is not None
 

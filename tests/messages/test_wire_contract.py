@@ -122,7 +122,9 @@ def test_contract_subjects() -> None:
 
 def test_result_status_values() -> None:
     for status in ("completed", "cancelled", "budget_exhausted", "failed"):
-        assert from_dict({"kind": "turn.result", "conversation_id": "c", "turn_id": "t", "status": status})
+        assert from_dict(
+            {"kind": "turn.result", "conversation_id": "c", "turn_id": "t", "status": status}
+        )
     with pytest.raises(messages.DecodeError, match="status"):
         from_dict({"kind": "turn.result", "conversation_id": "c", "turn_id": "t", "status": "done"})
 

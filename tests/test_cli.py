@@ -1,0 +1,86 @@
+"""The command line and the README's quick start, run for real."""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if k != "NATS_URL"}
+    env["COLUMNS"] = "120"
+    return subprocess.run(
+        [sys.executable, "-m", "actline", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        env=env,
+        check=False,
+    )
+
+
+def test_demo_round_trips_a_turn_request_through_an_embedded_server() -> None:
+    result = run("demo")
+    assert result.returncode == 0, result.stderr
+    assert "nats-server ready at nats://127.0.0.1:" in result.stdout
+    assert "JetStream on" in result.stdout
+    assert "turn.accepted from demo-node-" in result.stdout
+
+
+def test_demo_against_an_unreachable_server_says_what_to_do() -> None:
+    result = run("demo", "--nats", "nats://127.0.0.1:9")
+    assert result.returncode == 1
+    assert "cannot reach NATS at nats://127.0.0.1:9" in result.stdout
+    assert "NATS_URL" in result.stdout
+
+
+def test_version_and_help() -> None:
+    version = run("--version")
+    assert version.returncode == 0 and version.stdout.startswith("actline ")
+    bare = run()
+    assert bare.returncode == 2 and "demo" in bare.stderr
+
+
+def test_readme_quick_start_is_exactly_make_demo_and_make_test() -> None:
+    readme = (ROOT / "README.md").read_text()
+    quick = readme.split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    blocks = re.findall(r"```(?:sh|bash)?\n(.*?)```", quick, re.S)
+    commands = [line.strip() for block in blocks for line in block.splitlines() if line.strip()]
+    assert commands == ["make demo", "make test"]
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="make is not installed")
+def test_make_demo_from_the_readme_runs() -> None:
+    if not (ROOT / ".venv" / "bin" / "actline").exists():
+        pytest.skip("make demo needs the project's .venv (created by make test)")
+    env = {k: v for k, v in os.environ.items() if k != "NATS_URL"}
+    result = subprocess.run(
+        ["make", "demo"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "turn.accepted" in result.stdout
+
+
+def test_ci_entry_runs_make_test_and_nothing_else() -> None:
+    lines = [
+        line.strip()
+        for line in (ROOT / ".ci" / "run").read_text().splitlines()
+        if line.strip() and not line.startswith("#")
+    ]
+    assert lines[-1] == "make test"
+    assert all(line.startswith(("set ", "cd ")) for line in lines[:-1])
