@@ -12,7 +12,7 @@ $(BIN)/python:
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
 $(STAMP): pyproject.toml | $(BIN)/python
-	$(BIN)/python -m pip install --quiet -e '.[dev]' --config-settings editable_mode=compat
+	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
 demo: $(STAMP)

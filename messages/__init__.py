@@ -8,11 +8,11 @@ from . import subjects
 from .agents import AgentTask, DoneSignal
 from .base import ArtifactRef, Attachment, Usage, UtcDatetime, WireModel, utcnow
 from .codec import MAX_PAYLOAD, MESSAGE_ADAPTER, MESSAGE_TYPES, Message, decode, encode, from_dict
-from .errors import DecodeError, EncodeError, MessageError, PayloadTooLarge
+from .errors import DecodeError, EncodeError, MessageError, PayloadTooLarge, SubjectError
 from .ids import AgentName, Id, is_valid_id, is_valid_name, new_id
 from .llm import Contribute, GenerateRequest, GenerateResult, RenderedContext, RenderRequest
 from .react import CancelReAct, Phase, ReActProgress, SkipWaiting, StartReAct, StreamDelta
-from .subjects import SubjectError, Subjects
+from .subjects import Subjects
 from .system import DeadLetter, ErrorReply
 from .tools import ToolCall, ToolResult
 from .turn import Feedback, Followup, ReActResult, TurnAccepted, TurnRequest, TurnResult, TurnStatus

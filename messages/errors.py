@@ -4,8 +4,9 @@ Hierarchy::
 
     MessageError
     ├── DecodeError            bytes that are not a valid message (reason, size)
-    └── EncodeError            a message that cannot be put on the wire (reason)
-        └── PayloadTooLarge    encoded size over the limit (size, limit)
+    ├── EncodeError            a message that cannot be put on the wire (reason)
+    │   └── PayloadTooLarge    encoded size over the limit (size, limit)
+    └── SubjectError           a token or prefix that cannot go into a subject (what, value)
 
 Every error keeps its fields and pickles (they cross Ray process boundaries).
 """
@@ -55,3 +56,17 @@ class PayloadTooLarge(EncodeError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.size, self.limit))
+
+
+class SubjectError(MessageError, ValueError):
+    """A token or prefix that cannot be used in a NATS subject."""
+
+    def __init__(self, what: str, value: str) -> None:
+        self.what = what
+        self.value = value
+        super().__init__(
+            f"{what} {value!r} cannot go into a subject: use letters, digits, '_', '-' or ':'"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.what, self.value))

@@ -11,19 +11,16 @@ import os
 import re
 from dataclasses import dataclass
 
+from .errors import SubjectError
 from .ids import is_valid_id, is_valid_name
 
 DEFAULT_PREFIX = "al"
 _PREFIX_RE = re.compile(r"^[A-Za-z0-9_\-]+(\.[A-Za-z0-9_\-]+)*$")
 
 
-class SubjectError(ValueError):
-    """A token or prefix that cannot be used in a subject."""
-
-
 def _token(value: str, what: str) -> str:
     if not is_valid_id(value):
-        raise SubjectError(f"{what} {value!r} is not a valid subject token")
+        raise SubjectError(what, value)
     return value
 
 
@@ -35,7 +32,7 @@ class Subjects:
 
     def __post_init__(self) -> None:
         if not _PREFIX_RE.match(self.prefix):
-            raise SubjectError(f"subject prefix {self.prefix!r} must be dot-separated tokens")
+            raise SubjectError("subject prefix", self.prefix)
 
     @property
     def turn_submit(self) -> str:
@@ -53,7 +50,7 @@ class Subjects:
     def agent_inbox(self, agent: str) -> str:
         """Where an outside agent receives its ``agent.task``."""
         if not is_valid_name(agent):
-            raise SubjectError(f"agent name {agent!r} is not a valid subject token")
+            raise SubjectError("agent name", agent)
         return f"{self.prefix}.agent.{agent}.inbox"
 
     @property

@@ -169,6 +169,7 @@ def test_new_ids_sort_in_creation_order() -> None:
         DecodeError("not msgpack", 12),
         EncodeError("cannot encode"),
         PayloadTooLarge(9_000_000, MAX_PAYLOAD),
+        messages.SubjectError("turn id", "a.b"),
     ],
 )
 def test_errors_pickle_with_their_fields(error: Exception) -> None:
