@@ -1,0 +1,411 @@
+"""The streaming channel parser: model text in any chunking -> per-channel deltas.
+
+``ChannelStream.feed(chunk)`` returns the deltas that became safe; ``finish()``
+returns the rest, including exactly one ``completed`` delta per declared
+channel, and ``result`` holds per-channel results. The output never depends on
+how the text was chunked: a prefix is committed only when no later character
+can change what it means (a partial tag, a backtick run that may grow, an
+inline code span that may still close, a partial citation are held back).
+
+Rules:
+- ``<channel:NAME>`` opens NAME (case-insensitive, whitespace allowed inside
+  the tag) and implicitly closes the open channel; ``</channel:NAME>`` closes
+  NAME when it is open and is ignored otherwise (a notice says so).
+- Inside a channel, tags in markdown code are content: in an inline span
+  (a backtick run closed by an equal run on the same line within 256
+  characters) and in a fenced block. A stray backtick is just a character. The
+  open channel's own close tag always closes it, even inside a fence, so an
+  unclosed fence cannot swallow the rest of the stream.
+- Text outside channels is kept in the ``_outside`` result, never emitted.
+- An unknown channel becomes a notice; its text is kept raw in its own result.
+- Citation tokens are replaced in emitted text only; raw text is never changed.
+- Zero-width and bidi-control characters are removed before parsing.
+- Nothing raises: protocol problems are notices and result errors.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any
+
+from pydantic import BaseModel, TypeAdapter, ValidationError
+
+from .citations import CitationReplacer, citation_map
+from .composite import CompositeJsonStreamer
+from .errors import ChannelSpecError
+from .spec import OUTSIDE, ChannelDelta, ChannelNotice, ChannelResult, ChannelSpec, StreamResult
+from .subscribers import ChannelSubscribers
+from .tags import INVISIBLE_RE, MAX_TAG, PARTIAL_TAG_RE, TAG_RE
+
+MAX_INLINE = 256
+_SPECIAL = re.compile("[<`\\[\uff3b]")
+_INTEREST = re.compile("[<`]")
+_BACKTICKS = re.compile("`+")
+
+
+class ChannelStream:
+    """Parses one model stream into channels. Not thread-safe; one per model call."""
+
+    def __init__(
+        self,
+        specs: Iterable[ChannelSpec],
+        *,
+        sources: Iterable[Any] | Mapping[int, Any] | None = None,
+        subscribers: ChannelSubscribers | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._specs: dict[str, ChannelSpec] = {}
+        for spec in specs:
+            key = spec.name.lower()
+            if key in self._specs:
+                raise ChannelSpecError(spec.name, "declared twice (names are case-insensitive)")
+            self._specs[key] = spec
+        self._cmap = citation_map(sources)
+        self._subs = subscribers if subscribers else None
+        self._clock = clock
+        self._results: dict[str, ChannelResult] = {
+            s.name: ChannelResult(s.name) for s in self._specs.values()
+        }
+        self._results[OUTSIDE] = ChannelResult(OUTSIDE, declared=False)
+        self._raw: dict[str, list[str]] = {name: [] for name in self._results}
+        self._emitted: dict[str, list[str]] = {name: [] for name in self._results}
+        self._replacers: dict[str, CitationReplacer] = {}
+        self._composites: dict[str, CompositeJsonStreamer] = {}
+        self._key_index: dict[tuple[str, str], int] = {}
+        self._notices: list[ChannelNotice] = []
+        self._buf = ""
+        self._cur: str | None = None
+        self._spec: ChannelSpec | None = None
+        self._fence = 0
+        self._bol = 0
+        self._finished = False
+        self._out: list[ChannelDelta] = []
+
+    # -- public ------------------------------------------------------------------
+    def feed(self, chunk: str) -> list[ChannelDelta]:
+        """Consume a piece of model output; return the deltas that are now safe."""
+        self._out = out = []
+        if self._finished:
+            self._notice("fed_after_finish", "text arrived after the stream finished; ignored")
+            return out
+        if not chunk:
+            return out
+        if INVISIBLE_RE.search(chunk):
+            chunk = INVISIBLE_RE.sub("", chunk)
+        spec = self._spec
+        if (
+            spec is not None
+            and not self._buf
+            and not self._fence
+            and spec.composite is None
+            and not _SPECIAL.search(chunk)
+        ):
+            self._content(chunk)  # fast path: plain text inside a channel
+            return out
+        self._buf += chunk
+        self._process(final=False)
+        return out
+
+    def finish(self) -> list[ChannelDelta]:
+        """End of stream: flush everything, complete every declared channel."""
+        self._out = out = []
+        if self._finished:
+            return out
+        self._process(final=True)
+        if self._cur is not None:
+            if self._spec is not None:
+                self._notice("unclosed_channel", "closed at end of stream", self._cur)
+            self._close()
+        for name, composite in self._composites.items():
+            self._key_events(name, composite.finish())
+        for spec in self._specs.values():
+            result = self._results[spec.name]
+            out.append(ChannelDelta(spec.name, "", result.deltas, spec.marker, spec.format, True))
+            self._dispatch(out[-1])
+        self._finished = True
+        self._build_results()
+        return out
+
+    @property
+    def result(self) -> StreamResult:
+        """Per-channel results (complete after ``finish()``)."""
+        if not self._finished:
+            self._build_results()
+        return StreamResult(self._results, list(self._notices))
+
+    @property
+    def notices(self) -> list[ChannelNotice]:
+        """Protocol notices so far."""
+        return list(self._notices)
+
+    # -- scanning ------------------------------------------------------------------
+    def _process(self, final: bool) -> None:
+        buf = self._buf
+        n = len(buf)
+        pos = 0
+        while pos < n:
+            if self._cur is None:
+                m = TAG_RE.search(buf, pos)
+                if m is None:
+                    end = n
+                    if not final:
+                        lt = buf.rfind("<", max(pos, n - MAX_TAG))
+                        if lt >= 0 and PARTIAL_TAG_RE.match(buf, lt):
+                            end = lt
+                    self._outside(buf[pos:end])
+                    pos = end
+                    break
+                self._outside(buf[pos : m.start()])
+                self._tag(m)
+                pos = m.end()
+                continue
+            m = _INTEREST.search(buf, pos)
+            if m is None:
+                self._content(buf[pos:])
+                pos = n
+                break
+            i = m.start()
+            if buf[i] == "<":
+                tm = TAG_RE.match(buf, i)
+                if tm is not None:
+                    if self._fence and not self._closes_current(tm):
+                        self._content(buf[pos : tm.end()])  # a tag inside a fence is content
+                    else:
+                        self._content(buf[pos:i])
+                        self._tag(tm)
+                    pos = tm.end()
+                    continue
+                if not final and PARTIAL_TAG_RE.match(buf, i):
+                    self._content(buf[pos:i])
+                    pos = i
+                    break
+                self._content(buf[pos : i + 1])
+                pos = i + 1
+                continue
+            j = _BACKTICKS.match(buf, i).end()  # type: ignore[union-attr]
+            self._content(buf[pos:i])
+            pos = i
+            if j == n and not final:
+                break  # the run may grow
+            run = j - i
+            if self._fence:
+                if run >= self._fence and self._bol >= 0:
+                    self._fence = 0
+                self._content(buf[i:j])
+                pos = j
+                continue
+            if run >= 3 and self._bol >= 0:
+                self._fence = run
+                self._content(buf[i:j])
+                pos = j
+                continue
+            close = self._inline_close(buf, j, run, final)
+            if close is None:
+                break  # cannot tell yet whether this opens a code span
+            end = j if close < 0 else close + run
+            self._content(buf[i:end])
+            pos = end
+        self._buf = buf[pos:]
+
+    @staticmethod
+    def _inline_close(buf: str, j: int, run: int, final: bool) -> int | None:
+        """Start of the run closing an inline span opened at ``j``; -1 if none; None if unknown."""
+        n = len(buf)
+        limit = j + MAX_INLINE
+        seg_end = min(n, limit)
+        nl = buf.find("\n", j, seg_end)
+        stop = nl if nl >= 0 else seg_end
+        for m in _BACKTICKS.finditer(buf, j, stop):
+            if m.end() - m.start() == run:
+                if m.end() == n and not final:
+                    return None  # the closing run may still grow
+                return m.start()
+        if nl >= 0 or limit <= n or final:
+            return -1
+        return None
+
+    def _closes_current(self, m: re.Match[str]) -> bool:
+        if m.group(1) != "/":
+            return False
+        spec = self._specs.get(m.group(2).lower())
+        name = spec.name if spec is not None else m.group(2).lower()
+        return name == self._cur
+
+    # -- tags ------------------------------------------------------------------------
+    def _tag(self, m: re.Match[str]) -> None:
+        raw_name = m.group(2)
+        spec = self._specs.get(raw_name.lower())
+        name = spec.name if spec is not None else raw_name.lower()
+        if m.group(1) == "/":
+            if name == self._cur:
+                self._close()
+            else:
+                where = f"inside {self._cur!r}" if self._cur else "outside any channel"
+                self._notice("stray_close_tag", f"</channel:{raw_name}> {where} was ignored", name)
+            return
+        if self._cur is not None:
+            if name == self._cur:
+                return  # re-opening the open channel changes nothing
+            self._close()
+        self._open(name, spec)
+
+    def _open(self, name: str, spec: ChannelSpec | None) -> None:
+        result = self._results.get(name)
+        if result is None:
+            result = self._results[name] = ChannelResult(name, declared=False)
+            self._raw[name], self._emitted[name] = [], []
+            self._notice(
+                "unknown_channel",
+                f"<channel:{name}> is not a declared channel; its text is kept raw",
+                name,
+            )
+        if result.started_at is None:
+            result.started_at = self._clock()
+        self._cur, self._spec = name, spec
+        self._fence, self._bol = 0, 0
+        if spec is not None and spec.composite is not None and name not in self._composites:
+            self._composites[name] = CompositeJsonStreamer(
+                spec.composite, self._cmap, spec.replace_citations
+            )
+
+    def _close(self) -> None:
+        name, spec = self._cur, self._spec
+        assert name is not None
+        replacer = self._replacers.get(name)
+        if replacer is not None and spec is not None:
+            tail = replacer.flush()
+            if tail:
+                self._emit(spec, tail)
+        self._results[name].finished_at = self._clock()
+        self._cur, self._spec, self._fence = None, None, 0
+
+    # -- content -----------------------------------------------------------------------
+    def _outside(self, text: str) -> None:
+        if text:
+            self._raw[OUTSIDE].append(text)
+
+    def _content(self, text: str) -> None:
+        if not text:
+            return
+        name = self._cur
+        assert name is not None
+        self._raw[name].append(text)
+        nl = text.rfind("\n")
+        if nl >= 0:
+            seg, base = text[nl + 1 :], 0
+        else:
+            seg, base = text, self._bol
+        if base >= 0:
+            total = base + len(seg)
+            self._bol = total if total <= 3 and seg.count(" ") == len(seg) else -1
+        spec = self._spec
+        if spec is None:
+            return  # unknown channel: raw only
+        composite = self._composites.get(name)
+        if composite is not None:
+            self._key_events(name, composite.feed(text))
+        if spec.cites:
+            replacer = self._replacers.get(name)
+            if replacer is None:
+                replacer = self._replacers[name] = CitationReplacer(self._cmap, spec.format)
+            text = replacer.feed(text)
+            if not text:
+                return
+        self._emit(spec, text)
+
+    def _emit(self, spec: ChannelSpec, text: str) -> None:
+        result = self._results[spec.name]
+        delta = ChannelDelta(spec.name, text, result.deltas, spec.marker, spec.format)
+        result.deltas += 1
+        self._emitted[spec.name].append(text)
+        self._out.append(delta)
+        if self._subs is not None:
+            self._dispatch(delta)
+
+    def _key_events(self, name: str, events: list[tuple[str, str, str, bool]]) -> None:
+        spec = self._specs[name.lower()]
+        for key, fmt, text, completed in events:
+            index = self._key_index.get((name, key), 0)
+            self._key_index[(name, key)] = index + (0 if completed else 1)
+            delta = ChannelDelta(name, text, index, spec.composite_marker, fmt, completed, key)
+            self._out.append(delta)
+            if self._subs is not None:
+                self._dispatch(delta)
+
+    def _dispatch(self, delta: ChannelDelta) -> None:
+        if self._subs is None:
+            return
+        for failure in self._subs.dispatch(delta):
+            self._results[delta.channel].errors.append(failure)
+
+    def _notice(self, code: str, message: str, channel: str | None = None) -> None:
+        self._notices.append(ChannelNotice(code, message, channel))
+
+    # -- results -------------------------------------------------------------------------
+    def _build_results(self) -> None:
+        for name, result in self._results.items():
+            result.raw = "".join(self._raw[name])
+            result.emitted = "".join(self._emitted[name])
+            replacer = self._replacers.get(name)
+            if replacer is not None:
+                result.used_sources = sorted(replacer.used)
+                result.unresolved_sources = sorted(replacer.unresolved)
+            if not result.declared and name != OUTSIDE:
+                if "unknown channel" not in result.errors:
+                    result.errors.append("unknown channel")
+        if not self._finished:
+            return
+        for spec in self._specs.values():
+            self._finalise(spec, self._results[spec.name])
+
+    def _finalise(self, spec: ChannelSpec, result: ChannelResult) -> None:
+        if spec.format == "json":
+            body = strip_fence(result.raw).strip()
+            if body:
+                try:
+                    result.obj = json.loads(body)
+                except ValueError as exc:
+                    result.errors.append(f"invalid JSON: {exc}")
+        if spec.model is None:
+            return
+        if result.started_at is None:
+            result.errors.append("the channel did not appear in the stream")
+            return
+        if spec.format == "json" and result.obj is None:
+            return  # already reported as invalid or empty JSON
+        target = result.obj if spec.format == "json" else result.raw
+        try:
+            if isinstance(spec.model, type) and issubclass(spec.model, BaseModel):
+                result.obj = spec.model.model_validate(target)
+            else:
+                result.obj = TypeAdapter(spec.model).validate_python(target)
+        except ValidationError as exc:
+            result.errors.append(
+                f"does not match {getattr(spec.model, '__name__', spec.model)}: {exc}"
+            )
+
+
+def strip_fence(text: str) -> str:
+    """Remove one outer ```` ``` ```` fence (its first line and everything after the last fence)."""
+    stripped = text.strip()
+    if not stripped.startswith("```"):
+        return text
+    newline = stripped.find("\n")
+    body = stripped[newline + 1 :] if newline >= 0 else ""
+    last = body.rfind("```")
+    return body[:last] if last >= 0 else body
+
+
+def parse(
+    text: str,
+    specs: Iterable[ChannelSpec],
+    *,
+    sources: Iterable[Any] | Mapping[int, Any] | None = None,
+) -> tuple[list[ChannelDelta], StreamResult]:
+    """Parse a complete text in one go: all deltas and the results."""
+    stream = ChannelStream(specs, sources=sources)
+    deltas = stream.feed(text) + stream.finish()
+    return deltas, stream.result
