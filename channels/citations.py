@@ -88,7 +88,7 @@ def citation_map(sources: Iterable[Any] | Mapping[int, Any] | None) -> dict[int,
 
 
 def expand_ids(body: str) -> list[int]:
-    """SIDs of a token body: ``"1, 3"`` -> [1, 3]; ``"2-4"`` -> [2, 3, 4]; order kept, no repeats."""
+    """SIDs of a token body: ``"1, 3"`` -> [1, 3]; ``"2-4"`` -> [2, 3, 4]; no repeats."""
     seen: dict[int, None] = {}
     for part in _SPLIT_RE.split(body):
         ranged = _RANGE_RE.match(part)
@@ -122,13 +122,16 @@ def _md_url(url: str) -> str:
     return url.replace(" ", "%20").replace("(", "%28").replace(")", "%29")
 
 
+def _attr(value: str) -> str:
+    return html.escape(value, quote=True)
+
+
 def render(sources: list[CitationSource], fmt: str) -> str:
     """Render resolved sources for one token in a channel format."""
     if fmt == "html":
         sids = ",".join(str(s.sid) for s in sources)
         links = ", ".join(
-            f'<a href="{html.escape(s.url, quote=True)}" title="{html.escape(s.title, quote=True)}">'
-            f"{s.sid}</a>"
+            f'<a href="{_attr(s.url)}" title="{_attr(s.title)}">{s.sid}</a>'
             if s.url
             else str(s.sid)
             for s in sources
