@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 from collections import defaultdict
 from dataclasses import dataclass
 from typing import Any
@@ -77,4 +78,4 @@ def run(chunks: list[str], channel_specs: list[ChannelSpec] | None = None) -> Ru
 def split_at(text: str, cuts: list[int]) -> list[str]:
     points = sorted({c for c in cuts if 0 < c < len(text)})
     bounds = [0, *points, len(text)]
-    return [text[a:b] for a, b in zip(bounds, bounds[1:], strict=False)]
+    return [text[a:b] for a, b in itertools.pairwise(bounds)]
