@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHMARKS = ["bus"]
+BENCHMARKS = ["bus", "channels"]
 
 
 def main(argv: list[str]) -> int:

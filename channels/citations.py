@@ -45,6 +45,7 @@ PARTIAL_RE = re.compile(
 MAX_TOKEN = 64
 _HOLD_WINDOW = MAX_TOKEN + 8
 _MAX_RANGE = 256
+_MAX_CACHED = 4096
 _SPLIT_RE = re.compile("[,]")
 _RANGE_RE = re.compile("^\\s*(\\d+)\\s*[-\u2013\u2014]\\s*(\\d+)\\s*$")
 
@@ -113,9 +114,11 @@ def sids_in_text(text: str) -> list[int]:
     return sorted(found)
 
 
+_MD_ESCAPE = re.compile(r"([\\\[\]|])")
+
+
 def _md_title(title: str) -> str:
-    text = " ".join(title.split())
-    return re.sub(r"([\\\[\]|])", r"\\\1", text)
+    return _MD_ESCAPE.sub(r"\\\1", " ".join(title.split()))
 
 
 def _md_url(url: str) -> str:
@@ -149,16 +152,21 @@ def render(sources: list[CitationSource], fmt: str) -> str:
 class CitationReplacer:
     """Replaces citation tokens in a stream of text pieces, never splitting a token."""
 
-    __slots__ = ("_fmt", "_map", "_pending", "unresolved", "used")
+    __slots__ = ("_fmt", "_map", "_pending", "_rendered", "unresolved", "used")
 
     def __init__(self, cmap: CitationMap, fmt: str) -> None:
         self._map = cmap
         self._fmt = fmt
         self._pending = ""
+        self._rendered: dict[str, str] = {}
         self.used: dict[int, None] = {}
         self.unresolved: dict[int, None] = {}
 
     def _replace(self, match: re.Match[str]) -> str:
+        token = match.group(0)
+        rendered = self._rendered.get(token)
+        if rendered is not None:
+            return rendered  # answers cite the same few sources again and again
         ids = expand_ids(match.group(1))
         found = [self._map[i] for i in ids if i in self._map]
         for i in ids:
@@ -166,9 +174,10 @@ class CitationReplacer:
                 self.used.setdefault(i, None)
             else:
                 self.unresolved.setdefault(i, None)
-        if not found:
-            return match.group(0)
-        return render(found, self._fmt)
+        rendered = render(found, self._fmt) if found else token
+        if len(self._rendered) < _MAX_CACHED:
+            self._rendered[token] = rendered
+        return rendered
 
     def replace_all(self, text: str) -> str:
         """Replace every complete token in ``text`` (no holdback)."""
@@ -181,11 +190,17 @@ class CitationReplacer:
         if self._pending:
             text = self._pending + text
             self._pending = ""
+        elif "[" not in text and "\uff3b" not in text:
+            return text
         start = len(text) - _HOLD_WINDOW
-        window_start = start if start > 0 else 0
-        last = max(text.rfind("[", window_start), text.rfind("\uff3b", window_start))
-        if last >= 0:
-            partial = PARTIAL_RE.search(text, window_start)
+        if start < 0:
+            start = 0
+        first = text.find("[", start)
+        wide = text.find("\uff3b", start)
+        if wide >= 0 and (first < 0 or wide < first):
+            first = wide
+        if first >= 0:
+            partial = PARTIAL_RE.search(text, first)
             if partial is not None:
                 self._pending = text[partial.start() :]
                 text = text[: partial.start()]

@@ -41,8 +41,8 @@ from .subscribers import ChannelSubscribers
 from .tags import INVISIBLE_RE, MAX_TAG, PARTIAL_TAG_RE, TAG_RE
 
 MAX_INLINE = 256
-_SPECIAL = re.compile("[<`\\[\uff3b]")
 _INTEREST = re.compile("[<`]")
+_HOT = re.compile("[<`" + INVISIBLE_RE.pattern[1:])
 _BACKTICKS = re.compile("`+")
 
 
@@ -79,8 +79,15 @@ class ChannelStream:
         self._buf = ""
         self._cur: str | None = None
         self._spec: ChannelSpec | None = None
+        # hot-path state of the open channel, set by _open
+        self._cur_raw: list[str] = []
+        self._cur_emitted: list[str] = []
+        self._cur_result: ChannelResult | None = None
+        self._cur_replacer: CitationReplacer | None = None
+        self._cur_composite: CompositeJsonStreamer | None = None
+        self._cur_marker = ""
+        self._seg_start = 0
         self._fence = 0
-        self._bol = 0
         self._finished = False
         self._out: list[ChannelDelta] = []
 
@@ -93,18 +100,12 @@ class ChannelStream:
             return out
         if not chunk:
             return out
-        if INVISIBLE_RE.search(chunk):
+        if _HOT.search(chunk) is None:
+            if self._spec is not None and not self._buf and self._cur_composite is None:
+                self._content(chunk)  # fast path: no tag, code or invisible character here
+                return out
+        elif INVISIBLE_RE.search(chunk):
             chunk = INVISIBLE_RE.sub("", chunk)
-        spec = self._spec
-        if (
-            spec is not None
-            and not self._buf
-            and not self._fence
-            and spec.composite is None
-            and not _SPECIAL.search(chunk)
-        ):
-            self._content(chunk)  # fast path: plain text inside a channel
-            return out
         self._buf += chunk
         self._process(final=False)
         return out
@@ -192,12 +193,12 @@ class ChannelStream:
                 break  # the run may grow
             run = j - i
             if self._fence:
-                if run >= self._fence and self._bol >= 0:
+                if run >= self._fence and self._at_line_start():
                     self._fence = 0
                 self._content(buf[i:j])
                 pos = j
                 continue
-            if run >= 3 and self._bol >= 0:
+            if run >= 3 and self._at_line_start():
                 self._fence = run
                 self._content(buf[i:j])
                 pos = j
@@ -209,6 +210,21 @@ class ChannelStream:
             self._content(buf[i:end])
             pos = end
         self._buf = buf[pos:]
+
+    def _at_line_start(self) -> bool:
+        """True when the channel's text since its last newline (or start) is <= 3 spaces."""
+        parts = self._cur_raw
+        spaces = 0
+        for k in range(len(parts) - 1, self._seg_start - 1, -1):
+            part = parts[k]
+            nl = part.rfind("\n")
+            seg = part[nl + 1 :] if nl >= 0 else part
+            spaces += len(seg)
+            if spaces > 3 or seg.count(" ") != len(seg):
+                return False
+            if nl >= 0:
+                return True
+        return True
 
     @staticmethod
     def _inline_close(buf: str, j: int, run: int, final: bool) -> int | None:
@@ -265,10 +281,22 @@ class ChannelStream:
         if result.started_at is None:
             result.started_at = self._clock()
         self._cur, self._spec = name, spec
-        self._fence, self._bol = 0, 0
-        if spec is not None and spec.composite is not None and name not in self._composites:
-            self._composites[name] = CompositeJsonStreamer(
-                spec.composite, self._cmap, spec.replace_citations
+        self._fence = 0
+        self._cur_raw = self._raw[name]
+        self._cur_emitted = self._emitted[name]
+        self._cur_result = result
+        self._seg_start = len(self._cur_raw)
+        self._cur_replacer = self._cur_composite = None
+        if spec is None:
+            return
+        self._cur_marker = spec.marker
+        if spec.cites:
+            self._cur_replacer = self._replacers.setdefault(
+                name, CitationReplacer(self._cmap, spec.format)
+            )
+        if spec.composite is not None:
+            self._cur_composite = self._composites.setdefault(
+                name, CompositeJsonStreamer(spec.composite, self._cmap, spec.replace_citations)
             )
 
     def _close(self) -> None:
@@ -281,6 +309,7 @@ class ChannelStream:
                 self._emit(spec, tail)
         self._results[name].finished_at = self._clock()
         self._cur, self._spec, self._fence = None, None, 0
+        self._cur_replacer = self._cur_composite = self._cur_result = None
 
     # -- content -----------------------------------------------------------------------
     def _outside(self, text: str) -> None:
@@ -290,31 +319,25 @@ class ChannelStream:
     def _content(self, text: str) -> None:
         if not text:
             return
-        name = self._cur
-        assert name is not None
-        self._raw[name].append(text)
-        nl = text.rfind("\n")
-        if nl >= 0:
-            seg, base = text[nl + 1 :], 0
-        else:
-            seg, base = text, self._bol
-        if base >= 0:
-            total = base + len(seg)
-            self._bol = total if total <= 3 and seg.count(" ") == len(seg) else -1
+        self._cur_raw.append(text)
         spec = self._spec
         if spec is None:
             return  # unknown channel: raw only
-        composite = self._composites.get(name)
-        if composite is not None:
-            self._key_events(name, composite.feed(text))
-        if spec.cites:
-            replacer = self._replacers.get(name)
-            if replacer is None:
-                replacer = self._replacers[name] = CitationReplacer(self._cmap, spec.format)
+        if self._cur_composite is not None:
+            self._key_events(spec.name, self._cur_composite.feed(text))
+        replacer = self._cur_replacer
+        if replacer is not None:
             text = replacer.feed(text)
             if not text:
                 return
-        self._emit(spec, text)
+        result = self._cur_result
+        assert result is not None
+        delta = ChannelDelta(spec.name, text, result.deltas, self._cur_marker, spec.format)
+        result.deltas += 1
+        self._cur_emitted.append(text)
+        self._out.append(delta)
+        if self._subs is not None:
+            self._dispatch(delta)
 
     def _emit(self, spec: ChannelSpec, text: str) -> None:
         result = self._results[spec.name]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 
 from .errors import ChannelSpecError
 
@@ -58,13 +58,13 @@ class ChannelSpec:
         return self.replace_citations and self.format != "json"
 
 
-@dataclass(frozen=True, slots=True)
-class ChannelDelta:
+class ChannelDelta(NamedTuple):
     """A safe piece of one channel (or of one composite JSON key) for clients.
 
     ``index`` counts deltas per channel (per key for composite deltas). Every
     declared channel ends with exactly one ``completed=True`` delta whose text
-    is empty and whose index is the number of deltas before it.
+    is empty and whose index is the number of deltas before it. (A named tuple:
+    hundreds of thousands are made per second.)
     """
 
     channel: str
