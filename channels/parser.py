@@ -94,7 +94,8 @@ class ChannelStream:
     # -- public ------------------------------------------------------------------
     def feed(self, chunk: str) -> list[ChannelDelta]:
         """Consume a piece of model output; return the deltas that are now safe."""
-        self._out = out = []
+        out: list[ChannelDelta] = []
+        self._out = out
         if self._finished:
             self._notice("fed_after_finish", "text arrived after the stream finished; ignored")
             return out
@@ -112,7 +113,8 @@ class ChannelStream:
 
     def finish(self) -> list[ChannelDelta]:
         """End of stream: flush everything, complete every declared channel."""
-        self._out = out = []
+        out: list[ChannelDelta] = []
+        self._out = out
         if self._finished:
             return out
         self._process(final=True)

@@ -69,7 +69,7 @@ class ChannelDelta(NamedTuple):
 
     channel: str
     text: str
-    index: int
+    index: int  # type: ignore[assignment]  # the field shadows tuple.index on purpose
     marker: str
     format: str
     completed: bool = False
