@@ -127,27 +127,8 @@ class Bus:
         forever.
         """
         target = url or os.environ.get("NATS_URL") or DEFAULT_URL
-
-        async def on_error(exc: Exception) -> None:
-            level = logging.DEBUG if isinstance(exc, ConnectionRefusedError) else logging.WARNING
-            log.log(level, "nats error on %s: %s: %s", target, type(exc).__name__, exc)
-
-        holder: list[Bus] = []
-
-        async def on_disconnect() -> None:
-            log.info("nats disconnected from %s; reconnecting", target)
-            if holder:
-                holder[0]._connected.clear()
-
-        async def on_reconnect() -> None:
-            log.info("nats reconnected to %s", target)
-            if holder:
-                holder[0].counters["reconnects"] += 1
-                holder[0]._connected.set()
-                async with holder[0]._reconnected:
-                    holder[0]._reconnected.notify_all()
-
         nc = Client()
+        bus = cls(nc, subject_names or subjects.current(), target)
         try:
             await nc.connect(
                 servers=[target],
@@ -156,18 +137,32 @@ class Bus:
                 reconnect_time_wait=reconnect_wait,  # type: ignore[arg-type]
                 max_reconnect_attempts=max(1, connect_attempts - 1),
                 allow_reconnect=True,
-                error_cb=on_error,
-                disconnected_cb=on_disconnect,
-                reconnected_cb=on_reconnect,
+                error_cb=bus._on_error,
+                disconnected_cb=bus._on_disconnect,
+                reconnected_cb=bus._on_reconnect,
             )
         except (OSError, nats.errors.Error, TimeoutError) as exc:
             await nc.close()
             raise ConnectFailed(target, f"{type(exc).__name__}: {exc}") from None
         # Connected: from now on never give up reconnecting (nats-py reads this option live).
         nc.options["max_reconnect_attempts"] = -1
-        bus = cls(nc, subject_names or subjects.current(), target)
-        holder.append(bus)
+        bus._connected.set()
         return bus
+
+    async def _on_error(self, exc: Exception) -> None:
+        level = logging.DEBUG if isinstance(exc, ConnectionRefusedError) else logging.WARNING
+        log.log(level, "nats error on %s: %s: %s", self.url, type(exc).__name__, exc)
+
+    async def _on_disconnect(self) -> None:
+        log.info("nats disconnected from %s; reconnecting", self.url)
+        self._connected.clear()
+
+    async def _on_reconnect(self) -> None:
+        log.info("nats reconnected to %s", self.url)
+        self.counters["reconnects"] += 1
+        self._connected.set()
+        async with self._reconnected:
+            self._reconnected.notify_all()
 
     async def close(self) -> None:
         """Drain subscriptions and close the connection."""

@@ -245,18 +245,18 @@ class ChannelStream:
             return -1
         return None
 
+    def _resolve(self, raw_name: str) -> tuple[str, ChannelSpec | None]:
+        """The channel a tag names: the declared spelling, or the lower-cased unknown name."""
+        spec = self._specs.get(raw_name.lower())
+        return (spec.name if spec is not None else raw_name.lower()), spec
+
     def _closes_current(self, m: re.Match[str]) -> bool:
-        if m.group(1) != "/":
-            return False
-        spec = self._specs.get(m.group(2).lower())
-        name = spec.name if spec is not None else m.group(2).lower()
-        return name == self._cur
+        return m.group(1) == "/" and self._resolve(m.group(2))[0] == self._cur
 
     # -- tags ------------------------------------------------------------------------
     def _tag(self, m: re.Match[str]) -> None:
         raw_name = m.group(2)
-        spec = self._specs.get(raw_name.lower())
-        name = spec.name if spec is not None else raw_name.lower()
+        name, spec = self._resolve(raw_name)
         if m.group(1) == "/":
             if name == self._cur:
                 self._close()
@@ -293,20 +293,21 @@ class ChannelStream:
             return
         self._cur_marker = spec.marker
         if spec.cites:
-            self._cur_replacer = self._replacers.setdefault(
-                name, CitationReplacer(self._cmap, spec.format)
-            )
+            if name not in self._replacers:
+                self._replacers[name] = CitationReplacer(self._cmap, spec.format)
+            self._cur_replacer = self._replacers[name]
         if spec.composite is not None:
-            self._cur_composite = self._composites.setdefault(
-                name, CompositeJsonStreamer(spec.composite, self._cmap, spec.replace_citations)
-            )
+            if name not in self._composites:
+                self._composites[name] = CompositeJsonStreamer(
+                    spec.composite, self._cmap, spec.replace_citations
+                )
+            self._cur_composite = self._composites[name]
 
     def _close(self) -> None:
         name, spec = self._cur, self._spec
         assert name is not None
-        replacer = self._replacers.get(name)
-        if replacer is not None and spec is not None:
-            tail = replacer.flush()
+        if self._cur_replacer is not None and spec is not None:
+            tail = self._cur_replacer.flush()
             if tail:
                 self._emit(spec, tail)
         self._results[name].finished_at = self._clock()
@@ -332,20 +333,15 @@ class ChannelStream:
             text = replacer.feed(text)
             if not text:
                 return
+        self._emit(spec, text)
+
+    def _emit(self, spec: ChannelSpec, text: str) -> None:
+        """One delta of the open channel (``spec``) to clients and subscribers."""
         result = self._cur_result
         assert result is not None
         delta = ChannelDelta(spec.name, text, result.deltas, self._cur_marker, spec.format)
         result.deltas += 1
         self._cur_emitted.append(text)
-        self._out.append(delta)
-        if self._subs is not None:
-            self._dispatch(delta)
-
-    def _emit(self, spec: ChannelSpec, text: str) -> None:
-        result = self._results[spec.name]
-        delta = ChannelDelta(spec.name, text, result.deltas, spec.marker, spec.format)
-        result.deltas += 1
-        self._emitted[spec.name].append(text)
         self._out.append(delta)
         if self._subs is not None:
             self._dispatch(delta)
