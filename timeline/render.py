@@ -1,0 +1,354 @@
+"""The render pipeline: timeline -> the ordered content parts a model sees, with cache marks.
+
+Order (seed 003 §6): TTL pruning -> compaction when over the ceiling -> slice
+after the latest summary -> hidden replacements -> cache marks -> SOURCES POOL
+and ANNOUNCE appended as the uncached tail.
+
+Incremental: the ``Renderer`` keeps the visible stream it built last time (one
+entry per shown block: part, path, tokens, round) and, through a ``DirtyMark``
+on the timeline, learns the lowest position that changed. A round that only
+appended blocks renders only those blocks; the part dicts of the stable prefix
+are the same objects from round to round (the model client can serialise them
+once). A hide, an unhide or a prune rebuilds from the first changed block; a
+compaction rebuilds from the new summary.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any, TypeVar, overload
+
+from . import compaction, ttl
+from .announce import AnnounceContext, announce_text
+from .blocks import TURN_HEADER, Block
+from .cache import CachePoints, compute_points, round_key
+from .config import TimelineConfig
+from .hide import HideResult, hide_path
+from .sources import pool_text
+from .summary import OfflineSummarizer, Summarizer
+from .timeline import Timeline
+from .tokens import DEFAULT_COUNTER, IMAGE_TOKENS, TokenCounter
+from .view import PASS_THROUGH, block_text, to_part
+
+T = TypeVar("T")
+
+
+class PrefixView(Sequence[T]):
+    """A read-only view of the first ``n`` items of a list that is only appended to.
+
+    The renderer replaces (never shrinks in place) a list when it rebuilds, so a
+    view handed out with an earlier result keeps seeing what it saw.
+    """
+
+    __slots__ = ("_items", "_n")
+
+    def __init__(self, items: list[T], n: int) -> None:
+        self._items = items
+        self._n = n
+
+    def __len__(self) -> int:
+        return self._n
+
+    @overload
+    def __getitem__(self, index: int) -> T: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[T]: ...
+    def __getitem__(self, index: int | slice) -> T | list[T]:
+        if isinstance(index, slice):
+            return self._items[: self._n][index]
+        if index < 0:
+            index += self._n
+        if not 0 <= index < self._n:
+            raise IndexError(index)
+        return self._items[index]
+
+    def __iter__(self) -> Iterator[T]:
+        items = self._items
+        for i in range(self._n):
+            yield items[i]
+
+
+@dataclass(frozen=True, slots=True)
+class RenderEvents:
+    """What the pipeline did this round besides rendering."""
+
+    ttl: ttl.TtlOutcome
+    compaction: compaction.CompactionOutcome | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RenderResult:
+    """One rendered context: stable parts (with marks) then the uncached tail parts."""
+
+    stable: Sequence[dict[str, Any]]
+    tail: tuple[dict[str, Any], ...]
+    points: CachePoints
+    paths: Sequence[str]
+    stable_tokens: int
+    tail_tokens: int
+    events: RenderEvents
+    labels: tuple[str, ...] = field(default=())
+    """What each tail part is (``sources``, ``announce``)."""
+
+    @property
+    def marks(self) -> tuple[int, ...]:
+        """Indices of the parts that carry a cache breakpoint (at most 3, all stable)."""
+        return self.points.marks
+
+    @property
+    def tokens(self) -> int:
+        return self.stable_tokens + self.tail_tokens
+
+    def parts(self) -> list[dict[str, Any]]:
+        """Every part in order (a new list; the part dicts are shared, do not mutate them)."""
+        return [*self.stable, *self.tail]
+
+    def text(self) -> str:
+        """A human-readable view with the cache marks shown (for ``actline timeline``)."""
+        out: list[str] = []
+        names = {self.points.cp1: "CP1", self.points.cp2: "CP2", self.points.cp3: "CP3"}
+        for i, part in enumerate(self.stable):
+            out.append(part.get("text") or part.get("caption", ""))
+            if i in self.marks:
+                tags = "+".join(n for p, n in names.items() if p == i and n)
+                out.append(f"◆◆◆ cache mark {tags} ◆◆◆")
+        for label, part in zip(self.labels, self.tail, strict=True):
+            out.append(f"--- uncached tail: {label} ---")
+            out.append(part["text"])
+        return "\n".join(out)
+
+
+class Renderer:
+    """Renders one timeline round after round, redoing only what changed."""
+
+    def __init__(
+        self,
+        timeline: Timeline,
+        config: TimelineConfig | None = None,
+        *,
+        counter: TokenCounter = DEFAULT_COUNTER,
+        summarizer: Summarizer | None = None,
+    ) -> None:
+        self.timeline = timeline
+        self.config = config or TimelineConfig()
+        self.counter = counter
+        self.summarizer: Summarizer = summarizer or OfflineSummarizer(counter)
+        self._mark = timeline.watch()
+        self._start = -1
+        self._parts: list[dict[str, Any]] = []
+        self._blocks: list[Block] = []
+        self._bi: list[int] = []
+        self._paths: list[str] = []
+        self._cum: list[int] = []
+        self._rkeys: list[str | None] = []
+        self._frame: list[tuple[str | None, int]] = []
+        self._rounds: dict[str, list[int]] = {}
+        self._ends: list[int] = []
+        self._pool_cache: tuple[int, str, int] = (-1, "", 0)
+
+    # -- the visible stream ---------------------------------------------------------------------
+
+    @property
+    def stable_tokens(self) -> int:
+        return self._cum[-1] if self._cum else 0
+
+    def sync(self) -> int:
+        """Bring the visible stream up to date; returns how many entries were (re)built."""
+        tl = self.timeline
+        dirty = tl.take_dirty(self._mark)
+        start = tl.visible_start
+        if start != self._start:
+            self._start, dirty = start, 0
+        keep = bisect.bisect_left(self._bi, dirty)
+        if keep < len(self._bi):
+            self._truncate(keep)
+        resume = max(start, dirty) if keep else start
+        blocks = tl.blocks
+        built = 0
+        for i in range(resume, len(blocks)):
+            block = blocks[i]
+            if block.hidden and not block.replacement:
+                continue
+            self._add(i, block)
+            built += 1
+        return built
+
+    def _add(self, index: int, block: Block) -> None:
+        e = len(self._bi)
+        frame: tuple[str | None, int]
+        open_key, number = self._frame[-1] if e else (None, 0)
+        key = round_key(block)
+        opens: int | None = None
+        closes = False
+        if block.type == TURN_HEADER:
+            key, closes, frame = None, open_key is not None, (None, 0)
+        elif key is not None:
+            if key != open_key:
+                number += 1
+                opens, closes = number, open_key is not None
+            frame = (key, number)
+        elif block.type in PASS_THROUGH:
+            frame = (open_key, number)
+        else:
+            closes, frame = open_key is not None, (None, number)
+        text = block_text(block, opens=opens, closes=closes)
+        part = to_part(block, text)
+        tokens = self.counter.count(text)
+        if part["type"] != "text":
+            tokens += IMAGE_TOKENS
+        self._parts.append(part)
+        self._blocks.append(block)
+        self._bi.append(index)
+        self._paths.append(block.path)
+        self._cum.append((self._cum[-1] if e else 0) + tokens)
+        self._rkeys.append(key)
+        self._frame.append(frame)
+        if key is not None:
+            stack = self._rounds.setdefault(key, [])
+            if stack:
+                self._drop_end(stack[-1])
+            stack.append(e)
+            self._ends.append(e)
+
+    def _drop_end(self, position: int) -> None:
+        ends = self._ends
+        if ends and ends[-1] == position:
+            ends.pop()
+        else:
+            del ends[bisect.bisect_left(ends, position)]
+
+    def _truncate(self, keep: int) -> None:
+        for e in range(len(self._bi) - 1, keep - 1, -1):
+            key = self._rkeys[e]
+            if key is None:
+                continue
+            stack = self._rounds[key]
+            stack.pop()
+            self._drop_end(e)
+            if stack:
+                bisect.insort(self._ends, stack[-1])
+            else:
+                del self._rounds[key]
+        # New lists, so that results handed out earlier keep their parts and paths.
+        self._parts = self._parts[:keep]
+        self._paths = self._paths[:keep]
+        for lst in (self._blocks, self._bi, self._cum, self._rkeys, self._frame):
+            del lst[keep:]
+
+    def entry_of(self, block: Block) -> int | None:
+        """The position of ``block`` in the visible stream, or None when it is not shown."""
+        try:
+            index = self.timeline.index_of(block)
+        except LookupError:
+            return None
+        e = bisect.bisect_left(self._bi, index)
+        return e if e < len(self._bi) and self._bi[e] == index else None
+
+    def stable_parts(self) -> PrefixView[dict[str, Any]]:
+        """The parts of the visible stream as last synced (no pruning, no compaction)."""
+        return PrefixView(self._parts, len(self._parts))
+
+    def visible_blocks(self) -> list[Block]:
+        """The blocks shown (after the slice and hidden replacements), in order."""
+        self.sync()
+        return list(self._blocks)
+
+    def points(self) -> CachePoints:
+        """The cache points of the stream as it is now."""
+        tl = self.timeline
+        header = None
+        if tl.current_turn_id is not None:
+            block = tl.header(tl.current_turn_id)
+            header = None if block is None else self.entry_of(block)
+        return compute_points(
+            count=len(self._bi),
+            paths=self._paths,
+            round_ends=self._ends,
+            header=header,
+            offset=self.config.cache_point_offset_rounds,
+            min_rounds=self.config.cache_point_min_rounds,
+            prefer_pre_tail=tl.suppress_prev_turn_cache,
+        )
+
+    def block_entry_tokens(self, entry: int) -> int:
+        """Tokens of one entry of the visible stream."""
+        return self._cum[entry] - (self._cum[entry - 1] if entry else 0)
+
+    def tail_tokens_after(self, entry: int) -> int:
+        """Tokens of the stable stream after ``entry`` (its distance from the tail)."""
+        return self.stable_tokens - self._cum[entry]
+
+    # -- operations -------------------------------------------------------------------------
+
+    def hide(self, path: str, replacement: str = "") -> HideResult:
+        """react.hide: hide every visible block at ``path`` when the cache rules allow it."""
+        self.sync()
+        return hide_path(self, path, replacement)
+
+    def render(
+        self,
+        *,
+        now: float,
+        system_tokens: int = 0,
+        announce: AnnounceContext | None = None,
+        include_sources: bool = True,
+        include_announce: bool = True,
+        force_compaction: bool = False,
+    ) -> RenderResult:
+        """Run the pipeline for one round at time ``now`` (epoch seconds)."""
+        tl, cfg = self.timeline, self.config
+        pruned = ttl.apply(tl, cfg, now=now, counter=self.counter)
+        self.sync()
+        compacted = None
+        ceiling = cfg.compaction_ratio * cfg.max_tokens
+        if cfg.max_tokens and (force_compaction or system_tokens + self.stable_tokens > ceiling):
+            compacted = compaction.compact(
+                tl,
+                cfg,
+                self.summarizer,
+                system_tokens=system_tokens,
+                now=now,
+                counter=self.counter,
+                force=force_compaction,
+            )
+            self.sync()
+        points = self.points()
+        tail: list[dict[str, Any]] = []
+        labels: list[str] = []
+        tail_tokens = 0
+        if include_sources:
+            text, tokens = self._pool_text()
+            tail.append({"type": "text", "text": text})
+            labels.append("sources")
+            tail_tokens += tokens
+        if include_announce:
+            notices = [*tl.notices.current, *tl.notices.once]
+            tl.notices.once.clear()
+            text = announce_text(
+                announce or AnnounceContext(), now=now, plan=tl.plans.current, notices=notices
+            )
+            tail.append({"type": "text", "text": text})
+            labels.append("announce")
+            tail_tokens += self.counter.count(text)
+        n = len(self._bi)
+        return RenderResult(
+            stable=PrefixView(self._parts, n),
+            tail=tuple(tail),
+            points=points,
+            paths=PrefixView(self._paths, n),
+            stable_tokens=self.stable_tokens,
+            tail_tokens=tail_tokens,
+            events=RenderEvents(ttl=pruned, compaction=compacted),
+            labels=tuple(labels),
+        )
+
+    def _pool_text(self) -> tuple[str, int]:
+        pool = self.timeline.sources
+        revision, text, tokens = self._pool_cache
+        if revision != pool.revision:
+            text = pool_text(pool, self.config.sources_text_chars)
+            tokens = self.counter.count(text)
+            self._pool_cache = (pool.revision, text, tokens)
+        return text, tokens

@@ -1,0 +1,118 @@
+"""Summaries for compaction: the ``Summarizer`` protocol and a deterministic offline one.
+
+Compaction asks for two kinds of summary: the compacted history (with the
+previous summary folded in) and, when the cut falls inside a turn, that turn's
+prefix. A model-backed summarizer lives in ``llm/``; the ``OfflineSummarizer``
+here needs no model: it keeps what the agent needs to find its way back —
+internal notes verbatim, decisions, every logical path produced or read, and a
+short preview of each message — in priority order until the token budget is
+spent.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal, Protocol
+
+from .blocks import (
+    COMPLETION,
+    NOTE,
+    NOTE_PRESERVED,
+    PLAN,
+    PLAN_ACK,
+    REACT_NOTES,
+    SUMMARY,
+    TOOL_CALL,
+    TOOL_RESULT,
+    TURN_HEADER,
+    USER_FOLLOWUP,
+    USER_PROMPT,
+    Block,
+)
+from .tokens import DEFAULT_COUNTER, TokenCounter
+
+
+@dataclass(frozen=True, slots=True)
+class SummaryRequest:
+    """What to summarise: ``blocks`` in order, the summary they continue, and a budget."""
+
+    blocks: Sequence[Block]
+    previous_summary: str = ""
+    max_tokens: int = 800
+    kind: Literal["history", "turn_prefix"] = "history"
+
+
+class Summarizer(Protocol):
+    """Turns a range of blocks into a compact summary text."""
+
+    def summarize(self, request: SummaryRequest) -> str: ...
+
+
+def _preview(text: str, limit: int) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+class OfflineSummarizer:
+    """Deterministic and extractive: same blocks, same summary, no model."""
+
+    def __init__(self, counter: TokenCounter = DEFAULT_COUNTER) -> None:
+        self.counter = counter
+
+    def summarize(self, request: SummaryRequest) -> str:
+        blocks = request.blocks
+        turns = list(dict.fromkeys(b.turn_id for b in blocks if b.type != SUMMARY))
+        title = "Turn prefix" if request.kind == "turn_prefix" else "Summary"
+        head = f"{title} of {len(blocks)} blocks from turns {', '.join(turns) or '-'}."
+        notes: list[str] = []
+        messages: list[str] = []
+        paths: list[str] = []
+        for b in blocks:
+            text = b.replacement if b.hidden else b.content
+            if b.type in (NOTE, NOTE_PRESERVED, REACT_NOTES):
+                notes.append(f"- {_preview(text, 300)}")
+            elif b.type in (PLAN, PLAN_ACK):
+                notes.append(f"- plan {b.path}: {_preview(text, 200)}")
+            elif b.type in (USER_PROMPT, USER_FOLLOWUP):
+                messages.append(f"- {b.turn_id} user: {_preview(text, 160)}")
+            elif b.type == COMPLETION:
+                messages.append(f"- {b.turn_id} assistant: {_preview(text, 200)}")
+            elif b.type == TOOL_CALL:
+                messages.append(f"- {b.turn_id} tool call {b.path}: {_preview(text, 100)}")
+            if b.path and b.type not in (TURN_HEADER, SUMMARY) and b.type != TOOL_CALL:
+                hidden = " (hidden)" if b.hidden else ""
+                if b.type == TOOL_RESULT or b.path.startswith(("fi:", "so:", "ks:", "sk:")):
+                    paths.append(f"- {b.path}{hidden}")
+        sections: list[tuple[str, list[str]]] = [
+            ("Notes and plans:", notes),
+            ("Paths to reopen with react.read:", list(dict.fromkeys(paths))),
+            ("Messages:", messages),
+        ]
+        if request.previous_summary:
+            sections.insert(0, ("Earlier:", [_preview(request.previous_summary, 1200)]))
+        return self._fit(head, sections, request.max_tokens)
+
+    def _fit(self, head: str, sections: list[tuple[str, list[str]]], budget: int) -> str:
+        out = [head]
+        used = self.counter.count(head)
+        dropped = 0
+        for title, lines in sections:
+            if not lines:
+                continue
+            cost = self.counter.count(title) + 1
+            if used + cost > budget:
+                dropped += len(lines)
+                continue
+            out.append(title)
+            used += cost
+            for line in lines:
+                cost = self.counter.count(line) + 1
+                if used + cost > budget:
+                    dropped += 1
+                    continue
+                out.append(line)
+                used += cost
+        if dropped:
+            out.append(f"… {dropped} more lines; reopen older content with react.memsearch.")
+        return "\n".join(out)

@@ -1,0 +1,354 @@
+"""The timeline of one conversation: ordered blocks, path index, pool, plans, cache state.
+
+Append-only in content: blocks are added (at the end, or where their start time
+puts them inside their turn, or before a compaction cut) and their visibility
+can change (hide/unhide); nothing is deleted. Every change records the lowest
+position it touched, which is what lets the renderer redo only the changed part
+(``take_dirty``).
+
+Pure: no I/O, no clocks (times are passed in), no asyncio.
+"""
+
+from __future__ import annotations
+
+import bisect
+import weakref
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .blocks import NOTE, NOTE_PRESERVED, PLAN, PLAN_ACK, SUMMARY, TURN_HEADER, Block
+from .errors import BlockError, PathError
+from .memory import AckUpdate, Plan, PlanBook, ack_text, parse_ack_lines
+from .paths import ar_path, parse_path
+from .sources import SourcesPool
+
+SNAPSHOT_VERSION = 1
+
+
+@dataclass(slots=True)
+class CacheState:
+    """What TTL pruning needs to know between renders (persisted with the snapshot)."""
+
+    last_touch_at: float | None = None
+    last_ttl_seconds: int | None = None
+    restored: bool = False
+    """True until the first render after a restore (that render uses the stored TTL)."""
+
+
+class DirtyMark:
+    """The lowest position changed since its owner last looked (see ``Timeline.watch``)."""
+
+    __slots__ = ("__weakref__", "position")
+
+    def __init__(self, position: int) -> None:
+        self.position = position
+
+
+@dataclass(slots=True)
+class Notices:
+    """ANNOUNCE notices: shown on every render of the current turn; ``next`` waits a turn."""
+
+    current: list[str] = field(default_factory=list)
+    next: list[str] = field(default_factory=list)
+    once: list[str] = field(default_factory=list)
+    """Shown by the next render only (e.g. the TTL pruning notice)."""
+
+
+class Timeline:
+    """All blocks of a conversation in restored order, with the state derived from them."""
+
+    def __init__(self, conversation_id: str = "") -> None:
+        self.conversation_id = conversation_id
+        self.blocks: list[Block] = []
+        self._keys: list[tuple[int, float, int, float]] = []
+        self._by_id: dict[str, Block] = {}
+        self._by_path: dict[str, list[Block]] = {}
+        self._turns: dict[str, int] = {}
+        self._next_seq = 0
+        self._watchers: weakref.WeakSet[DirtyMark] = weakref.WeakSet()
+        self._summary: Block | None = None
+        self._plan_blocks: dict[str, Block] = {}
+        self.sources = SourcesPool()
+        self.plans = PlanBook()
+        self.cache = CacheState()
+        self.notices = Notices()
+        self.current_turn_id: str | None = None
+        self.suppress_prev_turn_cache = False
+        """Set by a successful hide: CP1 moves up to CP2 for the rest of the turn."""
+
+    # -- reading ----------------------------------------------------------------------------
+
+    def __len__(self) -> int:
+        return len(self.blocks)
+
+    def __iter__(self) -> Iterator[Block]:
+        return iter(self.blocks)
+
+    def index_of(self, block: Block) -> int:
+        """The current position of ``block`` (positions shift when blocks are inserted)."""
+        i = bisect.bisect_left(self._keys, block.order)
+        if i < len(self.blocks) and self.blocks[i] is block:
+            return i
+        raise BlockError(f"block {block.id} is not on this timeline", "id")
+
+    def get(self, block_id: str) -> Block | None:
+        return self._by_id.get(block_id)
+
+    def blocks_at(self, path: str) -> list[Block]:
+        """Every block stored under ``path`` in order: visible, hidden and compacted ones."""
+        return list(self._by_path.get(path, ()))
+
+    def paths(self) -> list[str]:
+        return list(self._by_path)
+
+    @property
+    def visible_start(self) -> int:
+        """Position of the latest summary: the visible stream starts there (0 without one)."""
+        return 0 if self._summary is None else self.index_of(self._summary)
+
+    @property
+    def latest_summary(self) -> Block | None:
+        return self._summary
+
+    def turn_ids(self) -> list[str]:
+        """Turn ids in the order the turns started."""
+        return list(self._turns)
+
+    def turn_ordinal(self, turn_id: str) -> int:
+        return self._turns.get(turn_id, -1)
+
+    def turn_blocks(self, turn_id: str) -> list[Block]:
+        return [b for b in self.blocks if b.turn_id == turn_id]
+
+    # -- changes ------------------------------------------------------------------------------
+
+    def watch(self) -> DirtyMark:
+        """A mark that records the lowest position changed from now on.
+
+        Appends at the end are not changes: the owner sees them as positions past
+        where it stopped. Its owner resets ``position`` to ``len(timeline)`` after
+        catching up. Marks are held weakly; keep a reference.
+        """
+        mark = DirtyMark(len(self.blocks))
+        self._watchers.add(mark)
+        return mark
+
+    def take_dirty(self, mark: DirtyMark) -> int:
+        """The lowest position changed since the last take (``len`` when nothing changed)."""
+        dirty, mark.position = mark.position, len(self.blocks)
+        return dirty
+
+    def _touch(self, position: int) -> None:
+        for mark in self._watchers:
+            if position < mark.position:
+                mark.position = position
+
+    def append(self, block: Block) -> Block:
+        """Add a block where its turn and start time put it; returns it (with seq and order)."""
+        if block.id in self._by_id:
+            raise BlockError(f"duplicate block id {block.id}", "id")
+        if block.path:
+            try:
+                parse_path(block.path)
+            except PathError as exc:
+                raise BlockError(f"not a logical path ({exc.rule}): {exc.detail}", "path") from exc
+        if block.seq < 0:
+            block.seq = self._next_seq
+        self._next_seq = max(self._next_seq, block.seq + 1)
+        anchor = self._by_id.get(block.meta.get("insert_before", ""))
+        if anchor is not None:
+            rank = float(block.meta.get("insert_rank", anchor.order[3] - 1.0))
+            block.order = (anchor.order[0], anchor.order[1], anchor.order[2], rank)
+        else:
+            ordinal = self._turns.setdefault(block.turn_id, len(self._turns))
+            block.order = (ordinal, block.start, block.seq, 0.0)
+        position = bisect.bisect_right(self._keys, block.order)
+        if position == len(self.blocks):
+            self.blocks.append(block)
+            self._keys.append(block.order)
+        else:
+            self.blocks.insert(position, block)
+            self._keys.insert(position, block.order)
+            self._touch(position)
+        self._by_id[block.id] = block
+        self._by_path.setdefault(block.path, []).append(block)
+        if block.path:
+            self._by_path[block.path].sort(key=_order)
+        if block.type == SUMMARY and (self._summary is None or block.order > self._summary.order):
+            self._summary = block
+            self._touch(0)
+        if block.type == PLAN and isinstance(block.data, Mapping):
+            plan = Plan.from_dict(block.data)
+            newest = self._plan_blocks.get(plan.plan_id)
+            if newest is None or block.order > newest.order:
+                self._plan_blocks[plan.plan_id] = block
+                self.plans.load(plan)
+        return block
+
+    def extend(self, blocks: Iterable[Block]) -> None:
+        for block in blocks:
+            self.append(block)
+
+    def contribute(self, raw: Mapping[str, Any], *, turn_id: str, ts: float) -> Block:
+        """Append a block from a dict (wire or tool); missing turn id and ts are filled in."""
+        values = dict(raw)
+        values.setdefault("turn_id", turn_id)
+        values.setdefault("ts", ts)
+        return self.append(Block.from_dict(values))
+
+    def insert_before(self, anchor: Block, blocks: Sequence[Block]) -> None:
+        """Insert ``blocks`` (in order) right before ``anchor``; used by compaction.
+
+        They take ranks strictly between the block now before ``anchor`` and
+        ``anchor`` itself; the rank is kept in ``meta`` so a restore puts them back.
+        """
+        position = self.index_of(anchor)
+        high = anchor.order[3]
+        low = high - 1.0
+        if position > 0:
+            before = self.blocks[position - 1].order
+            if before[:3] == anchor.order[:3]:
+                low = before[3]
+        step = (high - low) / (len(blocks) + 1)
+        for i, block in enumerate(blocks):
+            block.meta["insert_before"] = anchor.id
+            block.meta["insert_rank"] = low + step * (i + 1)
+            self.append(block)
+
+    def set_hidden(self, blocks: Sequence[Block], replacement: str) -> None:
+        """Hide ``blocks``: the first shows ``replacement``, the others disappear."""
+        for i, block in enumerate(blocks):
+            block.hidden = True
+            block.replacement = replacement if i == 0 else ""
+            self._touch(self.index_of(block))
+
+    def unhide(self, path: str) -> int:
+        """Make every hidden block at ``path`` visible again; returns how many changed."""
+        changed = 0
+        for block in self._by_path.get(path, ()):
+            if block.hidden:
+                block.hidden = False
+                self._touch(self.index_of(block))
+                changed += 1
+        return changed
+
+    # -- turns, notices and plans ------------------------------------------------------------------
+
+    def begin_turn(self, turn_id: str, ts: float) -> Block:
+        """Open a turn: append its header (once), move ``next`` notices to ``current``."""
+        existing = self._by_path.get(ar_path(turn_id, "turn.header"))
+        self.current_turn_id = turn_id
+        self.suppress_prev_turn_cache = False
+        if existing:
+            return existing[0]
+        self.notices.current, self.notices.next = self.notices.next, []
+        path = ar_path(turn_id, "turn.header")
+        return self.append(Block.new(TURN_HEADER, turn_id, ts, path=path, author="system"))
+
+    def header(self, turn_id: str) -> Block | None:
+        found = self._by_path.get(ar_path(turn_id, "turn.header"))
+        return found[0] if found else None
+
+    def record_plan(self, plan: Plan, *, turn_id: str, ts: float) -> Block:
+        """Append a ``react.plan`` snapshot at ``ar:<turn>.react.plan.<plan_id>``."""
+        return self.append(
+            Block.new(
+                PLAN,
+                turn_id,
+                ts,
+                path=ar_path(turn_id, f"react.plan.{plan.plan_id}"),
+                mime="application/json",
+                data=plan.to_dict(),
+            )
+        )
+
+    def acknowledge(
+        self, notes: str, *, turn_id: str, ts: float, iteration: int
+    ) -> tuple[list[Block], list[str]]:
+        """Apply plan-ack lines in ``notes`` to the current plan.
+
+        Returns the blocks appended (a new snapshot and a ``react.plan.ack`` at
+        ``ar:<turn>.react.plan.ack.<iteration>``) and the reasons of ignored lines.
+        """
+        updates: list[AckUpdate] = parse_ack_lines(notes)
+        if not updates:
+            return [], []
+        plan, ignored = self.plans.ack(updates)
+        if plan is None:
+            return [], ignored
+        snapshot = self.record_plan(plan, turn_id=turn_id, ts=ts)
+        ack = self.append(
+            Block.new(
+                PLAN_ACK,
+                turn_id,
+                ts,
+                path=ar_path(turn_id, f"react.plan.ack.{iteration}"),
+                text=ack_text(plan, updates),
+            )
+        )
+        return [snapshot, ack], ignored
+
+    def latest_plan_block(self, plan_id: str) -> Block | None:
+        """The newest snapshot of a plan: what ``ar:plan.latest:<plan_id>`` opens."""
+        return self._plan_blocks.get(plan_id)
+
+    def active_plan_block(self) -> Block | None:
+        plan = self.plans.current
+        return None if plan is None else self.latest_plan_block(plan.plan_id)
+
+    # -- persistence ----------------------------------------------------------------------------
+
+    def snapshot(self) -> dict[str, Any]:
+        """The state that is not in the blocks themselves (msgpack/JSON-safe).
+
+        With it, ``restore`` rebuilds an equal timeline from any suffix of the block
+        log that starts at or before the latest summary.
+        """
+        return {
+            "version": SNAPSHOT_VERSION,
+            "conversation_id": self.conversation_id,
+            "turns": list(self._turns),
+            "next_seq": self._next_seq,
+            "current_turn_id": self.current_turn_id,
+            "suppress_prev_turn_cache": self.suppress_prev_turn_cache,
+            "sources": self.sources.to_dict(),
+            "plans": self.plans.to_dict(),
+            "cache": {
+                "last_touch_at": self.cache.last_touch_at,
+                "last_ttl_seconds": self.cache.last_ttl_seconds,
+            },
+            "notices": {"current": list(self.notices.current), "next": list(self.notices.next)},
+        }
+
+    @classmethod
+    def restore(
+        cls, snapshot: Mapping[str, Any], blocks: Iterable[Block | Mapping[str, Any]]
+    ) -> Timeline:
+        """Rebuild a timeline from ``snapshot`` and stored blocks (in any order)."""
+        if snapshot.get("version") != SNAPSHOT_VERSION:
+            raise BlockError(f"unknown snapshot version {snapshot.get('version')!r}", "version")
+        tl = cls(str(snapshot.get("conversation_id", "")))
+        for turn in snapshot.get("turns", ()):
+            tl._turns.setdefault(str(turn), len(tl._turns))
+        loaded = [b if isinstance(b, Block) else Block.from_dict(b) for b in blocks]
+        loaded.sort(key=lambda b: b.seq)
+        tl.extend(loaded)
+        tl._next_seq = max(tl._next_seq, int(snapshot.get("next_seq", 0)))
+        tl.sources = SourcesPool.from_dict(snapshot.get("sources") or {})
+        tl.plans = PlanBook.from_dict(snapshot.get("plans") or {"current": None, "plans": []})
+        cache = snapshot.get("cache") or {}
+        tl.cache = CacheState(cache.get("last_touch_at"), cache.get("last_ttl_seconds"), True)
+        notices = snapshot.get("notices") or {}
+        tl.notices = Notices(list(notices.get("current", ())), list(notices.get("next", ())))
+        tl.current_turn_id = snapshot.get("current_turn_id")
+        tl.suppress_prev_turn_cache = bool(snapshot.get("suppress_prev_turn_cache"))
+        return tl
+
+    def notes(self) -> list[Block]:
+        """Every internal note (``react.note``) and preserved copy, in order."""
+        return [b for b in self.blocks if b.type in (NOTE, NOTE_PRESERVED)]
+
+
+def _order(block: Block) -> tuple[int, float, int, float]:
+    return block.order

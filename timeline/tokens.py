@@ -1,0 +1,53 @@
+"""Token counting behind a protocol, with a fast default estimate.
+
+The renderer counts every block once and caches the count on the block
+(``Block.tokens``) and on its rendered entry, so the counter's cost is paid per
+new block, never per round. A model-accurate counter (a tokenizer) can be
+plugged in through ``TokenCounter``; the estimate is what compaction triggers and
+hide limits are measured in when none is given.
+"""
+
+from __future__ import annotations
+
+from typing import Protocol, runtime_checkable
+
+from .blocks import Block
+
+
+@runtime_checkable
+class TokenCounter(Protocol):
+    """Counts the tokens of a text."""
+
+    def count(self, text: str) -> int: ...
+
+
+class EstimateCounter:
+    """About four bytes of UTF-8 per token: ~4 ASCII characters, ~1 CJK character.
+
+    Within ~15 % of real tokenizers on English prose and code, never zero for
+    non-empty text, and O(len) in C.
+    """
+
+    def count(self, text: str) -> int:
+        if not text:
+            return 0
+        if text.isascii():
+            return (len(text) + 3) // 4
+        return (len(text.encode("utf-8")) + 3) // 4
+
+
+DEFAULT_COUNTER = EstimateCounter()
+IMAGE_TOKENS = 1600
+BINARY_B64_CHARS_PER_TOKEN = 8
+
+
+def block_tokens(block: Block, counter: TokenCounter = DEFAULT_COUNTER) -> int:
+    """The block's own content in tokens, counted once and cached on the block."""
+    if block.tokens < 0:
+        tokens = counter.count(block.content)
+        if block.base64:
+            # Images cost about a megapixel's worth; other binaries (PDF) scale with size.
+            image = block.mime.startswith("image/")
+            tokens += IMAGE_TOKENS if image else len(block.base64) // BINARY_B64_CHARS_PER_TOKEN
+        block.tokens = tokens
+    return block.tokens
