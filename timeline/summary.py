@@ -13,14 +13,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import Any, Literal, Protocol
 
 from .blocks import (
     COMPLETION,
     NOTE,
     NOTE_PRESERVED,
     PLAN,
-    PLAN_ACK,
     REACT_NOTES,
     SUMMARY,
     TOOL_CALL,
@@ -30,6 +29,8 @@ from .blocks import (
     USER_PROMPT,
     Block,
 )
+from .errors import PlanError
+from .memory import Plan
 from .tokens import DEFAULT_COUNTER, TokenCounter
 
 
@@ -47,6 +48,14 @@ class Summarizer(Protocol):
     """Turns a range of blocks into a compact summary text."""
 
     def summarize(self, request: SummaryRequest) -> str: ...
+
+
+def _plan_line(data: dict[str, Any]) -> str:
+    try:
+        plan = Plan.from_dict(data)
+    except PlanError:
+        return f"- plan {_preview(str(data), 200)}"
+    return f"- plan {plan.plan_id} ({plan.state}): " + " · ".join(plan.lines())
 
 
 def _preview(text: str, limit: int) -> str:
@@ -68,12 +77,13 @@ class OfflineSummarizer:
         notes: list[str] = []
         messages: list[str] = []
         paths: list[str] = []
+        plans: dict[str, str] = {}
         for b in blocks:
             text = b.replacement if b.hidden else b.content
             if b.type in (NOTE, NOTE_PRESERVED, REACT_NOTES):
                 notes.append(f"- {_preview(text, 300)}")
-            elif b.type in (PLAN, PLAN_ACK):
-                notes.append(f"- plan {b.path}: {_preview(text, 200)}")
+            elif b.type == PLAN and isinstance(b.data, dict):
+                plans[str(b.data.get("plan_id"))] = _plan_line(b.data)
             elif b.type in (USER_PROMPT, USER_FOLLOWUP):
                 messages.append(f"- {b.turn_id} user: {_preview(text, 160)}")
             elif b.type == COMPLETION:
@@ -84,6 +94,7 @@ class OfflineSummarizer:
                 hidden = " (hidden)" if b.hidden else ""
                 if b.type == TOOL_RESULT or b.path.startswith(("fi:", "so:", "ks:", "sk:")):
                     paths.append(f"- {b.path}{hidden}")
+        notes.extend(plans.values())
         sections: list[tuple[str, list[str]]] = [
             ("Notes and plans:", notes),
             ("Paths to reopen with react.read:", list(dict.fromkeys(paths))),

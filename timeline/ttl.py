@@ -7,7 +7,8 @@ extra, so:
 
 - old turns (outside the last ``keep_recent_turns``) are hidden path by path,
   each path's first block showing a short view that says how to restore it;
-  notes, plans, followups, headers and summaries are never pruned;
+  notes, plans, followups, headers and summaries are never pruned, and neither
+  is a block smaller than its view would be (the original pruned those too);
 - recent turns that are not among the last ``keep_recent_intact_turns`` are
   pruned lightly: skill reads, oversized tool results, images and PDFs beyond
   the newest ``keep_recent_images``, other large binaries;
@@ -113,8 +114,10 @@ def apply(tl: Timeline, cfg: TimelineConfig, *, now: float, counter: TokenCounte
         for path, blocks in groups.items():
             old = [b for b in blocks if b.turn_id not in recent]
             if old:
-                tl.set_hidden(old, _old_view(old[0], cfg))
-                hidden.append(path)
+                view = _old_view(old[0], cfg)
+                if sum(block_tokens(b, counter) for b in old) > counter.count(view):
+                    tl.set_hidden(old, view)
+                    hidden.append(path)
     light = _light(tl, cfg, groups, intact, counter)
     hidden.extend(light)
     if not hidden:
@@ -149,8 +152,10 @@ def _light(
         ):
             view = _result_view(first, cfg)
         if view is not None:
-            tl.set_hidden(light, _restore(view, path))
-            hidden.append(path)
+            view = _restore(view, path)
+            if sum(block_tokens(b, counter) for b in light) > counter.count(view):
+                tl.set_hidden(light, view)
+                hidden.append(path)
     return hidden
 
 
