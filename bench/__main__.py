@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHMARKS = ["bus", "channels"]
+BENCHMARKS = ["bus", "channels", "render"]
 
 
 def main(argv: list[str]) -> int:

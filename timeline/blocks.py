@@ -4,8 +4,8 @@ A block is appended once and never rewritten, with two exceptions that are
 updates of its visibility only: ``hidden`` (set by react.hide and TTL pruning,
 cleared by react.read) and ``replacement`` (the short text shown instead).
 
-Order: blocks of one turn stay together, turns in the order they started, and
-inside a turn blocks follow their event-start time: ``ts`` for discrete
+Order: blocks of one turn stay together, turns in the order they started, the
+turn's header first, and inside a turn blocks follow their event-start time: ``ts`` for discrete
 blocks, ``ts_first`` for streamed aggregates (a completion that started
 streaming before a followup landed sorts before that followup even though it
 was appended after it). Ties keep append order (``seq``). Blocks that compaction

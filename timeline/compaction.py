@@ -26,6 +26,8 @@ summaries from a model in between (``plan`` -> summarise -> ``apply``);
 
 from __future__ import annotations
 
+import bisect
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -90,15 +92,22 @@ class CompactionPlan:
     previous_summary: str
     split_turn_id: str | None
     before_tokens: int
+    saved_tokens: int
+    """What the compacted range costs now, minus what is carried past the cut."""
     revision: int
+    """``Timeline.version`` when planned: ``apply`` refuses a timeline changed since."""
 
-    def requests(self, cfg: TimelineConfig) -> list[SummaryRequest]:
-        """The summary requests, history first then the split turn's prefix (if any)."""
-        out = [SummaryRequest(self.history, self.previous_summary, cfg.summary_max_tokens)]
+    def requests(self, cfg: TimelineConfig, budget: int) -> list[SummaryRequest]:
+        """The summary requests, history first then the split turn's prefix (if any).
+
+        Summaries get at most a tenth (history) and a twentieth (turn prefix) of the
+        context ``budget``, so that kept blocks plus summary stay under the trigger.
+        """
+        limit = max(32, min(cfg.summary_max_tokens, budget // 10))
+        out = [SummaryRequest(self.history, self.previous_summary, limit)]
         if self.split_turn_id is not None:
-            out.append(
-                SummaryRequest(self.prefix, "", cfg.split_turn_summary_max_tokens, "turn_prefix")
-            )
+            limit = max(16, min(cfg.split_turn_summary_max_tokens, budget // 20))
+            out.append(SummaryRequest(self.prefix, "", limit, "turn_prefix"))
         return out
 
 
@@ -109,6 +118,7 @@ class CompactionOutcome:
     compacted_blocks: int
     before_tokens: int
     after_tokens: int
+    """Visible tokens after (the renderer reports its rendered measure here)."""
     carried: tuple[str, ...]
     split_turn_id: str | None = None
 
@@ -120,17 +130,21 @@ def plan(
     system_tokens: int,
     counter: TokenCounter,
     force: bool = False,
+    cost: Callable[[Block], int] | None = None,
 ) -> CompactionPlan | None:
     """Choose the cut, or None when nothing can be compacted.
 
     ``force`` (after a context-limit error: the estimate was wrong) keeps at most
     half of what is there, so that something is always compacted when it can be.
+    ``cost`` measures a block as the trigger did (the renderer passes its rendered
+    entry sizes); by default a block costs its visible content.
     """
     blocks = tl.blocks
     start = tl.visible_start + (1 if tl.latest_summary is not None else 0)
     if start >= len(blocks):
         return None
-    tokens = [visible_tokens(b, counter) for b in blocks[start:]]
+    measure = cost or (lambda b: visible_tokens(b, counter))
+    tokens = [measure(b) for b in blocks[start:]]
     budget = max(1, cfg.max_tokens - system_tokens)
     keep = max(1, int(cfg.compaction_keep_ratio * budget))
     recent = _recent_turns_tokens(blocks, start, tokens, cfg.compaction_keep_turns)
@@ -150,8 +164,9 @@ def plan(
         if is_message(blocks[i]):
             kept += tokens[i - start]
         if kept >= keep:
-            after = [v for v in valid if v >= i]
-            cut = after[0] if after else len(blocks)
+            after = bisect.bisect_left(valid, i)
+            # No cut at or after i (an open call spans the rest): keep more, cut earlier.
+            cut = valid[after] if after < len(valid) else valid[-1]
             break
     while (
         cut > start
@@ -161,6 +176,10 @@ def plan(
         and not inside[cut - 1 - start]
     ):
         cut -= 1
+    if cut < len(blocks):
+        header = tl.header(blocks[cut].turn_id)
+        if cut - 1 > start and blocks[cut - 1] is header and not inside[cut - 1 - start]:
+            cut -= 1  # a kept turn keeps its header
     if cut <= start or cut >= len(blocks):
         return None
     history_end = cut
@@ -173,6 +192,11 @@ def plan(
         if turn_start < cut:
             history_end, split = turn_start, anchor.turn_id
     summary = tl.latest_summary
+    carried = {b.id for b in blocks[start:cut] if b.type in (NOTE, NOTE_PRESERVED, *FOLLOWUPS)}
+    active = tl.active_plan_block()
+    if active is not None and active.order < anchor.order:
+        carried.add(active.id)
+    carried_tokens = sum(tokens[i - start] for i in range(start, cut) if blocks[i].id in carried)
     return CompactionPlan(
         cut=anchor,
         history=tuple(blocks[start:history_end]),
@@ -180,7 +204,8 @@ def plan(
         previous_summary=summary.content if summary is not None else "",
         split_turn_id=split,
         before_tokens=sum(tokens),
-        revision=len(blocks),
+        saved_tokens=sum(tokens[: cut - start]) - carried_tokens,
+        revision=tl.version,
     )
 
 
@@ -231,10 +256,10 @@ def apply(
     tl: Timeline, plan: CompactionPlan, *, summary: str, prefix_summary: str = "", now: float
 ) -> CompactionOutcome:
     """Insert the summary and the carried blocks before the cut."""
-    if len(tl.blocks) != plan.revision or tl.get(plan.cut.id) is not plan.cut:
+    if tl.version != plan.revision or tl.get(plan.cut.id) is not plan.cut:
         raise CompactionError("the timeline changed since the compaction was planned")
     if plan.split_turn_id is not None:
-        summary = f"{summary}{SPLIT_SEPARATOR}{prefix_summary}"
+        summary = f"{summary}{SPLIT_SEPARATOR}{prefix_summary}" if summary else prefix_summary
     compacted = [*plan.history, *plan.prefix]
     cut = plan.cut
     turn = cut.turn_id
@@ -270,9 +295,10 @@ def _carried(tl: Timeline, compacted: list[Block], cut: Block, now: float) -> li
     """Copies of notes, followups and the active plan that must stay visible."""
     out: list[Block] = []
     seen: set[str] = set()
-    for b in compacted:
+    notes_first = sorted(compacted, key=lambda b: b.type not in (NOTE, NOTE_PRESERVED))
+    for b in notes_first:
         if b.type in (NOTE, NOTE_PRESERVED):
-            kind, name = NOTE_PRESERVED, "react.note.preserved"
+            kind = name = NOTE_PRESERVED
         elif b.type in FOLLOWUPS:
             kind = name = FOLLOWUPS[b.type]
         else:
@@ -292,7 +318,7 @@ def _carried(tl: Timeline, compacted: list[Block], cut: Block, now: float) -> li
         out.append(
             Block.new(
                 kind,
-                cut.turn_id,
+                origin,
                 now,
                 path=ar_path(origin, f"{name}.{seq}"),
                 text=b.content,
@@ -344,19 +370,28 @@ def compact(
     now: float,
     counter: TokenCounter,
     force: bool = False,
+    cost: Callable[[Block], int] | None = None,
 ) -> CompactionOutcome | None:
-    """Plan, summarise with ``summarizer`` and apply; None when there is nothing to cut."""
-    chosen = plan(tl, cfg, system_tokens=system_tokens, counter=counter, force=force)
+    """Plan, summarise with ``summarizer`` and apply.
+
+    None when there is nothing to cut, or when the summary would cost as much as
+    what it replaces (compaction must make the context smaller).
+    """
+    chosen = plan(tl, cfg, system_tokens=system_tokens, counter=counter, force=force, cost=cost)
     if chosen is None:
         return None
-    texts = [summarizer.summarize(request) for request in chosen.requests(cfg)]
+    budget = max(1, cfg.max_tokens - system_tokens)
+    requests = chosen.requests(cfg, budget)
+    texts = [summarizer.summarize(r) if r.blocks or r.previous_summary else "" for r in requests]
     if not texts[0] and chosen.previous_summary:
         texts[0] = chosen.previous_summary
     if chosen.split_turn_id is not None and not texts[1]:
         return None
+    head = f"[CONVERSATION SUMMARY] {su_path(chosen.cut.turn_id)} · 2000-01-01T00:00:00Z\n"
+    if counter.count(head + SPLIT_SEPARATOR.join(t for t in texts if t)) >= chosen.saved_tokens:
+        return None
     outcome = apply(tl, chosen, summary=texts[0], prefix_summary=texts[-1], now=now)
-    start = tl.visible_start
-    after = sum(visible_tokens(b, counter) for b in tl.blocks[start:])
+    after = sum(visible_tokens(b, counter) for b in tl.blocks[tl.visible_start :])
     return CompactionOutcome(
         summary_path=outcome.summary_path,
         covered_turn_ids=outcome.covered_turn_ids,

@@ -3,7 +3,8 @@
 Rules (seed 003 §2, REFERENCE.md §1.11, made stricter where the original was
 unsafe):
 
-- Only a logical path, never a search; ``invalid_path`` otherwise.
+- Only a logical path, never a search; ``invalid_path`` otherwise. Turn
+  headers and summaries are structure, not payload: never hidden.
 - Every *visible* block at that path must sit after the hide floor: CP2, or
   CP1 when there is no CP2 (``hide_before_cache``). The original checked only
   the newest block, so hiding a path with an older copy inside the cached
@@ -22,6 +23,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal
 
+from .blocks import SUMMARY, TURN_HEADER
 from .errors import PathError
 from .paths import parse_path
 from .view import label
@@ -30,6 +32,7 @@ if TYPE_CHECKING:
     from .render import Renderer
 
 HideStatus = Literal["ok", "not_found", "too_old", "invalid"]
+STRUCTURAL = frozenset({TURN_HEADER, SUMMARY})
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +88,9 @@ def hide_path(renderer: Renderer, path: str, replacement: str) -> HideResult:
         (e, b) for b in renderer.timeline.blocks_at(path) if (e := renderer.entry_of(b)) is not None
     ]
     visible = [(e, b) for e, b in entries if not b.hidden]
+    if any(b.type in STRUCTURAL for _, b in visible):
+        message = "turn headers and summaries hold the timeline together and cannot be hidden"
+        return HideResult(path, "invalid", "hide_failed", message, tail_limit=limit)
     if not visible:
         message = "every block at this path is already hidden" if entries else "no such path"
         return HideResult(path, "not_found", "hide_failed", message, tail_limit=limit)

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar, overload
 
 from . import compaction, ttl
@@ -272,6 +272,11 @@ class Renderer:
             prefer_pre_tail=tl.suppress_prev_turn_cache,
         )
 
+    def _cost(self, block: Block) -> int:
+        """What ``block`` costs in the stream as last synced (0 when not shown)."""
+        entry = self.entry_of(block)
+        return 0 if entry is None else self.block_entry_tokens(entry)
+
     def block_entry_tokens(self, entry: int) -> int:
         """Tokens of one entry of the visible stream."""
         return self._cum[entry] - (self._cum[entry - 1] if entry else 0)
@@ -312,8 +317,11 @@ class Renderer:
                 now=now,
                 counter=self.counter,
                 force=force_compaction,
+                cost=self._cost,
             )
             self.sync()
+            if compacted is not None:
+                compacted = replace(compacted, after_tokens=self.stable_tokens)
         points = self.points()
         tail: list[dict[str, Any]] = []
         labels: list[str] = []

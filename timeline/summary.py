@@ -100,11 +100,18 @@ class OfflineSummarizer:
             ("Paths to reopen with react.read:", list(dict.fromkeys(paths))),
             ("Messages:", messages),
         ]
+        if request.kind == "turn_prefix":
+            sections.insert(0, sections.pop())  # the turn's own question comes first
         if request.previous_summary:
             sections.insert(0, ("Earlier:", [_preview(request.previous_summary, 1200)]))
         return self._fit(head, sections, request.max_tokens)
 
     def _fit(self, head: str, sections: list[tuple[str, list[str]]], budget: int) -> str:
+        """Lines in priority order while they fit, leaving room for the trailer."""
+        trailer = "… {} more lines; reopen older content with react.memsearch."
+        budget -= self.counter.count(trailer.format(10**6)) + 1
+        if self.counter.count(head) > budget:
+            head = _preview(head, max(8, budget * 4))
         out = [head]
         used = self.counter.count(head)
         dropped = 0
@@ -115,15 +122,19 @@ class OfflineSummarizer:
             if used + cost > budget:
                 dropped += len(lines)
                 continue
-            out.append(title)
             used += cost
-            for line in lines:
-                cost = self.counter.count(line) + 1
+            # Messages keep the newest when the budget runs out; the rest keep the oldest.
+            order = range(len(lines) - 1, -1, -1) if title == "Messages:" else range(len(lines))
+            chosen: set[int] = set()
+            for i in order:
+                cost = self.counter.count(lines[i]) + 1
                 if used + cost > budget:
                     dropped += 1
                     continue
-                out.append(line)
+                chosen.add(i)
                 used += cost
+            out.append(title)
+            out.extend(line for i, line in enumerate(lines) if i in chosen)
         if dropped:
-            out.append(f"… {dropped} more lines; reopen older content with react.memsearch.")
+            out.append(trailer.format(dropped))
         return "\n".join(out)

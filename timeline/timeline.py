@@ -12,6 +12,7 @@ Pure: no I/O, no clocks (times are passed in), no asyncio.
 from __future__ import annotations
 
 import bisect
+import math
 import weakref
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -69,6 +70,8 @@ class Timeline:
         self._watchers: weakref.WeakSet[DirtyMark] = weakref.WeakSet()
         self._summary: Block | None = None
         self._plan_blocks: dict[str, Block] = {}
+        self._headers: dict[str, Block] = {}
+        self._version = 0
         self.sources = SourcesPool()
         self.plans = PlanBook()
         self.cache = CacheState()
@@ -139,7 +142,13 @@ class Timeline:
         dirty, mark.position = mark.position, len(self.blocks)
         return dirty
 
+    @property
+    def version(self) -> int:
+        """Increments on every change (append, hide, unhide): detects stale plans."""
+        return self._version
+
     def _touch(self, position: int) -> None:
+        self._version += 1
         for mark in self._watchers:
             if position < mark.position:
                 mark.position = position
@@ -162,9 +171,11 @@ class Timeline:
             block.order = (anchor.order[0], anchor.order[1], anchor.order[2], rank)
         else:
             ordinal = self._turns.setdefault(block.turn_id, len(self._turns))
-            block.order = (ordinal, block.start, block.seq, 0.0)
+            start = -math.inf if block.type == TURN_HEADER else block.start
+            block.order = (ordinal, start, block.seq, 0.0)
         position = bisect.bisect_right(self._keys, block.order)
         if position == len(self.blocks):
+            self._version += 1
             self.blocks.append(block)
             self._keys.append(block.order)
         else:
@@ -175,6 +186,8 @@ class Timeline:
         self._by_path.setdefault(block.path, []).append(block)
         if block.path:
             self._by_path[block.path].sort(key=_order)
+        if block.type == TURN_HEADER:
+            self._headers.setdefault(block.turn_id, block)
         if block.type == SUMMARY and (self._summary is None or block.order > self._summary.order):
             self._summary = block
             self._touch(0)
@@ -237,18 +250,18 @@ class Timeline:
 
     def begin_turn(self, turn_id: str, ts: float) -> Block:
         """Open a turn: append its header (once), move ``next`` notices to ``current``."""
-        existing = self._by_path.get(ar_path(turn_id, "turn.header"))
+        existing = self._headers.get(turn_id)
         self.current_turn_id = turn_id
         self.suppress_prev_turn_cache = False
-        if existing:
-            return existing[0]
+        if existing is not None:
+            return existing
         self.notices.current, self.notices.next = self.notices.next, []
         path = ar_path(turn_id, "turn.header")
         return self.append(Block.new(TURN_HEADER, turn_id, ts, path=path, author="system"))
 
     def header(self, turn_id: str) -> Block | None:
-        found = self._by_path.get(ar_path(turn_id, "turn.header"))
-        return found[0] if found else None
+        """The turn's header block (None before ``begin_turn``)."""
+        return self._headers.get(turn_id)
 
     def record_plan(self, plan: Plan, *, turn_id: str, ts: float) -> Block:
         """Append a ``react.plan`` snapshot at ``ar:<turn>.react.plan.<plan_id>``."""
@@ -318,7 +331,11 @@ class Timeline:
                 "last_touch_at": self.cache.last_touch_at,
                 "last_ttl_seconds": self.cache.last_ttl_seconds,
             },
-            "notices": {"current": list(self.notices.current), "next": list(self.notices.next)},
+            "notices": {
+                "current": list(self.notices.current),
+                "next": list(self.notices.next),
+                "once": list(self.notices.once),
+            },
         }
 
     @classmethod
@@ -340,7 +357,11 @@ class Timeline:
         cache = snapshot.get("cache") or {}
         tl.cache = CacheState(cache.get("last_touch_at"), cache.get("last_ttl_seconds"), True)
         notices = snapshot.get("notices") or {}
-        tl.notices = Notices(list(notices.get("current", ())), list(notices.get("next", ())))
+        tl.notices = Notices(
+            list(notices.get("current", ())),
+            list(notices.get("next", ())),
+            list(notices.get("once", ())),
+        )
         tl.current_turn_id = snapshot.get("current_turn_id")
         tl.suppress_prev_turn_cache = bool(snapshot.get("suppress_prev_turn_cache"))
         return tl

@@ -1,8 +1,10 @@
 """Token counting behind a protocol, with a fast default estimate.
 
-The renderer counts every block once and caches the count on the block
-(``Block.tokens``) and on its rendered entry, so the counter's cost is paid per
-new block, never per round. A model-accurate counter (a tokenizer) can be
+Two measures, both counted once: ``block_tokens`` is a block's own content
+(cached on ``Block.tokens``; used by TTL pruning, compaction and hide), and the
+renderer counts each rendered entry (content plus its header and round framing)
+when it builds it. Either way the counter's cost is paid per new block, never
+per round. A model-accurate counter (a tokenizer) can be
 plugged in through ``TokenCounter``; the estimate is what compaction triggers and
 hide limits are measured in when none is given.
 """

@@ -119,11 +119,11 @@ def apply(tl: Timeline, cfg: TimelineConfig, *, now: float, counter: TokenCounte
                     tl.set_hidden(old, view)
                     hidden.append(path)
     light = _light(tl, cfg, groups, intact, counter)
-    hidden.extend(light)
+    hidden.extend(p for p in light if p not in hidden)
     if not hidden:
         return TtlOutcome("no_effect", skip_old_turns=skip_old)
     _note(tl, ttl, now)
-    status: TtlStatus = "pruned_light" if skip_old or len(hidden) == len(light) else "pruned"
+    status: TtlStatus = "pruned_light" if skip_old or set(hidden) == set(light) else "pruned"
     return TtlOutcome(status, tuple(hidden), skip_old)
 
 

@@ -141,3 +141,10 @@ def test_hide_result_serialises_and_pickles() -> None:
     assert payload["code"] == "hide_before_cache"
     assert pickle.loads(pickle.dumps(result)) == result
     assert isinstance(result, HideResult)
+
+
+def test_a_turn_header_cannot_be_hidden() -> None:
+    tl = rounds(1)
+    result = Renderer(tl).hide("ar:t1.turn.header", "")
+    assert (result.status, result.code) == ("invalid", "hide_failed")
+    assert not tl.header("t1").hidden  # type: ignore[union-attr]

@@ -30,6 +30,7 @@ from timeline.blocks import (
     PLAN,
     TOOL_CALL,
     TOOL_RESULT,
+    TURN_HEADER,
     USER_FOLLOWUP,
     USER_FOLLOWUP_PRESERVED,
     USER_PROMPT,
@@ -216,7 +217,9 @@ class TimelineMachine(RuleBasedStateMachine):
         assert [b.order for b in blocks] == sorted(b.order for b in blocks)
         for a, b in itertools.pairwise(blocks):
             inserted = "insert_before" in a.meta or "insert_before" in b.meta
-            if a.turn_id == b.turn_id and not inserted:
+            if b.type == TURN_HEADER and not inserted:
+                assert a.turn_id != b.turn_id
+            elif a.turn_id == b.turn_id and not inserted and a.type != TURN_HEADER:
                 assert a.start <= b.start
 
     @invariant()

@@ -49,7 +49,9 @@ class Script:
         path = tc_path(turn, call, "call")
         self.tl.append(Block.new(TOOL_CALL, turn, self.at(), path=path, call_id=call, data=params))
         path = tc_path(turn, call, "result")
-        self.tl.append(Block.new(TOOL_RESULT, turn, self.at(), path=path, call_id=call, text=result))
+        self.tl.append(
+            Block.new(TOOL_RESULT, turn, self.at(), path=path, call_id=call, text=result)
+        )
 
     def answer(self, turn: str, text: str) -> None:
         path = ar_path(turn, "assistant.completion")
@@ -61,7 +63,9 @@ def conversation() -> Script:
     s.turn("t1", "How do I rotate the Lumen API keys?")
     plan = s.tl.plans.apply("new", turn_id="t1", plan_id="plan_1", steps=["search", "answer"])
     s.tl.record_plan(plan, turn_id="t1", ts=s.at())
-    s.round("t1", "a", "react.search", "Keys rotate under Settings > Keys [[S:1]].", "looking up keys")
+    s.round(
+        "t1", "a", "react.search", "Keys rotate under Settings > Keys [[S:1]].", "looking up keys"
+    )
     s.tl.acknowledge("✓ 1. searched", turn_id="t1", ts=s.at(), iteration=1)
     note = "[D] answer from the admin guide; [K] ks:docs/keys.md"
     s.tl.append(Block.new(NOTE, "t1", s.at(), path=ar_path("t1", "react.note.n1"), text=note))
