@@ -52,3 +52,12 @@ async def test_the_wire_example_publishes_a_turn_request(nats_server: EmbeddedNa
     await listener.close()  # drains: the published message has been handled
     assert len(got) == 1 and isinstance(got[0], TurnRequest)
     assert got[0].text == "What changed in the release?"
+
+
+def test_the_timeline_example_runs() -> None:
+    scope: dict[str, Any] = {}
+    exec(_block("Renderer(tl"), scope)
+    result = scope["result"]
+    assert result.marks == (0, 1)
+    assert result.parts()[-1]["text"].startswith("[ANNOUNCE]")
+    assert "ar:t1.user.prompt" in result.text()
