@@ -4,7 +4,8 @@ Rules (seed 003 §2, REFERENCE.md §1.11, made stricter where the original was
 unsafe):
 
 - Only a logical path, never a search; ``invalid_path`` otherwise. Turn
-  headers and summaries are structure, not payload: never hidden.
+  headers and summaries are structure, not payload, and the active plan is
+  working memory: none of them is hidden (``hide_failed``).
 - Every *visible* block at that path must sit after the hide floor: CP2, or
   CP1 when there is no CP2 (``hide_before_cache``). The original checked only
   the newest block, so hiding a path with an older copy inside the cached
@@ -90,6 +91,10 @@ def hide_path(renderer: Renderer, path: str, replacement: str) -> HideResult:
     visible = [(e, b) for e, b in entries if not b.hidden]
     if any(b.type in STRUCTURAL for _, b in visible):
         message = "turn headers and summaries hold the timeline together and cannot be hidden"
+        return HideResult(path, "invalid", "hide_failed", message, tail_limit=limit)
+    active = renderer.timeline.active_plan_block()
+    if active is not None and any(b.path == active.path for _, b in visible):
+        message = "the active plan is working memory; close it with react.plan(mode='close')"
         return HideResult(path, "invalid", "hide_failed", message, tail_limit=limit)
     if not visible:
         message = "every block at this path is already hidden" if entries else "no such path"

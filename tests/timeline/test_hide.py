@@ -148,3 +148,15 @@ def test_a_turn_header_cannot_be_hidden() -> None:
     result = Renderer(tl).hide("ar:t1.turn.header", "")
     assert (result.status, result.code) == ("invalid", "hide_failed")
     assert not tl.header("t1").hidden  # type: ignore[union-attr]
+
+
+def test_the_active_plan_cannot_be_hidden_but_a_closed_one_can() -> None:
+    tl = rounds(1)
+    plan = tl.plans.apply("new", turn_id="t1", plan_id="p1", steps=["a"])
+    tl.record_plan(plan, turn_id="t1", ts=T0 + 50)
+    renderer = Renderer(tl)
+    result = renderer.hide("ar:t1.react.plan.p1", "")
+    assert (result.status, result.code) == ("invalid", "hide_failed")
+    assert "active plan" in result.message
+    tl.record_plan(tl.plans.apply("close", turn_id="t1", plan_id="p1"), turn_id="t1", ts=T0 + 51)
+    assert renderer.hide("ar:t1.react.plan.p1", "").status == "ok"
