@@ -32,6 +32,7 @@ from .blocks import (
 from .errors import PlanError
 from .memory import Plan
 from .tokens import DEFAULT_COUNTER, TokenCounter
+from .view import preview
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,13 +55,8 @@ def _plan_line(data: dict[str, Any]) -> str:
     try:
         plan = Plan.from_dict(data)
     except PlanError:
-        return f"- plan {_preview(str(data), 200)}"
+        return f"- plan {preview(str(data), 200)}"
     return f"- plan {plan.plan_id} ({plan.state}): " + " · ".join(plan.lines())
-
-
-def _preview(text: str, limit: int) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
 
 
 class OfflineSummarizer:
@@ -81,15 +77,15 @@ class OfflineSummarizer:
         for b in blocks:
             text = b.replacement if b.hidden else b.content
             if b.type in (NOTE, NOTE_PRESERVED, REACT_NOTES):
-                notes.append(f"- {_preview(text, 300)}")
+                notes.append(f"- {preview(text, 300)}")
             elif b.type == PLAN and isinstance(b.data, dict):
                 plans[str(b.data.get("plan_id"))] = _plan_line(b.data)
             elif b.type in (USER_PROMPT, USER_FOLLOWUP):
-                messages.append(f"- {b.turn_id} user: {_preview(text, 160)}")
+                messages.append(f"- {b.turn_id} user: {preview(text, 160)}")
             elif b.type == COMPLETION:
-                messages.append(f"- {b.turn_id} assistant: {_preview(text, 200)}")
+                messages.append(f"- {b.turn_id} assistant: {preview(text, 200)}")
             elif b.type == TOOL_CALL:
-                messages.append(f"- {b.turn_id} tool call {b.path}: {_preview(text, 100)}")
+                messages.append(f"- {b.turn_id} tool call {b.path}: {preview(text, 100)}")
             if b.path and b.type not in (TURN_HEADER, SUMMARY) and b.type != TOOL_CALL:
                 hidden = " (hidden)" if b.hidden else ""
                 if b.type == TOOL_RESULT or b.path.startswith(("fi:", "so:", "ks:", "sk:")):
@@ -103,7 +99,7 @@ class OfflineSummarizer:
         if request.kind == "turn_prefix":
             sections.insert(0, sections.pop())  # the turn's own question comes first
         if request.previous_summary:
-            sections.insert(0, ("Earlier:", [_preview(request.previous_summary, 1200)]))
+            sections.insert(0, ("Earlier:", [preview(request.previous_summary, 1200)]))
         return self._fit(head, sections, request.max_tokens)
 
     def _fit(self, head: str, sections: list[tuple[str, list[str]]], budget: int) -> str:
@@ -111,7 +107,7 @@ class OfflineSummarizer:
         trailer = "… {} more lines; reopen older content with react.memsearch."
         budget -= self.counter.count(trailer.format(10**6)) + 1
         if self.counter.count(head) > budget:
-            head = _preview(head, max(8, budget * 4))
+            head = preview(head, max(8, budget * 4))
         out = [head]
         used = self.counter.count(head)
         dropped = 0

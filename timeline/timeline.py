@@ -18,7 +18,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from .blocks import NOTE, NOTE_PRESERVED, PLAN, PLAN_ACK, SUMMARY, TURN_HEADER, Block
+from .blocks import PLAN, PLAN_ACK, SUMMARY, TURN_HEADER, Block
 from .errors import BlockError, PathError
 from .memory import AckUpdate, Plan, PlanBook, ack_text, parse_ack_lines
 from .paths import ar_path, parse_path
@@ -102,9 +102,6 @@ class Timeline:
         """Every block stored under ``path`` in order: visible, hidden and compacted ones."""
         return list(self._by_path.get(path, ()))
 
-    def paths(self) -> list[str]:
-        return list(self._by_path)
-
     @property
     def visible_start(self) -> int:
         """Position of the latest summary: the visible stream starts there (0 without one)."""
@@ -117,9 +114,6 @@ class Timeline:
     def turn_ids(self) -> list[str]:
         """Turn ids in the order the turns started."""
         return list(self._turns)
-
-    def turn_ordinal(self, turn_id: str) -> int:
-        return self._turns.get(turn_id, -1)
 
     def turn_blocks(self, turn_id: str) -> list[Block]:
         return [b for b in self.blocks if b.turn_id == turn_id]
@@ -183,9 +177,10 @@ class Timeline:
             self._keys.insert(position, block.order)
             self._touch(position)
         self._by_id[block.id] = block
-        self._by_path.setdefault(block.path, []).append(block)
-        if block.path:
-            self._by_path[block.path].sort(key=_order)
+        same = self._by_path.setdefault(block.path, [])
+        same.append(block)
+        if len(same) > 1 and same[-2].order > block.order:
+            same.sort(key=_order)
         if block.type == TURN_HEADER:
             self._headers.setdefault(block.turn_id, block)
         if block.type == SUMMARY and (self._summary is None or block.order > self._summary.order):
@@ -365,10 +360,6 @@ class Timeline:
         tl.current_turn_id = snapshot.get("current_turn_id")
         tl.suppress_prev_turn_cache = bool(snapshot.get("suppress_prev_turn_cache"))
         return tl
-
-    def notes(self) -> list[Block]:
-        """Every internal note (``react.note``) and preserved copy, in order."""
-        return [b for b in self.blocks if b.type in (NOTE, NOTE_PRESERVED)]
 
 
 def _order(block: Block) -> tuple[int, float, int, float]:

@@ -42,6 +42,7 @@ from .config import TimelineConfig
 from .paths import ar_path
 from .timeline import Timeline
 from .tokens import TokenCounter, block_tokens
+from .view import preview
 
 TtlStatus = Literal["armed", "fresh", "empty", "disabled", "no_effect", "pruned", "pruned_light"]
 
@@ -186,11 +187,6 @@ def _restore(view: str, path: str) -> str:
     return f'{view} Pruned after the session cache expired; restore with react.read(["{path}"])'
 
 
-def _preview(text: str, limit: int) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
-
-
 def _result_view(block: Block, cfg: TimelineConfig) -> str:
     rows = block.meta.get("sources")
     if isinstance(rows, list) and rows:
@@ -199,7 +195,7 @@ def _result_view(block: Block, cfg: TimelineConfig) -> str:
         more = f" (+{len(rows) - 50} more)" if len(rows) > 50 else ""
         listing = json.dumps(compact, ensure_ascii=False, sort_keys=True)
         return f"[TRUNCATED RESULT] sources: {listing}{more}"
-    return f"[TRUNCATED RESULT] {_preview(block.content, cfg.replacement_preview_chars)}"
+    return f"[TRUNCATED RESULT] {preview(block.content, cfg.replacement_preview_chars)}"
 
 
 def _old_view(block: Block, cfg: TimelineConfig) -> str:
@@ -207,15 +203,15 @@ def _old_view(block: Block, cfg: TimelineConfig) -> str:
     if path.startswith("sk:"):
         view = f"[skill content removed by pruning: {path}]"
     elif block.type == TOOL_CALL:
-        view = f"[TOOL CALL] {_preview(block.content, cfg.replacement_preview_chars)}"
+        view = f"[TOOL CALL] {preview(block.content, cfg.replacement_preview_chars)}"
     elif block.type == TOOL_RESULT:
         view = _result_view(block, cfg)
     elif path.startswith("fi:"):
         size = len(block.base64) * 3 // 4 if block.base64 else len(block.content)
-        summary = _preview(block.content, cfg.replacement_preview_chars // 2)
+        summary = preview(block.content, cfg.replacement_preview_chars // 2)
         view = f"[TRUNCATED FILE] path={path} mime={block.mime} size={size} summary={summary}"
     else:
-        view = f"[TRUNCATED] {_preview(block.content, cfg.replacement_preview_chars)}"
+        view = f"[TRUNCATED] {preview(block.content, cfg.replacement_preview_chars)}"
     return _restore(view, path)
 
 

@@ -26,6 +26,7 @@ from .blocks import (
 )
 from .paths import ar_path
 from .timeline import Timeline
+from .view import preview
 
 HINT_CHARS = 80
 SECTIONS = ("summaries", "messages", "tools", "artifacts", "notes", "sources")
@@ -36,8 +37,7 @@ def index_path(turn_id: str) -> str:
 
 
 def _hint(block: Block) -> str:
-    text = " ".join((block.content or block.replacement).split())
-    return text if len(text) <= HINT_CHARS else text[: HINT_CHARS - 1] + "…"
+    return preview(block.content or block.replacement, HINT_CHARS)
 
 
 def _section(block: Block) -> str | None:

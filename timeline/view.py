@@ -49,6 +49,12 @@ PASS_THROUGH = frozenset({USER_FOLLOWUP, "user.steer", "user.followup.preserved"
 ROUND_CLOSE = "└" + "─" * 30 + "┘"
 
 
+def preview(text: str, limit: int) -> str:
+    """``text`` on one line, cut to ``limit`` characters with an ellipsis."""
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
 def label(block: Block) -> str:
     return LABELS.get(block.type, block.type.upper())
 

@@ -120,3 +120,14 @@ def test_authors_follow_block_types() -> None:
     assert default_author("react.tool.result") == "tool"
     assert default_author("react.tool.call") == "react"
     assert default_author("system.message") == "system"
+
+
+def test_contribute_fills_turn_and_time_and_validates_the_dict() -> None:
+    tl = Timeline("c")
+    tl.begin_turn("t1", T0)
+    block = tl.contribute({"type": "react.notice", "text": "hello"}, turn_id="t1", ts=T0 + 1)
+    assert (block.turn_id, block.ts, block.seq) == ("t1", T0 + 1, 1)
+    with pytest.raises(BlockError) as caught:
+        tl.contribute({"type": "x", "path": "../up"}, turn_id="t1", ts=T0 + 2)
+    assert caught.value.field == "path"
+    assert len(tl) == 2
