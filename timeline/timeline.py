@@ -72,6 +72,7 @@ class Timeline:
         self._plan_blocks: dict[str, Block] = {}
         self._headers: dict[str, Block] = {}
         self._version = 0
+        self._restyled: dict[str, Block] = {}
         self.sources = SourcesPool()
         self.plans = PlanBook()
         self.cache = CacheState()
@@ -229,6 +230,7 @@ class Timeline:
         for i, block in enumerate(blocks):
             block.hidden = True
             block.replacement = replacement if i == 0 else ""
+            self._restyled[block.id] = block
             self._touch(self.index_of(block))
 
     def unhide(self, path: str) -> int:
@@ -237,8 +239,14 @@ class Timeline:
         for block in self._by_path.get(path, ()):
             if block.hidden:
                 block.hidden = False
+                self._restyled[block.id] = block
                 self._touch(self.index_of(block))
                 changed += 1
+        return changed
+
+    def take_restyled(self) -> list[Block]:
+        """Blocks whose visibility changed since the last call (storage rewrites them)."""
+        changed, self._restyled = list(self._restyled.values()), {}
         return changed
 
     # -- turns, notices and plans ------------------------------------------------------------------
@@ -337,7 +345,12 @@ class Timeline:
     def restore(
         cls, snapshot: Mapping[str, Any], blocks: Iterable[Block | Mapping[str, Any]]
     ) -> Timeline:
-        """Rebuild a timeline from ``snapshot`` and stored blocks (in any order)."""
+        """Rebuild a timeline from ``snapshot`` and stored blocks (in any order).
+
+        The blocks may be any suffix of the log (by seq) that includes the latest
+        summary's cut: blocks inserted before a cut that is not among them belong
+        to the compacted past and are left out.
+        """
         if snapshot.get("version") != SNAPSHOT_VERSION:
             raise BlockError(f"unknown snapshot version {snapshot.get('version')!r}", "version")
         tl = cls(str(snapshot.get("conversation_id", "")))
@@ -345,7 +358,11 @@ class Timeline:
             tl._turns.setdefault(str(turn), len(tl._turns))
         loaded = [b if isinstance(b, Block) else Block.from_dict(b) for b in blocks]
         loaded.sort(key=lambda b: b.seq)
-        tl.extend(loaded)
+        for block in loaded:
+            anchor = block.meta.get("insert_before")
+            if anchor and anchor not in tl._by_id:
+                continue  # inserted before a block of the compacted past: not in this view
+            tl.append(block)
         tl._next_seq = max(tl._next_seq, int(snapshot.get("next_seq", 0)))
         tl.sources = SourcesPool.from_dict(snapshot.get("sources") or {})
         tl.plans = PlanBook.from_dict(snapshot.get("plans") or {"current": None, "plans": []})

@@ -1,0 +1,78 @@
+"""Errors of the storage package.
+
+Hierarchy::
+
+    StorageError
+    ├── StoreFull          the map reached its limit and may not grow (map_size, limit)
+    ├── DiskFull           the file system has no room left (path)
+    ├── SequenceGap        blocks that would leave a gap or overlap (expected, got)
+    └── NotStored          nothing stored under a key or path (kind, key)
+
+Every error keeps its fields and pickles. A failed write transaction commits
+nothing: what was committed before it is intact.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class StorageError(Exception):
+    """Base of every error raised by the storage package."""
+
+
+class StoreFull(StorageError):
+    """The LMDB map is full and may not grow past ``limit`` bytes."""
+
+    def __init__(self, map_size: int, limit: int) -> None:
+        self.map_size = map_size
+        self.limit = limit
+        super().__init__(
+            f"store full: map is {map_size:,} bytes and may not grow past {limit:,}; "
+            "raise max_map_size or run Store.gc(); nothing committed was lost"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.map_size, self.limit))
+
+
+class DiskFull(StorageError):
+    """The disk holding the store has no space left."""
+
+    def __init__(self, path: str, detail: str = "") -> None:
+        self.path = path
+        self.detail = detail
+        super().__init__(
+            f"disk full at {path}: free space on that file system and retry; "
+            f"nothing committed was lost{f' ({detail})' if detail else ''}"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.path, self.detail))
+
+
+class SequenceGap(StorageError):
+    """New blocks must continue a conversation's sequence exactly."""
+
+    def __init__(self, conversation_id: str, expected: int, got: int) -> None:
+        self.conversation_id = conversation_id
+        self.expected = expected
+        self.got = got
+        super().__init__(
+            f"conversation {conversation_id}: next block must have seq {expected}, got {got}"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.conversation_id, self.expected, self.got))
+
+
+class NotStored(StorageError):
+    """Nothing is stored under this key (``kind`` says which table)."""
+
+    def __init__(self, kind: str, key: str) -> None:
+        self.kind = kind
+        self.key = key
+        super().__init__(f"no {kind} stored for {key!r}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.kind, self.key))

@@ -1,0 +1,340 @@
+"""The per-node LMDB store: block log, snapshot headers, turn log, path index.
+
+One LMDB environment per node with named databases (keys are bytes)::
+
+    blocks     <cid>/<seq:012d>            -> msgpack block dict (append-only; hide/unhide
+                                              rewrite the same key)
+    paths      <cid>/<path>\\x00<seq:012d>  -> b""      (every block by logical path)
+    snapshots  <cid>                       -> msgpack header: Timeline.snapshot() plus
+                                              next_seq, boundary_seq, revision, turns
+    turnlog    <cid>/<turn_id>             -> msgpack {turn_id, seqs, ts, end_ts, blocks_count,
+                                              tokens}
+    artifacts, artrefs, workspace, index, leases: see their modules.
+
+Persisting a turn (``append_turn``) is one write transaction that writes only
+the new and changed blocks, their path rows, the turn log entry and the
+snapshot header: its cost grows with the turn, never with the conversation. A
+process killed mid-write leaves the last committed state: whole turns, a
+sequence without gaps, a header that matches its blocks.
+
+Locking: LMDB's lock file serialises writers across processes (one write
+transaction at a time per environment) while readers run on MVCC snapshots and
+are never blocked. Several processes on one node may open the same
+environment; each opens it once (LMDB refuses a second open in one process)
+and never uses it across ``fork()``. Stale reader slots of killed processes are
+cleared on open (``reader_check``). A map grown by another process is adopted
+on the next transaction.
+
+Map growth: a write that hits ``MapFullError`` is aborted, the map doubles (up
+to ``max_map_size``) and the transaction is retried from the start; past the
+limit ``StoreFull`` is raised. ENOSPC from the file system becomes ``DiskFull``.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import threading
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TypeVar
+
+import lmdb
+import msgpack
+
+from timeline import Block, Timeline
+
+from .errors import DiskFull, NotStored, SequenceGap, StoreFull
+
+T = TypeVar("T")
+DATABASES = (
+    "blocks",
+    "paths",
+    "snapshots",
+    "turnlog",
+    "artifacts",
+    "artrefs",
+    "workspace",
+    "index",
+    "leases",
+)
+DEFAULT_MAP_SIZE = 64 << 20
+DEFAULT_MAX_MAP_SIZE = 1 << 40
+SEQ_DIGITS = 12
+
+
+def pack(value: Any) -> bytes:
+    return msgpack.packb(value, use_bin_type=True)  # type: ignore[no-any-return]
+
+
+def unpack(data: bytes | memoryview) -> Any:
+    return msgpack.unpackb(data, raw=False, strict_map_key=False)
+
+
+def block_key(cid: str, seq: int) -> bytes:
+    return f"{cid}/{seq:0{SEQ_DIGITS}d}".encode()
+
+
+def path_key(cid: str, path: str, seq: int | None = None) -> bytes:
+    head = f"{cid}/{path}\x00".encode()
+    return head if seq is None else head + f"{seq:0{SEQ_DIGITS}d}".encode()
+
+
+@dataclass(frozen=True, slots=True)
+class Loaded:
+    """A conversation as loaded: its timeline (visible view) and its header."""
+
+    timeline: Timeline
+    header: dict[str, Any]
+
+    @property
+    def revision(self) -> int:
+        return int(self.header.get("revision", 0))
+
+
+class Store:
+    """One LMDB environment; thread-safe; open once per process."""
+
+    def __init__(
+        self,
+        path: str | os.PathLike[str],
+        *,
+        map_size: int = DEFAULT_MAP_SIZE,
+        max_map_size: int = DEFAULT_MAX_MAP_SIZE,
+        sync: bool = True,
+    ) -> None:
+        self.path = Path(path)
+        self.path.mkdir(parents=True, exist_ok=True)
+        self.max_map_size = max(max_map_size, map_size)
+        try:
+            self.env = lmdb.open(
+                str(self.path),
+                map_size=map_size,
+                max_dbs=len(DATABASES) + 2,
+                sync=sync,
+                metasync=sync,
+                readahead=False,
+                max_readers=256,
+            )
+        except lmdb.Error as exc:
+            raise self._translate(exc) from exc
+        self.env.reader_check()
+        self.db = {name: self.env.open_db(name.encode()) for name in DATABASES}
+        self._grow_lock = threading.Lock()
+
+    # -- plumbing --------------------------------------------------------------------------------
+
+    def close(self) -> None:
+        self.env.close()
+
+    def __enter__(self) -> Store:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @property
+    def map_size(self) -> int:
+        return int(self.env.info()["map_size"])
+
+    def _translate(self, exc: lmdb.Error) -> Exception:
+        text = str(exc)
+        if getattr(exc, "errno", None) == errno.ENOSPC or "No space left" in text:
+            return DiskFull(str(self.path), text)
+        return exc
+
+    def write(self, fn: Callable[[lmdb.Transaction], T]) -> T:
+        """Run ``fn`` in one write transaction, growing the map and retrying when full."""
+        while True:
+            try:
+                with self.env.begin(write=True) as txn:
+                    return fn(txn)
+            except lmdb.MapResizedError:
+                self.env.set_mapsize(0)
+            except lmdb.MapFullError:
+                self._grow()
+            except lmdb.Error as exc:
+                raise self._translate(exc) from exc
+
+    def read(self, fn: Callable[[lmdb.Transaction], T]) -> T:
+        """Run ``fn`` in a read transaction (an MVCC snapshot; never blocked by writers)."""
+        while True:
+            try:
+                with self.env.begin(buffers=False) as txn:
+                    return fn(txn)
+            except lmdb.MapResizedError:
+                self.env.set_mapsize(0)
+
+    def _grow(self) -> None:
+        with self._grow_lock:
+            current = self.map_size
+            if current >= self.max_map_size:
+                raise StoreFull(current, self.max_map_size)
+            target = min(self.max_map_size, current * 2)
+            try:
+                self.env.set_mapsize(target)
+            except lmdb.Error as exc:
+                raise self._translate(exc) from exc
+
+    # -- conversations --------------------------------------------------------------------------
+
+    def header(self, cid: str) -> dict[str, Any] | None:
+        """The snapshot header of a conversation, or None when it was never stored."""
+        raw = self.read(lambda txn: txn.get(cid.encode(), db=self.db["snapshots"]))
+        return None if raw is None else dict(unpack(raw))
+
+    def append_turn(
+        self,
+        cid: str,
+        blocks: Sequence[Block],
+        snapshot: dict[str, Any],
+        *,
+        turn_id: str | None = None,
+        updated: Sequence[Block] = (),
+        boundary_seq: int = 0,
+        index_rows: Sequence[dict[str, Any]] = (),
+        expect_revision: int | None = None,
+    ) -> int:
+        """Persist new ``blocks`` (continuing the sequence), ``updated`` ones and the header.
+
+        All in one transaction; returns the new revision. ``boundary_seq`` is the
+        lowest seq of the visible view (``load`` starts there). ``expect_revision``
+        makes the write a check-and-set against a concurrent writer.
+        """
+        seqs = [b.seq for b in blocks]
+        payloads = [(b.seq, b.path, pack(b.to_dict())) for b in blocks]
+        updates = [(b.seq, pack(b.to_dict())) for b in updated]
+        rows = [pack(r) for r in index_rows]
+
+        def txn_fn(txn: lmdb.Transaction) -> int:
+            raw = txn.get(cid.encode(), db=self.db["snapshots"])
+            old = dict(unpack(raw)) if raw is not None else {}
+            revision = int(old.get("revision", 0))
+            if expect_revision is not None and expect_revision != revision:
+                raise SequenceGap(cid, expect_revision, revision)
+            next_seq = int(old.get("stored_seq", 0))
+            for i, seq in enumerate(seqs):
+                if seq != next_seq + i:
+                    raise SequenceGap(cid, next_seq + i, seq)
+            for seq, path, data in payloads:
+                txn.put(block_key(cid, seq), data, db=self.db["blocks"], overwrite=False)
+                if path:
+                    txn.put(path_key(cid, path, seq), b"", db=self.db["paths"])
+            for seq, data in updates:
+                key = block_key(cid, seq)
+                if txn.get(key, db=self.db["blocks"]) is None:
+                    raise NotStored("block", key.decode())
+                txn.put(key, data, db=self.db["blocks"])
+            if turn_id is not None and seqs:
+                self._log_turn(txn, cid, turn_id, blocks)
+            for i, row in enumerate(rows):
+                key = f"{cid}/{next_seq + len(seqs):0{SEQ_DIGITS}d}/{i:04d}".encode()
+                txn.put(key, row, db=self.db["index"])
+            header = dict(snapshot)
+            header["revision"] = revision + 1
+            header["stored_seq"] = next_seq + len(seqs)
+            header["boundary_seq"] = boundary_seq
+            txn.put(cid.encode(), pack(header), db=self.db["snapshots"])
+            return revision + 1
+
+        return self.write(txn_fn)
+
+    def _log_turn(
+        self, txn: lmdb.Transaction, cid: str, turn_id: str, blocks: Sequence[Block]
+    ) -> None:
+        key = f"{cid}/{turn_id}".encode()
+        raw = txn.get(key, db=self.db["turnlog"])
+        entry: dict[str, Any] = (
+            dict(unpack(raw)) if raw is not None else {"turn_id": turn_id, "seqs": []}
+        )
+        entry["seqs"] = [*entry["seqs"], *(b.seq for b in blocks)]
+        starts = [b.start for b in blocks]
+        entry["ts"] = min([entry.get("ts", starts[0]), *starts])
+        entry["end_ts"] = max([entry.get("end_ts", 0.0), *(b.ts for b in blocks)])
+        entry["blocks_count"] = len(entry["seqs"])
+        entry["tokens"] = int(entry.get("tokens", 0)) + sum(max(0, b.tokens) for b in blocks)
+        txn.put(key, pack(entry), db=self.db["turnlog"])
+
+    def persist(self, tl: Timeline, *, turn_id: str | None = None) -> int:
+        """Persist what ``tl`` holds beyond what is stored (the usual call after a round).
+
+        New blocks are found from the stored sequence end; blocks hidden or un-hidden
+        since the last persist are rewritten in the same transaction.
+        """
+        header = self.header(tl.conversation_id) or {}
+        stored = int(header.get("stored_seq", 0))
+        new = sorted((b for b in tl.blocks if b.seq >= stored), key=lambda b: b.seq)
+        updated = [b for b in tl.take_restyled() if 0 <= b.seq < stored]
+        visible = tl.blocks[tl.visible_start :]
+        boundary = min((b.seq for b in visible), default=stored)
+        return self.append_turn(
+            tl.conversation_id,
+            new,
+            tl.snapshot(),
+            turn_id=turn_id or tl.current_turn_id,
+            updated=updated,
+            boundary_seq=boundary,
+        )
+
+    def iter_blocks(self, cid: str, start: int = 0) -> Iterator[dict[str, Any]]:
+        """Stored block dicts of a conversation from ``start`` on, in seq order (one snapshot)."""
+        with self.env.begin(buffers=True) as txn:
+            cursor = txn.cursor(db=self.db["blocks"])
+            prefix = f"{cid}/".encode()
+            if not cursor.set_range(block_key(cid, start)):
+                return
+            for key, value in cursor:
+                if not bytes(key).startswith(prefix):
+                    return
+                yield dict(unpack(value))
+
+    def load(self, cid: str) -> Loaded:
+        """The visible view (from the latest summary boundary), pool, plans and cursors."""
+        header = self.header(cid)
+        if header is None:
+            raise NotStored("conversation", cid)
+        start = int(header.get("boundary_seq", 0))
+        tl = Timeline.restore(header, self.iter_blocks(cid, start))
+        return Loaded(tl, header)
+
+    def turn_log(self, cid: str, turn_id: str) -> dict[str, Any]:
+        raw = self.read(lambda txn: txn.get(f"{cid}/{turn_id}".encode(), db=self.db["turnlog"]))
+        if raw is None:
+            raise NotStored("turn log", f"{cid}/{turn_id}")
+        return dict(unpack(raw))
+
+    def read_path(self, cid: str, path: str) -> list[Block]:
+        """Every block stored at a logical path, hidden and compacted ones included."""
+
+        def fn(txn: lmdb.Transaction) -> list[Block]:
+            prefix = path_key(cid, path)
+            cursor = txn.cursor(db=self.db["paths"])
+            out: list[Block] = []
+            if cursor.set_range(prefix):
+                for key in cursor.iternext(values=False):
+                    if not bytes(key).startswith(prefix):
+                        break
+                    seq = int(key[len(prefix) :])
+                    raw = txn.get(block_key(cid, seq), db=self.db["blocks"])
+                    if raw is not None:
+                        out.append(Block.from_dict(unpack(raw)))
+            return out
+
+        return self.read(fn)
+
+    def index_rows(self, cid: str) -> list[dict[str, Any]]:
+        """The memsearch rows of a conversation in the order they were written."""
+
+        def fn(txn: lmdb.Transaction) -> list[dict[str, Any]]:
+            prefix = f"{cid}/".encode()
+            cursor = txn.cursor(db=self.db["index"])
+            out: list[dict[str, Any]] = []
+            if cursor.set_range(prefix):
+                for key, value in cursor:
+                    if not bytes(key).startswith(prefix):
+                        break
+                    out.append(dict(unpack(value)))
+            return out
+
+        return self.read(fn)

@@ -1,0 +1,136 @@
+"""The LMDB store: turns persisted whole, loads from the summary boundary, growth, errors."""
+
+from __future__ import annotations
+
+import pickle
+from pathlib import Path
+
+import pytest
+
+from storage import DiskFull, NotStored, SequenceGap, Store, StoreFull
+from tests.timeline.builders import Build, words
+from timeline import Block, Renderer, Timeline, TimelineConfig
+
+CFG = TimelineConfig(max_tokens=3000, cache_ttl_seconds=0)
+
+
+def conversation(turns: int, cid: str = "c1") -> tuple[Timeline, Renderer, Build]:
+    b = Build()
+    b.tl.conversation_id = cid
+    renderer = Renderer(b.tl, CFG)
+    for n in range(1, turns + 1):
+        b.turn(f"t{n}", words(20))
+        b.rounds(3, size=100, prefix=f"c{n}x")
+        b.completion(words(10))
+        renderer.render(now=2e9 + n)
+    return b.tl, renderer, b
+
+
+def test_a_persisted_conversation_loads_and_renders_the_same(tmp_path: Path) -> None:
+    with Store(tmp_path) as store:
+        tl, renderer, _ = conversation(7)
+        for turn in tl.turn_ids():
+            store.persist(tl, turn_id=turn)
+        loaded = store.load("c1")
+        assert tl.latest_summary is not None
+        assert len(loaded.timeline) < len(tl)  # only the visible view is read
+        again = Renderer(loaded.timeline, CFG)
+        again.sync()
+        renderer.sync()
+        assert list(again.stable_parts()) == list(renderer.stable_parts())
+        assert loaded.timeline.sources.to_dict() == tl.sources.to_dict()
+
+
+def test_each_turn_persists_only_its_new_blocks(tmp_path: Path) -> None:
+    with Store(tmp_path) as store:
+        b = Build()
+        b.tl.conversation_id = "c1"
+        b.turn("t1", "hello")
+        assert store.persist(b.tl, turn_id="t1") == 1
+        first = store.header("c1")
+        assert first is not None and first["stored_seq"] == len(b.tl)
+        b.turn("t2", "again")
+        assert store.persist(b.tl, turn_id="t2") == 2
+        assert [d["seq"] for d in store.iter_blocks("c1")] == list(range(len(b.tl)))
+        assert store.turn_log("c1", "t2")["blocks_count"] == 2
+
+
+def test_a_hide_rewrites_the_stored_block_in_the_next_persist(tmp_path: Path) -> None:
+    with Store(tmp_path) as store:
+        tl, renderer, _ = conversation(1)
+        store.persist(tl)
+        assert renderer.hide("tc:t1.c1x2.result", "done with it").status == "ok"
+        store.persist(tl)
+        (stored,) = store.read_path("c1", "tc:t1.c1x2.result")
+        assert stored.hidden
+        assert "done with it" in stored.replacement
+
+
+def test_read_path_reaches_compacted_blocks(tmp_path: Path) -> None:
+    with Store(tmp_path) as store:
+        tl, _, _ = conversation(7)
+        store.persist(tl)
+        loaded = store.load("c1").timeline
+        assert not loaded.blocks_at("ar:t1.user.prompt")
+        (prompt,) = store.read_path("c1", "ar:t1.user.prompt")
+        assert prompt.type == "user.prompt"
+        assert store.read_path("c1", "ar:t1.nothing") == []
+
+
+def test_a_gap_in_the_sequence_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
+    with Store(tmp_path) as store:
+        tl, _, _ = conversation(1)
+        store.persist(tl)
+        before = store.header("c1")
+        block = Block.new("react.notice", "t1", 2e9, seq=len(tl) + 5)
+        with pytest.raises(SequenceGap) as caught:
+            store.append_turn("c1", [block], tl.snapshot())
+        assert (caught.value.expected, caught.value.got) == (len(tl), len(tl) + 5)
+        assert store.header("c1") == before
+
+
+def test_a_stale_revision_is_refused(tmp_path: Path) -> None:
+    with Store(tmp_path) as store:
+        tl, _, _ = conversation(1)
+        revision = store.persist(tl)
+        with pytest.raises(SequenceGap):
+            store.append_turn("c1", [], tl.snapshot(), expect_revision=revision - 1)
+        assert store.append_turn("c1", [], tl.snapshot(), expect_revision=revision) == revision + 1
+
+
+def test_the_map_grows_from_a_tiny_start(tmp_path: Path) -> None:
+    with Store(tmp_path, map_size=64 << 10) as store:
+        start = store.map_size
+        tl, _, _ = conversation(20)
+        store.persist(tl)
+        assert store.map_size > start
+        assert len(list(store.iter_blocks("c1"))) == len(tl)
+
+
+def test_a_map_that_may_not_grow_says_so_and_keeps_what_was_committed(tmp_path: Path) -> None:
+    with Store(tmp_path, map_size=256 << 10, max_map_size=256 << 10) as store:
+        tl, _, b = conversation(1)
+        store.persist(tl)
+        committed = store.header("c1")
+        b.turn("t9", "x" * 2_000_000)
+        with pytest.raises(StoreFull) as caught:
+            store.persist(tl)
+        assert "may not grow" in str(caught.value)
+        assert store.header("c1") == committed
+        assert len(list(store.iter_blocks("c1"))) == committed["stored_seq"]  # type: ignore[index]
+
+
+def test_loading_an_unknown_conversation_is_not_stored(tmp_path: Path) -> None:
+    with Store(tmp_path) as store, pytest.raises(NotStored):
+        store.load("nope")
+
+
+def test_storage_errors_pickle() -> None:
+    for error in (
+        StoreFull(1, 2),
+        DiskFull("/x", "ENOSPC"),
+        SequenceGap("c", 1, 2),
+        NotStored("a", "b"),
+    ):
+        again = pickle.loads(pickle.dumps(error))
+        assert str(again) == str(error)
