@@ -34,6 +34,8 @@ from __future__ import annotations
 
 import errno
 import os
+import resource
+import shutil
 import threading
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -62,6 +64,8 @@ DATABASES = (
 DEFAULT_MAP_SIZE = 64 << 20
 DEFAULT_MAX_MAP_SIZE = 1 << 40
 SEQ_DIGITS = 12
+LOW_DISK_BYTES = 64 << 20
+"""An I/O error at commit with less than this free is reported as a full disk."""
 
 
 def pack(value: Any) -> bytes:
@@ -139,9 +143,19 @@ class Store:
         return int(self.env.info()["map_size"])
 
     def _translate(self, exc: lmdb.Error) -> Exception:
+        """ENOSPC, or the EIO LMDB reports for a short write, on a full disk -> DiskFull."""
         text = str(exc)
-        if getattr(exc, "errno", None) == errno.ENOSPC or "No space left" in text:
+        code = getattr(exc, "errno", None)
+        short_write = code == errno.EIO or "Input/output error" in text
+        if code == errno.ENOSPC or "No space left" in text:
             return DiskFull(str(self.path), text)
+        if short_write:
+            limit = resource.getrlimit(resource.RLIMIT_FSIZE)[0]
+            if limit != resource.RLIM_INFINITY:
+                return DiskFull(str(self.path), f"{text}; file size limit {limit:,} bytes")
+            free = shutil.disk_usage(self.path).free
+            if free < LOW_DISK_BYTES:
+                return DiskFull(str(self.path), f"{text}; {free:,} bytes free")
         return exc
 
     def write(self, fn: Callable[[lmdb.Transaction], T]) -> T:

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import pickle
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,6 +14,7 @@ from tests.timeline.builders import Build, words
 from timeline import Block, Renderer, Timeline, TimelineConfig
 
 CFG = TimelineConfig(max_tokens=3000, cache_ttl_seconds=0)
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def conversation(turns: int, cid: str = "c1") -> tuple[Timeline, Renderer, Build]:
@@ -134,3 +137,55 @@ def test_storage_errors_pickle() -> None:
     ):
         again = pickle.loads(pickle.dumps(error))
         assert str(again) == str(error)
+
+
+DISK_FULL_CHILD = """
+import resource, signal, sys
+sys.path.insert(0, sys.argv[2])
+from storage import DiskFull, Store
+from timeline import Block
+
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+store = Store(sys.argv[1], map_size=1 << 20)
+store.append_turn("c", [Block.new("x", "t", 1.0, text="a" * 100, seq=0)], {"version": 1})
+if sys.argv[3] == "rlimit":
+    resource.setrlimit(resource.RLIMIT_FSIZE, (300_000, 300_000))
+try:
+    store.append_turn("c", [Block.new("x", "t", 2.0, text="b" * 3_000_000, seq=1)], {"v": 1})
+except DiskFull as exc:
+    print("DiskFull", exc)
+"""
+
+
+def _tmpfs(path: Path) -> bool:
+    """Mount a 1 MiB tmpfs at ``path`` when this machine allows it (root in a container)."""
+    path.mkdir()
+    done = subprocess.run(
+        ["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(path)],
+        capture_output=True,
+        check=False,
+    )
+    return done.returncode == 0
+
+
+def test_a_full_disk_is_reported_and_nothing_committed_is_lost(tmp_path: Path) -> None:
+    """A 1 MiB tmpfs when mountable, otherwise a process file-size limit of 300 KB."""
+    where = tmp_path / "small"
+    mode = "tmpfs" if _tmpfs(where) else "rlimit"
+    try:
+        done = subprocess.run(
+            [sys.executable, "-c", DISK_FULL_CHILD, str(where / "db"), str(ROOT), mode],
+            capture_output=True,
+            text=True,
+            timeout=60,
+            check=False,
+        )
+        assert done.stdout.startswith("DiskFull disk full at"), (mode, done.stdout, done.stderr)
+        assert "nothing committed was lost" in done.stdout
+        with Store(where / "db") as store:
+            header = store.header("c")
+            assert header is not None and header["stored_seq"] == 1
+            assert [d["text"] for d in store.iter_blocks("c")] == ["a" * 100]
+    finally:
+        if mode == "tmpfs":
+            subprocess.run(["umount", str(where)], check=False)
