@@ -85,6 +85,26 @@ def path_key(cid: str, path: str, seq: int | None = None) -> bytes:
     return head if seq is None else head + f"{seq:0{SEQ_DIGITS}d}".encode()
 
 
+INDEX_FIELDS = {"turn_id": str, "role": str, "ts": float, "text": str}
+
+
+def check_index_row(row: dict[str, Any]) -> dict[str, Any]:
+    """A memsearch row: turn_id, role (user|assistant|attachment|notes|summary|...), ts,
+    text, optional path and vector (a list of floats). Raises ValueError naming the field."""
+    for name, kind in INDEX_FIELDS.items():
+        value = row.get(name)
+        if kind is float and isinstance(value, int) and not isinstance(value, bool):
+            continue
+        if not isinstance(value, kind):
+            raise ValueError(f"index row field {name!r} must be {kind.__name__}")
+    vector = row.get("vector")
+    if vector is not None and not (
+        isinstance(vector, list) and all(isinstance(v, float | int) for v in vector)
+    ):
+        raise ValueError("index row field 'vector' must be a list of numbers")
+    return row
+
+
 @dataclass(frozen=True, slots=True)
 class Loaded:
     """A conversation as loaded: its timeline (visible view) and its header."""
@@ -219,7 +239,7 @@ class Store:
         seqs = [b.seq for b in blocks]
         payloads = [(b.seq, b.path, pack(b.to_dict())) for b in blocks]
         updates = [(b.seq, pack(b.to_dict())) for b in updated]
-        rows = [pack(r) for r in index_rows]
+        rows = [pack(check_index_row(r)) for r in index_rows]
 
         def txn_fn(txn: lmdb.Transaction) -> int:
             raw = txn.get(cid.encode(), db=self.db["snapshots"])
@@ -243,7 +263,7 @@ class Store:
             if turn_id is not None and seqs:
                 self._log_turn(txn, cid, turn_id, blocks)
             for i, row in enumerate(rows):
-                key = f"{cid}/{next_seq + len(seqs):0{SEQ_DIGITS}d}/{i:04d}".encode()
+                key = f"{cid}/{revision + 1:0{SEQ_DIGITS}d}/{i:06d}".encode()
                 txn.put(key, row, db=self.db["index"])
             header = dict(snapshot)
             header["revision"] = revision + 1

@@ -189,3 +189,25 @@ def test_a_full_disk_is_reported_and_nothing_committed_is_lost(tmp_path: Path) -
     finally:
         if mode == "tmpfs":
             subprocess.run(["umount", str(where)], check=False)
+
+
+def test_index_rows_are_written_with_the_turn_and_read_back_in_order(tmp_path: Path) -> None:
+    with Store(tmp_path) as store:
+        rows = [
+            {
+                "turn_id": "t1",
+                "role": "user",
+                "ts": 1.0,
+                "text": "how?",
+                "path": "ar:t1.user.prompt",
+            },
+            {"turn_id": "t1", "role": "assistant", "ts": 2, "text": "so.", "vector": [0.1, 0.2]},
+        ]
+        store.append_turn("c1", [], {"version": 1}, index_rows=rows[:1])
+        store.append_turn("c1", [], {"version": 1}, index_rows=rows[1:])
+        assert store.index_rows("c1") == rows
+        with pytest.raises(ValueError, match="'text'"):
+            store.append_turn(
+                "c1", [], {"version": 1}, index_rows=[{"turn_id": "t", "role": "u", "ts": 1}]
+            )
+        assert len(store.index_rows("c1")) == 2
