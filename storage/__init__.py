@@ -3,7 +3,21 @@
 See ``storage.store`` for the layout, the transaction and locking rules.
 """
 
+from . import artifacts, leases
 from .errors import DiskFull, NotStored, SequenceGap, StorageError, StoreFull
 from .store import Loaded, Store
+from .workspace import FileStat, Workspace
 
-__all__ = ["DiskFull", "Loaded", "NotStored", "SequenceGap", "StorageError", "Store", "StoreFull"]
+__all__ = [
+    "DiskFull",
+    "FileStat",
+    "Loaded",
+    "NotStored",
+    "SequenceGap",
+    "StorageError",
+    "Store",
+    "StoreFull",
+    "Workspace",
+    "artifacts",
+    "leases",
+]

@@ -33,6 +33,7 @@ limit ``StoreFull`` is raised. ENOSPC from the file system becomes ``DiskFull``.
 from __future__ import annotations
 
 import errno
+import hashlib
 import os
 import resource
 import shutil
@@ -64,6 +65,7 @@ DATABASES = (
 DEFAULT_MAP_SIZE = 64 << 20
 DEFAULT_MAX_MAP_SIZE = 1 << 40
 SEQ_DIGITS = 12
+MAX_PATH_KEY = 400
 LOW_DISK_BYTES = 64 << 20
 """An I/O error at commit with less than this free is reported as a full disk."""
 
@@ -81,7 +83,10 @@ def block_key(cid: str, seq: int) -> bytes:
 
 
 def path_key(cid: str, path: str, seq: int | None = None) -> bytes:
+    """The path-index key; paths too long for an LMDB key (511 bytes) go by their sha256."""
     head = f"{cid}/{path}\x00".encode()
+    if len(head) > MAX_PATH_KEY:
+        head = f"{cid}/#{hashlib.sha256(path.encode()).hexdigest()}\x00".encode()
     return head if seq is None else head + f"{seq:0{SEQ_DIGITS}d}".encode()
 
 

@@ -211,3 +211,11 @@ def test_index_rows_are_written_with_the_turn_and_read_back_in_order(tmp_path: P
                 "c1", [], {"version": 1}, index_rows=[{"turn_id": "t", "role": "u", "ts": 1}]
             )
         assert len(store.index_rows("c1")) == 2
+
+
+def test_a_block_with_a_very_long_path_is_indexed_and_found(tmp_path: Path) -> None:
+    path = "ks:" + "/".join(["segment" * 10] * 20)
+    with Store(tmp_path) as store:
+        block = Block.new("react.read.content", "t1", 1.0, path=path, text="long", seq=0)
+        store.append_turn("c1", [block], {"version": 1})
+        assert [b.text for b in store.read_path("c1", path)] == ["long"]
