@@ -39,6 +39,7 @@ import resource
 import shutil
 import threading
 from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
@@ -46,9 +47,10 @@ from typing import Any, TypeVar
 import lmdb
 import msgpack
 
+from messages.ids import is_valid_id
 from timeline import Block, Timeline
 
-from .errors import DiskFull, NotStored, SequenceGap, StoreFull
+from .errors import DiskFull, NotStored, SequenceGap, StorageError, StoreFull
 
 T = TypeVar("T")
 DATABASES = (
@@ -66,6 +68,17 @@ DEFAULT_MAP_SIZE = 64 << 20
 DEFAULT_MAX_MAP_SIZE = 1 << 40
 SEQ_DIGITS = 12
 MAX_PATH_KEY = 400
+CURSOR_SUFFIX = b"\x00cursor"
+"""Next to each header a tiny row (revision, stored_seq): a commit never reads the header."""
+
+
+def check_id(cid: str) -> str:
+    """Conversation ids go into keys: the id grammar keeps ``/`` and NUL out of them."""
+    if not is_valid_id(cid):
+        raise ValueError(f"not a valid conversation id: {cid!r}")
+    return cid
+
+
 LOW_DISK_BYTES = 64 << 20
 """An I/O error at commit with less than this free is reported as a full disk."""
 
@@ -110,6 +123,73 @@ def check_index_row(row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
+class Gate:
+    """Shared for transactions, exclusive for a map resize; per process.
+
+    A thread that needs a resize while it holds a shared slot itself (it writes
+    from inside an ``iter_blocks`` loop) gets a ``StorageError`` instead of a
+    deadlock.
+    """
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._shared = 0
+        self._exclusive = False
+        self._mine = threading.local()
+
+    def _depth(self) -> int:
+        return int(getattr(self._mine, "depth", 0))
+
+    @contextmanager
+    def shared(self) -> Iterator[None]:
+        with self._cond:
+            while self._exclusive:
+                self._cond.wait()
+            self._shared += 1
+        self._mine.depth = self._depth() + 1
+        try:
+            yield
+        finally:
+            self._mine.depth = self._depth() - 1
+            with self._cond:
+                self._shared -= 1
+                self._cond.notify_all()
+
+    @contextmanager
+    def released(self) -> Iterator[None]:
+        """Give this thread's shared slot up for a moment (to resize before a read)."""
+        with self._cond:
+            self._shared -= 1
+            self._cond.notify_all()
+        self._mine.depth = self._depth() - 1
+        try:
+            yield
+        finally:
+            with self._cond:
+                while self._exclusive:
+                    self._cond.wait()
+                self._shared += 1
+            self._mine.depth = self._depth() + 1
+
+    @contextmanager
+    def exclusive(self) -> Iterator[None]:
+        if self._depth():
+            raise StorageError(
+                "the map must grow but this thread is iterating the store; "
+                "finish the iteration (or list() it) before writing"
+            )
+        with self._cond:
+            while self._exclusive or self._shared:
+                self._cond.wait()
+            self._exclusive = True
+        try:
+            yield
+        finally:
+            with self._cond:
+                self._exclusive = False
+                self._cond.notify_all()
+
+
 @dataclass(frozen=True, slots=True)
 class Loaded:
     """A conversation as loaded: its timeline (visible view) and its header."""
@@ -150,7 +230,7 @@ class Store:
             raise self._translate(exc) from exc
         self.env.reader_check()
         self.db = {name: self.env.open_db(name.encode()) for name in DATABASES}
-        self._grow_lock = threading.Lock()
+        self._gate = Gate()
 
     # -- plumbing --------------------------------------------------------------------------------
 
@@ -187,10 +267,10 @@ class Store:
         """Run ``fn`` in one write transaction, growing the map and retrying when full."""
         while True:
             try:
-                with self.env.begin(write=True) as txn:
+                with self._gate.shared(), self.env.begin(write=True) as txn:
                     return fn(txn)
             except lmdb.MapResizedError:
-                self.env.set_mapsize(0)
+                self._resize(0)
             except lmdb.MapFullError:
                 self._grow()
             except lmdb.Error as exc:
@@ -200,23 +280,43 @@ class Store:
         """Run ``fn`` in a read transaction (an MVCC snapshot; never blocked by writers)."""
         while True:
             try:
-                with self.env.begin(buffers=False) as txn:
+                with self._gate.shared(), self.env.begin(buffers=False) as txn:
                     return fn(txn)
             except lmdb.MapResizedError:
-                self.env.set_mapsize(0)
+                self._resize(0)
 
     def _grow(self) -> None:
-        with self._grow_lock:
-            current = self.map_size
-            if current >= self.max_map_size:
-                raise StoreFull(current, self.max_map_size)
-            target = min(self.max_map_size, current * 2)
+        current = self.map_size
+        if current >= self.max_map_size:
+            raise StoreFull(current, self.max_map_size)
+        self._resize(min(self.max_map_size, current * 2))
+
+    def _resize(self, size: int) -> None:
+        """``set_mapsize`` (0 = adopt another process's size) with no transaction open here.
+
+        py-lmdb invalidates every open transaction of the process on a resize, so it
+        waits for this process's readers and writers to finish (the gate).
+        """
+        with self._gate.exclusive():
+            if size and self.map_size >= size:
+                return  # another thread grew it meanwhile
             try:
-                self.env.set_mapsize(target)
+                self.env.set_mapsize(size)
             except lmdb.Error as exc:
                 raise self._translate(exc) from exc
 
     # -- conversations --------------------------------------------------------------------------
+
+    def _cursor(self, txn: lmdb.Transaction, cid: str) -> tuple[int, int]:
+        raw = txn.get(cid.encode() + CURSOR_SUFFIX, db=self.db["snapshots"])
+        if raw is None:
+            return 0, 0
+        revision, stored = unpack(raw)
+        return int(revision), int(stored)
+
+    def cursor(self, cid: str) -> tuple[int, int]:
+        """(revision, stored_seq) of a conversation from its small cursor row; (0, 0) when new."""
+        return self.read(lambda txn: self._cursor(txn, cid))
 
     def header(self, cid: str) -> dict[str, Any] | None:
         """The snapshot header of a conversation, or None when it was never stored."""
@@ -246,13 +346,12 @@ class Store:
         updates = [(b.seq, pack(b.to_dict())) for b in updated]
         rows = [pack(check_index_row(r)) for r in index_rows]
 
+        check_id(cid)
+
         def txn_fn(txn: lmdb.Transaction) -> int:
-            raw = txn.get(cid.encode(), db=self.db["snapshots"])
-            old = dict(unpack(raw)) if raw is not None else {}
-            revision = int(old.get("revision", 0))
+            revision, next_seq = self._cursor(txn, cid)
             if expect_revision is not None and expect_revision != revision:
                 raise SequenceGap(cid, expect_revision, revision)
-            next_seq = int(old.get("stored_seq", 0))
             for i, seq in enumerate(seqs):
                 if seq != next_seq + i:
                     raise SequenceGap(cid, next_seq + i, seq)
@@ -275,6 +374,8 @@ class Store:
             header["stored_seq"] = next_seq + len(seqs)
             header["boundary_seq"] = boundary_seq
             txn.put(cid.encode(), pack(header), db=self.db["snapshots"])
+            cursor = pack([revision + 1, next_seq + len(seqs)])
+            txn.put(cid.encode() + CURSOR_SUFFIX, cursor, db=self.db["snapshots"])
             return revision + 1
 
         return self.write(txn_fn)
@@ -301,12 +402,10 @@ class Store:
         New blocks are found from the stored sequence end; blocks hidden or un-hidden
         since the last persist are rewritten in the same transaction.
         """
-        header = self.header(tl.conversation_id) or {}
-        stored = int(header.get("stored_seq", 0))
-        new = sorted((b for b in tl.blocks if b.seq >= stored), key=lambda b: b.seq)
+        _, stored = self.cursor(tl.conversation_id)
+        new = tl.blocks_since(stored)
         updated = [b for b in tl.take_restyled() if 0 <= b.seq < stored]
-        visible = tl.blocks[tl.visible_start :]
-        boundary = min((b.seq for b in visible), default=stored)
+        boundary = tl.boundary_seq
         return self.append_turn(
             tl.conversation_id,
             new,
@@ -318,15 +417,24 @@ class Store:
 
     def iter_blocks(self, cid: str, start: int = 0) -> Iterator[dict[str, Any]]:
         """Stored block dicts of a conversation from ``start`` on, in seq order (one snapshot)."""
-        with self.env.begin(buffers=True) as txn:
-            cursor = txn.cursor(db=self.db["blocks"])
-            prefix = f"{cid}/".encode()
-            if not cursor.set_range(block_key(cid, start)):
-                return
-            for key, value in cursor:
-                if not bytes(key).startswith(prefix):
+        check_id(cid)
+        with self._gate.shared():
+            while True:
+                try:
+                    txn = self.env.begin(buffers=True)
+                    break
+                except lmdb.MapResizedError:
+                    with self._gate.released():
+                        self._resize(0)
+            with txn:
+                cursor = txn.cursor(db=self.db["blocks"])
+                prefix = f"{cid}/".encode()
+                if not cursor.set_range(block_key(cid, start)):
                     return
-                yield dict(unpack(value))
+                for key, value in cursor:
+                    if not bytes(key).startswith(prefix):
+                        return
+                    yield dict(unpack(value))
 
     def load(self, cid: str) -> Loaded:
         """The visible view (from the latest summary boundary), pool, plans and cursors."""

@@ -73,6 +73,10 @@ class Timeline:
         self._headers: dict[str, Block] = {}
         self._version = 0
         self._restyled: dict[str, Block] = {}
+        self._boundary: tuple[Block | None, int] = (None, 0)
+        self._by_seq: list[Block] = []
+        self._seqs: list[int] = []
+        self._seqs_sorted = True
         self.sources = SourcesPool()
         self.plans = PlanBook()
         self.cache = CacheState()
@@ -178,6 +182,10 @@ class Timeline:
             self._keys.insert(position, block.order)
             self._touch(position)
         self._by_id[block.id] = block
+        if self._seqs and block.seq < self._seqs[-1]:
+            self._seqs_sorted = False
+        self._by_seq.append(block)
+        self._seqs.append(block.seq)
         same = self._by_path.setdefault(block.path, [])
         same.append(block)
         if len(same) > 1 and same[-2].order > block.order:
@@ -324,7 +332,6 @@ class Timeline:
         return {
             "version": SNAPSHOT_VERSION,
             "conversation_id": self.conversation_id,
-            "turns": list(self._turns),
             "next_seq": self._next_seq,
             "current_turn_id": self.current_turn_id,
             "suppress_prev_turn_cache": self.suppress_prev_turn_cache,
@@ -341,6 +348,26 @@ class Timeline:
             },
         }
 
+    @property
+    def boundary_seq(self) -> int:
+        """The lowest seq of the visible view: storage loads from there.
+
+        Computed once per summary (new blocks only ever have higher seqs).
+        """
+        summary = self._summary
+        if summary is None:
+            return 0
+        if self._boundary[0] is not summary:
+            start = self.index_of(summary)
+            self._boundary = (summary, min(b.seq for b in self.blocks[start:]))
+        return self._boundary[1]
+
+    def blocks_since(self, seq: int) -> list[Block]:
+        """Blocks with ``seq >= seq`` in seq order (what storage has not written yet)."""
+        if self._seqs_sorted:
+            return self._by_seq[bisect.bisect_left(self._seqs, seq) :]
+        return sorted((b for b in self.blocks if b.seq >= seq), key=lambda b: b.seq)
+
     @classmethod
     def restore(
         cls, snapshot: Mapping[str, Any], blocks: Iterable[Block | Mapping[str, Any]]
@@ -354,10 +381,14 @@ class Timeline:
         if snapshot.get("version") != SNAPSHOT_VERSION:
             raise BlockError(f"unknown snapshot version {snapshot.get('version')!r}", "version")
         tl = cls(str(snapshot.get("conversation_id", "")))
-        for turn in snapshot.get("turns", ()):
-            tl._turns.setdefault(str(turn), len(tl._turns))
         loaded = [b if isinstance(b, Block) else Block.from_dict(b) for b in blocks]
         loaded.sort(key=lambda b: b.seq)
+        # Turns start in seq order (a turn's header is its first block), so the order of
+        # first appearance among the stored blocks is the turn order; blocks inserted by
+        # compaction carry an older turn's id and take their place from their anchor.
+        for block in loaded:
+            if "insert_before" not in block.meta:
+                tl._turns.setdefault(block.turn_id, len(tl._turns))
         for block in loaded:
             anchor = block.meta.get("insert_before")
             if anchor and anchor not in tl._by_id:
