@@ -135,33 +135,40 @@ class Gate:
         self._cond = threading.Condition()
         self._shared = 0
         self._exclusive = False
-        self._mine = threading.local()
+        self._holders: dict[int, int] = {}
+        """Shared slots per thread that took them (an iteration may end on another thread)."""
 
-    def _depth(self) -> int:
-        return int(getattr(self._mine, "depth", 0))
+    def _hold(self, ident: int, delta: int) -> None:
+        count = self._holders.get(ident, 0) + delta
+        if count:
+            self._holders[ident] = count
+        else:
+            self._holders.pop(ident, None)
 
     @contextmanager
     def shared(self) -> Iterator[None]:
+        ident = threading.get_ident()
         with self._cond:
             while self._exclusive:
                 self._cond.wait()
             self._shared += 1
-        self._mine.depth = self._depth() + 1
+            self._hold(ident, 1)
         try:
             yield
         finally:
-            self._mine.depth = self._depth() - 1
             with self._cond:
                 self._shared -= 1
+                self._hold(ident, -1)
                 self._cond.notify_all()
 
     @contextmanager
     def released(self) -> Iterator[None]:
         """Give this thread's shared slot up for a moment (to resize before a read)."""
+        ident = threading.get_ident()
         with self._cond:
             self._shared -= 1
+            self._hold(ident, -1)
             self._cond.notify_all()
-        self._mine.depth = self._depth() - 1
         try:
             yield
         finally:
@@ -169,11 +176,13 @@ class Gate:
                 while self._exclusive:
                     self._cond.wait()
                 self._shared += 1
-            self._mine.depth = self._depth() + 1
+                self._hold(ident, 1)
 
     @contextmanager
     def exclusive(self) -> Iterator[None]:
-        if self._depth():
+        with self._cond:
+            mine = self._holders.get(threading.get_ident(), 0)
+        if mine:
             raise StorageError(
                 "the map must grow but this thread is iterating the store; "
                 "finish the iteration (or list() it) before writing"
