@@ -32,6 +32,7 @@ limit ``StoreFull`` is raised. ENOSPC from the file system becomes ``DiskFull``.
 
 from __future__ import annotations
 
+import base64
 import errno
 import hashlib
 import os
@@ -48,7 +49,7 @@ import lmdb
 import msgpack
 
 from messages.ids import is_valid_id
-from timeline import Block, Timeline
+from timeline import Block, PathError, Timeline
 
 from .errors import DiskFull, NotStored, SequenceGap, StorageError, StoreFull
 
@@ -461,7 +462,41 @@ class Store:
         return dict(unpack(raw))
 
     def read_path(self, cid: str, path: str) -> list[Block]:
-        """Every block stored at a logical path, hidden and compacted ones included."""
+        """Every block stored at a logical path, hidden and compacted ones included.
+
+        A ``fi:`` path with no block is looked up in the workspace and returned as one
+        ``workspace.file`` block (text when the bytes are UTF-8, base64 otherwise).
+        """
+        blocks = self._read_blocks(cid, path)
+        if blocks or not path.startswith("fi:"):
+            return blocks
+        from .workspace import Workspace  # workspace builds on this module
+
+        workspace = Workspace(self, cid)
+        try:
+            stat = workspace.stat(path)
+            data = workspace.read(path)
+        except (NotStored, PathError):
+            return []
+        try:
+            fields: dict[str, Any] = {"text": data.decode("utf-8")}
+        except UnicodeDecodeError:
+            fields = {"base64": base64.b64encode(data).decode("ascii")}
+        turn = stat["turn_id"]
+        meta = {"sha256": stat["sha"], "size": stat["size"], "version": stat["version"]}
+        return [
+            Block.new(
+                "workspace.file",
+                turn,
+                stat["ts"] or 0.0,
+                path=path,
+                mime=stat["mime"] or "application/octet-stream",
+                meta=meta,
+                **fields,
+            )
+        ]
+
+    def _read_blocks(self, cid: str, path: str) -> list[Block]:
 
         def fn(txn: lmdb.Transaction) -> list[Block]:
             prefix = path_key(cid, path)

@@ -219,3 +219,21 @@ def test_a_block_with_a_very_long_path_is_indexed_and_found(tmp_path: Path) -> N
         block = Block.new("react.read.content", "t1", 1.0, path=path, text="long", seq=0)
         store.append_turn("c1", [block], {"version": 1})
         assert [b.text for b in store.read_path("c1", path)] == ["long"]
+
+
+def test_read_path_reopens_workspace_files_too(tmp_path: Path) -> None:
+    from storage import Workspace
+
+    with Store(tmp_path) as store:
+        workspace = Workspace(store, "c1")
+        path = workspace.write("t1", "files", "app/main.py", b"print('hi')\n", mime="text/x-python")
+        (block,) = store.read_path("c1", path)
+        assert (block.type, block.text, block.mime) == (
+            "workspace.file",
+            "print('hi')\n",
+            "text/x-python",
+        )
+        binary = workspace.write("t1", "outputs", "logo.png", b"\x89PNG\x00\xff", mime="image/png")
+        (image,) = store.read_path("c1", binary)
+        assert image.base64 and not image.text
+        assert store.read_path("c1", "fi:t1.files/missing.txt") == []
