@@ -7,6 +7,8 @@ import textwrap
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from bus import Bus, EmbeddedNats, Envelope
 from messages import Message, TurnRequest
 
@@ -61,3 +63,16 @@ def test_the_timeline_example_runs() -> None:
     assert result.marks == (0, 1)
     assert result.parts()[-1]["text"].startswith("[ANNOUNCE]")
     assert "ar:t1.user.prompt" in result.text()
+
+
+def test_the_storage_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from timeline import Block, Timeline
+
+    monkeypatch.chdir(tmp_path)
+    timeline = Timeline("c-1")
+    timeline.begin_turn("t1", 1.0)
+    timeline.append(Block.new("user.prompt", "t1", 2.0, path="ar:t1.user.prompt", text="Hi"))
+    scope: dict[str, Any] = {"timeline": timeline}
+    exec(_block('Store(".actline")'), scope)
+    assert scope["revision"] == 1
+    assert [b.text for b in scope["loaded"].blocks] == ["", "Hi"]
