@@ -10,7 +10,7 @@ end) in transactions of 5,000 blocks. Then one more turn of exactly 20 blocks
 (header, prompt, 8 tool calls with results, notes, completion) is appended to
 the timeline in memory, and every sample persists that turn:
 
-- lmdb: ``Store.append_turn(cid, the 20 blocks, tl.snapshot(), turn_id=...)``
+- lmdb: ``Store.append_turn(cid, the 20 blocks, tl.snapshot())``
   with the snapshot taken once (the real header of that timeline: sources pool,
   turn list, plans, cursors; it grows with the number of turns: one id per turn).
 - fixed hdr: the same call with a header that does not grow, the snapshot of a
@@ -415,11 +415,11 @@ def naive_rewrite(tl: Timeline, path: Path) -> int:
 def sample_sync(case: Case, i: int, naive_n: int, budget: float) -> None:
     """One round at one size: lmdb, fixed hdr and persist() (each rolled back), maybe naive."""
     store = case.opened
-    turn, snapshot, turn_id = case.turn, case.snapshot, case.turn_id
+    turn, snapshot = case.turn, case.snapshot
 
     def lmdb_sample() -> None:
         gc.collect(0)
-        case.lmdb.append(_timed(lambda: store.append_turn(CID, turn, snapshot, turn_id=turn_id)))
+        case.lmdb.append(_timed(lambda: store.append_turn(CID, turn, snapshot)))
         if i == 0:
             check_written(case, "append_turn")
         rollback(case)
@@ -427,9 +427,7 @@ def sample_sync(case: Case, i: int, naive_n: int, budget: float) -> None:
     def fixed_sample() -> None:
         rollback(case, case.fixed_raw)  # the previous header is a fixed one too
         gc.collect(0)
-        case.lmdb_fixed.append(
-            _timed(lambda: store.append_turn(CID, turn, case.fixed, turn_id=turn_id))
-        )
+        case.lmdb_fixed.append(_timed(lambda: store.append_turn(CID, turn, case.fixed)))
         if i == 0:
             check_written(case, "append_turn with the fixed header")
         rollback(case)
@@ -461,9 +459,9 @@ def sample_sync(case: Case, i: int, naive_n: int, budget: float) -> None:
 
 def sample_nosync(case: Case) -> None:
     store = case.opened
-    turn, snapshot, turn_id = case.turn, case.snapshot, case.turn_id
+    turn, snapshot = case.turn, case.snapshot
     gc.collect(0)
-    case.nosync.append(_timed(lambda: store.append_turn(CID, turn, snapshot, turn_id=turn_id)))
+    case.nosync.append(_timed(lambda: store.append_turn(CID, turn, snapshot)))
     rollback(case)
 
 

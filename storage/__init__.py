@@ -4,7 +4,14 @@ See ``storage.store`` for the layout, the transaction and locking rules.
 """
 
 from . import artifacts, leases
-from .errors import DiskFull, NotStored, SequenceGap, StorageError, StoreFull
+from .errors import (
+    DiskFull,
+    NotStored,
+    RevisionConflict,
+    SequenceGap,
+    StorageError,
+    StoreFull,
+)
 from .store import Loaded, Store
 from .workspace import FileStat, Workspace
 
@@ -13,6 +20,7 @@ __all__ = [
     "FileStat",
     "Loaded",
     "NotStored",
+    "RevisionConflict",
     "SequenceGap",
     "StorageError",
     "Store",

@@ -6,6 +6,7 @@ Hierarchy::
     ├── StoreFull          the map reached its limit and may not grow (map_size, limit)
     ├── DiskFull           the file system has no room left (path)
     ├── SequenceGap        blocks that would leave a gap or overlap (expected, got)
+    ├── RevisionConflict   a check-and-set write against a newer revision (expected, actual)
     └── NotStored          nothing stored under a key or path (kind, key)
 
 Every error keeps its fields and pickles. A failed write transaction commits
@@ -64,6 +65,22 @@ class SequenceGap(StorageError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.conversation_id, self.expected, self.got))
+
+
+class RevisionConflict(StorageError):
+    """Another writer committed since the revision this write was based on."""
+
+    def __init__(self, conversation_id: str, expected: int, actual: int) -> None:
+        self.conversation_id = conversation_id
+        self.expected = expected
+        self.actual = actual
+        super().__init__(
+            f"conversation {conversation_id}: expected revision {expected}, store has {actual}; "
+            "reload and retry"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.conversation_id, self.expected, self.actual))
 
 
 class NotStored(StorageError):

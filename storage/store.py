@@ -51,7 +51,14 @@ import msgpack
 from messages.ids import is_valid_id
 from timeline import Block, PathError, Timeline
 
-from .errors import DiskFull, NotStored, SequenceGap, StorageError, StoreFull
+from .errors import (
+    DiskFull,
+    NotStored,
+    RevisionConflict,
+    SequenceGap,
+    StorageError,
+    StoreFull,
+)
 
 T = TypeVar("T")
 DATABASES = (
@@ -339,7 +346,6 @@ class Store:
         blocks: Sequence[Block],
         snapshot: dict[str, Any],
         *,
-        turn_id: str | None = None,
         updated: Sequence[Block] = (),
         boundary_seq: int = 0,
         index_rows: Sequence[dict[str, Any]] = (),
@@ -347,7 +353,8 @@ class Store:
     ) -> int:
         """Persist new ``blocks`` (continuing the sequence), ``updated`` ones and the header.
 
-        All in one transaction; returns the new revision. ``boundary_seq`` is the
+        All in one transaction; returns the new revision. Each block is added to
+        the turn log of its own turn. ``boundary_seq`` is the
         lowest seq of the visible view (``load`` starts there). ``expect_revision``
         makes the write a check-and-set against a concurrent writer.
         """
@@ -355,13 +362,16 @@ class Store:
         payloads = [(b.seq, b.path, pack(b.to_dict())) for b in blocks]
         updates = [(b.seq, pack(b.to_dict())) for b in updated]
         rows = [pack(check_index_row(r)) for r in index_rows]
+        by_turn: dict[str, list[Block]] = {}
+        for block in blocks:
+            by_turn.setdefault(block.turn_id, []).append(block)
 
         check_id(cid)
 
         def txn_fn(txn: lmdb.Transaction) -> int:
             revision, next_seq = self._cursor(txn, cid)
             if expect_revision is not None and expect_revision != revision:
-                raise SequenceGap(cid, expect_revision, revision)
+                raise RevisionConflict(cid, expect_revision, revision)
             for i, seq in enumerate(seqs):
                 if seq != next_seq + i:
                     raise SequenceGap(cid, next_seq + i, seq)
@@ -374,8 +384,8 @@ class Store:
                 if txn.get(key, db=self.db["blocks"]) is None:
                     raise NotStored("block", key.decode())
                 txn.put(key, data, db=self.db["blocks"])
-            if turn_id is not None and seqs:
-                self._log_turn(txn, cid, turn_id, blocks)
+            for turn, of_turn in by_turn.items():
+                self._log_turn(txn, cid, turn, of_turn)
             for i, row in enumerate(rows):
                 key = f"{cid}/{revision + 1:0{SEQ_DIGITS}d}/{i:06d}".encode()
                 txn.put(key, row, db=self.db["index"])
@@ -406,7 +416,7 @@ class Store:
         entry["tokens"] = int(entry.get("tokens", 0)) + sum(max(0, b.tokens) for b in blocks)
         txn.put(key, pack(entry), db=self.db["turnlog"])
 
-    def persist(self, tl: Timeline, *, turn_id: str | None = None) -> int:
+    def persist(self, tl: Timeline) -> int:
         """Persist what ``tl`` holds beyond what is stored (the usual call after a round).
 
         New blocks are found from the stored sequence end; blocks hidden or un-hidden
@@ -420,7 +430,6 @@ class Store:
             tl.conversation_id,
             new,
             tl.snapshot(),
-            turn_id=turn_id or tl.current_turn_id,
             updated=updated,
             boundary_seq=boundary,
         )

@@ -53,7 +53,7 @@ def test_a_rolled_back_turn_leaves_the_prefilled_store(tmp_path: Path) -> None:
     try:
         store = case.opened
         before = store.header("c-bench")
-        store.append_turn("c-bench", case.turn, case.snapshot, turn_id=case.turn_id)
+        store.append_turn("c-bench", case.turn, case.snapshot)
         assert (store.header("c-bench") or {})["stored_seq"] == 60 + TURN_BLOCKS
         rollback(case)
         assert store.header("c-bench") == before

@@ -29,14 +29,16 @@ def seeded(store: Store, turns: int, cid: str = CID) -> Timeline:
     """A conversation of ``turns`` worker turns, one persist each."""
     tl = Timeline(cid)
     for n in range(1, turns + 1):
-        store.persist(tl, turn_id=add_turn(tl, n))
+        add_turn(tl, n)
+        store.persist(tl)
     return tl
 
 
 def seeded_from(store: Store, tl: Timeline, first: int, last: int) -> None:
     """Append turns ``first..last`` to ``tl``, one persist each."""
     for n in range(first, last + 1):
-        store.persist(tl, turn_id=add_turn(tl, n))
+        add_turn(tl, n)
+        store.persist(tl)
 
 
 def seed(store_dir: Path, turns: int, cid: str = CID) -> None:
@@ -66,8 +68,8 @@ class CuedWriter:
                 raise TimeoutError("the reader never released the writer")
             if self.stopped:
                 break
-            turn_id = add_turn(tl, len(tl.turn_ids()) + 1)
-            revisions.append(store.persist(tl, turn_id=turn_id))
+            add_turn(tl, len(tl.turn_ids()) + 1)
+            revisions.append(store.persist(tl))
             self.done.release()
         return revisions
 

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from storage import DiskFull, NotStored, SequenceGap, Store, StoreFull
+from storage import DiskFull, NotStored, RevisionConflict, SequenceGap, Store, StoreFull
 from tests.timeline.builders import Build, words
 from timeline import Block, Renderer, Timeline, TimelineConfig
 
@@ -32,8 +32,7 @@ def conversation(turns: int, cid: str = "c1") -> tuple[Timeline, Renderer, Build
 def test_a_persisted_conversation_loads_and_renders_the_same(tmp_path: Path) -> None:
     with Store(tmp_path) as store:
         tl, renderer, _ = conversation(7)
-        for turn in tl.turn_ids():
-            store.persist(tl, turn_id=turn)
+        store.persist(tl)
         loaded = store.load("c1")
         assert tl.latest_summary is not None
         assert len(loaded.timeline) < len(tl)  # only the visible view is read
@@ -49,11 +48,11 @@ def test_each_turn_persists_only_its_new_blocks(tmp_path: Path) -> None:
         b = Build()
         b.tl.conversation_id = "c1"
         b.turn("t1", "hello")
-        assert store.persist(b.tl, turn_id="t1") == 1
+        assert store.persist(b.tl) == 1
         first = store.header("c1")
         assert first is not None and first["stored_seq"] == len(b.tl)
         b.turn("t2", "again")
-        assert store.persist(b.tl, turn_id="t2") == 2
+        assert store.persist(b.tl) == 2
         assert [d["seq"] for d in store.iter_blocks("c1")] == list(range(len(b.tl)))
         assert store.turn_log("c1", "t2")["blocks_count"] == 2
 
@@ -96,7 +95,7 @@ def test_a_stale_revision_is_refused(tmp_path: Path) -> None:
     with Store(tmp_path) as store:
         tl, _, _ = conversation(1)
         revision = store.persist(tl)
-        with pytest.raises(SequenceGap):
+        with pytest.raises(RevisionConflict):
             store.append_turn("c1", [], tl.snapshot(), expect_revision=revision - 1)
         assert store.append_turn("c1", [], tl.snapshot(), expect_revision=revision) == revision + 1
 
@@ -133,6 +132,7 @@ def test_storage_errors_pickle() -> None:
         StoreFull(1, 2),
         DiskFull("/x", "ENOSPC"),
         SequenceGap("c", 1, 2),
+        RevisionConflict("c", 1, 2),
         NotStored("a", "b"),
     ):
         again = pickle.loads(pickle.dumps(error))

@@ -127,8 +127,8 @@ def run_append(args: argparse.Namespace) -> None:
     while args.turns is None or appended < args.turns:
         if args.step:
             cue()
-        turn_id = add_turn(tl, revision + 1)
-        revision = store.persist(tl, turn_id=turn_id)
+        add_turn(tl, revision + 1)
+        revision = store.persist(tl)
         appended += 1
         say(f"{revision} {store.map_size}")
     say("done")
