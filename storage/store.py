@@ -6,7 +6,9 @@ One LMDB environment per node with named databases (keys are bytes)::
                                               rewrite the same key)
     paths      <cid>/<path>\\x00<seq:012d>  -> b""      (every block by logical path)
     snapshots  <cid>                       -> msgpack header: Timeline.snapshot() plus
-                                              next_seq, boundary_seq, revision, turns
+                                              revision, stored_seq, boundary_seq
+               <cid>\\x00cursor            -> msgpack [revision, stored_seq] (what a commit
+                                              reads; the header is only written)
     turnlog    <cid>/<turn_id>             -> msgpack {turn_id, seqs, ts, end_ts, blocks_count,
                                               tokens}
     artifacts, artrefs, workspace, index, leases: see their modules.
@@ -246,7 +248,13 @@ class Store:
         except lmdb.Error as exc:
             raise self._translate(exc) from exc
         self.env.reader_check()
-        self.db = {name: self.env.open_db(name.encode()) for name in DATABASES}
+        # Inside an explicit transaction: a bare open_db() waits for the writer lock
+        # while holding the GIL, freezing every thread of this process meanwhile.
+        try:
+            with self.env.begin(write=True) as txn:
+                self.db = {name: self.env.open_db(name.encode(), txn=txn) for name in DATABASES}
+        except lmdb.Error as exc:
+            raise self._translate(exc) from exc
         self._gate = Gate()
 
     # -- plumbing --------------------------------------------------------------------------------
@@ -435,7 +443,12 @@ class Store:
         )
 
     def iter_blocks(self, cid: str, start: int = 0) -> Iterator[dict[str, Any]]:
-        """Stored block dicts of a conversation from ``start`` on, in seq order (one snapshot)."""
+        """Stored block dicts of a conversation from ``start`` on, in seq order (one snapshot).
+
+        While the iteration is open, a map resize in this process waits for it: do not
+        wait on a writer from inside the loop, and do not write from the same thread
+        (that raises ``StorageError``); ``list()`` it first.
+        """
         check_id(cid)
         with self._gate.shared():
             while True:
@@ -457,12 +470,26 @@ class Store:
 
     def load(self, cid: str) -> Loaded:
         """The visible view (from the latest summary boundary), pool, plans and cursors."""
-        header = self.header(cid)
-        if header is None:
-            raise NotStored("conversation", cid)
-        start = int(header.get("boundary_seq", 0))
-        tl = Timeline.restore(header, self.iter_blocks(cid, start))
-        return Loaded(tl, header)
+        check_id(cid)
+
+        def fn(txn: lmdb.Transaction) -> tuple[dict[str, Any], list[Any]]:
+            # Header and blocks from one MVCC snapshot, so they are of one revision.
+            raw = txn.get(cid.encode(), db=self.db["snapshots"])
+            if raw is None:
+                raise NotStored("conversation", cid)
+            header = dict(unpack(raw))
+            prefix = f"{cid}/".encode()
+            cursor = txn.cursor(db=self.db["blocks"])
+            blocks: list[Any] = []
+            if cursor.set_range(block_key(cid, int(header.get("boundary_seq", 0)))):
+                for key, value in cursor:
+                    if not bytes(key).startswith(prefix):
+                        break
+                    blocks.append(unpack(value))
+            return header, blocks
+
+        header, blocks = self.read(fn)
+        return Loaded(Timeline.restore(header, blocks), header)
 
     def turn_log(self, cid: str, turn_id: str) -> dict[str, Any]:
         raw = self.read(lambda txn: txn.get(f"{cid}/{turn_id}".encode(), db=self.db["turnlog"]))

@@ -12,10 +12,12 @@ import threading
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 import lmdb
 import pytest
 
+import storage.store as store_module
 from storage import Store
 from tests.storage.worker import SMALL_MAP, Worker, add_turn, check_whole, held_key, reader_pids
 from timeline import Timeline
@@ -143,6 +145,33 @@ def test_a_reader_thread_keeps_its_snapshot_while_a_writer_thread_grows_the_map(
         writer.result(timeout=WAIT)
         assert store.map_size > start
         assert check_whole(store, CID) == 9
+
+
+def test_a_load_sees_the_header_and_the_blocks_of_one_revision(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, pool: ThreadPoolExecutor
+) -> None:
+    with Store(tmp_path) as store:
+        tl = seeded(store, 2)
+        real_unpack = store_module.unpack
+        committed: list[int] = []
+
+        def header_then_a_commit(data: bytes | memoryview) -> Any:
+            # Pins what another writer may do at any time: commit a turn right after this
+            # reader unpacked the header, while it has not read the blocks yet.
+            value = real_unpack(data)
+            if not committed:
+                committed.append(1)
+                pool.submit(seeded_from, store, tl, 3, 3).result(timeout=WAIT)
+            return value
+
+        monkeypatch.setattr(store_module, "unpack", header_then_a_commit)
+        loaded = store.load(CID)
+        monkeypatch.setattr(store_module, "unpack", real_unpack)
+        assert committed
+        assert loaded.revision == 2  # the reader's snapshot predates the commit
+        assert len(loaded.timeline) == loaded.header["stored_seq"]
+        assert loaded.timeline.snapshot()["next_seq"] == loaded.header["next_seq"]
+        assert check_whole(store, CID) == 3
 
 
 def outgrow(store: Store, key: bytes) -> None:

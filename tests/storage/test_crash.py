@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from storage import Store
-from tests.storage.worker import SMALL_MAP, Worker, check_whole
+from tests.storage.worker import SMALL_MAP, Worker, add_turn, check_whole, held_key
+from timeline import Timeline
 
 SEED = 20261122
 KILLS = 50
@@ -100,3 +101,28 @@ def test_a_writer_killed_at_random_moments_leaves_only_whole_turns(tmp_path: Pat
     finally:
         if keeper is not None:
             keeper.close()
+
+
+def test_a_writer_killed_inside_its_write_transaction_does_not_block_the_next_writer(
+    tmp_path: Path,
+) -> None:
+    store_dir = tmp_path / "store"
+    with Store(store_dir, map_size=SMALL_MAP) as store:
+        tl = Timeline(CID)
+        for n in (1, 2):
+            add_turn(tl, n)
+            store.persist(tl)
+    # With another process keeping the environment open the lock file is not reset, so the
+    # next writer meets the dead process's writer lock and must recover it.
+    with Worker("keep", store_dir, log_dir=tmp_path) as keeper:
+        assert keeper.line() == "opened"
+        with Worker("hold-write", store_dir, log_dir=tmp_path) as holder:
+            assert holder.line() == "holding"
+            assert holder.kill() == []
+        with Worker("append", store_dir, CID, "--turns", 2, log_dir=tmp_path) as writer:
+            lines = writer.finish()
+        assert [line.split()[0] for line in lines] == ["opened", "ready", "3", "4", "done"]
+        with Store(store_dir, map_size=SMALL_MAP) as store:
+            assert check_whole(store, CID) == 4
+            key = held_key(holder.pid)
+            assert store.read(lambda txn: txn.get(key, db=store.db["leases"])) is None

@@ -298,9 +298,9 @@ def prefixed(store: Store, db: str, cid: str) -> dict[str, bytes]:
         rows: dict[str, bytes] = {}
         if cursor.set_range(prefix):
             for key, value in cursor:
-                if not key.startswith(prefix):
+                if not bytes(key).startswith(prefix):
                     break
-                rows[key[len(prefix) :].decode()] = value
+                rows[bytes(key)[len(prefix) :].decode()] = bytes(value)
         return rows
 
     return store.read(fn)
