@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import json
 import platform
 import statistics
 import time
@@ -23,24 +22,18 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from bench.common import RESULTS, percentile, write_result
 from bus import Bus, EmbeddedNats, Envelope
 from messages import Message, TurnAccepted, TurnRequest, encode
 
 TARGET_RATIO = 1.3
-RESULTS = Path(__file__).parent / "results"
-
-
-def _percentile(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
-    return ordered[index]
 
 
 def _summary(samples: list[float]) -> dict[str, float]:
     return {
         "n": len(samples),
-        "p50_us": _percentile(samples, 0.50) * 1e6,
-        "p99_us": _percentile(samples, 0.99) * 1e6,
+        "p50_us": percentile(samples, 0.50) * 1e6,
+        "p99_us": percentile(samples, 0.99) * 1e6,
         "mean_us": statistics.fmean(samples) * 1e6,
     }
 
@@ -128,9 +121,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     console = Console()
     console.print(table)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    console.print(f"wrote {args.out}")
+    write_result(console, args.out, result)
     return 0 if result["ratio_p50"] <= TARGET_RATIO else 1
 
 

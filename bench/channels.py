@@ -24,7 +24,6 @@ from __future__ import annotations
 import argparse
 import functools
 import gc
-import json
 import platform
 import random
 import re
@@ -37,10 +36,10 @@ from rich.console import Console
 from rich.progress import Progress, TaskID
 from rich.table import Table
 
+from bench.common import RESULTS, percentile, write_result
 from channels import ChannelSpec, ChannelStream, citation_map, replace_citations
 from channels.citations import CitationSource
 
-RESULTS = Path(__file__).parent / "results"
 CHUNK_SIZES = (16, 64, 1024, 4096)
 NAIVE_RUNS = 3
 SIDS = 50
@@ -238,12 +237,6 @@ def _per_call_pass(chunks: list[str]) -> tuple[list[float], str]:
     return samples, "".join(answer)
 
 
-def _percentile(samples: list[float], q: float) -> float:
-    ordered = sorted(samples)
-    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
-    return ordered[index]
-
-
 def _first_difference(a: str, b: str) -> int:
     for i, (x, y) in enumerate(zip(a, b, strict=False)):
         if x != y:
@@ -297,8 +290,8 @@ def run(mb: float, repeat: int) -> dict[str, Any]:
                     "mb_per_s": mbps,
                     "ratio_to_naive": mbps / naive_mbps,
                     "seconds": best,
-                    "p50_us": _percentile(samples, 0.50) * 1e6,
-                    "p99_us": _percentile(samples, 0.99) * 1e6,
+                    "p50_us": percentile(samples, 0.50) * 1e6,
+                    "p99_us": percentile(samples, 0.99) * 1e6,
                     "answer_chars": len(answer),
                     "answer_matches_naive": True,
                 }
@@ -391,9 +384,7 @@ def main(argv: list[str] | None = None) -> int:
         f"citation share {result['citation_share']:.1%} of {result['stream_bytes']:,} bytes; "
         "answer deltas equal the naive rendering at every chunk size"
     )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    console.print(f"wrote {args.out}")
+    write_result(console, args.out, result)
     return 0 if result["targets_met"] else 1
 
 

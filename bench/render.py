@@ -32,13 +32,10 @@ at least 20x faster than a full render (p50 against p50), and under 2 ms p50.
 from __future__ import annotations
 
 import argparse
-import functools
 import gc
-import json
 import math
 import platform
 import random
-import statistics
 import time
 from collections.abc import Iterator, Sequence
 from pathlib import Path
@@ -48,6 +45,14 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from bench.common import (
+    RESULTS,
+    TOOLS,
+    SanityCheckFailed,
+    corpus,
+    summary_ms,
+    write_result,
+)
 from timeline import AnnounceContext, Block, Renderer, RenderResult, Timeline, TimelineConfig
 from timeline.blocks import (
     COMPLETION,
@@ -62,7 +67,6 @@ from timeline.blocks import (
 from timeline.memory import Plan, PlanStep
 from timeline.paths import ar_path, tc_path
 
-RESULTS = Path(__file__).parent / "results"
 SIZES = (100, 1_000, 10_000)
 ROUNDS = 200
 SEED = 7
@@ -76,15 +80,6 @@ GROWTH_DIVISOR = 40
 
 CONFIG = TimelineConfig(cache_ttl_seconds=0, max_tokens=0)
 
-_WORDS = (
-    "the a of to in for with by from as that this which when after before service request "
-    "reply cache token prompt timeline block render round result query source file config "
-    "deploy version update change value field record index error retry latency budget plan "
-    "step check build test read write search fetch parse returns keeps sends shows finds "
-    "quickly only always never again first last every other same new old user model tool"
-).split()
-_TOOLS = ("web_search", "react.read", "exec_python", "fetch_url", "list_files")
-
 
 def full_samples(blocks: int) -> int:
     """How many full renders to time at a size: 7 at 10,000 blocks, up to 31 when cheap."""
@@ -92,16 +87,6 @@ def full_samples(blocks: int) -> int:
 
 
 # -- the synthetic conversation ---------------------------------------------------------------
-@functools.cache
-def _corpus(seed: int) -> str:
-    """About 400 KB of word salad that block texts are sliced from (cheap to rebuild from)."""
-    rng = random.Random(seed)
-    lines = []
-    for _ in range(6_000):
-        lines.append(" ".join(rng.choices(_WORDS, k=rng.randint(4, 16))))
-    return "\n".join(lines)
-
-
 class Conversation:
     """A deterministic stream of blocks; the same seed always gives equal blocks.
 
@@ -111,7 +96,7 @@ class Conversation:
 
     def __init__(self, seed: int = SEED) -> None:
         self.rng = random.Random(seed)
-        self.corpus = _corpus(seed)
+        self.corpus = corpus(seed)
         self.clock = T0
         self.k = 0
         self.turns = 0
@@ -153,7 +138,7 @@ class Conversation:
         if self.rng.random() < 0.3:
             path = ar_path(tid, f"react.notes.{cid}")
             out.append(self._block(REACT_NOTES, path, call_id=cid, text=self._text(80, 400)))
-        tool = self.rng.choice(_TOOLS)
+        tool = self.rng.choice(TOOLS)
         params: dict[str, Any]
         if tool == "react.read":
             params = {"paths": [tc_path(tid, f"c{max(1, self.calls - 1)}", "result")]}
@@ -215,33 +200,6 @@ def build(blocks: int, seed: int = SEED) -> tuple[Timeline, Conversation]:
 
 
 # -- measuring ----------------------------------------------------------------------------------
-class SanityCheckFailed(Exception):
-    """The incremental stream differs from a fresh full render, or the hide was refused."""
-
-    def __init__(self, blocks: int, what: str) -> None:
-        super().__init__(blocks, what)
-        self.blocks = blocks
-        self.what = what
-
-    def __str__(self) -> str:
-        return f"at {self.blocks:,} blocks: {self.what}"
-
-
-def _percentile(samples: Sequence[float], q: float) -> float:
-    ordered = sorted(samples)
-    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
-    return ordered[index]
-
-
-def _summary(samples: Sequence[float]) -> dict[str, Any]:
-    return {
-        "n": len(samples),
-        "p50_ms": _percentile(samples, 0.50) * 1e3,
-        "p90_ms": _percentile(samples, 0.90) * 1e3,
-        "mean_ms": statistics.fmean(samples) * 1e3,
-    }
-
-
 def _announce(iteration: int) -> AnnounceContext:
     return AnnounceContext(iteration=iteration, max_iterations=1_000, budget_tokens=200_000)
 
@@ -319,7 +277,7 @@ def measure(
         if progress is not None and task is not None:
             progress.advance(task)
     assert first is not None
-    full_s, inc_s, hide_s = _summary(full), _summary(incremental), _summary(hide)
+    full_s, inc_s, hide_s = summary_ms(full), summary_ms(incremental), summary_ms(hide)
     return {
         "blocks": blocks,
         "blocks_max": largest,
@@ -468,9 +426,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     console.print(f"samples {samples}; {result['seconds']:.1f} s in all")
     console.print("the incremental stream equals a fresh full render after every batch")
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    console.print(f"wrote {args.out}")
+    write_result(console, args.out, result)
     return 0 if result["targets_met"] else 1
 
 

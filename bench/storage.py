@@ -59,7 +59,6 @@ import json
 import os
 import platform
 import random
-import statistics
 import tempfile
 import time
 from collections.abc import Callable, Iterator, Sequence
@@ -72,6 +71,14 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from bench.common import (
+    RESULTS,
+    TOOLS,
+    SanityCheckFailed,
+    corpus,
+    summary_ms,
+    write_result,
+)
 from storage import Store
 from storage.store import CURSOR_SUFFIX, block_key, pack, path_key
 from timeline import Block, SourceRow, Timeline
@@ -85,7 +92,6 @@ from timeline.blocks import (
 )
 from timeline.paths import ar_path, tc_path
 
-RESULTS = Path(__file__).parent / "results"
 SIZES = (100, 10_000, 100_000)
 SAMPLES = 40
 SEED = 11
@@ -108,15 +114,6 @@ TARGET_FLATNESS = 1.5
 TARGET_RATIO = 50.0
 RATIO_BLOCKS = 10_000
 
-_WORDS = (
-    "the a of to in for with by from as that this which when after before service request "
-    "reply cache token prompt timeline block render round result query source file config "
-    "deploy version update change value field record index error retry latency budget plan "
-    "step check build test read write search fetch parse returns keeps sends shows finds "
-    "quickly only always never again first last every other same new old user model tool"
-).split()
-_TOOLS = ("web_search", "react.read", "exec_python", "fetch_url", "list_files")
-
 
 def naive_samples(blocks: int, samples: int) -> int:
     """Naive rewrites to time at a size: all ``samples`` when cheap, 15 at 10,000, 3 at 100,000."""
@@ -124,19 +121,12 @@ def naive_samples(blocks: int, samples: int) -> int:
 
 
 # -- the synthetic conversation ---------------------------------------------------------------
-@functools.cache
-def _corpus(seed: int) -> str:
-    """About 400 KB of word salad that block texts are sliced from."""
-    rng = random.Random(seed)
-    return "\n".join(" ".join(rng.choices(_WORDS, k=rng.randint(4, 16))) for _ in range(6_000))
-
-
 class Conversation:
     """A deterministic stream of blocks; the same seed always gives equal blocks."""
 
     def __init__(self, seed: int = SEED) -> None:
         self.rng = random.Random(seed)
-        self.corpus = _corpus(seed)
+        self.corpus = corpus(seed)
         self.clock = T0
         self.k = 0
         self.turns = 0
@@ -163,7 +153,7 @@ class Conversation:
         if notes:
             path = ar_path(tid, f"react.notes.{cid}")
             yield self._block(REACT_NOTES, path, call_id=cid, text=self._text())
-        tool = self.rng.choice(_TOOLS)
+        tool = self.rng.choice(TOOLS)
         call = {"tool_id": tool, "params": {"query": self._text(20, 200)}}
         yield self._block(TOOL_CALL, tc_path(tid, cid, "call"), call_id=cid, data=call)
         path = tc_path(tid, cid, "result")
@@ -223,34 +213,6 @@ def build(blocks: int, seed: int = SEED) -> tuple[Timeline, Conversation]:
 
 
 # -- measuring ----------------------------------------------------------------------------------
-class SanityCheckFailed(Exception):
-    """The store did not hold what was written, or the rollback did not restore it."""
-
-    def __init__(self, blocks: int, what: str) -> None:
-        super().__init__(blocks, what)
-        self.blocks = blocks
-        self.what = what
-
-    def __str__(self) -> str:
-        return f"at {self.blocks:,} blocks: {self.what}"
-
-
-def _percentile(samples: Sequence[float], q: float) -> float:
-    ordered = sorted(samples)
-    index = min(len(ordered) - 1, max(0, round(q * (len(ordered) - 1))))
-    return ordered[index]
-
-
-def _summary(samples: Sequence[float]) -> dict[str, Any]:
-    return {
-        "n": len(samples),
-        "p50_ms": _percentile(samples, 0.50) * 1e3,
-        "p90_ms": _percentile(samples, 0.90) * 1e3,
-        "min_ms": min(samples) * 1e3,
-        "mean_ms": statistics.fmean(samples) * 1e3,
-    }
-
-
 def _timed(fn: Callable[[], object]) -> float:
     t0 = time.perf_counter()
     fn()
@@ -493,8 +455,8 @@ def measure_load(case: Case, runs: int) -> dict[str, Any]:
     return {
         "blocks": case.blocks,
         "runs": runs,
-        "load": _summary(loads),
-        "iter_blocks": _summary(raws),
+        "load": summary_ms(loads),
+        "iter_blocks": summary_ms(raws),
         "loaded_blocks": len(loaded),
         "matches_stored": True,
     }
@@ -505,7 +467,7 @@ def _ratio(a: float | None, b: float | None) -> float | None:
 
 
 def _p50(samples: list[float]) -> float | None:
-    return _summary(samples)["p50_ms"] if samples else None
+    return summary_ms(samples)["p50_ms"] if samples else None
 
 
 def _store_bytes(store: Store) -> int:
@@ -633,13 +595,13 @@ def _row(case: Case, naive_n: int) -> dict[str, Any]:
         "store_bytes": _store_bytes(case.opened),
         "naive_bytes": case.naive_bytes,
         "prefill_seconds": case.prefill_seconds,
-        "lmdb": _summary(case.lmdb),
-        "lmdb_fixed": _summary(case.lmdb_fixed),
-        "persist": _summary(case.persist),
-        "naive": None if case.naive_skipped or not case.naive else _summary(case.naive),
+        "lmdb": summary_ms(case.lmdb),
+        "lmdb_fixed": summary_ms(case.lmdb_fixed),
+        "persist": summary_ms(case.persist),
+        "naive": None if case.naive_skipped or not case.naive else summary_ms(case.naive),
         "naive_planned": naive_n,
         "naive_skipped": case.naive_skipped,
-        "nosync": _summary(case.nosync) if case.nosync else None,
+        "nosync": summary_ms(case.nosync) if case.nosync else None,
         "ratio_naive_to_lmdb": _ratio(naive_p50, lmdb_p50),
         "ratio_naive_to_lmdb_fixed": _ratio(naive_p50, _p50(case.lmdb_fixed)),
         "ratio_naive_to_persist": _ratio(naive_p50, _p50(case.persist)),
@@ -793,9 +755,7 @@ def main(argv: list[str] | None = None) -> int:
         f"every sample rolled back; {result['seconds']:.1f} s in all "
         f"({result['build_seconds']:.1f} s building and filling)"
     )
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    args.out.write_text(json.dumps(result, indent=2) + "\n")
-    console.print(f"wrote {args.out}")
+    write_result(console, args.out, result)
     return 0 if result["targets_met"] else 1
 
 
