@@ -237,3 +237,12 @@ def test_read_path_reopens_workspace_files_too(tmp_path: Path) -> None:
         (image,) = store.read_path("c1", binary)
         assert image.base64 and not image.text
         assert store.read_path("c1", "fi:t1.files/missing.txt") == []
+
+
+@pytest.mark.parametrize("cid", ["a/b", "", "has space", "nul\x00"])
+def test_a_conversation_id_that_could_collide_in_keys_is_refused(tmp_path: Path, cid: str) -> None:
+    with Store(tmp_path) as store:
+        with pytest.raises(ValueError, match="not a valid conversation id"):
+            store.append_turn(cid, [], {"version": 1})
+        with pytest.raises(ValueError, match="not a valid conversation id"):
+            store.load(cid)

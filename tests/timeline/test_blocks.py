@@ -131,3 +131,9 @@ def test_contribute_fills_turn_and_time_and_validates_the_dict() -> None:
         tl.contribute({"type": "x", "path": "../up"}, turn_id="t1", ts=T0 + 2)
     assert caught.value.field == "path"
     assert len(tl) == 2
+
+
+def test_a_snapshot_of_an_unknown_version_is_refused() -> None:
+    with pytest.raises(BlockError) as caught:
+        Timeline.restore({"version": 99}, [])
+    assert caught.value.field == "version"
