@@ -1,0 +1,143 @@
+"""Model settings and the one table of per-model constants.
+
+The constants (minimum cacheable prefix, prices, context window) follow
+CACHE_RULES.md and the provider's published tables; they change between model
+versions, so they live here and nowhere else. ``model_spec`` resolves dated
+names (``claude-sonnet-4-5-20250929``) by their longest known prefix.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Literal
+
+from .errors import ModelConfigError
+
+CacheTtl = Literal["5m", "1h"]
+OFFLINE_MODELS = frozenset({"extractive", "replay"})
+"""Models that need no network and no key."""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelSpec:
+    """Constants of one model family. Prices are USD per million input/output tokens."""
+
+    name: str
+    context_window: int
+    min_cache_tokens: int
+    input_price: float
+    output_price: float
+    max_output_tokens: int = 8192
+    known: bool = True
+
+    def cost(
+        self,
+        *,
+        input_tokens: int,
+        output_tokens: int,
+        cache_read: int = 0,
+        cache_write_5m: int = 0,
+        cache_write_1h: int = 0,
+    ) -> float:
+        """USD for one call: reads at 0.1x, 5-minute writes at 1.25x, 1-hour writes at 2x."""
+        weighted = input_tokens + 1.25 * cache_write_5m + 2 * cache_write_1h + 0.1 * cache_read
+        return (weighted * self.input_price + output_tokens * self.output_price) / 1e6
+
+
+MODELS: Mapping[str, ModelSpec] = {
+    spec.name: spec
+    for spec in (
+        ModelSpec("claude-opus-4-8", 200_000, 1024, 5.0, 25.0, 32_000),
+        ModelSpec("claude-opus-4-7", 200_000, 1024, 5.0, 25.0, 32_000),
+        ModelSpec("claude-opus-4-6", 200_000, 1024, 5.0, 25.0, 32_000),
+        ModelSpec("claude-opus-4-5", 200_000, 1024, 5.0, 25.0, 32_000),
+        ModelSpec("claude-opus-4-1", 200_000, 1024, 15.0, 75.0, 32_000),
+        ModelSpec("claude-sonnet-4-6", 200_000, 1024, 3.0, 15.0, 64_000),
+        ModelSpec("claude-sonnet-4-5", 200_000, 1024, 3.0, 15.0, 64_000),
+        ModelSpec("claude-sonnet-4", 200_000, 1024, 3.0, 15.0, 64_000),
+        ModelSpec("claude-haiku-4-5", 200_000, 4096, 1.0, 5.0, 64_000),
+        ModelSpec("claude-3-5-haiku", 200_000, 2048, 0.8, 4.0, 8192),
+        # The offline models are priced and cached like the default claude model so
+        # that benchmarks and the demo's summary report what a real run would cost.
+        ModelSpec("extractive", 200_000, 1024, 3.0, 15.0, 8192),
+        ModelSpec("replay", 200_000, 1024, 3.0, 15.0, 8192),
+    )
+}
+DEFAULT_CLAUDE = "claude-sonnet-4-5"
+
+
+def model_spec(name: str) -> ModelSpec:
+    """The constants of ``name``: exact, else the longest known prefix, else conservative ones."""
+    if name in MODELS:
+        return MODELS[name]
+    matches = [key for key in MODELS if name.startswith(key + "-") or name.startswith(key + "@")]
+    if matches:
+        return replace(MODELS[max(matches, key=len)], name=name)
+    return ModelSpec(name, 200_000, 1024, 3.0, 15.0, 8192, known=False)
+
+
+@dataclass(frozen=True, slots=True)
+class LLMSettings:
+    """How to reach and drive a model. ``from_env`` reads the documented variables."""
+
+    model: str = "extractive"
+    api_key: str | None = field(default=None, repr=False)
+    base_url: str | None = None
+    max_retries: int = 4
+    """Retries after the first attempt on 429/529/5xx and connection errors."""
+    backoff_base: float = 0.5
+    backoff_max: float = 8.0
+    timeout: float = 600.0
+    max_output_tokens: int = 4096
+    temperature: float | None = None
+    cache_ttl: CacheTtl = "5m"
+    system_cache_ttl: CacheTtl = "5m"
+
+    def __post_init__(self) -> None:
+        if self.max_retries < 0:
+            raise ModelConfigError("max_retries", f"must be >= 0, got {self.max_retries}")
+        if self.backoff_base < 0 or self.backoff_max < self.backoff_base:
+            raise ModelConfigError("backoff", "need 0 <= backoff_base <= backoff_max")
+        if self.cache_ttl not in ("5m", "1h") or self.system_cache_ttl not in ("5m", "1h"):
+            raise ModelConfigError("cache_ttl", "must be '5m' or '1h'")
+        if self.max_output_tokens < 1:
+            raise ModelConfigError("max_output_tokens", "must be >= 1")
+
+    @property
+    def spec(self) -> ModelSpec:
+        return model_spec(self.model)
+
+    @property
+    def offline(self) -> bool:
+        return self.model in OFFLINE_MODELS
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None, **overrides: object) -> LLMSettings:
+        """``ACTLINE_MODEL``, ``ANTHROPIC_API_KEY``, ``ANTHROPIC_BASE_URL``, ``ACTLINE_LLM_*``."""
+        env = os.environ if env is None else env
+        values: dict[str, object] = {}
+        if env.get("ACTLINE_MODEL"):
+            values["model"] = env["ACTLINE_MODEL"]
+        if env.get("ANTHROPIC_API_KEY"):
+            values["api_key"] = env["ANTHROPIC_API_KEY"]
+        if env.get("ANTHROPIC_BASE_URL"):
+            values["base_url"] = env["ANTHROPIC_BASE_URL"]
+        numbers = {
+            "ACTLINE_LLM_MAX_RETRIES": ("max_retries", int),
+            "ACTLINE_LLM_BACKOFF_BASE": ("backoff_base", float),
+            "ACTLINE_LLM_BACKOFF_MAX": ("backoff_max", float),
+            "ACTLINE_LLM_TIMEOUT": ("timeout", float),
+            "ACTLINE_LLM_MAX_OUTPUT_TOKENS": ("max_output_tokens", int),
+        }
+        for var, (name, kind) in numbers.items():
+            if env.get(var):
+                try:
+                    values[name] = kind(env[var])
+                except ValueError:
+                    raise ModelConfigError(var, f"not a number: {env[var]!r}") from None
+        if env.get("ACTLINE_LLM_CACHE_TTL"):
+            values["cache_ttl"] = env["ACTLINE_LLM_CACHE_TTL"]
+        values.update(overrides)
+        return cls(**values)  # type: ignore[arg-type]
