@@ -27,8 +27,8 @@ summaries from a model in between (``plan`` -> summarise -> ``apply``);
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .blocks import (
@@ -375,29 +375,43 @@ def compact(
     """Plan, summarise with ``summarizer`` and apply.
 
     None when there is nothing to cut, or when the summary would cost as much as
-    what it replaces (compaction must make the context smaller).
+    what it replaces (compaction must make the context smaller). An async
+    summariser (a model) runs ``plan``, awaits the texts of ``plan.requests`` and
+    calls ``finish`` itself.
     """
     chosen = plan(tl, cfg, system_tokens=system_tokens, counter=counter, force=force, cost=cost)
     if chosen is None:
         return None
-    budget = max(1, cfg.max_tokens - system_tokens)
-    requests = chosen.requests(cfg, budget)
-    texts = [summarizer.summarize(r) if r.blocks or r.previous_summary else "" for r in requests]
+    requests = chosen.requests(cfg, max(1, cfg.max_tokens - system_tokens))
+    texts = [summarizer.summarize(r) if needs_summary(r) else "" for r in requests]
+    return finish(tl, chosen, texts, now=now, counter=counter)
+
+
+def needs_summary(request: SummaryRequest) -> bool:
+    """False for a request with nothing to summarise (its text is then empty)."""
+    return bool(request.blocks or request.previous_summary)
+
+
+def finish(
+    tl: Timeline,
+    chosen: CompactionPlan,
+    texts: Sequence[str],
+    *,
+    now: float,
+    counter: TokenCounter,
+) -> CompactionOutcome | None:
+    """Apply ``chosen`` with the summary ``texts`` (one per request, in order).
+
+    None when the summary is missing or would cost as much as what it replaces.
+    """
+    texts = list(texts)
     if not texts[0] and chosen.previous_summary:
         texts[0] = chosen.previous_summary
-    if chosen.split_turn_id is not None and not texts[1]:
+    if chosen.split_turn_id is not None and (len(texts) < 2 or not texts[1]):
         return None
     head = f"[CONVERSATION SUMMARY] {su_path(chosen.cut.turn_id)} · 2000-01-01T00:00:00Z\n"
     if counter.count(head + SPLIT_SEPARATOR.join(t for t in texts if t)) >= chosen.saved_tokens:
         return None
     outcome = apply(tl, chosen, summary=texts[0], prefix_summary=texts[-1], now=now)
     after = sum(visible_tokens(b, counter) for b in tl.blocks[tl.visible_start :])
-    return CompactionOutcome(
-        summary_path=outcome.summary_path,
-        covered_turn_ids=outcome.covered_turn_ids,
-        compacted_blocks=outcome.compacted_blocks,
-        before_tokens=outcome.before_tokens,
-        after_tokens=after,
-        carried=outcome.carried,
-        split_turn_id=outcome.split_turn_id,
-    )
+    return replace(outcome, after_tokens=after)

@@ -352,6 +352,43 @@ class Renderer:
             labels=tuple(labels),
         )
 
+    def plan_compaction(
+        self, *, now: float, system_tokens: int = 0, force: bool = False
+    ) -> compaction.CompactionPlan | None:
+        """The first half of a compaction with an async summariser (a model).
+
+        Runs TTL pruning as ``render`` would, then returns the plan when the stream
+        is over the ceiling (or ``force``), None when no compaction is due or
+        possible. Await the summaries of ``plan.requests(...)``, then call
+        ``finish_compaction``; the next ``render`` finds the stream under the ceiling.
+        """
+        cfg = self.config
+        if not cfg.max_tokens:
+            return None
+        ttl.apply(self.timeline, cfg, now=now, counter=self.counter)
+        self.sync()
+        if (
+            not force
+            and system_tokens + self.stable_tokens <= cfg.compaction_ratio * cfg.max_tokens
+        ):
+            return None
+        return compaction.plan(
+            self.timeline,
+            cfg,
+            system_tokens=system_tokens,
+            counter=self.counter,
+            force=force,
+            cost=self._cost,
+        )
+
+    def finish_compaction(
+        self, chosen: compaction.CompactionPlan, texts: Sequence[str], *, now: float
+    ) -> compaction.CompactionOutcome | None:
+        """Apply a plan from ``plan_compaction`` with its summary texts (see there)."""
+        outcome = compaction.finish(self.timeline, chosen, texts, now=now, counter=self.counter)
+        self.sync()
+        return None if outcome is None else replace(outcome, after_tokens=self.stable_tokens)
+
     def _pool_text(self) -> tuple[str, int]:
         pool = self.timeline.sources
         revision, text, tokens = self._pool_cache

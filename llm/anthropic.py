@@ -1,0 +1,239 @@
+"""AnthropicModel: the Messages API through the official client, streaming, with prompt caching.
+
+The rendered context becomes a request whose system prompt and timeline marks
+carry ``cache_control`` (``llm.wire``). The client is created lazily (importing
+``anthropic`` takes over a second) with ``max_retries=0``: retries are ours, with
+exponential backoff and jitter on 429, 529, 5xx, mid-stream overload errors and
+connection errors, honouring ``retry-after``; when the budget is spent the call
+raises ``ModelUnavailable``. A prompt longer than the window raises
+``ContextWindowExceeded`` (``llm.retry.stream_with_compaction`` compacts and
+retries once). A failure after text was delivered raises ``ModelStreamError``
+instead of retrying, so a consumer never sees text twice.
+
+Cancellation: closing the iterator or cancelling its task exits the client's
+stream context, which closes the HTTP response before the call returns.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import random
+import re
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import TYPE_CHECKING, Any
+
+from messages import GenerateRequest, Usage
+
+from .config import LLMSettings
+from .errors import (
+    ContextWindowExceeded,
+    ModelConfigError,
+    ModelError,
+    ModelRequestError,
+    ModelStreamError,
+    ModelUnavailable,
+)
+from .protocol import Chunk
+from .wire import to_messages_params
+
+if TYPE_CHECKING:
+    from anthropic import AsyncAnthropic
+
+log = logging.getLogger("llm.anthropic")
+
+RETRYABLE_TYPES = frozenset({"overloaded_error", "api_error", "rate_limit_error", "timeout_error"})
+_TOO_LONG = re.compile(
+    r"prompt is too long|context (?:window|length)|too many (?:input )?tokens|"
+    r"exceeds? the (?:model's )?(?:maximum|context)",
+    re.IGNORECASE,
+)
+_TOKENS = re.compile(r"(\d[\d,]*)\s*tokens?\s*>\s*(\d[\d,]*)")
+
+
+class _Retry(Exception):
+    """Internal: one failed attempt that may be retried."""
+
+    def __init__(self, status: int | None, detail: str, retry_after: float | None) -> None:
+        super().__init__(detail)
+        self.status = status
+        self.detail = detail
+        self.retry_after = retry_after
+
+
+def context_window_error(detail: str) -> ContextWindowExceeded | None:
+    """The typed error when ``detail`` is the API's "prompt is too long" message."""
+    if not _TOO_LONG.search(detail):
+        return None
+    found = _TOKENS.search(detail)
+    if found is None:
+        return ContextWindowExceeded(detail)
+    tokens, limit = (int(g.replace(",", "")) for g in found.groups())
+    return ContextWindowExceeded(detail, tokens, limit)
+
+
+def usage_from(raw: Any, *, model: str, request_id: str, ttl: str = "5m") -> Usage:
+    """Our ``Usage`` from the API's usage object (missing cache fields count as 0)."""
+    read = getattr(raw, "cache_read_input_tokens", None) or 0
+    created = getattr(raw, "cache_creation_input_tokens", None) or 0
+    split = getattr(raw, "cache_creation", None)
+    if split is not None:
+        w5 = getattr(split, "ephemeral_5m_input_tokens", 0) or 0
+        w1 = getattr(split, "ephemeral_1h_input_tokens", 0) or 0
+    else:
+        w5, w1 = (created, 0) if ttl == "5m" else (0, created)
+    return Usage(
+        input_tokens=getattr(raw, "input_tokens", 0) or 0,
+        output_tokens=getattr(raw, "output_tokens", 0) or 0,
+        cache_read_tokens=read,
+        cache_write_5m_tokens=w5,
+        cache_write_1h_tokens=w1,
+        model=model,
+        request_id=request_id,
+    )
+
+
+class AnthropicModel:
+    """A ``Model`` backed by the Messages API (or anything that speaks it)."""
+
+    def __init__(
+        self,
+        settings: LLMSettings,
+        *,
+        client: AsyncAnthropic | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+        rng: random.Random | None = None,
+    ) -> None:
+        if client is None and not settings.api_key:
+            raise ModelConfigError(
+                "ANTHROPIC_API_KEY",
+                f"model {settings.model!r} needs an API key: export ANTHROPIC_API_KEY "
+                "(and ANTHROPIC_BASE_URL for a gateway), or use the offline model 'extractive'",
+            )
+        self.settings = settings
+        self.name = settings.model
+        self.spec = settings.spec
+        self._client = client
+        self._sleep = sleep
+        self._rng = rng or random.Random()
+        self.attempts = 0
+        """Attempts made by the last call (1 when the first one succeeded)."""
+
+    @property
+    def client(self) -> AsyncAnthropic:
+        if self._client is None:
+            from anthropic import AsyncAnthropic  # lazy: the import costs over a second
+
+            self._client = AsyncAnthropic(
+                api_key=self.settings.api_key,
+                base_url=self.settings.base_url,
+                max_retries=0,
+                timeout=self.settings.timeout,
+            )
+        return self._client
+
+    def params(self, request: GenerateRequest) -> dict[str, Any]:
+        """The Messages API keyword arguments for ``request`` (byte-stable)."""
+        s = self.settings
+        return to_messages_params(
+            request,
+            model=request.model or self.name,
+            max_tokens=min(
+                request.max_output_tokens or s.max_output_tokens, self.spec.max_output_tokens
+            ),
+            cache_ttl=s.cache_ttl,
+            system_cache_ttl=s.system_cache_ttl,
+            temperature=s.temperature,
+        )
+
+    def backoff(self, attempt: int, retry_after: float | None = None) -> float:
+        """Seconds to wait before attempt ``attempt + 1``: exponential, jittered, capped."""
+        s = self.settings
+        ceiling = min(s.backoff_max, s.backoff_base * 2 ** (attempt - 1))
+        delay = ceiling / 2 + self._rng.random() * ceiling / 2
+        if retry_after:
+            delay = max(delay, min(retry_after, s.backoff_max))
+        return delay
+
+    async def stream(self, request: GenerateRequest) -> AsyncIterator[Chunk]:
+        params = self.params(request)
+        budget = self.settings.max_retries + 1
+        self.attempts = 0
+        while True:
+            self.attempts += 1
+            delivered = [0]
+            try:
+                async with contextlib.aclosing(self._attempt(params, delivered)) as attempt:
+                    async for chunk in attempt:
+                        yield chunk
+                return
+            except _Retry as failure:
+                if delivered[0]:
+                    raise ModelStreamError(failure.detail, delivered[0]) from None
+                if self.attempts >= budget:
+                    raise ModelUnavailable(failure.status, self.attempts, failure.detail) from None
+                delay = self.backoff(self.attempts, failure.retry_after)
+                log.info(
+                    "model %s attempt %d failed (%s); retrying in %.2fs",
+                    params["model"],
+                    self.attempts,
+                    failure.status or "connection",
+                    delay,
+                )
+                await self._sleep(delay)
+
+    async def _attempt(self, params: dict[str, Any], delivered: list[int]) -> AsyncIterator[Chunk]:
+        import anthropic
+
+        started = time.perf_counter()
+        try:
+            async with self.client.messages.stream(**params) as stream:
+                async for text in stream.text_stream:
+                    if text:
+                        delivered[0] += len(text)
+                        yield text
+                final = await stream.get_final_message()
+                request_id = stream.request_id or final.id
+        except anthropic.APIStatusError as exc:
+            raise self._classify(exc) from None
+        except anthropic.APIConnectionError as exc:
+            raise _Retry(None, str(exc), None) from None
+        usage = usage_from(
+            final.usage,
+            model=final.model or params["model"],
+            request_id=request_id,
+            ttl=self.settings.cache_ttl,
+        )
+        log.info(
+            "model %s request %s: in=%d read=%d write=%d out=%d in %.0f ms",
+            usage.model,
+            request_id,
+            usage.input_tokens,
+            usage.cache_read_tokens,
+            usage.cache_write_5m_tokens + usage.cache_write_1h_tokens,
+            usage.output_tokens,
+            (time.perf_counter() - started) * 1000,
+        )
+        yield usage
+
+    def _classify(self, exc: Any) -> ModelError | _Retry:
+        status = int(getattr(exc, "status_code", 0) or 0)
+        kind = str(getattr(exc, "type", None) or "")
+        detail = str(getattr(exc, "api_message", None) or getattr(exc, "message", exc))
+        if status in (429, 529) or status >= 500 or kind in RETRYABLE_TYPES:
+            retry_after: float | None = None
+            header = exc.response.headers.get("retry-after") if exc.response is not None else None
+            if header:
+                try:
+                    retry_after = float(header)
+                except ValueError:
+                    retry_after = None
+            return _Retry(
+                status if status >= 400 else 529, f"{kind or 'error'}: {detail}", retry_after
+            )
+        too_long = context_window_error(detail)
+        if too_long is not None and status in (400, 413):
+            return too_long
+        return ModelRequestError(status, kind or "error", detail)

@@ -1,0 +1,37 @@
+"""Context-window recovery: a forced compaction and exactly one retry (seed 003 §5)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import AsyncIterator, Awaitable, Callable
+
+from messages import GenerateRequest
+
+from .errors import ContextWindowExceeded
+from .protocol import Chunk, Model
+
+log = logging.getLogger("llm.retry")
+
+Render = Callable[[bool], Awaitable[GenerateRequest]]
+"""Renders the round's request; ``True`` asks for a forced compaction first."""
+
+
+async def stream_with_compaction(model: Model, render: Render) -> AsyncIterator[Chunk]:
+    """Stream one round; on ``ContextWindowExceeded`` re-render compacted and retry once.
+
+    A second context-window error propagates (the compacted context still does
+    not fit: the caller ends the turn with that error).
+    """
+    request = await render(False)
+    try:
+        async with contextlib.aclosing(model.stream(request)) as first:  # type: ignore[type-var]
+            async for chunk in first:
+                yield chunk
+        return
+    except ContextWindowExceeded as exc:
+        log.warning("context window exceeded (%s): compacting and retrying once", exc.detail)
+    request = await render(True)
+    async with contextlib.aclosing(model.stream(request)) as second:  # type: ignore[type-var]
+        async for chunk in second:
+            yield chunk
