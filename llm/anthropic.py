@@ -22,7 +22,7 @@ import logging
 import random
 import re
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from messages import GenerateRequest, Usage
@@ -134,6 +134,12 @@ class AnthropicModel:
             )
         return self._client
 
+    async def aclose(self) -> None:
+        """Close the HTTP client (its connections) if this model created one."""
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+
     def params(self, request: GenerateRequest) -> dict[str, Any]:
         """The Messages API keyword arguments for ``request`` (byte-stable)."""
         s = self.settings
@@ -146,12 +152,13 @@ class AnthropicModel:
             cache_ttl=s.cache_ttl,
             system_cache_ttl=s.system_cache_ttl,
             temperature=s.temperature,
+            cache_system=s.cache_system,
         )
 
     def backoff(self, attempt: int, retry_after: float | None = None) -> float:
         """Seconds to wait before attempt ``attempt + 1``: exponential, jittered, capped."""
         s = self.settings
-        ceiling = min(s.backoff_max, s.backoff_base * 2 ** (attempt - 1))
+        ceiling = min(s.backoff_max, s.backoff_base * float(2 ** max(0, attempt - 1)))
         delay = ceiling / 2 + self._rng.random() * ceiling / 2
         if retry_after:
             delay = max(delay, min(retry_after, s.backoff_max))
@@ -184,7 +191,9 @@ class AnthropicModel:
                 )
                 await self._sleep(delay)
 
-    async def _attempt(self, params: dict[str, Any], delivered: list[int]) -> AsyncIterator[Chunk]:
+    async def _attempt(
+        self, params: dict[str, Any], delivered: list[int]
+    ) -> AsyncGenerator[Chunk, None]:
         import anthropic
 
         started = time.perf_counter()

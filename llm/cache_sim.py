@@ -92,10 +92,14 @@ def mark_ttl(block: Mapping[str, Any]) -> CacheTtl | None:
     if not mark:
         return None
     ttl = mark.get("ttl", "5m") if isinstance(mark, Mapping) else None
-    if ttl == "5m" or ttl == "1h":
-        return ttl
+    if ttl == "5m":
+        return "5m"
+    if ttl == "1h":
+        return "1h"
     raise ModelRequestError(
-        400, "invalid_request_error", f"cache_control.ttl: Input should be '5m' or '1h', got {ttl!r}"
+        400,
+        "invalid_request_error",
+        f"cache_control.ttl: Input should be '5m' or '1h', got {ttl!r}",
     )
 
 
@@ -260,6 +264,7 @@ class CacheSim:
         self._entries.clear()
 
     def split(self, body: Mapping[str, Any]) -> Prompt:
+        """``split_prompt`` with this simulator's counter (to size a prompt before accounting)."""
         return split_prompt(body, self._counter)
 
     def _live(self, key: bytes, now: float) -> tuple[float, float] | None:
@@ -287,8 +292,8 @@ class CacheSim:
         read = 0
         if hit is not None:
             key = positions[hit].key
-            expires, ttl = self._entries[key]
-            self._entries[key] = (max(expires, now + ttl), ttl)
+            expires, seconds = self._entries[key]
+            self._entries[key] = (max(expires, now + seconds), seconds)
             read = positions[hit].end
         eligible = [m for m in marks if positions[m].end >= minimum]
         by_ttl = {"5m": 0, "1h": 0}
@@ -296,7 +301,7 @@ class CacheSim:
         writes: list[CacheWrite] = []
         for mark in eligible:
             position = positions[mark]
-            ttl = position.ttl or "5m"
+            ttl: CacheTtl = position.ttl or "5m"
             if position.end > covered:
                 by_ttl[ttl] += position.end - covered
                 covered = position.end
@@ -311,7 +316,9 @@ class CacheSim:
         )
         return self._plan(usage, tuple(writes), hit)
 
-    def _plan(self, usage: CacheUsage, writes: tuple[CacheWrite, ...], hit: int | None) -> CachePlan:
+    def _plan(
+        self, usage: CacheUsage, writes: tuple[CacheWrite, ...], hit: int | None
+    ) -> CachePlan:
         self.totals += usage
         self.requests += 1
         return CachePlan(usage, writes, hit)

@@ -65,7 +65,7 @@ MODELS: Mapping[str, ModelSpec] = {
         ModelSpec("replay", 200_000, 1024, 3.0, 15.0, 8192),
     )
 }
-DEFAULT_CLAUDE = "claude-sonnet-4-5"
+DEFAULT_CLAUDE = "claude-sonnet-4-6"
 
 
 def model_spec(name: str) -> ModelSpec:
@@ -94,6 +94,8 @@ class LLMSettings:
     temperature: float | None = None
     cache_ttl: CacheTtl = "5m"
     system_cache_ttl: CacheTtl = "5m"
+    cache_system: bool = True
+    """Put a breakpoint on the system prompt (the timeline's marks come with each request)."""
 
     def __post_init__(self) -> None:
         if self.max_retries < 0:

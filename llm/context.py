@@ -133,7 +133,9 @@ class TurnView:
     @property
     def last_iteration(self) -> bool:
         found = _ITERATION.search(self.announce)
-        return bool(found) and int(found.group(1)) >= int(found.group(2)) > 0
+        if found is None:
+            return False
+        return int(found.group(1)) >= int(found.group(2)) > 0
 
     def questions(self) -> list[tuple[int, str]]:
         """The prompt and every user followup of the turn, with their positions."""

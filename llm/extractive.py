@@ -50,6 +50,7 @@ _MEMORY = re.compile(
     r"what did (?:i|you))\b",
     re.IGNORECASE,
 )
+_ITEM = re.compile(r"^(?:[-*+•]|\d+[.)])\s+")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9`\"'(])")
 MAX_READ = 3
 MAX_POINTS = 5
@@ -71,9 +72,8 @@ def refers_to_memory(text: str) -> bool:
 
 def search_query(text: str) -> str:
     """The question without the outside-agent clause, as search words."""
-    asked = agent_request(text)
-    if asked is not None:
-        text = text.replace(asked[1], " ")
+    text = _AGENT.sub(" ", text)
+    text = _MEMORY.sub(" ", text)
     words = terms(text, stemmed=False)
     return " ".join(dict.fromkeys(words))[:300] or text.strip()[:300]
 
@@ -88,14 +88,60 @@ class Point:
     rank: int
 
 
+def _units(text: str) -> list[str]:
+    """Paragraphs, list items and table rows of a markdown document, code left out.
+
+    Hard-wrapped lines are joined; a table row reads as ``first cell — header: cell``.
+    """
+    units: list[str] = []
+    para: list[str] = []
+    header: list[str] = []
+    in_code = False
+
+    def flush() -> None:
+        if para:
+            units.append(" ".join(para))
+            para.clear()
+
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("```"):
+            flush()
+            in_code = not in_code
+            continue
+        if in_code:
+            continue
+        if not line or line.startswith("#"):
+            flush()
+            header = []
+            continue
+        if line.startswith("|"):
+            flush()
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            if all(set(c) <= set("-: ") for c in cells):
+                continue
+            if not header:
+                header = cells
+                continue
+            pairs = [f"{h}: {c}" for h, c in zip(header[1:], cells[1:], strict=False) if c]
+            units.append(f"{cells[0]} — " + ", ".join(pairs) if pairs else cells[0])
+            continue
+        if _ITEM.match(line):
+            flush()
+            line = _ITEM.sub("", line, count=1)
+        para.append(line)
+    flush()
+    return units
+
+
 def _sentences(text: str) -> list[str]:
     out: list[str] = []
-    for raw in text.splitlines():
-        line = raw.strip().lstrip("#>*-•|+ ").strip()
-        if not line or line.startswith(("```", "---", "[S:")) or set(line) <= set("-|: "):
-            continue
-        line = re.sub(r"\s*\|\s*", " · ", line).strip(" ·")
-        out.extend(s.strip() for s in _SENTENCE.split(line) if len(s.strip()) > 12)
+    for unit in _units(text):
+        unit = unit.replace("**", "").replace("__", "")
+        for sentence in _SENTENCE.split(unit):
+            sentence = sentence.strip()
+            if len(sentence) >= 20 and not sentence.startswith("[S:"):
+                out.append(sentence)
     return out
 
 
@@ -143,8 +189,10 @@ class ExtractiveModel:
         chunk_chars: int = 16,
         delay: float = 0.0,
         top_k: int = 5,
+        max_read: int = MAX_READ,
     ) -> None:
         self.name = name
+        self.max_read = max(1, max_read)
         self.chunk_chars = max(1, chunk_chars)
         self.delay = delay
         self.top_k = top_k
@@ -153,7 +201,7 @@ class ExtractiveModel:
     def decide(self, request: GenerateRequest) -> str:
         """The raw channel-protocol output for this round (pure: a function of the context)."""
         view = parse_context(request)
-        return Policy(view, self.top_k).output()
+        return Policy(view, self.top_k, self.max_read).output()
 
     async def stream(self, request: GenerateRequest) -> AsyncIterator[Chunk]:
         self.calls += 1
@@ -190,9 +238,10 @@ def _decision(action: str, calls: Sequence[dict[str, object]] = (), notes: str =
 class Policy:
     """One round's choice, read off a ``TurnView``."""
 
-    def __init__(self, view: TurnView, top_k: int) -> None:
+    def __init__(self, view: TurnView, top_k: int, max_read: int = MAX_READ) -> None:
         self.view = view
         self.top_k = top_k
+        self.max_read = max_read
         self.question = view.prompt
         self.agent = agent_request(view.prompt)
 
@@ -224,7 +273,7 @@ class Policy:
                 )
             hits = [p for p in v.hit_paths(search) if p not in v.read_paths()]
             if hits and v.first_call_after("react.read", search.position) is None:
-                chosen = hits[:MAX_READ]
+                chosen = hits[: self.max_read]
                 return self.call(
                     f"Reading the {len(chosen)} best match{'es' * (len(chosen) != 1)}: "
                     + ", ".join(chosen),
@@ -305,15 +354,14 @@ class Policy:
         if recalled:
             turn, snippet = recalled[0]
             lines += [f"Earlier in this conversation (turn {turn}) we covered: {snippet}", ""]
-        topic = search_query(self.question)
         if points:
-            lines.append(f"Here is what the documentation says about {topic}:")
+            lines.append("Here is what the documentation says:")
             lines.append("")
             lines += [f"- {p.text}" + (f" [[S:{p.sid}]]" if p.sid else "") for p in points]
         else:
             lines.append(
-                f"I could not find anything about {topic} in the knowledge space, "
-                "so I cannot answer from sources."
+                f"I could not find anything about {search_query(self.question)!r} in the "
+                "knowledge space, so I cannot answer from sources."
             )
         if self.agent is not None:
             done = v.agent_done(self.agent[0])

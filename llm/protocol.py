@@ -9,6 +9,7 @@ closes its HTTP stream before ``aclose`` returns, so nothing keeps running.
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
@@ -23,7 +24,10 @@ Chunk = str | Usage
 class Model(Protocol):
     """Anything that turns a rendered context into streamed text plus usage."""
 
-    name: str
+    @property
+    def name(self) -> str:
+        """The model name reported in usage."""
+        ...
 
     def stream(self, request: GenerateRequest) -> AsyncIterator[Chunk]:
         """Text chunks in order, then one ``Usage``; cancellable at any await."""
@@ -50,5 +54,21 @@ async def complete(model: Model, request: GenerateRequest) -> Completion:
             else:
                 parts.append(chunk)
     finally:
-        await stream.aclose()  # type: ignore[attr-defined]
+        await close_stream(stream)
     return Completion("".join(parts), usage)
+
+
+async def close_stream(stream: AsyncIterator[Chunk]) -> None:
+    """Close a model stream (an async generator) so its HTTP stream closes now, not at GC."""
+    aclose = getattr(stream, "aclose", None)
+    if aclose is not None:
+        await aclose()
+
+
+@contextlib.asynccontextmanager
+async def opened(stream: AsyncIterator[Chunk]) -> AsyncIterator[AsyncIterator[Chunk]]:
+    """``async with opened(model.stream(r)) as s``: the stream is closed on any exit."""
+    try:
+        yield stream
+    finally:
+        await close_stream(stream)

@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 from messages import GenerateRequest
 
 from .errors import ContextWindowExceeded
-from .protocol import Chunk, Model
+from .protocol import Chunk, Model, opened
 
 log = logging.getLogger("llm.retry")
 
@@ -25,13 +24,13 @@ async def stream_with_compaction(model: Model, render: Render) -> AsyncIterator[
     """
     request = await render(False)
     try:
-        async with contextlib.aclosing(model.stream(request)) as first:  # type: ignore[type-var]
+        async with opened(model.stream(request)) as first:
             async for chunk in first:
                 yield chunk
         return
     except ContextWindowExceeded as exc:
         log.warning("context window exceeded (%s): compacting and retrying once", exc.detail)
     request = await render(True)
-    async with contextlib.aclosing(model.stream(request)) as second:  # type: ignore[type-var]
+    async with opened(model.stream(request)) as second:
         async for chunk in second:
             yield chunk

@@ -62,12 +62,17 @@ def to_messages_params(
     cache_ttl: str = "5m",
     system_cache_ttl: str = "5m",
     temperature: float | None = None,
+    cache_system: bool = True,
 ) -> dict[str, Any]:
-    """The keyword arguments of ``messages.create``/``messages.stream`` for ``request``."""
+    """The keyword arguments of ``messages.create``/``messages.stream`` for ``request``.
+
+    ``cache_system=False`` leaves the system prompt without a breakpoint (the
+    timeline marks are whatever ``request.cache_marks`` says, possibly none).
+    """
     marks = sorted(set(request.cache_marks))
     if any(m < 0 or m >= len(request.blocks) for m in marks):
         raise ModelRequestError(400, "invalid_request_error", f"cache marks {marks} out of range")
-    budget = MAX_MARKS - (1 if request.system else 0)
+    budget = MAX_MARKS - (1 if request.system and cache_system else 0)
     if len(marks) > budget:
         raise ModelRequestError(
             400,
@@ -82,13 +87,10 @@ def to_messages_params(
         "messages": [{"role": "user", "content": content_blocks(request.blocks, marks, cache_ttl)}],
     }
     if request.system:
-        params["system"] = [
-            {
-                "type": "text",
-                "text": request.system,
-                "cache_control": cache_control(system_cache_ttl),
-            }
-        ]
+        block: dict[str, Any] = {"type": "text", "text": request.system}
+        if cache_system:
+            block["cache_control"] = cache_control(system_cache_ttl)
+        params["system"] = [block]
     if temperature is not None:
         params["temperature"] = temperature
     return params

@@ -1,0 +1,50 @@
+"""Errors of the tools package.
+
+Hierarchy::
+
+    ToolError
+    └── KnowledgeError    a knowledge-space path or root that cannot be read (path, reason, detail)
+
+Every error keeps its fields and pickles (they cross Ray process boundaries). ``reason`` is a
+stable code that callers can turn into a notice for the model; the message says what to do.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["KNOWLEDGE_REASONS", "KnowledgeError", "ToolError"]
+
+KNOWLEDGE_REASONS: dict[str, str] = {
+    "bad_path": "write a knowledge path such as ks:pricing/tiers.md",
+    "outside_root": "the path leaves the knowledge space; use a ks: path from the search results",
+    "not_found": "no such document; search the knowledge space for the ks: paths that exist",
+    "not_a_document": "only .md and .txt files that are not hidden are documents; use a ks: "
+    "path from the search results",
+    "too_large": "the file is over the knowledge-space size limit; split it into smaller files",
+    "missing_root": "create the folder or point the knowledge space at an existing folder",
+}
+"""Each ``KnowledgeError.reason`` with the advice its message carries when no detail is given."""
+
+
+class ToolError(Exception):
+    """Base of every error raised by the tools package."""
+
+
+class KnowledgeError(ToolError):
+    """A knowledge-space path (or the root folder) that cannot be read.
+
+    ``reason`` is one of ``KNOWLEDGE_REASONS``; ``detail`` replaces the default advice when the
+    caller knows better (for example the grammar rule a ``ks:`` path broke).
+    """
+
+    def __init__(self, path: str, reason: str, detail: str = "") -> None:
+        self.path = path
+        self.reason = reason
+        self.detail = detail
+        advice = detail or KNOWLEDGE_REASONS.get(reason, "")
+        text = f"{reason}: {path!r}"
+        super().__init__(f"{text}: {advice}" if advice else text)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.path, self.reason, self.detail))
