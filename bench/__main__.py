@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHMARKS = ["bus", "channels", "render", "storage"]
+BENCHMARKS = ["bus", "cache", "channels", "render", "storage"]
 
 
 def main(argv: list[str]) -> int:
