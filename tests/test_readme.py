@@ -76,3 +76,11 @@ def test_the_storage_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     exec(_block('Store(".actline")'), scope)
     assert scope["revision"] == 1
     assert [b.text for b in scope["loaded"].blocks] == ["", "Hi"]
+
+
+def test_the_models_example_reads_from_the_cache_the_second_time(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    exec(_block("FakeAnthropicServer()"), {"__name__": "readme"})
+    written, read = (int(x) for x in capsys.readouterr().out.split())
+    assert written > 1024 and read == written
