@@ -18,7 +18,7 @@ class StartReAct(WireModel):
     kind: Literal["react.start"] = "react.start"
     conversation_id: Id
     turn_id: Id
-    max_iterations: int = 8
+    max_iterations: int = 15
     max_tokens: int = 0
     config: dict[str, Any] = Field(default_factory=dict)
     ts: UtcDatetime = Field(default_factory=utcnow)

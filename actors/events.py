@@ -1,0 +1,370 @@
+"""Events in, effects out: the vocabulary of the DecisionActor's state machine.
+
+``actors.state.transition(state, event) -> (state, effects)`` is pure; the actor
+around it turns what it receives (wire messages, model replies, finished tool
+rounds, its wait timer firing) into an ``Event`` and executes the returned
+``Effect`` values in order. Both are closed unions of small frozen dataclasses.
+Events that mirror a wire message reuse its name (``StartReAct``, ``DoneSignal``,
+``SkipWaiting``, ``CancelReAct``); ``event_from_message`` converts those.
+Nothing here does I/O or reads a clock.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, TypeGuard
+
+import messages
+from messages import ArtifactRef, TurnStatus
+from messages import Phase as CardPhase
+
+# --- configuration ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Per-turn guards (DESIGN.md §2.1). The wait timer itself is an effect.
+
+    ``max_iterations`` bounds model calls; ``token_budget`` (None: unbounded) bounds
+    the tokens reported with model events. Both are checked before every model call,
+    the first included, so values below 1 exhaust the budget at once.
+    """
+
+    max_iterations: int = 15
+    token_budget: int | None = None
+    max_consecutive_refusals: int = 3
+    wait_timeout_s: float = 600.0
+
+
+# --- values carried by events -------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ToolSpec:
+    """One ordinary tool call of a decision (anything but ``agent.send``)."""
+
+    call_id: str
+    tool: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class AgentCall:
+    """One ``agent.send(name, text)`` call; the actor chose a fresh ``task_id`` for it."""
+
+    call_id: str
+    task_id: str
+    agent: str
+    text: str
+
+
+# --- events ----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StartReAct:
+    """Run the decision loop of turn ``turn_id`` (leaves Idle)."""
+
+    turn_id: str
+    limits: Limits = Limits()
+
+
+@dataclass(frozen=True, slots=True)
+class ModelDecided:
+    """The model of round ``round`` decided tool calls (``agent.send`` ones in ``agent_calls``)."""
+
+    round: int
+    calls: tuple[ToolSpec, ...] = ()
+    agent_calls: tuple[AgentCall, ...] = ()
+    tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ModelAnswered:
+    """The model of round ``round`` wrote its final answer."""
+
+    round: int
+    answer: str
+    tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ProtocolViolation:
+    """The reply of round ``round`` broke the decision protocol (DESIGN.md §5)."""
+
+    round: int
+    code: str
+    detail: str = ""
+    tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class CallRefused:
+    """A guard refused the decision of round ``round`` (e.g. a repeated call)."""
+
+    round: int
+    code: str
+    detail: str = ""
+    tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ModelFailed:
+    """The model call of round ``round`` failed for good (retries already spent)."""
+
+    round: int
+    error: str
+    tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class ToolsFinished:
+    """Every ordinary tool call of round ``round`` has its result on the timeline."""
+
+    round: int
+    detail: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class DoneSignal:
+    """An outside agent's DONE. Without ``task_id`` it goes to the agent's oldest open task."""
+
+    signal_id: str
+    agent: str
+    turn_id: str | None = None
+    task_id: str | None = None
+    summary: str = ""
+    artifacts: tuple[ArtifactRef, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class SkipWaiting:
+    """Stop waiting for outside agents (first ESC). ``turn_id`` None means the current turn."""
+
+    turn_id: str | None = None
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class WaitTimeout:
+    """The wait timer of generation ``generation`` fired."""
+
+    generation: int
+
+
+@dataclass(frozen=True, slots=True)
+class CancelReAct:
+    """Cancel the turn (second ESC). ``turn_id`` None means the current turn."""
+
+    turn_id: str | None = None
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Reset:
+    """Leave Complete for Idle, ready for the next turn."""
+
+
+Event = (
+    StartReAct
+    | ModelDecided
+    | ModelAnswered
+    | ProtocolViolation
+    | CallRefused
+    | ModelFailed
+    | ToolsFinished
+    | DoneSignal
+    | SkipWaiting
+    | WaitTimeout
+    | CancelReAct
+    | Reset
+)
+"""Everything ``transition`` accepts."""
+
+ModelEvent = ModelDecided | ModelAnswered | ProtocolViolation | CallRefused | ModelFailed
+"""The outcomes of one model call; each reports the tokens it used."""
+
+# --- effects ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class CallModel:
+    """Render the context and call the model; answer with a ``ModelEvent`` of ``round``."""
+
+    round: int
+
+
+@dataclass(frozen=True, slots=True)
+class CancelModel:
+    """Stop the model call of ``round`` now; its result, if any, is dropped."""
+
+    round: int
+
+
+@dataclass(frozen=True, slots=True)
+class RunTools:
+    """Run these calls (possibly none) and answer ``ToolsFinished(round)``."""
+
+    round: int
+    calls: tuple[ToolSpec, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class CancelTools:
+    """Stop the tool calls of ``round``."""
+
+    round: int
+
+
+@dataclass(frozen=True, slots=True)
+class SendAgentTask:
+    """Publish an ``AgentTask`` on ``al.agent.<agent>.inbox`` (and its tool-call block)."""
+
+    call_id: str
+    task_id: str
+    agent: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class StartWaitTimer:
+    """Answer ``WaitTimeout(generation)`` after ``seconds`` unless cancelled."""
+
+    generation: int
+    seconds: float
+
+
+@dataclass(frozen=True, slots=True)
+class CancelWaitTimer:
+    """The wait of ``generation`` is over; its timer may be dropped."""
+
+    generation: int
+
+
+@dataclass(frozen=True, slots=True)
+class RecordSignal:
+    """A DONE was applied to task ``task_id``: put its summary on the timeline."""
+
+    signal: DoneSignal
+    task_id: str
+
+
+@dataclass(frozen=True, slots=True)
+class RecordLateSignal:
+    """A DONE came after its turn ended: record it, announce it next turn."""
+
+    signal: DoneSignal
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class RecordNotice:
+    """A ``react.notice`` block the model sees next round; ``signal_id`` names a refused DONE."""
+
+    code: str
+    text: str
+    signal_id: str | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class EmitProgress:
+    """A ``ReActProgress`` card on the client stream."""
+
+    phase: CardPhase
+    round: int
+    detail: str
+
+
+@dataclass(frozen=True, slots=True)
+class FinalizeBestEffort:
+    """Budget spent: produce a best-effort answer (no tools) for the ``Finish`` that follows."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class Finish:
+    """Publish the turn result. ``answer`` is None after ``FinalizeBestEffort`` (use that one)."""
+
+    status: TurnStatus
+    answer: str | None
+    error: str | None
+    rounds: int
+    tokens_used: int
+
+
+@dataclass(frozen=True, slots=True)
+class Ignored:
+    """Nothing to do; the reason is for a debug log."""
+
+    reason: str
+
+
+Effect = (
+    CallModel
+    | CancelModel
+    | RunTools
+    | CancelTools
+    | SendAgentTask
+    | StartWaitTimer
+    | CancelWaitTimer
+    | RecordSignal
+    | RecordLateSignal
+    | RecordNotice
+    | EmitProgress
+    | FinalizeBestEffort
+    | Finish
+    | Ignored
+)
+"""Everything ``transition`` may ask of the actor."""
+
+
+# --- wire messages to events -------------------------------------------------------------
+
+
+def limits_from_message(msg: messages.StartReAct) -> Limits:
+    """The limits a ``StartReAct`` message asks for (``max_tokens`` 0: no token budget).
+
+    ``config`` may override ``max_consecutive_refusals`` (int) and ``wait_timeout_s``
+    (number); values of another type are ignored.
+    """
+    defaults = Limits()
+    refusals = msg.config.get("max_consecutive_refusals")
+    timeout = msg.config.get("wait_timeout_s")
+    return Limits(
+        max_iterations=msg.max_iterations,
+        token_budget=msg.max_tokens if msg.max_tokens > 0 else None,
+        max_consecutive_refusals=(
+            refusals if _is_int(refusals) else defaults.max_consecutive_refusals
+        ),
+        wait_timeout_s=float(timeout) if _is_number(timeout) else defaults.wait_timeout_s,
+    )
+
+
+def event_from_message(
+    msg: messages.StartReAct | messages.DoneSignal | messages.SkipWaiting | messages.CancelReAct,
+) -> Event:
+    """The event a wire message becomes."""
+    if isinstance(msg, messages.StartReAct):
+        return StartReAct(msg.turn_id, limits_from_message(msg))
+    if isinstance(msg, messages.DoneSignal):
+        return DoneSignal(
+            signal_id=msg.signal_id,
+            agent=msg.agent,
+            turn_id=msg.turn_id,
+            task_id=msg.task_id,
+            summary=msg.summary,
+            artifacts=tuple(msg.artifacts),
+        )
+    if isinstance(msg, messages.SkipWaiting):
+        return SkipWaiting(msg.turn_id, msg.reason)
+    return CancelReAct(msg.turn_id, msg.reason)
+
+
+def _is_int(value: object) -> TypeGuard[int]:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: object) -> TypeGuard[int | float]:
+    return _is_int(value) or isinstance(value, float)
