@@ -17,6 +17,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from channels import strip_fence
+
 MAX_CALLS_PER_DECISION = 5
 MAX_IDENTICAL_CALLS = 3
 
@@ -102,15 +104,6 @@ def canonical(tool: str, params: Mapping[str, Any]) -> str:
     return tool + " " + json.dumps(params, sort_keys=True, ensure_ascii=False, default=str)
 
 
-def _strip_fence(text: str) -> str:
-    stripped = text.strip()
-    if stripped.startswith("```"):
-        body = stripped.split("\n", 1)[1] if "\n" in stripped else ""
-        end = body.rfind("```")
-        return body[:end] if end >= 0 else body
-    return stripped
-
-
 def _schema_error(exc: ValidationError) -> str:
     first = exc.errors()[0]
     where = ".".join(str(p) for p in first.get("loc", ())) or "decision"
@@ -171,7 +164,7 @@ def check_decision(
     the calls (notice ``final_answer_with_tool_call``); ``call_tools`` together
     with a non-empty ``answer`` channel completes instead, as the original did.
     """
-    text = _strip_fence(raw)
+    text = strip_fence(raw).strip()
     if not text:
         return Checked(
             None,

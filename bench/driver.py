@@ -17,7 +17,8 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from channels import ChannelSpec, parse, strip_fence
+from actors.decision_protocol import check_decision
+from channels import ChannelSpec, parse
 from llm.context import terms
 from llm.prompt import DECISION_PROTOCOL
 from llm.protocol import Model, complete
@@ -135,25 +136,21 @@ class Driver:
                 self._add(USER_FOLLOWUP, turn, path=path, text=followups[iteration])
             request = self.request(turn, iteration)
             result = await complete(self.model, request)
-            out.rounds, out.requests, out.usage = (
-                iteration,
-                [*out.requests, request],
-                [
-                    *out.usage,
-                    result.usage,
-                ],
-            )
+            out.rounds = iteration
+            out.requests.append(request)
+            out.usage.append(result.usage)
             if self.advance is not None:
                 self.advance(self.round_seconds)
             _, parsed = parse(result.text, SPECS)
-            try:
-                decision = json.loads(strip_fence(parsed["decision"].raw) or "{}")
-            except ValueError:
-                decision = {}
-            notes = str(decision.get("notes") or "")
-            if notes:
-                self.tl.acknowledge(notes, turn_id=turn, ts=self.clock(), iteration=iteration)
-            if decision.get("action") in ("complete", "exit"):
+            decision = check_decision(parsed["decision"].raw, answer=parsed["answer"].raw)
+            if decision.notes:
+                self.tl.acknowledge(
+                    decision.notes, turn_id=turn, ts=self.clock(), iteration=iteration
+                )
+            for k, notice in enumerate(decision.notices):
+                path = ar_path(turn, f"react.notice.{iteration}.{k}")
+                self._add(NOTICE, turn, path=path, text=f"{notice.full_code}: {notice.message}")
+            if decision.action in ("complete", "exit"):
                 out.answer = parsed["answer"].raw.strip()
                 try:
                     out.followups = list(json.loads(parsed["followup"].raw or "[]"))
@@ -162,13 +159,9 @@ class Driver:
                 path = ar_path(turn, "assistant.completion")
                 self._add(COMPLETION, turn, path=path, text=out.answer)
                 return out
-            calls = decision.get("calls") if isinstance(decision.get("calls"), list) else []
-            if not calls:
-                path = ar_path(turn, f"react.notice.{iteration}")
-                self._add(NOTICE, turn, path=path, text="protocol_violation.bad_decision")
-            for call in calls:
-                out.tools.append(str(call.get("tool")))
-                self.run(turn, str(call.get("tool", "")), dict(call.get("params") or {}))
+            for call in decision.calls:
+                out.tools.append(call.tool)
+                self.run(turn, call.tool, dict(call.params))
         out.status = "budget_exhausted"
         return out
 

@@ -122,6 +122,7 @@ class TurnView:
     announce: str = ""
     pool: str = ""
     system: str = ""
+    _read_docs: list[ReadDoc] | None = field(default=None, repr=False, compare=False)
 
     @property
     def prompt(self) -> str:
@@ -178,6 +179,11 @@ class TurnView:
 
     def read_docs(self) -> list[ReadDoc]:
         """Documents whose content was read into the turn (``ks:`` blocks), in order."""
+        if self._read_docs is None:
+            self._read_docs = self._find_read_docs()
+        return self._read_docs
+
+    def _find_read_docs(self) -> list[ReadDoc]:
         pool = {m.group("where"): int(m.group("sid")) for m in _POOL_ROW.finditer(self.pool)}
         docs: dict[str, ReadDoc] = {}
         for e in self.entries:

@@ -151,16 +151,18 @@ def pick_points(view: TurnView, query: str, limit: int = MAX_POINTS) -> list[Poi
     if not wanted:
         return []
     docs = view.read_docs()
-    all_sentences = [(d, s) for d in docs for s in _sentences(d.text)]
+    split = [
+        [(sentence, set(terms(sentence)) & wanted) for sentence in _sentences(d.text)] for d in docs
+    ]
     df: dict[str, int] = {}
-    for _, s in all_sentences:
-        for t in set(terms(s)) & wanted:
-            df[t] = df.get(t, 0) + 1
-    n = max(1, len(all_sentences))
+    for sentences in split:
+        for _, have in sentences:
+            for t in have:
+                df[t] = df.get(t, 0) + 1
+    n = max(1, sum(len(sentences) for sentences in split))
     scored: list[Point] = []
-    for rank, doc in enumerate(docs):
-        for pos, sentence in enumerate(_sentences(doc.text)):
-            have = set(terms(sentence)) & wanted
+    for rank, (doc, sentences) in enumerate(zip(docs, split, strict=True)):
+        for pos, (sentence, have) in enumerate(sentences):
             if not have:
                 continue
             score = sum(math.log(1 + n / df[t]) for t in have) - 0.01 * pos
