@@ -59,6 +59,19 @@ class AgentCall:
     text: str
 
 
+@dataclass(frozen=True, slots=True)
+class TaskRecord:
+    """An agent task of the turn, in sent order. ``awaited`` turns False when a wait
+    for it ends by skip or timeout: it stays open (its DONE is still applied) but no
+    longer holds the loop in Waiting."""
+
+    task_id: str
+    agent: str
+    round: int
+    answered: bool = False
+    awaited: bool = True
+
+
 # --- events ----------------------------------------------------------------------------------
 
 
@@ -68,6 +81,24 @@ class StartReAct:
 
     turn_id: str
     limits: Limits = Limits()
+
+
+@dataclass(frozen=True, slots=True)
+class ResumeReAct:
+    """Continue turn ``turn_id`` from its persisted checkpoint (leaves Idle).
+
+    A redelivered turn request after a crash: ``round`` model calls are done and on the
+    timeline, ``tasks`` are the agent tasks sent so far, ``seen_signals`` the DONEs
+    already classified (so a redelivered DONE stays a duplicate).
+    """
+
+    turn_id: str
+    limits: Limits = Limits()
+    round: int = 0
+    tokens_used: int = 0
+    consecutive_refusals: int = 0
+    tasks: tuple[TaskRecord, ...] = ()
+    seen_signals: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,6 +117,15 @@ class ModelAnswered:
 
     round: int
     answer: str
+    tokens: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class AnswerDeferred:
+    """Round ``round`` answered, but user input it has not seen arrived: one more round."""
+
+    round: int
+    reason: str = ""
     tokens: int = 0
 
 
@@ -168,8 +208,10 @@ class Reset:
 
 Event = (
     StartReAct
+    | ResumeReAct
     | ModelDecided
     | ModelAnswered
+    | AnswerDeferred
     | ProtocolViolation
     | CallRefused
     | ModelFailed
@@ -182,7 +224,9 @@ Event = (
 )
 """Everything ``transition`` accepts."""
 
-ModelEvent = ModelDecided | ModelAnswered | ProtocolViolation | CallRefused | ModelFailed
+ModelEvent = (
+    ModelDecided | ModelAnswered | AnswerDeferred | ProtocolViolation | CallRefused | ModelFailed
+)
 """The outcomes of one model call; each reports the tokens it used."""
 
 # --- effects ---------------------------------------------------------------------------------

@@ -23,13 +23,18 @@ event              phase             outcome
 StartReAct(t)      idle              model checkpoint of turn t; complete(cancelled) at once if
                                      CancelReAct(t) came first
 StartReAct         other             ignored (a turn is running, or Reset first)
+ResumeReAct(t)     idle              the checkpoint's round, tokens, tasks and seen signals,
+                                     notice card, then wait checkpoint (a crash mid-wait waits
+                                     again); complete(cancelled) if CancelReAct(t) came first
+ResumeReAct        other             ignored
 ModelDecided(r)    thinking, r       no calls: notice ``protocol_violation.empty_decision``,
                                      model checkpoint; else refusals = 0, ``SendAgentTask``
                                      per agent call, then ordinary calls -> acting with
                                      ``RunTools``, agent calls only -> wait checkpoint
 ModelAnswered(r)   thinking, r       complete(completed)
+AnswerDeferred(r)  thinking, r       notice card (user input landed unseen), model checkpoint
 ProtocolViolation  thinking, r       notice ``protocol_violation.<code>``, model checkpoint
-CallRefused(r)     thinking, r       notice ``call_refused.<code>``, refusals + 1; the
+CallRefused(r)     thinking, r       notice ``protocol_violation.<code>``, refusals + 1; the
                                      ``max_consecutive_refusals``-th -> complete(failed), else
                                      model checkpoint
 ModelFailed(r)     thinking, r       complete(failed)
@@ -70,8 +75,10 @@ Every transition that changes the state emits an ``EmitProgress`` card, except R
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
+from typing import Any
 
 from messages import TurnStatus
 
@@ -91,17 +98,8 @@ class TurnPhase(StrEnum):
 RUNNING = frozenset({TurnPhase.THINKING, TurnPhase.ACTING, TurnPhase.WAITING})
 
 
-@dataclass(frozen=True, slots=True)
-class TaskRecord:
-    """An agent task of the turn, in sent order. ``awaited`` turns False when a wait
-    for it ends by skip or timeout: it stays open (its DONE is still applied) but no
-    longer holds the loop in Waiting."""
-
-    task_id: str
-    agent: str
-    round: int
-    answered: bool = False
-    awaited: bool = True
+TaskRecord = ev.TaskRecord
+"""An agent task of the turn (defined in ``actors.events``, where ``ResumeReAct`` uses it)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -170,9 +168,12 @@ def transition(state: DecisionState, event: ev.Event) -> Step:
     match event:
         case ev.StartReAct():
             return _start(state, event)
+        case ev.ResumeReAct():
+            return _resume(state, event)
         case (
             ev.ModelDecided()
             | ev.ModelAnswered()
+            | ev.AnswerDeferred()
             | ev.ProtocolViolation()
             | ev.CallRefused()
             | ev.ModelFailed()
@@ -219,6 +220,68 @@ def _start(state: DecisionState, event: ev.StartReAct) -> Step:
     return _model_checkpoint(fresh, effects)
 
 
+def _resume(state: DecisionState, event: ev.ResumeReAct) -> Step:
+    if state.phase is not TurnPhase.IDLE:
+        return _ignore(
+            f"ResumeReAct({event.turn_id}): turn {state.turn_id} is {state.phase}", state
+        )
+    fresh = DecisionState(
+        phase=TurnPhase.THINKING,
+        turn_id=event.turn_id,
+        limits=event.limits,
+        round=max(event.round, 0),
+        tokens_used=max(event.tokens_used, 0),
+        consecutive_refusals=max(event.consecutive_refusals, 0),
+        tasks=event.tasks,
+        seen_signals=state.seen_signals | frozenset(event.seen_signals),
+        wait_generation=state.wait_generation,
+        previous=state.previous,
+    )
+    effects: list[ev.Effect] = [
+        ev.EmitProgress("notice", fresh.round, f"resumed after round {fresh.round}")
+    ]
+    if state.early_cancel == event.turn_id:
+        text = "the turn was cancelled before it resumed"
+        _notice(fresh, effects, "cancelled", text)
+        return _complete(fresh, effects, "cancelled", error=text)
+    return _wait_checkpoint(fresh, effects)
+
+
+def checkpoint(state: DecisionState) -> dict[str, object]:
+    """What a running turn persists each round so that ``ResumeReAct`` can continue it.
+
+    ``round`` counts the model calls whose blocks are on the timeline; a model call in
+    flight when this is taken is not counted (it runs again after a crash).
+    """
+    done = state.round - 1 if state.phase is TurnPhase.THINKING else state.round
+    return {
+        "status": "running",
+        "turn_id": state.turn_id,
+        "round": max(done, 0),
+        "tokens_used": state.tokens_used,
+        "consecutive_refusals": state.consecutive_refusals,
+        "tasks": [[t.task_id, t.agent, t.round, t.answered, t.awaited] for t in state.tasks],
+        "seen_signals": sorted(state.seen_signals),
+    }
+
+
+def resume_event(record: Mapping[str, Any], limits: ev.Limits) -> ev.ResumeReAct:
+    """The ``ResumeReAct`` for a ``checkpoint`` record read back from storage."""
+    tasks = tuple(
+        ev.TaskRecord(str(t[0]), str(t[1]), int(t[2]), bool(t[3]), bool(t[4]))
+        for t in record.get("tasks", ())
+    )
+    return ev.ResumeReAct(
+        turn_id=str(record["turn_id"]),
+        limits=limits,
+        round=int(record.get("round", 0)),
+        tokens_used=int(record.get("tokens_used", 0)),
+        consecutive_refusals=int(record.get("consecutive_refusals", 0)),
+        tasks=tasks,
+        seen_signals=tuple(str(s) for s in record.get("seen_signals", ())),
+    )
+
+
 def _model_event(state: DecisionState, event: ev.ModelEvent) -> Step:
     name = type(event).__name__
     if state.phase is not TurnPhase.THINKING:
@@ -232,13 +295,17 @@ def _model_event(state: DecisionState, event: ev.ModelEvent) -> Step:
             return _complete(state, effects, "completed", answer=event.answer)
         case ev.ModelFailed():
             return _complete(state, effects, "failed", error=f"model call failed: {event.error}")
+        case ev.AnswerDeferred():
+            detail = f"answer deferred: {event.reason or 'new user input'}"
+            effects.append(ev.EmitProgress("notice", state.round, detail))
+            return _model_checkpoint(state, effects)
         case ev.ProtocolViolation():
             _notice(state, effects, f"protocol_violation.{event.code}", event.detail or event.code)
             return _model_checkpoint(state, effects)
         case ev.CallRefused():
             count = state.consecutive_refusals + 1
             state = replace(state, consecutive_refusals=count)
-            _notice(state, effects, f"call_refused.{event.code}", event.detail or event.code)
+            _notice(state, effects, f"protocol_violation.{event.code}", event.detail or event.code)
             if count >= state.limits.max_consecutive_refusals:
                 error = f"{count} decisions in a row were refused (last: {event.code})"
                 return _complete(state, effects, "failed", error=error)

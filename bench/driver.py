@@ -1,32 +1,31 @@
 """A minimal in-process decision loop for benchmarks and model tests: no NATS, no actors.
 
 It drives any ``llm.Model`` round after round over a real ``Timeline`` and
-``Renderer`` and runs the handful of tools the offline model uses
-(react.plan, react.search_knowledge, react.read, react.write on the internal
-channel, react.memsearch over earlier turns, agent.send answered by a local
-callback). What it measures is what the model is sent: the rendered requests,
-their cache marks and the usage the model (or the local Messages API server)
-reports. The production loop with its state machine and guards is
-``actors/``; this driver writes the same block types and paths.
+``Renderer``, runs the react.* tools through ``tools.react.ReactTools`` (the
+same code the conversation actor runs; react.write to files needs ``store``)
+and answers agent.send with a local callback. What it measures is what the
+model is sent: the rendered requests, their cache marks and the usage the
+model (or the local Messages API server) reports. The production loop with its
+state machine and guards is ``actors/``; this driver writes the same block
+types and paths.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 from actors.decision_protocol import check_decision
 from channels import ChannelSpec, parse
-from llm.context import terms
 from llm.prompt import DECISION_PROTOCOL
 from llm.protocol import Model, complete
 from messages import GenerateRequest, Usage
+from storage import Store
 from timeline import AnnounceContext, Block, Renderer, Timeline, TimelineConfig
 from timeline.blocks import (
     COMPLETION,
-    NOTE,
     NOTICE,
     SIGNAL_DONE,
     TOOL_CALL,
@@ -34,11 +33,10 @@ from timeline.blocks import (
     USER_FOLLOWUP,
     USER_PROMPT,
 )
-from timeline.errors import PlanError
 from timeline.paths import ar_path, tc_path
-from timeline.sources import SourceRow
 from timeline.tokens import DEFAULT_COUNTER
 from tools import KnowledgeSpace
+from tools.react import ReactContext, ReactTools
 
 SPECS = (
     ChannelSpec("thinking", "markdown", replace_citations=False),
@@ -48,7 +46,10 @@ SPECS = (
     ChannelSpec("usage", "json", replace_citations=False),
     ChannelSpec("canvas", "json", replace_citations=False),
 )
-PLAN_MODES = {"create": "new", "update": "replace", "close": "close"}
+
+BENCH_READ_PATHS = 32
+"""react.read paths per call here: the wide cache scenario reads 22 documents in one call
+(the runtime's cap is ``tools.react.MAX_READ_PATHS``)."""
 
 
 @dataclass
@@ -88,9 +89,13 @@ class Driver:
         agents: Mapping[str, Callable[[str], str]] | None = None,
         round_seconds: float = 2.0,
         advance: Callable[[float], None] | None = None,
+        store: Store | None = None,
+        max_read_paths: int = BENCH_READ_PATHS,
     ) -> None:
         self.model = model
         self.knowledge = knowledge
+        self.store = store
+        self.tools = ReactTools(max_read_paths=max_read_paths)
         self.clock = clock
         self.cid = conversation_id
         self.tl = Timeline(conversation_id)
@@ -168,102 +173,35 @@ class Driver:
     # -- tools --------------------------------------------------------------------------------
 
     def run(self, turn: str, tool: str, params: dict[str, Any]) -> None:
-        """Record the call, run it, record its result blocks."""
+        """Record the call, run it, record its result, content and notice blocks.
+
+        react.* tools run through ``tools.react.ReactTools``; agent.send is answered by
+        the local callback of the named agent.
+        """
         self._calls += 1
         call_id = f"c{self._calls}"
         body = {"tool": tool, "params": params}
         self._add(TOOL_CALL, turn, path=tc_path(turn, call_id, "call"), call_id=call_id, data=body)
-        handler = getattr(self, "_" + tool.replace(".", "_"), None)
-        if handler is None:
-            result: Any = {"error": f"unknown tool {tool}"}
-            extra: Sequence[Block] = ()
-        else:
-            result, extra = handler(turn, call_id, params)
-        self._add(
-            TOOL_RESULT,
+        if tool == "agent.send":
+            result, extra = self._agent_send(turn, call_id, params)
+            path = tc_path(turn, call_id, "result")
+            self._add(TOOL_RESULT, turn, path=path, call_id=call_id, data=result)
+            self.tl.extend(extra)
+            return
+        ctx = ReactContext(
+            self.tl,
+            self.renderer,
             turn,
-            path=tc_path(turn, call_id, "result"),
-            call_id=call_id,
-            **({"data": result} if isinstance(result, dict) else {"text": str(result)}),
+            call_id,
+            self.clock(),
+            store=self.store,
+            knowledge=self.knowledge,
         )
-        for block in extra:
-            self.tl.append(block)
-
-    def _react_plan(
-        self, turn: str, call_id: str, params: dict[str, Any]
-    ) -> tuple[Any, list[Block]]:
-        mode = PLAN_MODES.get(str(params.get("mode")), str(params.get("mode")))
-        try:
-            plan = self.tl.plans.apply(
-                mode, turn_id=turn, plan_id=params.get("plan_id"), steps=params.get("steps")
-            )
-        except PlanError as exc:
-            return {"error": str(exc)}, []
-        self.tl.record_plan(plan, turn_id=turn, ts=self.clock())
-        return {"plan_id": plan.plan_id, "status": "ok"}, []
-
-    def _react_search_knowledge(
-        self, turn: str, call_id: str, params: dict[str, Any]
-    ) -> tuple[Any, list[Block]]:
-        hits = self.knowledge.search(str(params.get("query", "")), int(params.get("top_k", 5)))
-        return {"query": params.get("query", ""), "hits": [h.to_dict() for h in hits]}, []
-
-    def _react_read(
-        self, turn: str, call_id: str, params: dict[str, Any]
-    ) -> tuple[Any, list[Block]]:
-        blocks: list[Block] = []
-        found: list[str] = []
-        for path in params.get("paths") or []:
-            doc = self.knowledge.read(str(path))
-            row = self.tl.sources.add_rows(
-                [SourceRow(0, url=doc.url or "", title=doc.title, text=doc.text[:500])]
-            )[0]
-            sid = row.sid if row is not None else 0
-            head = f"[S:{sid}] {doc.title} — {doc.url}\n" if sid else ""
-            blocks.append(
-                Block.new(
-                    TOOL_RESULT,
-                    turn,
-                    self.clock(),
-                    path=doc.path,
-                    call_id=call_id,
-                    text=head + doc.text,
-                )
-            )
-            found.append(doc.path)
-        return {"status": "ok", "found": found}, blocks
-
-    def _react_write(
-        self, turn: str, call_id: str, params: dict[str, Any]
-    ) -> tuple[Any, list[Block]]:
-        path = ar_path(turn, f"react.note.{call_id}")
-        note = Block.new(NOTE, turn, self.clock(), path=path, text=str(params.get("content", "")))
-        return {"status": "ok", "path": f"fi:{turn}.{params.get('path', '')}"}, [note]
-
-    def _react_memsearch(
-        self, turn: str, call_id: str, params: dict[str, Any]
-    ) -> tuple[Any, list[Block]]:
-        wanted = set(terms(str(params.get("query", ""))))
-        hits: list[dict[str, Any]] = []
-        for block in self.tl.blocks:
-            if block.turn_id == turn or block.type not in (USER_PROMPT, COMPLETION):
-                continue
-            score = len(wanted & set(terms(block.content)))
-            if score:
-                hits.append(
-                    {
-                        "turn_id": block.turn_id,
-                        "snippet": block.content[:240],
-                        "score": score,
-                        "path": ar_path(block.turn_id, "react.turn.index"),
-                    }
-                )
-        hits.sort(key=lambda h: (-int(h["score"]), str(h["turn_id"])))
-        return {"hits": hits[: int(params.get("top_k", 5))]}, []
+        self.tl.extend(self.tools.run(tool, params, ctx).to_blocks(ctx))
 
     def _agent_send(
         self, turn: str, call_id: str, params: dict[str, Any]
-    ) -> tuple[Any, list[Block]]:
+    ) -> tuple[dict[str, Any], list[Block]]:
         name = str(params.get("name", ""))
         reply = self.agents.get(name)
         if reply is None:

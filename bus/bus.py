@@ -71,18 +71,38 @@ Handler = Callable[[Message, Envelope], Awaitable[Message | None]]
 class Subscription:
     """A live subscription; ``unsubscribe()`` stops it at once, ``drain()`` after pending ones."""
 
-    def __init__(self, sub: NatsSubscription, subject: str, queue: str | None) -> None:
+    def __init__(
+        self,
+        sub: NatsSubscription,
+        subject: str,
+        queue: str | None,
+        running: set[asyncio.Task[None]] | None = None,
+    ) -> None:
         self._sub = sub
         self.subject = subject
         self.queue = queue
+        self._running = running if running is not None else set()
+
+    @property
+    def in_flight(self) -> int:
+        """Handlers running now (a concurrent subscription may have several)."""
+        return len(self._running)
 
     async def unsubscribe(self) -> None:
-        """Stop receiving; messages already queued for the handler are dropped."""
+        """Stop receiving; queued messages are dropped and running handlers cancelled."""
         await self._sub.unsubscribe()
+        tasks = list(self._running)
+        for task in tasks:
+            task.cancel()
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     async def drain(self) -> None:
-        """Stop receiving after the handler has processed what is already queued."""
+        """Stop receiving after the handlers have processed what is already queued."""
         await self._sub.drain()  # type: ignore[no-untyped-call]
+        tasks = list(self._running)
+        if tasks:
+            await asyncio.gather(*tasks, return_exceptions=True)
 
 
 def _label(msg: Message) -> str:
@@ -278,21 +298,46 @@ class Bus:
 
     # -- subscriptions -------------------------------------------------------
     async def subscribe(
-        self, subject: str, handler: Handler, *, queue: str | None = None
+        self,
+        subject: str,
+        handler: Handler,
+        *,
+        queue: str | None = None,
+        concurrency: int = 1,
     ) -> Subscription:
         """Deliver decoded messages on ``subject`` to ``handler`` (queue group if given).
+
+        With ``concurrency`` 1 (the default) the handler sees one message at a time,
+        in arrival order. A pool (model calls, tool calls) passes more: up to that
+        many handlers run at once, each in its own task, and further messages wait
+        in the client until one finishes. ``unsubscribe`` cancels the ones running.
 
         Returns once the server has registered the interest, so a request sent
         from any connection after this returns finds the subscriber.
         """
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+        running: set[asyncio.Task[None]] = set()
+        slots = asyncio.Semaphore(concurrency)
 
         async def on_msg(raw: Msg) -> None:
-            await self._dispatch(raw, handler)
+            if concurrency == 1:
+                await self._dispatch(raw, handler)
+                return
+            await slots.acquire()
+            task = asyncio.create_task(self._dispatch(raw, handler))
+            running.add(task)
+
+            def finished(done: asyncio.Task[None]) -> None:
+                running.discard(done)
+                slots.release()
+
+            task.add_done_callback(finished)
 
         sub = await self._nc.subscribe(subject, queue=queue or "", cb=on_msg)
         if self._nc.is_connected:
             await self.flush()
-        return Subscription(sub, subject, queue)
+        return Subscription(sub, subject, queue, running)
 
     async def _dispatch(self, raw: Msg, handler: Handler) -> None:
         size = len(raw.data)

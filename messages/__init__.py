@@ -13,7 +13,7 @@ from .ids import AgentName, Id, is_valid_id, is_valid_name, new_id
 from .llm import Contribute, GenerateRequest, GenerateResult, RenderedContext, RenderRequest
 from .react import CancelReAct, Phase, ReActProgress, SkipWaiting, StartReAct, StreamDelta
 from .subjects import Subjects
-from .system import DeadLetter, ErrorReply
+from .system import Ack, DeadLetter, ErrorReply
 from .tools import ToolCall, ToolResult
 from .turn import Feedback, Followup, ReActResult, TurnAccepted, TurnRequest, TurnResult, TurnStatus
 
@@ -21,6 +21,7 @@ __all__ = [
     "MAX_PAYLOAD",
     "MESSAGE_ADAPTER",
     "MESSAGE_TYPES",
+    "Ack",
     "AgentName",
     "AgentTask",
     "ArtifactRef",

@@ -16,7 +16,7 @@ from .agents import AgentTask, DoneSignal
 from .errors import DecodeError, EncodeError, PayloadTooLarge
 from .llm import Contribute, GenerateRequest, GenerateResult, RenderedContext, RenderRequest
 from .react import CancelReAct, ReActProgress, SkipWaiting, StartReAct, StreamDelta
-from .system import DeadLetter, ErrorReply
+from .system import Ack, DeadLetter, ErrorReply
 from .tools import ToolCall, ToolResult
 from .turn import Feedback, Followup, ReActResult, TurnAccepted, TurnRequest
 
@@ -44,6 +44,7 @@ Message = Annotated[
     | ToolCall
     | ToolResult
     | ErrorReply
+    | Ack
     | DeadLetter,
     Field(discriminator="kind"),
 ]
@@ -73,6 +74,7 @@ MESSAGE_TYPES: Final[dict[str, type[Any]]] = {
         ToolCall,
         ToolResult,
         ErrorReply,
+        Ack,
         DeadLetter,
     )
 }

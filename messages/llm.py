@@ -60,6 +60,10 @@ class GenerateRequest(WireModel):
     channels: list[str] = Field(default_factory=list)
     max_output_tokens: int = 4096
     context_ref: str | None = None
+    sources: list[dict[str, Any]] = Field(default_factory=list)
+    """The conversation's sources (sid, title, url): citations resolve against them."""
+    seq_start: int = 0
+    """The ``seq`` of this call's first ``stream.delta`` (a turn's deltas count on)."""
     ts: UtcDatetime = Field(default_factory=utcnow)
 
 
@@ -75,4 +79,10 @@ class GenerateResult(WireModel):
     usage: Usage = Field(default_factory=Usage)
     notices: list[str] = Field(default_factory=list)
     error: str | None = None
+    error_code: str = ""
+    """Why the call failed (``model_unavailable``, ``context_window``, ...); empty when ok."""
+    used_sources: list[int] = Field(default_factory=list)
+    """SIDs cited in the answer channel that resolved against the sources."""
+    seq_end: int = 0
+    """The ``seq`` after this call's last ``stream.delta``."""
     ts: UtcDatetime = Field(default_factory=utcnow)

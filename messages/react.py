@@ -46,6 +46,9 @@ class StreamDelta(WireModel):
     channel: str
     text: str
     seq: int
+    round: int = 0
+    completed: bool = False
+    """True on the last delta of a channel in one model call (its text is empty)."""
     ts: UtcDatetime = Field(default_factory=utcnow)
 
 

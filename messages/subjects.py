@@ -85,6 +85,19 @@ class Subjects:
         """The StreamerActor pool (queue group ``streamers``)."""
         return f"{self.prefix}.llm.generate"
 
+    def llm_generate_local(self, node: str) -> str:
+        """One node's own streamers (a context rendered on that node travels by reference)."""
+        return f"{self.prefix}.llm.generate.{_token(node, 'node id')}"
+
+    @property
+    def llm_cancel(self) -> str:
+        """Stop the model call of a turn (``react.cancel``), wherever it runs."""
+        return f"{self.prefix}.llm.cancel"
+
+    def conv_any(self, verb: str) -> str:
+        """One verb of every conversation (wildcard), e.g. feedback served by any node."""
+        return f"{self.prefix}.conv.*.{_token(verb, 'verb')}"
+
     @property
     def deadletter(self) -> str:
         """Where undecodable payloads are republished."""

@@ -1,4 +1,4 @@
-"""Bus-level messages: error replies and dead letters."""
+"""Bus-level messages: acknowledgements, error replies and dead letters."""
 
 from __future__ import annotations
 
@@ -22,6 +22,18 @@ class ErrorReply(WireModel):
     message: str
     subject: str = ""
     detail: dict[str, Any] = Field(default_factory=dict)
+    ts: UtcDatetime = Field(default_factory=utcnow)
+
+
+class Ack(WireModel):
+    """The reply to a request that was accepted (a followup joined, a DONE routed).
+
+    ``ref`` names what was accepted (a turn or task id); ``detail`` says what happens next.
+    """
+
+    kind: Literal["ack"] = "ack"
+    ref: str = ""
+    detail: str = ""
     ts: UtcDatetime = Field(default_factory=utcnow)
 
 

@@ -11,6 +11,8 @@ One LMDB environment per node with named databases (keys are bytes)::
                                               reads; the header is only written)
     turnlog    <cid>/<turn_id>             -> msgpack {turn_id, seqs, ts, end_ts, blocks_count,
                                               tokens}
+    turns      <cid>/<turn_id>             -> msgpack record of the decision loop: its
+                                              checkpoint while it runs, its result after
     artifacts, artrefs, workspace, index, leases: see their modules.
 
 Persisting a turn (``append_turn``) is one write transaction that writes only
@@ -41,7 +43,7 @@ import os
 import resource
 import shutil
 import threading
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -73,6 +75,7 @@ DATABASES = (
     "workspace",
     "index",
     "leases",
+    "turns",
 )
 DEFAULT_MAP_SIZE = 64 << 20
 DEFAULT_MAX_MAP_SIZE = 1 << 40
@@ -358,6 +361,7 @@ class Store:
         boundary_seq: int = 0,
         index_rows: Sequence[dict[str, Any]] = (),
         expect_revision: int | None = None,
+        turn_records: Mapping[str, Mapping[str, Any]] | None = None,
     ) -> int:
         """Persist new ``blocks`` (continuing the sequence), ``updated`` ones and the header.
 
@@ -365,11 +369,17 @@ class Store:
         the turn log of its own turn. ``boundary_seq`` is the
         lowest seq of the visible view (``load`` starts there). ``expect_revision``
         makes the write a check-and-set against a concurrent writer.
+        ``turn_records`` (turn id -> record) are written in the same transaction, so a
+        turn's checkpoint or result never disagrees with its blocks.
         """
         seqs = [b.seq for b in blocks]
         payloads = [(b.seq, b.path, pack(b.to_dict())) for b in blocks]
         updates = [(b.seq, pack(b.to_dict())) for b in updated]
         rows = [pack(check_index_row(r)) for r in index_rows]
+        records = [
+            (f"{cid}/{check_id(turn)}".encode(), pack(dict(record)))
+            for turn, record in (turn_records or {}).items()
+        ]
         by_turn: dict[str, list[Block]] = {}
         for block in blocks:
             by_turn.setdefault(block.turn_id, []).append(block)
@@ -397,6 +407,8 @@ class Store:
             for i, row in enumerate(rows):
                 key = f"{cid}/{revision + 1:0{SEQ_DIGITS}d}/{i:06d}".encode()
                 txn.put(key, row, db=self.db["index"])
+            for key, data in records:
+                txn.put(key, data, db=self.db["turns"])
             header = dict(snapshot)
             header["revision"] = revision + 1
             header["stored_seq"] = next_seq + len(seqs)
@@ -424,11 +436,14 @@ class Store:
         entry["tokens"] = int(entry.get("tokens", 0)) + sum(max(0, b.tokens) for b in blocks)
         txn.put(key, pack(entry), db=self.db["turnlog"])
 
-    def persist(self, tl: Timeline) -> int:
+    def persist(
+        self, tl: Timeline, *, turn_records: Mapping[str, Mapping[str, Any]] | None = None
+    ) -> int:
         """Persist what ``tl`` holds beyond what is stored (the usual call after a round).
 
         New blocks are found from the stored sequence end; blocks hidden or un-hidden
-        since the last persist are rewritten in the same transaction.
+        since the last persist are rewritten in the same transaction, and so are
+        ``turn_records`` (see ``append_turn``).
         """
         _, stored = self.cursor(tl.conversation_id)
         new = tl.blocks_since(stored)
@@ -440,6 +455,7 @@ class Store:
             tl.snapshot(),
             updated=updated,
             boundary_seq=boundary,
+            turn_records=turn_records,
         )
 
     def iter_blocks(self, cid: str, start: int = 0) -> Iterator[dict[str, Any]]:
@@ -549,6 +565,12 @@ class Store:
             return out
 
         return self.read(fn)
+
+    def turn_record(self, cid: str, turn_id: str) -> dict[str, Any] | None:
+        """The decision-loop record of a turn (checkpoint or result), or None."""
+        key = f"{check_id(cid)}/{check_id(turn_id)}".encode()
+        raw = self.read(lambda txn: txn.get(key, db=self.db["turns"]))
+        return None if raw is None else dict(unpack(raw))
 
     def index_rows(self, cid: str) -> list[dict[str, Any]]:
         """The memsearch rows of a conversation in the order they were written."""

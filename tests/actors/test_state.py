@@ -18,6 +18,7 @@ from hypothesis import strategies as st
 import messages
 from actors.events import (
     AgentCall,
+    AnswerDeferred,
     CallModel,
     CallRefused,
     CancelModel,
@@ -40,6 +41,7 @@ from actors.events import (
     RecordNotice,
     RecordSignal,
     Reset,
+    ResumeReAct,
     RunTools,
     SendAgentTask,
     SkipWaiting,
@@ -51,7 +53,15 @@ from actors.events import (
     event_from_message,
     limits_from_message,
 )
-from actors.state import RUNNING, DecisionState, QueuedDone, TurnPhase, transition
+from actors.state import (
+    RUNNING,
+    DecisionState,
+    QueuedDone,
+    TurnPhase,
+    checkpoint,
+    resume_event,
+    transition,
+)
 
 T = TypeVar("T")
 TURN = "turn-1"
@@ -126,8 +136,10 @@ STATES: dict[str, Callable[[], DecisionState]] = {
 
 EVENTS: dict[str, Callable[[DecisionState], Event]] = {
     "StartReAct": lambda s: StartReAct("turn-2"),
+    "ResumeReAct": lambda s: ResumeReAct("turn-2", round=2),
     "ModelDecided": lambda s: ModelDecided(s.round, (SEARCH,)),
     "ModelAnswered": lambda s: ModelAnswered(s.round, "the answer"),
+    "AnswerDeferred": lambda s: AnswerDeferred(s.round, "a followup landed"),
     "ProtocolViolation": lambda s: ProtocolViolation(s.round, "bad_json", "not JSON"),
     "CallRefused": lambda s: CallRefused(s.round, "repeat", "fourth identical call"),
     "ModelFailed": lambda s: ModelFailed(s.round, "overloaded"),
@@ -149,12 +161,14 @@ CANCEL = [*NOTICE, *FINISH]
 TABLE: dict[str, dict[str, tuple[str, list[str]]]] = {
     "idle": {
         "StartReAct": ("thinking", CALL),
+        "ResumeReAct": ("thinking", ["EmitProgress", *CALL]),
         "DoneSignal": LATE,
         "CancelReAct": ("same", ["EmitProgress"]),  # remembered for StartReAct(turn-1)
     },
     "thinking": {
         "ModelDecided": ("acting", ["EmitProgress", "RunTools"]),
         "ModelAnswered": ("complete", FINISH),
+        "AnswerDeferred": ("thinking", ["EmitProgress", *CALL]),
         "ProtocolViolation": ("thinking", [*NOTICE, *CALL]),
         "CallRefused": ("thinking", [*NOTICE, *CALL]),
         "ModelFailed": ("complete", FINISH),
@@ -183,6 +197,7 @@ TABLE: dict[str, dict[str, tuple[str, list[str]]]] = {
     },
     "idle after a turn": {
         "StartReAct": ("thinking", CALL),
+        "ResumeReAct": ("thinking", ["EmitProgress", *CALL]),
         "DoneSignal": LATE,
     },
 }
@@ -307,8 +322,8 @@ def test_three_refusals_in_a_row_fail_the_turn_with_a_clear_error() -> None:
     )
     assert (state.phase, state.status) == (TurnPhase.COMPLETE, "failed")
     assert state.error == "3 decisions in a row were refused (last: too_many)"
-    assert [n.code for n in of(effects, RecordNotice)] == ["call_refused.repeat"] * 2 + [
-        "call_refused.too_many"
+    assert [n.code for n in of(effects, RecordNotice)] == ["protocol_violation.repeat"] * 2 + [
+        "protocol_violation.too_many"
     ]
     assert of(effects, Finish)[0].error == state.error
 
@@ -851,3 +866,53 @@ def test_transition_is_a_function_of_its_inputs(data: st.DataObject) -> None:
         event = draw_event(data, state, lambda: f"id-{next(counter)}")
         assert transition(state, event) == transition(state, event)
         state = transition(state, event)[0]
+
+
+# --- crash resumption ----------------------------------------------------------------------
+
+
+def test_a_turn_that_died_waiting_resumes_waiting_for_the_same_task() -> None:
+    record = checkpoint(waiting())
+    assert record["round"] == 1 and record["status"] == "running"
+    state, out = transition(DecisionState(), resume_event(record, Limits()))
+    assert state.phase is TurnPhase.WAITING and state.round == 1
+    assert [t.task_id for t in state.awaited] == ["task-1"]
+    assert kinds(out) == ["EmitProgress", "StartWaitTimer", "EmitProgress"]
+    state, out = transition(state, done("sig-1"))
+    assert state.phase is TurnPhase.THINKING and state.round == 2
+    assert of(out, CallModel) == [CallModel(2)]
+
+
+def test_a_turn_that_died_in_a_model_call_calls_the_model_of_that_round_again() -> None:
+    state = run(waiting(), done("sig-1"))[0]
+    assert state.phase is TurnPhase.THINKING and state.round == 2
+    record = checkpoint(state)
+    assert record["round"] == 1  # round 2's call was in flight: not on the timeline
+    resumed, out = transition(DecisionState(), resume_event(record, Limits()))
+    assert resumed.round == 2 and of(out, CallModel) == [CallModel(2)]
+    assert resumed.tasks == state.tasks
+    # the DONE applied before the crash stays a duplicate if the agent sends it again
+    assert kinds(transition(resumed, done("sig-1"))[1]) == ["Ignored"]
+
+
+def test_a_resumed_turn_keeps_its_budget_and_a_cancel_sent_before_it_resumed_wins() -> None:
+    spent = Limits(max_iterations=3)
+    record = checkpoint(
+        run(thinking(spent), ProtocolViolation(1, "x"), ProtocolViolation(2, "x"))[0]
+    )
+    state, out = transition(DecisionState(), resume_event(record, spent))
+    assert state.round == 3 and of(out, CallModel) == [CallModel(3)]
+    record["round"] = 3
+    state, out = transition(DecisionState(), resume_event(record, spent))
+    assert state.status == "budget_exhausted" and kinds(out)[-1] == "Finish"
+    early = transition(DecisionState(), CancelReAct(TURN))[0]
+    state, out = transition(early, resume_event(record, spent))
+    assert state.status == "cancelled"
+
+
+def test_an_answer_deferred_for_unseen_input_thinks_again_within_the_budget() -> None:
+    state, out = transition(thinking(Limits(max_iterations=2)), AnswerDeferred(1, "followup"))
+    assert state.phase is TurnPhase.THINKING and of(out, CallModel) == [CallModel(2)]
+    state, out = transition(state, AnswerDeferred(2, "followup"))
+    assert state.status == "budget_exhausted"
+    assert kinds(out)[-2:] == ["EmitProgress", "Finish"] and of(out, FinalizeBestEffort)

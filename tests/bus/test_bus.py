@@ -254,3 +254,62 @@ async def test_using_a_closed_bus_raises_not_connected(nats_server: EmbeddedNats
 def test_bus_errors_pickle_with_their_fields(error: Exception) -> None:
     back = pickle.loads(pickle.dumps(error))
     assert type(back) is type(error) and str(back) == str(error) and vars(back) == vars(error)
+
+
+async def test_a_concurrent_subscription_runs_handlers_side_by_side_up_to_its_limit(
+    bus: Bus,
+) -> None:
+    subject = bus.subjects.llm_generate
+    release = asyncio.Event()
+    running = 0
+    peak = 0
+
+    async def slow(msg: Message, env: Envelope) -> Message | None:
+        nonlocal running, peak
+        running += 1
+        peak = max(peak, running)
+        await release.wait()
+        running -= 1
+        return await accept(msg, env)
+
+    sub = await bus.subscribe(subject, slow, concurrency=3)
+    asks = [
+        asyncio.create_task(bus.request(subject, turn(turn_id=f"t{i}"), timeout=10))
+        for i in range(5)
+    ]
+    for _ in range(100):
+        if peak == 3:
+            break
+        await asyncio.sleep(0.02)
+    assert peak == 3 and sub.in_flight == 3  # the other two wait for a free slot
+    release.set()
+    replies = await asyncio.gather(*asks)
+    assert sorted(r.turn_id for r in replies if isinstance(r, TurnAccepted)) == [
+        f"t{i}" for i in range(5)
+    ]
+    assert peak == 3
+
+
+async def test_unsubscribe_cancels_the_handlers_a_concurrent_subscription_is_running(
+    bus: Bus,
+) -> None:
+    subject = bus.subjects.tools_exec
+    started = asyncio.Event()
+    cancelled = asyncio.Event()
+
+    async def stuck(msg: Message, env: Envelope) -> Message | None:
+        started.set()
+        try:
+            await asyncio.sleep(60)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return None
+
+    sub = await bus.subscribe(subject, stuck, concurrency=2)
+    await bus.publish(subject, turn())
+    await asyncio.wait_for(started.wait(), 5)
+    await sub.unsubscribe()
+    assert cancelled.is_set() and sub.in_flight == 0
+    with pytest.raises(ValueError, match="at least 1"):
+        await bus.subscribe(subject, stuck, concurrency=0)

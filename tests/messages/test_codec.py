@@ -46,6 +46,7 @@ def test_the_catalog_has_every_kind_of_the_design() -> None:
         "react.start", "react.progress", "stream.delta", "react.skip_waiting", "react.cancel",
         "render.request", "render.context", "timeline.contribute", "llm.generate", "llm.result",
         "agent.task", "agent.done", "tool.call", "tool.result", "error.reply", "bus.deadletter",
+        "ack",
     }  # fmt: skip
     assert set(MESSAGE_TYPES) == expected
 

@@ -246,3 +246,21 @@ def test_a_conversation_id_that_could_collide_in_keys_is_refused(tmp_path: Path,
             store.append_turn(cid, [], {"version": 1})
         with pytest.raises(ValueError, match="not a valid conversation id"):
             store.load(cid)
+
+
+def test_turn_records_commit_with_the_blocks_they_describe(tmp_path: Path) -> None:
+    with Store(tmp_path / "db") as store:
+        tl = Timeline("c1")
+        tl.begin_turn("t1", 1.0)
+        assert store.turn_record("c1", "t1") is None
+        store.persist(tl, turn_records={"t1": {"status": "running", "round": 2}})
+        assert store.turn_record("c1", "t1") == {"status": "running", "round": 2}
+        with pytest.raises(RevisionConflict):
+            store.append_turn(
+                "c1", [], tl.snapshot(), expect_revision=0, turn_records={"t1": {"status": "x"}}
+            )
+        assert store.turn_record("c1", "t1") == {"status": "running", "round": 2}
+        store.persist(tl, turn_records={"t1": {"status": "completed"}})
+        assert store.turn_record("c1", "t1") == {"status": "completed"}
+        with pytest.raises(ValueError, match="not a valid"):
+            store.turn_record("c1", "bad/turn")

@@ -1,0 +1,173 @@
+"""The actor primitive: an asyncio object with a mailbox and one task (DESIGN.md §2).
+
+An actor handles one message at a time, in arrival order, in its own task; nothing
+outside it touches its state. ``tell`` enqueues and returns; ``ask`` enqueues and
+awaits the handler's answer (or its exception). Long work (a model call, a tool
+round) runs in a child task that posts its outcome back to the mailbox, so no
+``await`` on slow I/O holds the mailbox.
+
+A handler that raises is logged and, for an ask, the exception goes to the asker;
+the actor keeps serving. ``stop()`` ends the task after the messages already queued.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import Any, Generic, TypeVar
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+
+@dataclass(eq=False)
+class Ask(Generic[T]):
+    """A message whose handler's return value goes back to the asker."""
+
+    body: object
+    reply: asyncio.Future[T] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+
+
+class _Stop:
+    """Ends the actor's task once the messages before it are handled."""
+
+
+_STOP = _Stop()
+
+
+class ActorStopped(RuntimeError):
+    """A message was sent to an actor that has stopped."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(f"actor {name} has stopped")
+
+
+class Actor:
+    """Subclasses implement ``receive(message) -> answer``; ``start()`` runs the mailbox."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._mailbox: asyncio.Queue[object] = asyncio.Queue()
+        self._task: asyncio.Task[None] | None = None
+        self._children: set[asyncio.Task[Any]] = set()
+        self._stopping = False
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._run(), name=f"actor:{self.name}")
+
+    @property
+    def running(self) -> bool:
+        return self._task is not None and not self._task.done()
+
+    async def stop(self) -> None:
+        """Handle what is queued, then end; child tasks are cancelled."""
+        if self._task is None or self._task.done():
+            await self._cancel_children()
+            return
+        self._stopping = True
+        self._mailbox.put_nowait(_STOP)
+        await asyncio.shield(self._task)
+
+    def request_stop(self) -> None:
+        """Stop after the messages already queued; safe to call from the actor's own task."""
+        if not self._stopping:
+            self._stopping = True
+            self._mailbox.put_nowait(_STOP)
+
+    async def kill(self) -> None:
+        """End now: queued messages are dropped (asks fail with ``ActorStopped``)."""
+        self._stopping = True
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+            try:
+                await self._task
+            except asyncio.CancelledError:
+                pass
+        await self._cancel_children()
+        self._fail_queued()
+
+    # -- sending ---------------------------------------------------------------------------
+    def tell(self, message: object) -> None:
+        """Enqueue ``message``; never blocks."""
+        if self._stopping:
+            raise ActorStopped(self.name)
+        self._mailbox.put_nowait(message)
+
+    async def ask(self, body: object) -> Any:
+        """Enqueue ``body`` and wait for the handler's answer."""
+        if self._stopping:
+            raise ActorStopped(self.name)
+        message: Ask[Any] = Ask(body)
+        self._mailbox.put_nowait(message)
+        return await message.reply
+
+    def spawn(self, coro: Coroutine[Any, Any, T], name: str) -> asyncio.Task[T]:
+        """A child task (cancelled when the actor stops); its failure is logged."""
+        task = asyncio.create_task(coro, name=f"{self.name}:{name}")
+        self._children.add(task)
+        task.add_done_callback(self._child_done)
+        return task
+
+    # -- the mailbox -------------------------------------------------------------------------
+    async def receive(self, message: object) -> object:
+        raise NotImplementedError
+
+    async def _run(self) -> None:
+        try:
+            while True:
+                message = await self._mailbox.get()
+                if message is _STOP:
+                    break
+                await self._handle(message)
+        finally:
+            await self._cancel_children()
+            self._fail_queued()
+
+    async def _handle(self, message: object) -> None:
+        if isinstance(message, Ask):
+            if message.reply.done():  # the asker gave up
+                return
+            try:
+                answer = await self.receive(message.body)
+            except asyncio.CancelledError:
+                message.reply.cancel()
+                raise
+            except Exception as exc:
+                if not message.reply.done():
+                    message.reply.set_exception(exc)
+                return
+            if not message.reply.done():
+                message.reply.set_result(answer)
+            return
+        try:
+            await self.receive(message)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("actor %s failed on %s", self.name, type(message).__name__)
+
+    def _child_done(self, task: asyncio.Task[Any]) -> None:
+        self._children.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            log.error("task %s failed", task.get_name(), exc_info=task.exception())
+
+    async def _cancel_children(self) -> None:
+        children = [t for t in self._children if not t.done()]
+        for task in children:
+            task.cancel()
+        if children:
+            await asyncio.gather(*children, return_exceptions=True)
+
+    def _fail_queued(self) -> None:
+        while not self._mailbox.empty():
+            message = self._mailbox.get_nowait()
+            if isinstance(message, Ask) and not message.reply.done():
+                message.reply.set_exception(ActorStopped(self.name))

@@ -1,0 +1,248 @@
+"""A client of the turn protocol: submit turns, follow their stream, read their results.
+
+Only the public wire contract is used (DESIGN.md §3.1): a ``turn.request`` published
+to ``al.turn.submit`` (through JetStream, so the submit is confirmed stored),
+``stream.delta`` / ``react.progress`` / ``turn.accepted`` on ``al.stream.<cid>``, the
+``turn.result`` on ``al.result.<tid>``, ``react.skip_waiting`` / ``react.cancel`` on
+``al.turn.<tid>.control``, followups and feedback on ``al.conv.<cid>.followup|feedback``
+and ``agent.done`` on ``al.agent.done``. The facade (``actline.Runtime``) builds on it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import nats.errors
+
+import messages
+from bus import Bus, Envelope, RequestTimeout, Subscription
+from messages import (
+    Ack,
+    ArtifactRef,
+    Attachment,
+    CancelReAct,
+    DoneSignal,
+    ErrorReply,
+    Feedback,
+    Followup,
+    ReActProgress,
+    ReActResult,
+    SkipWaiting,
+    StreamDelta,
+    TurnAccepted,
+    TurnRequest,
+    new_id,
+)
+
+
+class NoTurnQueue(RuntimeError):
+    """No node ever created the turn queue on this NATS: start a node first."""
+
+    def __init__(self, subject: str) -> None:
+        self.subject = subject
+        super().__init__(
+            f"nothing stores turn requests on {subject}: start a node "
+            "(actline serve, or actors.node) against this NATS, then submit again"
+        )
+
+
+@dataclass
+class TurnHandle:
+    """One submitted turn: its events as they arrive and its result."""
+
+    request: TurnRequest
+    events: list[messages.Message] = field(default_factory=list)
+    result: asyncio.Future[ReActResult] = field(
+        default_factory=lambda: asyncio.get_running_loop().create_future()
+    )
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    @property
+    def turn_id(self) -> str:
+        return self.request.turn_id
+
+    @property
+    def conversation_id(self) -> str:
+        return self.request.conversation_id
+
+    async def wait(self, timeout: float = 60.0) -> ReActResult:
+        """The result; ``RequestTimeout`` when it does not come within ``timeout``."""
+        try:
+            return await asyncio.wait_for(asyncio.shield(self.result), timeout)
+        except TimeoutError:
+            raise RequestTimeout(f"result of turn {self.turn_id}", timeout) from None
+
+    async def wait_for(
+        self, phase: str, *, detail: str = "", timeout: float = 30.0
+    ) -> ReActProgress:
+        """The first progress card of ``phase`` (whose detail holds ``detail``)."""
+
+        def find() -> ReActProgress | None:
+            for card in self.cards:
+                if card.phase == phase and detail in card.detail:
+                    return card
+            return None
+
+        async with asyncio.timeout(timeout):
+            while (card := find()) is None:
+                self.changed.clear()
+                await self.changed.wait()
+        return card
+
+    @property
+    def cards(self) -> list[ReActProgress]:
+        return [e for e in self.events if isinstance(e, ReActProgress)]
+
+    @property
+    def deltas(self) -> list[StreamDelta]:
+        return [e for e in self.events if isinstance(e, StreamDelta)]
+
+    @property
+    def accepted(self) -> TurnAccepted | None:
+        return next((e for e in self.events if isinstance(e, TurnAccepted)), None)
+
+    def text(self, channel: str) -> str:
+        """Everything streamed on ``channel``, in ``seq`` order."""
+        parts = sorted((d for d in self.deltas if d.channel == channel), key=lambda d: d.seq)
+        return "".join(d.text for d in parts)
+
+
+class Client:
+    """Submits turns over a ``Bus`` and follows them."""
+
+    def __init__(self, bus: Bus) -> None:
+        self.bus = bus
+        self._handles: dict[str, TurnHandle] = {}
+        self._streams: dict[str, Subscription] = {}
+        self._results: dict[str, Subscription] = {}
+
+    async def close(self) -> None:
+        for sub in [*self._streams.values(), *self._results.values()]:
+            with contextlib.suppress(Exception):
+                await sub.unsubscribe()
+        self._streams.clear()
+        self._results.clear()
+
+    async def submit(
+        self,
+        text: str,
+        *,
+        conversation_id: str | None = None,
+        turn_id: str | None = None,
+        config: dict[str, Any] | None = None,
+        attachments: Sequence[Attachment] = (),
+        timezone: str = "UTC",
+        user_id: str = "",
+    ) -> TurnHandle:
+        """Publish a turn request (stored by JetStream before this returns)."""
+        request = TurnRequest(
+            conversation_id=conversation_id or new_id("c-"),
+            turn_id=turn_id or new_id("t-"),
+            text=text,
+            attachments=list(attachments),
+            config=dict(config or {}),
+            timezone=timezone,
+            user_id=user_id,
+        )
+        return await self.submit_request(request)
+
+    async def submit_request(self, request: TurnRequest) -> TurnHandle:
+        handle = TurnHandle(request)
+        self._handles[request.turn_id] = handle
+        await self._follow(request.conversation_id)
+        subject = self.bus.subjects.result(request.turn_id)
+        self._results[request.turn_id] = await self.bus.subscribe(subject, self._on_result)
+        js = self.bus.jetstream()
+        try:
+            await js.publish(self.bus.subjects.turn_submit, messages.encode(request))
+        except nats.errors.NoRespondersError:
+            raise NoTurnQueue(self.bus.subjects.turn_submit) from None
+        return handle
+
+    async def ask(self, text: str, *, timeout: float = 60.0, **kwargs: Any) -> ReActResult:
+        handle = await self.submit(text, **kwargs)
+        return await handle.wait(timeout)
+
+    async def _follow(self, cid: str) -> None:
+        if cid not in self._streams:
+            self._streams[cid] = await self.bus.subscribe(
+                self.bus.subjects.stream(cid), self._on_event
+            )
+
+    async def _on_event(self, msg: messages.Message, env: Envelope) -> None:
+        handle = self._handles.get(getattr(msg, "turn_id", ""))
+        if handle is not None:
+            handle.events.append(msg)
+            handle.changed.set()
+
+    async def _on_result(self, msg: messages.Message, env: Envelope) -> None:
+        if not isinstance(msg, ReActResult):
+            return
+        handle = self._handles.get(msg.turn_id)
+        if handle is not None and not handle.result.done():
+            handle.result.set_result(msg)
+            handle.changed.set()
+        sub = self._results.pop(msg.turn_id, None)
+        if sub is not None:
+            asyncio.get_running_loop().call_soon(lambda: asyncio.ensure_future(sub.unsubscribe()))
+
+    # -- controls ---------------------------------------------------------------------------------
+    async def skip_waiting(self, turn_id: str, reason: str = "") -> None:
+        await self.bus.publish(
+            self.bus.subjects.turn_control(turn_id), SkipWaiting(turn_id=turn_id, reason=reason)
+        )
+
+    async def cancel(self, turn_id: str, reason: str = "") -> None:
+        await self.bus.publish(
+            self.bus.subjects.turn_control(turn_id), CancelReAct(turn_id=turn_id, reason=reason)
+        )
+
+    async def followup(
+        self, conversation_id: str, turn_id: str, text: str, *, timeout: float = 5.0
+    ) -> Ack | ErrorReply:
+        msg = Followup(conversation_id=conversation_id, turn_id=turn_id, text=text)
+        return await self._ask(self.bus.subjects.conv(conversation_id, "followup"), msg, timeout)
+
+    async def feedback(
+        self,
+        conversation_id: str,
+        turn_id: str,
+        rating: int,
+        text: str = "",
+        *,
+        timeout: float = 5.0,
+    ) -> Ack | ErrorReply:
+        msg = Feedback(conversation_id=conversation_id, turn_id=turn_id, rating=rating, text=text)
+        return await self._ask(self.bus.subjects.conv(conversation_id, "feedback"), msg, timeout)
+
+    async def send_done(
+        self,
+        agent: str,
+        summary: str,
+        *,
+        turn_id: str | None = None,
+        task_id: str | None = None,
+        signal_id: str | None = None,
+        artifacts: Sequence[ArtifactRef] = (),
+        timeout: float = 5.0,
+    ) -> Ack | ErrorReply:
+        """Answer an outside agent's task; the node says whether it was applied."""
+        msg = DoneSignal(
+            agent=agent,
+            turn_id=turn_id,
+            task_id=task_id,
+            signal_id=signal_id or new_id("sig-"),
+            summary=summary,
+            artifacts=list(artifacts),
+        )
+        return await self._ask(self.bus.subjects.agent_done, msg, timeout)
+
+    async def _ask(self, subject: str, msg: messages.Message, timeout: float) -> Ack | ErrorReply:
+        reply = await self.bus.request(subject, msg, timeout=timeout, raise_remote=False)
+        if not isinstance(reply, Ack | ErrorReply):
+            return ErrorReply(code="unexpected_reply", message=f"got {reply.kind}")
+        return reply

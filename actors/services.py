@@ -1,0 +1,92 @@
+"""What a node shares with the conversation-scoped actors it hosts.
+
+``Services`` bundles the bus, the store, the settings, the in-loop tools, the names of
+the external tools and the node's ``TaskBook``: the outside-agent tasks it sent, so
+that an ``agent.done`` finds its turn (DESIGN.md §2.2).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from bus import Bus
+from storage import Store
+from tools import KnowledgeSpace
+from tools.react import ReactTools
+
+from .settings import NodeSettings
+from .streamer import ContextShelf
+
+
+@dataclass(slots=True)
+class TaskEntry:
+    """One agent task this node sent."""
+
+    task_id: str
+    agent: str
+    conversation_id: str
+    turn_id: str
+    sent_at: float
+    answered: bool = False
+
+
+class TaskBook:
+    """The agent tasks sent by this node's turns, for routing DONE signals.
+
+    A task is *open* while unanswered and its turn runs. A DONE without ids goes to
+    the agent's oldest open task; when the agent has open tasks in more than one
+    turn the signal is ambiguous. Entries of ended turns stay (``keep`` of them) so a
+    late DONE still finds its conversation.
+    """
+
+    def __init__(self, keep: int = 10_000) -> None:
+        self.keep = keep
+        self._tasks: dict[str, TaskEntry] = {}
+        self._running: set[str] = set()
+
+    def add(self, entry: TaskEntry) -> None:
+        self._tasks[entry.task_id] = entry
+        self._running.add(entry.turn_id)
+        while len(self._tasks) > self.keep:
+            oldest = next(iter(self._tasks))
+            del self._tasks[oldest]
+
+    def get(self, task_id: str) -> TaskEntry | None:
+        return self._tasks.get(task_id)
+
+    def answered(self, task_id: str) -> None:
+        entry = self._tasks.get(task_id)
+        if entry is not None:
+            entry.answered = True
+
+    def turn_started(self, turn_id: str) -> None:
+        self._running.add(turn_id)
+
+    def turn_ended(self, turn_id: str) -> None:
+        self._running.discard(turn_id)
+
+    def open_tasks(self, agent: str) -> list[TaskEntry]:
+        """The agent's unanswered tasks of running turns, oldest first."""
+        return [
+            t
+            for t in self._tasks.values()
+            if t.agent == agent and not t.answered and t.turn_id in self._running
+        ]
+
+
+@dataclass
+class Services:
+    """Node-wide resources handed to every conversation and decision actor."""
+
+    bus: Bus
+    store: Store
+    settings: NodeSettings
+    react: ReactTools
+    system_prompt: str
+    knowledge: KnowledgeSpace | None = None
+    external_tools: Callable[[], list[str]] = list
+    shelf: ContextShelf | None = None
+    tasks: TaskBook = field(default_factory=TaskBook)
+    clock: Callable[[], float] = time.time

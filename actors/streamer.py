@@ -1,0 +1,288 @@
+"""The StreamerActor pool: model calls, channel parsing, fanout of deltas to clients.
+
+A ``GenerateRequest`` on ``al.llm.generate`` (queue group ``streamers``) or on the
+node's own ``al.llm.generate.<node>`` is one model call. The streamer runs the model,
+feeds its text through ``channels.ChannelStream`` (citations resolved against the
+request's sources in what clients see, never in the raw text), publishes every
+client-facing delta as ``stream.delta`` on ``al.stream.<conversation_id>`` as it
+becomes safe, and answers with a ``GenerateResult``: the raw text of each channel,
+the SIDs the answer cited, and the usage. The decision channel is not streamed to
+clients; it is the loop's own business.
+
+A context rendered on this node travels by reference: the decision loop parks the
+full request in the node's ``ContextShelf`` and sends a small request naming it on the
+node's own subject (a 5,000-block context is megabytes of msgpack). A node without
+streamers sends the whole request to the pool instead.
+
+Model failures are results, not exceptions: ``error_code`` is ``model_unavailable``
+(retries spent), ``context_window`` (the caller re-renders with compaction),
+``model_stream`` (failed after text was delivered), ``model_request`` (a 4xx),
+``model_config`` or ``model_error``. A ``react.cancel`` on ``al.llm.cancel`` stops
+the calls of that turn.
+
+The pool is one subscription with bounded concurrency per node rather than N
+single-task actors: NATS queue groups pick a member at random, and a long model
+call would block whatever was queued behind it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from bus import Bus, Envelope, Subscription
+from channels import ChannelSpec, ChannelStream
+from llm.errors import (
+    ContextWindowExceeded,
+    ModelConfigError,
+    ModelError,
+    ModelRequestError,
+    ModelStreamError,
+    ModelUnavailable,
+)
+from llm.protocol import Model, opened
+from messages import (
+    CancelReAct,
+    ErrorReply,
+    GenerateRequest,
+    GenerateResult,
+    Message,
+    StreamDelta,
+    Usage,
+)
+
+log = logging.getLogger(__name__)
+
+CHANNEL_SPECS: Final = (
+    ChannelSpec("thinking", "markdown", replace_citations=False),
+    ChannelSpec("decision", "json", replace_citations=False),
+    ChannelSpec("answer", "markdown"),
+    ChannelSpec("followup", "json", replace_citations=False),
+    ChannelSpec("canvas", "json", replace_citations=False),
+    ChannelSpec("usage", "json", replace_citations=False),
+)
+"""The channels of the decision protocol (DESIGN.md §5)."""
+PRIVATE_CHANNELS: Final = frozenset({"decision"})
+"""Channels never streamed to clients."""
+
+ModelResolver = Callable[[str], Model]
+
+
+class ContextShelf:
+    """Node-local parking for rendered requests that travel to a local streamer by name."""
+
+    def __init__(self, node_id: str) -> None:
+        self.node_id = node_id
+        self._items: dict[str, GenerateRequest] = {}
+        self._ids = itertools.count(1)
+
+    def put(self, request: GenerateRequest) -> str:
+        ref = f"ctx:{self.node_id}:{next(self._ids)}"
+        self._items[ref] = request
+        return ref
+
+    def take(self, ref: str) -> GenerateRequest | None:
+        return self._items.pop(ref, None)
+
+    def drop(self, ref: str) -> None:
+        self._items.pop(ref, None)
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+
+def models_by_name(default: Model, named: Mapping[str, Model] | None = None) -> ModelResolver:
+    """A resolver: the model of that name, else ``default`` (an empty name is the default)."""
+    table = dict(named or {})
+
+    def resolve(name: str) -> Model:
+        return table.get(name, default)
+
+    return resolve
+
+
+class StreamerActor:
+    """One node's model-call pool; ``await start()`` subscribes, ``await stop()`` ends."""
+
+    QUEUE = "streamers"
+
+    def __init__(
+        self,
+        bus: Bus,
+        models: ModelResolver,
+        *,
+        shelf: ContextShelf | None = None,
+        concurrency: int = 32,
+        timeout_s: float = 600.0,
+    ) -> None:
+        self.bus = bus
+        self.models = models
+        self.shelf = shelf
+        self.concurrency = concurrency
+        self.timeout_s = timeout_s
+        self.calls = 0
+        self.failures = 0
+        self._subs: list[Subscription] = []
+        self._running: dict[str, set[asyncio.Task[Any]]] = {}
+
+    async def start(self) -> None:
+        if self._subs:
+            return
+        subjects = self.bus.subjects
+        self._subs.append(
+            await self.bus.subscribe(
+                subjects.llm_generate,
+                self._on_generate,
+                queue=self.QUEUE,
+                concurrency=self.concurrency,
+            )
+        )
+        if self.shelf is not None:
+            self._subs.append(
+                await self.bus.subscribe(
+                    subjects.llm_generate_local(self.shelf.node_id),
+                    self._on_generate,
+                    concurrency=self.concurrency,
+                )
+            )
+        self._subs.append(await self.bus.subscribe(subjects.llm_cancel, self._on_cancel))
+
+    async def stop(self) -> None:
+        subs, self._subs = self._subs, []
+        for sub in subs:
+            await sub.unsubscribe()
+
+    # -- handlers ---------------------------------------------------------------------------
+    async def _on_cancel(self, msg: Message, env: Envelope) -> None:
+        if not isinstance(msg, CancelReAct):
+            return
+        for task in list(self._running.get(msg.turn_id, ())):
+            task.cancel()
+
+    async def _on_generate(self, msg: Message, env: Envelope) -> Message:
+        if not isinstance(msg, GenerateRequest):
+            return ErrorReply(
+                code="unexpected_message",
+                message=f"the streamers take llm.generate, not {msg.kind}",
+                subject=env.subject,
+            )
+        request = msg
+        if msg.context_ref is not None:
+            parked = self.shelf.take(msg.context_ref) if self.shelf is not None else None
+            if parked is None:
+                return ErrorReply(
+                    code="context_missing",
+                    message=f"no rendered context {msg.context_ref} on this node; "
+                    "send the whole request to the pool",
+                    subject=env.subject,
+                )
+            request = parked
+        task = asyncio.current_task()
+        assert task is not None
+        running = self._running.setdefault(request.turn_id, set())
+        running.add(task)
+        try:
+            return await self.generate(request)
+        except asyncio.CancelledError:
+            if task.cancelling():
+                # cancelled through al.llm.cancel: the caller gets a result saying so
+                uncancel = getattr(task, "uncancel", None)
+                if uncancel is not None:
+                    uncancel()
+                return self._failed(request, "cancelled", "the model call was cancelled")
+            raise
+        finally:
+            running.discard(task)
+            if not running:
+                self._running.pop(request.turn_id, None)
+
+    async def generate(self, request: GenerateRequest) -> GenerateResult:
+        """Run one model call, streaming its deltas; failures come back as results."""
+        self.calls += 1
+        model = self.models(request.model)
+        parser = ChannelStream(CHANNEL_SPECS, sources=request.sources)
+        seq = request.seq_start
+        usage = Usage(model=model.name)
+        subject = self.bus.subjects.stream(request.conversation_id)
+
+        async def emit(deltas: list[Any]) -> None:
+            nonlocal seq
+            for delta in deltas:
+                if delta.channel in PRIVATE_CHANNELS or delta.key is not None:
+                    continue
+                if not delta.text and not delta.completed:
+                    continue
+                await self.bus.publish(
+                    subject,
+                    StreamDelta(
+                        conversation_id=request.conversation_id,
+                        turn_id=request.turn_id,
+                        channel=delta.channel,
+                        text=delta.text,
+                        seq=seq,
+                        round=request.round,
+                        completed=delta.completed,
+                    ),
+                )
+                seq += 1
+
+        try:
+            async with asyncio.timeout(self.timeout_s):
+                async with opened(model.stream(request)) as stream:
+                    async for piece in stream:
+                        if isinstance(piece, Usage):
+                            usage = piece
+                        else:
+                            await emit(parser.feed(piece))
+        except ContextWindowExceeded as exc:
+            return self._failed(request, "context_window", str(exc), seq)
+        except ModelUnavailable as exc:
+            return self._failed(request, "model_unavailable", str(exc), seq)
+        except ModelStreamError as exc:
+            return self._failed(request, "model_stream", str(exc), seq)
+        except ModelRequestError as exc:
+            return self._failed(request, "model_request", str(exc), seq)
+        except ModelConfigError as exc:
+            return self._failed(request, "model_config", str(exc), seq)
+        except TimeoutError:
+            message = f"no complete answer within {self.timeout_s:g} s"
+            return self._failed(request, "model_timeout", message, seq)
+        except ModelError as exc:
+            return self._failed(request, "model_error", str(exc), seq)
+        await emit(parser.finish())
+        result = parser.result
+        channels = {name: r.raw for name, r in result.channels.items() if r.declared or r.raw}
+        return GenerateResult(
+            conversation_id=request.conversation_id,
+            turn_id=request.turn_id,
+            round=request.round,
+            channels=channels,
+            raw="",
+            usage=usage,
+            notices=[f"{n.code}: {n.message}" for n in result.notices],
+            used_sources=list(result["answer"].used_sources),
+            seq_end=seq,
+        )
+
+    def _failed(
+        self, request: GenerateRequest, code: str, message: str, seq: int | None = None
+    ) -> GenerateResult:
+        self.failures += 1
+        log.warning(
+            "model call failed: %s conversation=%s turn=%s round=%d",
+            code,
+            request.conversation_id,
+            request.turn_id,
+            request.round,
+        )
+        return GenerateResult(
+            conversation_id=request.conversation_id,
+            turn_id=request.turn_id,
+            round=request.round,
+            error=message,
+            error_code=code,
+            seq_end=request.seq_start if seq is None else seq,
+        )

@@ -1,0 +1,462 @@
+"""The ToolExecutorActor: a pool that runs external tools for decision loops.
+
+Every tool other than the in-loop ones (``react.*`` and ``agent.send``) runs here. A
+decision loop asks ``<prefix>.tools.exec`` with a ``ToolCall`` and gets a ``ToolResult``
+back; a failure of the tool (unknown name, params that break its JSON schema, a timeout,
+an exception, a wrong return type) is a ``ToolResult`` with ``ok=False``, an ``error``
+written for the model and ``data["code"]`` for programs, never a transport error.
+
+Each node runs one executor: a single subscription in the queue group ``tools`` whose
+handlers run up to ``concurrency`` calls at once, each in its own task. This replaces N
+single-task actors because a NATS queue group picks a member at random: with one call per
+member, a long call (a crawl, a build) would block whatever the server happened to queue
+behind it while other members sat idle. Inside one process the bounded pool lets a short
+call pass a long one; across nodes the queue group still spreads the load.
+
+Cancellation contract: a call runs under ``asyncio.timeout`` of the smallest of the
+call's ``timeout_s``, the tool's own default and ``max_timeout_s``; when it expires the
+tool's task is cancelled (the tool sees ``CancelledError``) and the reply says
+``timeout``. ``stop()`` unsubscribes and cancels the calls in flight; their callers get
+no reply, so their ``request`` ends in ``RequestTimeout``. ``CancelledError`` is never
+swallowed. Logs carry ids, sizes and timings, never params or results.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import inspect
+import logging
+import math
+import re
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import jsonschema.exceptions
+from jsonschema.validators import validator_for
+from pydantic import ValidationError
+
+from bus import Bus, Envelope, Subscription
+from messages import ArtifactRef, EncodeError, ErrorReply, Message, ToolCall, ToolResult, encode
+
+__all__ = [
+    "TOOL_NAME_PATTERN",
+    "RegisteredTool",
+    "ToolContext",
+    "ToolExecutorActor",
+    "ToolExecutorStats",
+    "ToolFn",
+    "ToolOutput",
+    "ToolRegistry",
+]
+
+log = logging.getLogger(__name__)
+
+TOOL_NAME_PATTERN = r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$"
+"""Dotted lowercase words with at least one dot, e.g. ``clock.now`` or ``web.fetch_page``."""
+
+_NAME_RE = re.compile(TOOL_NAME_PATTERN)
+_IN_LOOP_ADVICE = "react.* and agent.send are in-loop tools that the decision loop runs itself"
+_MAX_SCHEMA_ERRORS = 5
+_MAX_ERROR_CHARS = 300
+
+
+@dataclass(frozen=True, slots=True)
+class ToolContext:
+    """What a running tool may need besides its params.
+
+    ``deadline`` is on the event loop's monotonic clock (``loop.time()``); a tool that
+    calls further services can pass the time left on to them.
+    """
+
+    conversation_id: str
+    turn_id: str
+    call_id: str
+    tool: str
+    deadline: float
+
+    def time_left(self) -> float:
+        """Seconds until the deadline (negative once it has passed)."""
+        return self.deadline - asyncio.get_running_loop().time()
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutput:
+    """A tool's result: ``content`` for the model, ``data`` for programs, and artifacts."""
+
+    content: str = ""
+    data: dict[str, Any] = field(default_factory=dict)
+    artifacts: tuple[ArtifactRef, ...] = ()
+
+
+ToolFn = Callable[[dict[str, Any], ToolContext], Awaitable[ToolOutput | str | dict[str, Any]]]
+"""A tool: ``async def fn(params, ctx)``; a ``str`` return is content, a ``dict`` is data."""
+
+
+def _is_async(fn: object) -> bool:
+    # An instance whose class defines ``async def __call__`` is async too.
+    return inspect.iscoroutinefunction(fn) or (
+        callable(fn) and inspect.iscoroutinefunction(type(fn).__call__)
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class RegisteredTool:
+    """A tool the executor can run; the name and the params schema are checked here.
+
+    Raises ``ValueError`` for a name outside ``TOOL_NAME_PATTERN``, an in-loop name
+    (``react.*``, ``agent.send``), a schema that is not a valid JSON schema, a
+    non-positive ``timeout_s`` or a ``fn`` that is not async.
+    """
+
+    name: str
+    fn: ToolFn
+    description: str = ""
+    schema: dict[str, Any] = field(default_factory=lambda: {"type": "object"})
+    timeout_s: float | None = None
+    _validator: Any = field(init=False, repr=False, compare=False, default=None)
+
+    def __post_init__(self) -> None:
+        if not _NAME_RE.match(self.name):
+            raise ValueError(
+                f"tool name {self.name!r} is not valid: use dotted lowercase words "
+                f"such as 'clock.now' (pattern {TOOL_NAME_PATTERN})"
+            )
+        if _is_in_loop(self.name):
+            raise ValueError(
+                f"tool name {self.name!r} is reserved: {_IN_LOOP_ADVICE}; pick another name"
+            )
+        if not _is_async(self.fn):
+            raise ValueError(f"tool {self.name!r}: fn must be an async function (async def)")
+        if self.timeout_s is not None and not self.timeout_s > 0:
+            raise ValueError(
+                f"tool {self.name!r}: timeout_s must be positive or None, got {self.timeout_s}"
+            )
+        if not isinstance(self.schema, Mapping):
+            raise ValueError(
+                f"tool {self.name!r}: schema must be a JSON-schema object (a dict), "
+                f"got {type(self.schema).__name__}"
+            )
+        cls = validator_for(self.schema)
+        try:
+            cls.check_schema(self.schema)
+        except jsonschema.exceptions.SchemaError as exc:
+            raise ValueError(
+                f"tool {self.name!r}: the params schema is not a valid JSON schema: "
+                f"{exc.message} (at {exc.json_path}); fix the schema"
+            ) from None
+        object.__setattr__(self, "_validator", cls(self.schema))
+
+    def check_params(self, params: Mapping[str, Any]) -> list[str]:
+        """Schema violations of ``params``, most relevant first, each with its JSON path."""
+        errors = sorted(self._validator.iter_errors(params), key=jsonschema.exceptions.relevance)
+        return [_shorten(f"{err.json_path}: {err.message}") for err in errors]
+
+
+class ToolRegistry:
+    """The tools of one node, by name; ``describe()`` lists them for the system prompt."""
+
+    def __init__(self) -> None:
+        self._tools: dict[str, RegisteredTool] = {}
+
+    def register(
+        self,
+        name: str,
+        fn: ToolFn,
+        *,
+        schema: Mapping[str, Any] | None = None,
+        description: str = "",
+        timeout_s: float | None = None,
+    ) -> RegisteredTool:
+        """Add a tool; ``description`` defaults to the function's docstring.
+
+        Raises ``ValueError`` for a bad or reserved name, a duplicate, or a broken schema.
+        """
+        if name in self._tools:
+            raise ValueError(
+                f"tool {name!r} is already registered; pick another name or register it once"
+            )
+        tool = RegisteredTool(
+            name=name,
+            fn=fn,
+            description=description or inspect.getdoc(fn) or "",
+            schema=copy.deepcopy(dict(schema)) if schema is not None else {"type": "object"},
+            timeout_s=timeout_s,
+        )
+        self._tools[name] = tool
+        return tool
+
+    def tool(
+        self,
+        name: str,
+        *,
+        schema: Mapping[str, Any] | None = None,
+        description: str = "",
+        timeout_s: float | None = None,
+    ) -> Callable[[ToolFn], ToolFn]:
+        """Decorator form of ``register``; returns the function unchanged."""
+
+        def decorate(fn: ToolFn) -> ToolFn:
+            self.register(name, fn, schema=schema, description=description, timeout_s=timeout_s)
+            return fn
+
+        return decorate
+
+    def names(self) -> list[str]:
+        """The registered names, sorted."""
+        return sorted(self._tools)
+
+    def get(self, name: str) -> RegisteredTool | None:
+        """The tool called ``name``, or None."""
+        return self._tools.get(name)
+
+    def describe(self) -> list[dict[str, Any]]:
+        """``{"name", "description", "schema"}`` of every tool, sorted by name."""
+        return [
+            {
+                "name": tool.name,
+                "description": tool.description,
+                "schema": copy.deepcopy(tool.schema),
+            }
+            for tool in sorted(self._tools.values(), key=lambda t: t.name)
+        ]
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._tools
+
+    def __len__(self) -> int:
+        return len(self._tools)
+
+
+@dataclass(slots=True)
+class ToolExecutorStats:
+    """Counters of one executor; ``errors`` counts every ``ok=False`` reply but timeouts."""
+
+    calls: int = 0
+    ok: int = 0
+    errors: int = 0
+    timeouts: int = 0
+
+
+class ToolExecutorActor:
+    """Serves ``bus.subjects.tools_exec`` in the queue group ``tools`` from a registry."""
+
+    QUEUE = "tools"
+
+    def __init__(
+        self,
+        bus: Bus,
+        registry: ToolRegistry,
+        *,
+        concurrency: int = 8,
+        max_timeout_s: float = 300.0,
+        max_content_chars: int = 200_000,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+        if not max_timeout_s > 0:
+            raise ValueError(f"max_timeout_s must be positive, got {max_timeout_s}")
+        self.bus = bus
+        self.registry = registry
+        self.concurrency = concurrency
+        self.max_timeout_s = max_timeout_s
+        self.max_content_chars = max_content_chars
+        self.stats = ToolExecutorStats()
+        self._sub: Subscription | None = None
+        self._in_flight: set[asyncio.Task[Any]] = set()
+
+    @property
+    def in_flight(self) -> int:
+        """Calls running now."""
+        return len(self._in_flight)
+
+    async def start(self) -> None:
+        """Subscribe; requests sent after this returns find the executor. Idempotent."""
+        if self._sub is not None:
+            return
+        subject = self.bus.subjects.tools_exec
+        self._sub = await self.bus.subscribe(
+            subject, self._handle, queue=self.QUEUE, concurrency=self.concurrency
+        )
+        log.info(
+            "tool executor serving %s (%d tools, concurrency %d)",
+            subject,
+            len(self.registry.names()),
+            self.concurrency,
+        )
+
+    async def stop(self) -> None:
+        """Unsubscribe and cancel the calls in flight; returns once they have ended."""
+        sub, self._sub = self._sub, None
+        if sub is None:
+            return
+        await sub.unsubscribe()
+        leftover = list(self._in_flight)
+        for task in leftover:
+            task.cancel()
+        if leftover:
+            await asyncio.wait(leftover)
+        log.info("tool executor on %s stopped (%d calls cancelled)", sub.subject, len(leftover))
+
+    # -- one call ------------------------------------------------------------------
+    async def _handle(self, msg: Message, env: Envelope) -> Message | None:
+        if not isinstance(msg, ToolCall):
+            log.warning("unexpected %s on %s", msg.kind, env.subject)
+            return ErrorReply(
+                code="unexpected_message",
+                message=f"{env.subject} serves tool.call requests; got {msg.kind}",
+                subject=env.subject,
+            )
+        task = asyncio.current_task()
+        if task is not None:
+            self._in_flight.add(task)
+        try:
+            result = await self._run(msg)
+        finally:
+            if task is not None:
+                self._in_flight.discard(task)
+        self._count(result)
+        return result
+
+    async def _run(self, call: ToolCall) -> ToolResult:
+        self.stats.calls += 1
+        tool = self.registry.get(call.tool)
+        if tool is None:
+            names = ", ".join(self.registry.names()) or "(none)"
+            hint = f"; {_IN_LOOP_ADVICE}" if _is_in_loop(call.tool) else ""
+            return _failure(
+                call,
+                f"there is no tool {call.tool!r}{hint}; the tools are: {names}",
+                code="unknown_tool",
+            )
+        problems = tool.check_params(call.params)
+        if problems:
+            more = len(problems) - 1
+            return _failure(
+                call,
+                f"bad params for {tool.name}: {problems[0]}"
+                + (f" (and {more} more)" if more else "")
+                + "; fix the params to match the tool's schema and call again",
+                code="bad_params",
+                errors=problems[:_MAX_SCHEMA_ERRORS],
+            )
+        timeout = self._timeout_for(call, tool)
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        ctx = ToolContext(
+            call.conversation_id, call.turn_id, call.call_id, tool.name, started + timeout
+        )
+        scope = asyncio.timeout_at(ctx.deadline)
+        try:
+            async with scope:
+                raw = await tool.fn(dict(call.params), ctx)
+        except TimeoutError as exc:
+            if not scope.expired():
+                return self._raised(call, exc)
+            log.warning(
+                "tool %s call_id=%s timed out after %.3gs", tool.name, call.call_id, timeout
+            )
+            return _failure(
+                call,
+                f"{tool.name} did not finish within {timeout:g}s and was cancelled",
+                code="timeout",
+                timeout_s=timeout,
+            )
+        except Exception as exc:
+            return self._raised(call, exc)
+        result = self._result(call, raw)
+        log.debug(
+            "tool %s call_id=%s conversation_id=%s turn_id=%s ok=%s %d chars in %.3fs",
+            tool.name,
+            call.call_id,
+            call.conversation_id,
+            call.turn_id,
+            result.ok,
+            len(result.content),
+            loop.time() - started,
+        )
+        return result
+
+    def _timeout_for(self, call: ToolCall, tool: RegisteredTool) -> float:
+        requested = call.timeout_s if not math.isnan(call.timeout_s) else self.max_timeout_s
+        default = tool.timeout_s if tool.timeout_s is not None else requested
+        return max(0.0, min(requested, default, self.max_timeout_s))
+
+    def _raised(self, call: ToolCall, exc: Exception) -> ToolResult:
+        kind = type(exc).__name__
+        log.warning("tool %s call_id=%s raised %s", call.tool, call.call_id, kind)
+        log.debug("tool %s call_id=%s traceback", call.tool, call.call_id, exc_info=exc)
+        return _failure(call, _shorten(f"{kind}: {exc}", 2000), code="tool_error", type=kind)
+
+    def _result(self, call: ToolCall, raw: object) -> ToolResult:
+        if isinstance(raw, ToolOutput):
+            output = raw
+        elif isinstance(raw, str):
+            output = ToolOutput(content=raw)
+        elif isinstance(raw, dict):
+            output = ToolOutput(data=raw)
+        else:
+            kind = type(raw).__name__
+            return _failure(
+                call,
+                f"{call.tool} returned {kind}; a tool returns ToolOutput, str or dict",
+                code="bad_return",
+                type=kind,
+            )
+        content, data = output.content, output.data
+        if len(content) > self.max_content_chars:
+            cut = len(content) - self.max_content_chars
+            content = (
+                content[: self.max_content_chars]
+                + f"\n[truncated: {cut} of {len(output.content)} characters cut]"
+            )
+            data = {**data, "truncated": True}
+        try:
+            result = ToolResult(
+                conversation_id=call.conversation_id,
+                turn_id=call.turn_id,
+                call_id=call.call_id,
+                tool=call.tool,
+                content=content,
+                data=data,
+                artifacts=list(output.artifacts),
+            )
+            encode(result, max_size=self.bus.max_payload)
+        except (ValidationError, EncodeError) as exc:
+            reason = str(exc).splitlines()[0]
+            return _failure(
+                call,
+                _shorten(f"{call.tool} returned a result that cannot be sent: {reason}"),
+                code="bad_return",
+                type=type(exc).__name__,
+            )
+        return result
+
+    def _count(self, result: ToolResult) -> None:
+        if result.ok:
+            self.stats.ok += 1
+        elif result.data.get("code") == "timeout":
+            self.stats.timeouts += 1
+        else:
+            self.stats.errors += 1
+
+
+def _failure(call: ToolCall, error: str, *, code: str, **data: Any) -> ToolResult:
+    return ToolResult(
+        conversation_id=call.conversation_id,
+        turn_id=call.turn_id,
+        call_id=call.call_id,
+        tool=call.tool,
+        ok=False,
+        error=error,
+        data={"code": code, **data},
+    )
+
+
+def _is_in_loop(name: str) -> bool:
+    return name.startswith("react.") or name == "agent.send"
+
+
+def _shorten(text: str, limit: int = _MAX_ERROR_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -1,0 +1,102 @@
+"""Shared pieces of the actor tests: scripted models per conversation, nodes, clients."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import AsyncIterator, Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from actors import NodeSettings
+from actors.client import Client, TurnHandle
+from actors.node import Node
+from bus import Bus
+from llm import ReplayModel
+from llm.protocol import Chunk
+from messages import GenerateRequest
+from storage import Store
+from tools import KnowledgeSpace
+
+KB = Path(__file__).resolve().parents[2] / "examples" / "kb"
+
+
+def say(
+    thinking: str = "",
+    *,
+    calls: Iterable[tuple[str, Mapping[str, Any]]] = (),
+    answer: str | None = None,
+    followups: Iterable[str] = (),
+    notes: str = "",
+    decision: str | None = None,
+) -> str:
+    """One model output in the channel protocol."""
+    parts = [f"<channel:thinking>{thinking}</channel:thinking>"] if thinking else []
+    if decision is None:
+        if answer is not None:
+            body: dict[str, Any] = {"action": "complete"}
+        else:
+            body = {
+                "action": "call_tools",
+                "calls": [{"tool": t, "params": dict(p)} for t, p in calls],
+            }
+        if notes:
+            body["notes"] = notes
+        decision = json.dumps(body)
+    parts.append(f"<channel:decision>{decision}</channel:decision>")
+    if answer is not None:
+        parts.append(f"<channel:answer>{answer}</channel:answer>")
+        parts.append(f"<channel:followup>{json.dumps(list(followups))}</channel:followup>")
+    return "".join(parts)
+
+
+class Scripted:
+    """A model whose outputs are scripted per conversation (ReplayModel each)."""
+
+    name = "scripted"
+
+    def __init__(self, scripts: Mapping[str, Iterable[str]] | None = None, **kwargs: Any) -> None:
+        self.kwargs = kwargs
+        self.models: dict[str, ReplayModel] = {}
+        for cid, outputs in (scripts or {}).items():
+            self.script(cid, outputs)
+
+    def script(self, cid: str, outputs: Iterable[str]) -> ReplayModel:
+        model = ReplayModel.of(list(outputs), **self.kwargs)
+        self.models[cid] = model
+        return model
+
+    def stream(self, request: GenerateRequest) -> AsyncIterator[Chunk]:
+        return self.models[request.conversation_id].stream(request)
+
+
+def settings(home: Path, **changes: Any) -> NodeSettings:
+    base = NodeSettings(
+        home=home,
+        node_id="n1",
+        followup_grace_s=0.0,
+        ack_wait_s=5.0,
+        wait_timeout_s=30.0,
+        storage_sync=False,
+        max_context_tokens=200_000,
+    )
+    return base.with_(**changes)
+
+
+async def start_node(
+    bus: Bus, home: Path, model: Any, *, store: Store | None = None, **changes: Any
+) -> Node:
+    node = Node(
+        bus,
+        settings(home, **changes),
+        model=model,
+        store=store,
+        knowledge=KnowledgeSpace(KB),
+    )
+    await node.start()
+    return node
+
+
+async def run_turn(client: Client, text: str, cid: str, **kwargs: Any) -> TurnHandle:
+    handle = await client.submit(text, conversation_id=cid, **kwargs)
+    await handle.wait(30)
+    return handle

@@ -1,0 +1,793 @@
+"""The in-loop react.* tools a conversation runs on its own timeline.
+
+``ReactTools.run(tool, params, ctx)`` runs one call synchronously (CPU, knowledge-space file
+reads, LMDB reads and workspace writes) and returns a ``ReactOutcome``: the data of the call's
+``react.tool.result`` block (always with ``status`` ``ok``, ``error`` or ``partial``), the
+content blocks to append after it, and ``Notice``s for the model. Bad model input never raises:
+it is an outcome with status ``error`` and a notice. Storage failures (a full disk) do raise.
+
+What a call changes by itself; everything else is only returned:
+
+- ``react.plan`` appends the plan snapshot (``Timeline.record_plan``), so the snapshot lands
+  before the result block the caller appends.
+- ``react.read`` un-hides hidden blocks at the paths it reads (``Timeline.unhide``) and adds
+  the ``ks:`` documents it reads to the sources pool.
+- ``react.hide`` hides blocks through the renderer (``Renderer.hide``).
+- ``react.write`` on the ``canvas`` and ``timeline_text`` channels writes a file version of the
+  current turn to the store's workspace.
+
+Append ``outcome.to_blocks(ctx)`` (result, content blocks, notices, all at ``ctx.now``) to
+record a call; the ``react.tool.call`` block is the caller's.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any, Final, NamedTuple
+
+from storage import Store, Workspace
+from timeline import Block, Renderer, Timeline
+from timeline.blocks import (
+    COMPLETION,
+    NOTE,
+    NOTE_PRESERVED,
+    NOTICE,
+    SUMMARY,
+    TOOL_RESULT,
+    USER_ATTACHMENT_META,
+    USER_FOLLOWUP,
+    USER_FOLLOWUP_PRESERVED,
+    USER_PROMPT,
+    iso,
+)
+from timeline.errors import PathError, PlanError
+from timeline.paths import LogicalPath, ar_path, fi_path, parse_path, tc_path
+from timeline.read import resolve
+from timeline.sources import SourceRow
+from timeline.tokens import DEFAULT_COUNTER, TokenCounter
+
+from .errors import KnowledgeError
+from .knowledge import KnowledgeSpace
+from .text import snippet, tokenize
+
+__all__ = [
+    "MEMSEARCH_TARGETS",
+    "Notice",
+    "ReactContext",
+    "ReactOutcome",
+    "ReactTools",
+    "notice_block",
+]
+
+MAX_READ_PATHS: Final = 10
+MAX_TOP_K: Final = 50
+MEMSEARCH_SNIPPET: Final = 240
+BM25_K1: Final = 1.5
+BM25_B: Final = 0.75
+DAY: Final = 86_400.0
+
+MEMSEARCH_TARGETS: Final[Mapping[str, frozenset[str]]] = {
+    "user": frozenset({USER_PROMPT, USER_FOLLOWUP, USER_FOLLOWUP_PRESERVED}),
+    "assistant": frozenset({COMPLETION}),
+    "notes": frozenset({NOTE, NOTE_PRESERVED}),
+    "summary": frozenset({SUMMARY}),
+    "attachment": frozenset({USER_ATTACHMENT_META}),
+}
+"""react.memsearch targets and the block types each one searches."""
+_ROLE_OF: Final = {t: role for role, types in MEMSEARCH_TARGETS.items() for t in types}
+
+PLAN_MODES: Final[Mapping[str, str]] = {
+    "create": "new",
+    "new": "new",
+    "update": "replace",
+    "replace": "replace",
+    "activate": "activate",
+    "close": "close",
+}
+"""react.plan modes (the documented create/update/close and the PlanBook names)."""
+WRITE_CHANNELS: Final = ("canvas", "timeline_text", "internal")
+WRITE_KINDS: Final = ("display", "file")
+WRITE_AREAS: Final = ("files", "outputs")
+CANVAS_MIME: Final[Mapping[str, str]] = {
+    "md": "text/markdown",
+    "markdown": "text/markdown",
+    "html": "text/html",
+    "htm": "text/html",
+    "mermaid": "text/vnd.mermaid",
+    "mmd": "text/vnd.mermaid",
+    "json": "application/json",
+    "yaml": "application/yaml",
+    "yml": "application/yaml",
+    "txt": "text/plain",
+    "xml": "application/xml",
+}
+PROTOCOL_CODES: Final = frozenset(
+    {"bad_params", "path_rewritten", "plan_mode", "plan_steps", "plan_target_missing"}
+    | {"plan_target_required", "plan_ack_updates"}
+)
+"""Codes the original runtime prefixes with ``protocol_violation.``; tool-level codes are bare."""
+
+
+@dataclass(frozen=True, slots=True)
+class Notice:
+    """A refusal or warning the model sees next round as a ``react.notice`` block.
+
+    The same fields as ``actors.decision_protocol.Notice``; defined here because tools sit
+    below actors (DESIGN.md §1). ``full_code`` is prefixed only for protocol codes.
+    """
+
+    code: str
+    message: str
+    tool: str | None = None
+
+    @property
+    def full_code(self) -> str:
+        return f"protocol_violation.{self.code}" if self.code in PROTOCOL_CODES else self.code
+
+
+@dataclass(frozen=True, slots=True)
+class ReactContext:
+    """Where a call runs: the conversation's timeline and the services it may use."""
+
+    timeline: Timeline
+    renderer: Renderer | None
+    """Needed by react.hide (the cache rules are measured on the rendered stream)."""
+    turn_id: str
+    call_id: str
+    now: float
+    """Timestamp of every block the call creates (epoch seconds)."""
+    store: Store | None = None
+    """Stored blocks (react.read outside the in-memory view), index rows, the workspace."""
+    knowledge: KnowledgeSpace | None = None
+
+
+def notice_block(notice: Notice, ctx: ReactContext) -> Block:
+    """The ``react.notice`` block of ``notice`` at ``tc:<turn>.<call>.notice``."""
+    return Block.new(
+        NOTICE,
+        ctx.turn_id,
+        ctx.now,
+        path=tc_path(ctx.turn_id, ctx.call_id, "notice"),
+        call_id=ctx.call_id,
+        text=f"{notice.full_code}: {notice.message}",
+        meta={"code": notice.code, "tool": notice.tool or ""},
+    )
+
+
+@dataclass(slots=True)
+class ReactOutcome:
+    """The result data of one call, the blocks to append after it, and its notices."""
+
+    result: dict[str, Any]
+    blocks: list[Block] = field(default_factory=list)
+    notices: list[Notice] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.result.get("status") == "ok"
+
+    def to_blocks(self, ctx: ReactContext) -> list[Block]:
+        """Everything to append for this call, in order: the result block at
+        ``tc:<turn>.<call>.result``, the content blocks, one ``react.notice`` per notice."""
+        result = Block.new(
+            TOOL_RESULT,
+            ctx.turn_id,
+            ctx.now,
+            path=tc_path(ctx.turn_id, ctx.call_id, "result"),
+            call_id=ctx.call_id,
+            mime="application/json",
+            data=self.result,
+        )
+        return [result, *self.blocks, *(notice_block(n, ctx) for n in self.notices)]
+
+
+def _refuse(tool: str, code: str, message: str) -> ReactOutcome:
+    result = {"status": "error", "code": code, "message": message}
+    return ReactOutcome(result, [], [Notice(code, message, tool)])
+
+
+def _failed(notice: Notice) -> ReactOutcome:
+    return _refuse(notice.tool or "", notice.code, notice.message)
+
+
+# -- parameters ------------------------------------------------------------------------------
+
+
+def _text_param(params: Mapping[str, Any], name: str, tool: str) -> str | Notice:
+    value = params.get(name)
+    if not isinstance(value, str) or not value.strip():
+        return Notice("bad_params", f"{tool}: {name} must be a non-empty string.", tool)
+    return value.strip()
+
+
+def _int_param(params: Mapping[str, Any], name: str, default: int, tool: str) -> int | Notice:
+    value = params.get(name, default)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TOP_K:
+        return Notice("bad_params", f"{tool}: {name} must be an integer 1-{MAX_TOP_K}.", tool)
+    return value
+
+
+def _choice(params: Mapping[str, Any], name: str, default: str, allowed: Sequence[str]) -> str:
+    value = params.get(name, default)
+    return value if isinstance(value, str) and value in allowed else ""
+
+
+# -- react.read ------------------------------------------------------------------------------
+
+
+def _sid_of(blocks: Iterable[Block]) -> int | None:
+    for block in blocks:
+        for row in block.meta.get("sources", ()):
+            if isinstance(row, Mapping) and isinstance(row.get("sid"), int):
+                return int(row["sid"])
+    return None
+
+
+def _rows_text(rows: Iterable[SourceRow]) -> str:
+    lines: list[str] = []
+    for row in rows:
+        lines.append(
+            f"[S:{row.sid}] {' '.join(row.title.split())} — {row.url or row.physical_path}"
+        )
+        body = row.content or row.text
+        if body:
+            lines.append(body)
+    return "\n".join(lines)
+
+
+class _Reader:
+    """One react.read call: per-path entries, content blocks and notices."""
+
+    TOOL = "react.read"
+
+    def __init__(self, ctx: ReactContext) -> None:
+        self.ctx = ctx
+        self.tl = ctx.timeline
+        self.counter: TokenCounter = ctx.renderer.counter if ctx.renderer else DEFAULT_COUNTER
+        self.entries: list[dict[str, Any]] = []
+        self.blocks: list[Block] = []
+        self.notices: list[Notice] = []
+        self.missing: list[str] = []
+        self.done: set[str] = set()
+
+    def read(self, text: str) -> None:
+        try:
+            parsed: LogicalPath = parse_path(text)
+        except PathError as exc:
+            self.entries.append({"path": text, "status": "invalid", "rule": exc.rule})
+            message = f"{text!r} is not a logical path ({exc.rule}): {exc.detail}"
+            self.notices.append(Notice("bad_path", message, self.TOOL))
+            return
+        path = str(parsed)
+        if path in self.done:
+            return
+        self.done.add(path)
+        if parsed.prefix == "ks":
+            if not self._on_timeline(path, self.tl.blocks_at(path)):
+                self._knowledge(path)
+            return
+        found = resolve(self.tl, path)
+        if found.kind == "sources":
+            self._generated(path, _rows_text(found.rows), "sources")
+            if found.missing_sids:
+                sids = ", ".join(map(str, found.missing_sids))
+                self.missing.append(f"{path} (no SID {sids})")
+        elif found.kind == "turn_index":
+            self._generated(path, found.text, "turn_index")
+        elif found.kind in ("blocks", "plan"):
+            if not self._on_timeline(path, list(found.blocks)):
+                self._copy(path, list(found.blocks), "timeline")
+        else:
+            stored = self._stored(path)
+            if stored:
+                self._copy(path, stored, "store")
+            else:
+                self._missing(path, "nothing stored at this path")
+
+    def _in_window(self, block: Block) -> bool:
+        return self.tl.index_of(block) >= self.tl.visible_start
+
+    def _entry(self, path: str, status: str, tokens: int = 0, **extra: Any) -> None:
+        entry: dict[str, Any] = {"path": path, "status": status}
+        if status == "read" or status == "restored":
+            entry["tokens"] = tokens
+        entry.update({k: v for k, v in extra.items() if v is not None})
+        self.entries.append(entry)
+
+    def _on_timeline(self, path: str, blocks: list[Block]) -> bool:
+        """Un-hide or skip blocks of the visible window; False when none are in it."""
+        window = [b for b in blocks if self._in_window(b)]
+        hidden = [b for b in window if b.hidden]
+        if hidden:
+            for block_path in dict.fromkeys(b.path for b in hidden):
+                self.tl.unhide(block_path)
+            tokens = sum(self.counter.count(b.content) for b in hidden)
+            self._entry(path, "restored", tokens, sid=_sid_of(hidden))
+            return True
+        if window:
+            self._entry(path, "visible", sid=_sid_of(window))
+            return True
+        return False
+
+    def _add(self, path: str, text: str, **fields: Any) -> int:
+        ctx = self.ctx
+        block = Block.new(
+            TOOL_RESULT, ctx.turn_id, ctx.now, path=path, call_id=ctx.call_id, text=text, **fields
+        )
+        self.blocks.append(block)
+        return self.counter.count(block.content)
+
+    def _generated(self, path: str, text: str, source: str) -> None:
+        """Content built on demand (pool rows, a turn index): skipped when shown unchanged."""
+        same = [b for b in self.tl.blocks_at(path) if b.content == text]
+        if not self._on_timeline(path, same):
+            self._entry(path, "read", self._add(path, text, meta={"read_from": source}))
+
+    def _copy(self, path: str, originals: list[Block], source: str) -> None:
+        """Blocks outside the visible view (compacted, or only in the store) shown again."""
+        first = originals[0]
+        text = "\n\n".join(b.content for b in originals if b.content)
+        meta = {"read_from": source, "origin_type": first.type, "origin_turn_id": first.turn_id}
+        base64 = next((b.base64 for b in originals if b.base64), None)
+        tokens = self._add(path, text, mime=first.mime, base64=base64, meta=meta)
+        self._entry(path, "read", tokens, source=source)
+
+    def _stored(self, path: str) -> list[Block]:
+        store, cid = self.ctx.store, self.tl.conversation_id
+        if store is None or not cid:
+            return []
+        return store.read_path(cid, path)
+
+    def _knowledge(self, path: str) -> None:
+        knowledge = self.ctx.knowledge
+        if knowledge is None:
+            self._missing(path, "knowledge_unavailable")
+            message = "No knowledge space is configured here; ks: paths cannot be read."
+            if not any(n.code == "knowledge_unavailable" for n in self.notices):
+                self.notices.append(Notice("knowledge_unavailable", message, self.TOOL))
+            return
+        try:
+            doc = knowledge.read(path)
+        except KnowledgeError as exc:
+            if exc.reason in ("bad_path", "outside_root"):
+                self.entries.append({"path": path, "status": "invalid", "rule": exc.reason})
+                self.notices.append(Notice("bad_path", str(exc), self.TOOL))
+            else:
+                self._missing(path, exc.reason)
+            return
+        row = SourceRow(0, url=doc.url or "", title=doc.title, text=doc.text[:500])
+        pooled = self.tl.sources.add_rows([row])[0]
+        sid = pooled.sid if pooled is not None else None
+        head = f"[S:{sid}] {doc.title} — {doc.url}\n" if sid else ""
+        meta: dict[str, Any] = {"read_from": "knowledge", "title": doc.title}
+        if sid:
+            meta["sources"] = [{"sid": sid, "title": doc.title, "url": doc.url or ""}]
+        tokens = self._add(doc.path, head + doc.text, meta=meta)
+        self._entry(path, "read", tokens, sid=sid, source="knowledge")
+
+    def _missing(self, path: str, reason: str) -> None:
+        self.entries.append({"path": path, "status": "missing", "reason": reason})
+        self.missing.append(f"{path} ({reason})")
+
+    def outcome(self) -> ReactOutcome:
+        by: dict[str, list[str]] = {}
+        for entry in self.entries:
+            by.setdefault(entry["status"], []).append(entry["path"])
+        found = by.get("read", []) + by.get("restored", [])
+        visible = by.get("visible", [])
+        failed = bool(self.missing or by.get("invalid"))
+        if self.missing:
+            where = f"ar:{self.ctx.turn_id}.react.turn.index"
+            message = (
+                f"Nothing found at: {'; '.join(self.missing)}. Check the paths in a turn index "
+                f"(e.g. {where}) or search again."
+            )
+            self.notices.append(Notice("read_paths_missing", message, self.TOOL))
+        status = "error" if not (found or visible) else "partial" if failed else "ok"
+        result = {
+            "status": status,
+            "paths": self.entries,
+            "total_tokens": sum(int(e.get("tokens", 0)) for e in self.entries),
+            "found": found,
+            "exists_in_visible_context": visible,
+            "missing": by.get("missing", []),
+            "invalid": by.get("invalid", []),
+        }
+        return ReactOutcome(result, self.blocks, self.notices)
+
+
+# -- react.memsearch ---------------------------------------------------------------------------
+
+
+class _MemDoc(NamedTuple):
+    turn_id: str
+    role: str
+    ts: float
+    text: str
+    path: str
+
+
+def _memory(ctx: ReactContext, roles: set[str], since: float | None) -> list[_MemDoc]:
+    """Searchable texts of earlier turns: timeline blocks, then stored index rows."""
+    docs: dict[tuple[str, str, str], _MemDoc] = {}
+    for block in ctx.timeline.blocks:
+        role = _ROLE_OF.get(block.type)
+        if role in roles and block.turn_id != ctx.turn_id and block.content.strip():
+            doc = _MemDoc(block.turn_id, role, block.ts, block.content, block.path)
+            docs.setdefault((doc.turn_id, role, doc.text), doc)
+    store, cid = ctx.store, ctx.timeline.conversation_id
+    if store is not None and cid:
+        for row in store.index_rows(cid):
+            turn, role, text = row.get("turn_id"), row.get("role"), row.get("text")
+            ts = row.get("ts")
+            if not (isinstance(turn, str) and isinstance(role, str) and isinstance(text, str)):
+                continue
+            if role in roles and turn != ctx.turn_id and text.strip():
+                when = float(ts) if isinstance(ts, int | float) else 0.0
+                doc = _MemDoc(turn, role, when, text, str(row.get("path") or ""))
+                docs.setdefault((turn, role, text), doc)
+    return [d for d in docs.values() if since is None or d.ts >= since]
+
+
+def _bm25(docs: Sequence[_MemDoc], query: set[str]) -> tuple[list[float], dict[str, float]]:
+    """BM25 score of each doc for the query terms, and the idf of each term."""
+    terms = [Counter(tokenize(d.text)) for d in docs]
+    if not terms:
+        return [], {}
+    average = sum(sum(c.values()) for c in terms) / len(terms) or 1.0
+    df = Counter(t for c in terms for t in query if t in c)
+    n = len(terms)
+    idf = {t: math.log(1 + (n - k + 0.5) / (k + 0.5)) for t, k in df.items()}
+    scores: list[float] = []
+    for counts in terms:
+        norm = BM25_K1 * (1 - BM25_B + BM25_B * sum(counts.values()) / average)
+        score = 0.0
+        for term in sorted(idf):  # a fixed order keeps float sums identical run to run
+            tf = counts.get(term, 0)
+            if tf:
+                score += idf[term] * tf * (BM25_K1 + 1) / (tf + norm)
+        scores.append(score)
+    return scores, idf
+
+
+def _short(text: str, limit: int = MEMSEARCH_SNIPPET) -> str:
+    flat = " ".join(text.split())
+    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+
+
+def _index_path(turn_id: str) -> str:
+    try:
+        return ar_path(turn_id, "react.turn.index")
+    except PathError:
+        return ""
+
+
+# -- the tools -------------------------------------------------------------------------------
+
+
+class ReactTools:
+    """The react.* tools implemented in process (see the module docstring).
+
+    ``max_read_paths`` caps the paths of one react.read call (a longer list is refused).
+    """
+
+    names: frozenset[str] = frozenset(
+        {
+            "react.read",
+            "react.write",
+            "react.plan",
+            "react.hide",
+            "react.memsearch",
+            "react.search_knowledge",
+        }
+    )
+
+    def __init__(self, *, max_read_paths: int = MAX_READ_PATHS) -> None:
+        self.max_read_paths = max_read_paths
+        self._handlers: dict[str, Callable[[Mapping[str, Any], ReactContext], ReactOutcome]] = {
+            "react.read": self._read,
+            "react.write": self._write,
+            "react.plan": self._plan,
+            "react.hide": self._hide,
+            "react.memsearch": self._memsearch,
+            "react.search_knowledge": self._search_knowledge,
+        }
+
+    def run(self, tool: str, params: Mapping[str, Any], ctx: ReactContext) -> ReactOutcome:
+        """Run one call; a bad or unknown call is an ``error`` outcome, never an exception."""
+        handler = self._handlers.get(tool)
+        if handler is None:
+            available = ", ".join(sorted(self.names))
+            message = f"{tool} is not available on this runtime yet; available: {available}."
+            return _refuse(tool, "tool_unavailable", message)
+        if not isinstance(params, Mapping):
+            return _refuse(tool, "bad_params", f"{tool}: params must be an object.")
+        return handler(params, ctx)
+
+    # -- react.search_knowledge ------------------------------------------------------------------
+
+    def _search_knowledge(self, params: Mapping[str, Any], ctx: ReactContext) -> ReactOutcome:
+        """``query``, ``top_k=5``: ranked ``ks:`` hits (path, title, url, score, snippet)."""
+        tool = "react.search_knowledge"
+        query = _text_param(params, "query", tool)
+        if isinstance(query, Notice):
+            return _failed(query)
+        top_k = _int_param(params, "top_k", 5, tool)
+        if isinstance(top_k, Notice):
+            return _failed(top_k)
+        if ctx.knowledge is None:
+            message = "No knowledge space is configured here; answer from the conversation."
+            return _refuse(tool, "knowledge_unavailable", message)
+        hits = ctx.knowledge.search(query, top_k)
+        return ReactOutcome({"status": "ok", "query": query, "hits": [h.to_dict() for h in hits]})
+
+    # -- react.read --------------------------------------------------------------------------
+
+    def _read(self, params: Mapping[str, Any], ctx: ReactContext) -> ReactOutcome:
+        """``paths``: reopen logical paths; per path read, restored, visible, missing, invalid."""
+        tool = "react.read"
+        raw = params.get("paths")
+        if isinstance(raw, str):
+            raw = [raw]
+        if not (
+            isinstance(raw, list | tuple) and raw and all(isinstance(p, str) and p for p in raw)
+        ):
+            message = 'react.read: paths must be a non-empty list of logical paths ["ks:a.md"].'
+            return _refuse(tool, "bad_params", message)
+        paths = list(dict.fromkeys(p.strip() for p in raw))
+        if len(paths) > self.max_read_paths:
+            limit = self.max_read_paths
+            message = f"react.read takes at most {limit} paths per call; split the read."
+            return _refuse(tool, "bad_params", message)
+        reader = _Reader(ctx)
+        for path in paths:
+            reader.read(path)
+        return reader.outcome()
+
+    # -- react.plan --------------------------------------------------------------------------
+
+    def _plan(self, params: Mapping[str, Any], ctx: ReactContext) -> ReactOutcome:
+        """``mode`` create|update|close, ``steps``, ``plan_id`` (default: the current plan)."""
+        tool = "react.plan"
+        tl = ctx.timeline
+        raw_mode = params.get("mode")
+        mode = PLAN_MODES.get(raw_mode.strip().lower()) if isinstance(raw_mode, str) else None
+        if mode is None:
+            message = f"unknown mode {raw_mode!r}; use create, update or close."
+            return _refuse(tool, "plan_mode", message)
+        plan_id = params.get("plan_id")
+        if plan_id is not None and not isinstance(plan_id, str):
+            return _refuse(tool, "plan_target_required", "plan_id must be a string.")
+        plan_id = plan_id.strip() or None if isinstance(plan_id, str) else None
+        if mode != "new" and plan_id is None:
+            current = tl.plans.current
+            if current is None:
+                message = f"mode={raw_mode} needs plan_id: there is no current plan."
+                return _refuse(tool, "plan_target_missing", message)
+            plan_id = current.plan_id
+        steps = params.get("steps")
+        if steps is not None and not isinstance(steps, list | tuple):
+            return _refuse(tool, "plan_steps", "steps must be a list of strings.")
+        before = tl.plans.get(plan_id) if plan_id else None
+        try:
+            plan = tl.plans.apply(mode, turn_id=ctx.turn_id, plan_id=plan_id, steps=steps)
+        except PlanError as exc:
+            return _refuse(tool, exc.code, exc.detail or str(exc))
+        changed = plan is not before
+        block = tl.record_plan(plan, turn_id=ctx.turn_id, ts=ctx.now) if changed else None
+        if block is None:
+            block = tl.latest_plan_block(plan.plan_id)
+        result = {
+            "status": "ok",
+            "mode": mode,
+            "plan_id": plan.plan_id,
+            "state": plan.state,
+            "revision": plan.revision,
+            "changed": changed,
+            "steps": plan.lines(),
+            "path": block.path if block is not None else "",
+        }
+        return ReactOutcome(result)
+
+    # -- react.write -------------------------------------------------------------------------
+
+    def _write(self, params: Mapping[str, Any], ctx: ReactContext) -> ReactOutcome:
+        """``path, channel, content, kind, scratchpad``: a note, or a file of this turn."""
+        tool = "react.write"
+        path = params.get("path")
+        content = params.get("content")
+        channel = _choice(params, "channel", "canvas", WRITE_CHANNELS)
+        kind = _choice(params, "kind", "display", WRITE_KINDS)
+        scratchpad = params.get("scratchpad", False)
+        problems: list[str] = []
+        if not isinstance(path, str):
+            problems.append("path must be a string")
+        if not channel:
+            problems.append(f"channel must be one of {', '.join(WRITE_CHANNELS)}")
+        if not isinstance(content, str):
+            problems.append("content must be a string")
+        if not kind:
+            problems.append(f"kind must be one of {', '.join(WRITE_KINDS)}")
+        if not isinstance(scratchpad, bool):
+            problems.append("scratchpad must be true or false")
+        if problems or not isinstance(path, str) or not isinstance(content, str):
+            return _refuse(tool, "bad_params", f"react.write: {'; '.join(problems)}.")
+        if channel == "internal":
+            note = Block.new(
+                NOTE,
+                ctx.turn_id,
+                ctx.now,
+                path=ar_path(ctx.turn_id, f"react.note.{ctx.call_id}"),
+                call_id=ctx.call_id,
+                text=content,
+                meta={"channel": "internal", "scratchpad": scratchpad, "requested_path": path},
+            )
+            result = {"status": "ok", "channel": channel, "path": note.path, "chars": len(content)}
+            return ReactOutcome(result, [note])
+        target = _write_target(path, ctx.turn_id, channel)
+        if isinstance(target, Notice):
+            return _failed(target)
+        area, rel, mime, rewritten = target
+        store, cid = ctx.store, ctx.timeline.conversation_id
+        if store is None or not cid:
+            message = "No workspace is available here; write on the internal channel instead."
+            return _refuse(tool, "workspace_unavailable", message)
+        data = content.encode("utf-8")
+        try:
+            written = Workspace(store, cid).write(
+                ctx.turn_id, area, rel, data, mime=mime, ts=ctx.now
+            )
+        except PathError as exc:
+            return _refuse(tool, "bad_path", f"{path!r}: {exc.detail or exc.rule}")
+        result = {
+            "status": "ok",
+            "channel": channel,
+            "kind": kind,
+            "path": written,
+            "size": len(data),
+            "mime": mime,
+        }
+        notices: list[Notice] = []
+        if rewritten:
+            result["rewritten_from"] = path
+            message = f"{path} is not a path of this turn; it was written to {written}."
+            notices.append(Notice("path_rewritten", message, tool))
+        blocks: list[Block] = []
+        if channel == "timeline_text":
+            meta = {"channel": channel, "kind": kind}
+            blocks.append(
+                Block.new(
+                    TOOL_RESULT,
+                    ctx.turn_id,
+                    ctx.now,
+                    path=written,
+                    call_id=ctx.call_id,
+                    mime=mime,
+                    text=content,
+                    meta=meta,
+                )
+            )
+        return ReactOutcome(result, blocks, notices)
+
+    # -- react.memsearch ---------------------------------------------------------------------
+
+    def _memsearch(self, params: Mapping[str, Any], ctx: ReactContext) -> ReactOutcome:
+        """``query, targets, top_k, days``: BM25 over the messages and notes of earlier turns."""
+        tool = "react.memsearch"
+        query = _text_param(params, "query", tool)
+        if isinstance(query, Notice):
+            return _failed(query)
+        top_k = _int_param(params, "top_k", 5, tool)
+        if isinstance(top_k, Notice):
+            return _failed(top_k)
+        targets = params.get("targets")
+        if targets is None:
+            targets = ["assistant", "user"]
+        elif isinstance(targets, str):
+            targets = [targets]
+        if not (
+            isinstance(targets, list | tuple)
+            and targets
+            and all(isinstance(t, str) and t in MEMSEARCH_TARGETS for t in targets)
+        ):
+            message = f"targets must be a list drawn from {', '.join(MEMSEARCH_TARGETS)}."
+            return _refuse(tool, "memsearch_bad_target", f"{message} Got {targets!r}.")
+        days = params.get("days")
+        if days is not None and (
+            isinstance(days, bool) or not isinstance(days, int | float) or not days > 0
+        ):
+            return _refuse(tool, "bad_params", "react.memsearch: days must be a positive number.")
+        since = None if days is None else ctx.now - float(days) * DAY
+        docs = _memory(ctx, set(targets), since)
+        wanted = set(tokenize(query))
+        scores, idf = _bm25(docs, wanted)
+        ranked = sorted(
+            ((s, d) for s, d in zip(scores, docs, strict=True) if s > 0),
+            key=lambda pair: (-pair[0], -pair[1].ts, pair[1].turn_id, pair[1].path),
+        )
+        hits = [
+            {
+                "turn_id": doc.turn_id,
+                "role": doc.role,
+                "score": round(score, 4),
+                "ts": doc.ts,
+                "time": iso(doc.ts),
+                "snippet": _short(snippet(doc.text, wanted, idf) or doc.text),
+                "path": _index_path(doc.turn_id),
+                "block_path": doc.path,
+            }
+            for score, doc in ranked[:top_k]
+        ]
+        result = {
+            "status": "ok",
+            "query": query,
+            "targets": list(targets),
+            "searched": len(docs),
+            "hits": hits,
+        }
+        return ReactOutcome(result)
+
+    # -- react.hide --------------------------------------------------------------------------
+
+    def _hide(self, params: Mapping[str, Any], ctx: ReactContext) -> ReactOutcome:
+        """``path, replacement``: hide a tail block under the cache rules of ``timeline.hide``."""
+        tool = "react.hide"
+        path = _text_param(params, "path", tool)
+        if isinstance(path, Notice):
+            return _failed(path)
+        replacement = params.get("replacement", "")
+        if replacement is None:
+            replacement = ""
+        if not isinstance(replacement, str):
+            return _refuse(tool, "bad_params", "react.hide: replacement must be a string.")
+        if ctx.renderer is None:
+            return _refuse(tool, "hide_failed", "react.hide is not available without a renderer.")
+        hidden = ctx.renderer.hide(path, replacement)
+        result = {**hidden.to_dict(), "status": "ok" if hidden.status == "ok" else "error"}
+        result["hide_status"] = hidden.status
+        if hidden.status == "ok":
+            return ReactOutcome(result)
+        code = "bad_path" if hidden.code == "invalid_path" else hidden.code or "hide_failed"
+        result["code"] = code
+        return ReactOutcome(result, [], [Notice(code, hidden.message, tool)])
+
+
+def _write_target(path: str, turn_id: str, channel: str) -> tuple[str, str, str, bool] | Notice:
+    """(area, rel, mime, rewritten) of a react.write path of the current turn, or a notice.
+
+    Accepts ``files/<scope>/<name>``, ``outputs/<scope>/<name>`` and the same as a ``fi:`` path;
+    a ``fi:`` path of another turn is rewritten to the current one.
+    """
+    tool = "react.write"
+    text = path.strip()
+    advice = "write files/<scope>/<name> or outputs/<scope>/<name>"
+    rewritten = False
+    if text.startswith("fi:"):
+        try:
+            parsed = parse_path(text)
+        except PathError as exc:
+            return Notice("bad_path", f"{path!r} ({exc.rule}): {exc.detail}", tool)
+        if parsed.name not in WRITE_AREAS:
+            return Notice("bad_path", f"{path!r} is not a files/ or outputs/ path; {advice}.", tool)
+        area, rel, rewritten = parsed.name, parsed.rel, parsed.turn_id != turn_id
+    else:
+        area, slash, rel = text.partition("/")
+        if area not in WRITE_AREAS or not slash:
+            return Notice("bad_path", f"{path!r} is not a workspace path; {advice}.", tool)
+    try:
+        fi_path(turn_id, area, rel)
+    except PathError as exc:
+        return Notice("bad_path", f"{path!r} ({exc.rule}): {exc.detail}", tool)
+    if "/" not in rel or rel.endswith("/"):
+        return Notice("bad_path", f"{path!r} names no file under a scope; {advice}.", tool)
+    name = rel.rsplit("/", 1)[1]
+    ext = name.rpartition(".")[2].lower() if "." in name else ""
+    if channel == "canvas" and ext not in CANVAS_MIME:
+        kinds = ", ".join(sorted({f".{e}" for e in CANVAS_MIME}))
+        return Notice("bad_path", f"{path!r}: a canvas file ends with one of {kinds}.", tool)
+    return area, rel, CANVAS_MIME.get(ext, "text/plain"), rewritten
