@@ -93,6 +93,14 @@ class TurnHandle:
                 await self.changed.wait()
         return card
 
+    async def wait_text(self, channel: str, *, timeout: float = 30.0) -> str:
+        """Wait until something was streamed on ``channel``; returns it so far."""
+        async with asyncio.timeout(timeout):
+            while not (text := self.text(channel)):
+                self.changed.clear()
+                await self.changed.wait()
+        return text
+
     @property
     def cards(self) -> list[ReActProgress]:
         return [e for e in self.events if isinstance(e, ReActProgress)]

@@ -337,7 +337,8 @@ class ConversationActor(Actor):
             force_compaction=message.force_compaction,
         )
         self.followups_rendered = self.followups
-        return messages.GenerateRequest(
+        # Built from our own render: construct without re-validating thousands of parts.
+        return messages.GenerateRequest.model_construct(
             conversation_id=self.cid,
             turn_id=message.turn_id,
             round=message.round,

@@ -165,6 +165,7 @@ class Node:
             )
         )
         psub = await self._ensure_queue()
+        self._subs.append(psub)
         self._room.set()
         self._tasks.append(asyncio.create_task(self._pull(psub), name="node:pull"))
         self._tasks.append(asyncio.create_task(self._heartbeat(), name="node:heartbeat"))
