@@ -210,9 +210,9 @@ class ConversationActor(Actor):
             job = self.queue.popleft()
             try:
                 started = await self._begin(job)
-            except Exception:
+            except Exception as exc:
                 log.exception("turn %s of %s could not start", job.request.turn_id, self.cid)
-                await self._publish_failure(job, "the turn could not start; see the node log")
+                await self._publish_failure(job, f"the turn could not start: {exc}")
                 started = False
             if not started:
                 await _settle(job)
@@ -414,10 +414,14 @@ class ConversationActor(Actor):
             await self._persist({})
         return Ack(ref=msg.turn_id, detail="feedback recorded; announced next turn")
 
-    async def _route_done(self, signal: messages.DoneSignal) -> messages.Message:
+    async def _route_done(
+        self, signal: messages.DoneSignal
+    ) -> messages.Message | asyncio.Future[messages.Message]:
+        """The verdict, or (for the running turn) a future of it: never awaited here, since
+        the decision actor asks this actor to record what the DONE did."""
         if self.current is not None and signal.turn_id in (None, self.running_turn):
-            verdict: messages.Message = await self.current.ask_done(signal)
-            return verdict
+            future: asyncio.Future[messages.Message] = self.current.ask_done(signal)
+            return future
         event = ev.DoneSignal(
             signal_id=signal.signal_id,
             agent=signal.agent,

@@ -18,10 +18,13 @@ node that dies loses at most the round in flight; a ``ResumeReAct`` continues it
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 from dataclasses import dataclass
 from typing import Any
+
+import nats.errors
 
 import messages
 from bus import BusError
@@ -55,7 +58,7 @@ from timeline.blocks import (
 from timeline.paths import ar_path, tc_path
 
 from . import events as ev
-from .base import Actor
+from .base import Actor, ActorStopped
 from .conversation import Append, Apply, ConversationActor, Persist, Render, RunReact, TurnEnded
 from .conversation import UnseenFollowups as UnseenFollowupsQuery
 from .decision_protocol import CallLedger, Notice, ToolCallSpec, check_decision
@@ -166,8 +169,24 @@ class DecisionActor(Actor):
         self.tell(_DoneIn(signal, future))
         return future
 
-    # -- mailbox ------------------------------------------------------------------------------
+    # -- mailbox ---------------------------------------------------------------------------------
     async def receive(self, message: object) -> object:
+        if self._finished:
+            if isinstance(message, _DoneIn) and not message.reply.done():
+                message.reply.set_exception(ActorStopped(self.name))
+            return None
+        try:
+            await self._receive(message)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("turn %s failed handling %s", self.tid, type(message).__name__)
+            if isinstance(message, _DoneIn) and not message.reply.done():
+                message.reply.set_exception(exc)
+            await self._abort(f"{type(exc).__name__}: {exc}")
+        return None
+
+    async def _receive(self, message: object) -> None:
         match message:
             case _Begin():
                 await self._begin()
@@ -190,7 +209,6 @@ class DecisionActor(Actor):
                 await self.feed(message)
             case _:
                 raise TypeError(f"{self.name} does not take {type(message).__name__}")
-        return None
 
     async def feed(self, event: ev.Event) -> tuple[ev.Effect, ...]:
         self.state, effects = transition(self.state, event)
@@ -747,6 +765,39 @@ class DecisionActor(Actor):
         await bus.publish(bus.subjects.result(self.tid), result)
         if self._control is not None:
             await self._control.unsubscribe()
+        self.conv.tell(TurnEnded(self.tid, self.state, result))
+        self.request_stop()
+
+    async def _abort(self, error: str) -> None:
+        """The runtime itself failed (storage full, a bug): fail the turn, say why, go on."""
+        if self._finished:
+            return
+        await self._cancel_model()
+        for task in (self._tools_task, self._timer, self._grace):
+            if task is not None:
+                task.cancel()
+        self.state, _ = transition(self.state, ev.CancelReAct(self.tid, "runtime failure"))
+        result = ReActResult(
+            conversation_id=self.cid,
+            turn_id=self.tid,
+            status="failed",
+            usage=self.usage,
+            rounds=self.state.round,
+            error=f"the runtime failed: {error}",
+        )
+        record = {"status": "failed", "turn_id": self.tid, "result": result.model_dump(mode="json")}
+        try:
+            await self.conv.ask(Persist({self.tid: record}))
+        except Exception as exc:
+            log.error("turn %s: its failure could not be persisted either: %s", self.tid, exc)
+        self._finished = True
+        bus = self.services.bus
+        with contextlib.suppress(BusError, nats.errors.Error):
+            await self._progress("complete", self.state.round, result.error or "failed")
+            await bus.publish(bus.subjects.result(self.tid), result)
+        if self._control is not None:
+            with contextlib.suppress(Exception):
+                await self._control.unsubscribe()
         self.conv.tell(TurnEnded(self.tid, self.state, result))
         self.request_stop()
 

@@ -43,7 +43,8 @@ ToolsFinished(r)   acting, r         wait checkpoint
 ToolsFinished      other, or not r   ignored (stale)
 DoneSignal         any               duplicate signal id: ignored; else classified (below):
                                      *open* -> queued in thinking/acting, applied in waiting;
-                                     *refused* -> notice; *late* -> ``RecordLateSignal``
+                                     *refused* -> notice (its id is not remembered, so a
+                                     corrected resend counts); *late* -> ``RecordLateSignal``
 DONE applied       waiting           ``RecordSignal``; no awaited task left ->
                                      ``CancelWaitTimer``, model checkpoint; else stay
 SkipWaiting        waiting           stop awaiting the open tasks (they stay open), notice
@@ -354,12 +355,13 @@ def _tools_finished(state: DecisionState, event: ev.ToolsFinished) -> Step:
 def _done(state: DecisionState, event: ev.DoneSignal) -> Step:
     if event.signal_id in state.seen_signals:
         return _ignore(f"duplicate DONE {event.signal_id} from {event.agent}", state)
-    state = replace(state, seen_signals=state.seen_signals | {event.signal_id})
     effects: list[ev.Effect] = []
     verdict = _classify(state, event)
     if isinstance(verdict, _Refused):
+        # not remembered: the agent may send the same signal again, corrected
         _notice(state, effects, verdict.code, verdict.text, event.signal_id)
         return state, tuple(effects)
+    state = replace(state, seen_signals=state.seen_signals | {event.signal_id})
     if isinstance(verdict, _Late):
         effects.append(ev.RecordLateSignal(event, verdict.reason))
         detail = f"late DONE from {event.agent} recorded ({verdict.reason}); announced next turn"

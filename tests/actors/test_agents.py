@@ -359,7 +359,11 @@ async def test_done_during_acting_is_queued_and_applied_when_the_turn_would_wait
         }
     )
     node = Node(
-        bus, settings(tmp_path / "home"), model=model, registry=registry, knowledge=KnowledgeSpace(KB)
+        bus,
+        settings(tmp_path / "home"),
+        model=model,
+        registry=registry,
+        knowledge=KnowledgeSpace(KB),
     )
     await node.start()
     client = Client(bus)

@@ -916,3 +916,11 @@ def test_an_answer_deferred_for_unseen_input_thinks_again_within_the_budget() ->
     state, out = transition(state, AnswerDeferred(2, "followup"))
     assert state.status == "budget_exhausted"
     assert kinds(out)[-2:] == ["EmitProgress", "Finish"] and of(out, FinalizeBestEffort)
+
+
+def test_a_refused_done_is_not_remembered_so_a_corrected_resend_is_applied() -> None:
+    state, out = transition(waiting(), done("sig-1", agent="impostor"))
+    assert [n.code for n in of(out, RecordNotice)] == ["done_wrong_agent"]
+    assert "sig-1" not in state.seen_signals
+    state, out = transition(state, done("sig-1"))
+    assert kinds(out)[0] == "RecordSignal" and state.phase is TurnPhase.THINKING

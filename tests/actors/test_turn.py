@@ -402,3 +402,21 @@ async def test_the_replay_model_in_a_node_with_no_conversation_script_fails_clea
 
 
 _ = (KB, KnowledgeSpace, TurnRequest)
+
+
+async def test_a_full_store_fails_the_turn_with_a_clear_error_and_the_node_serves_on(
+    bus: Bus, client: Client, tmp_path: Path
+) -> None:
+    store = Store(tmp_path / "small", map_size=1 << 20, max_map_size=1 << 20)
+    model = Scripted({"big": [say("a", answer="never")], "small": [say("b", answer="Fine.")]})
+    node = await start_node(bus, tmp_path / "home", model, store=store)
+    try:
+        big = await run_turn(client, "x " * 1_500_000, "big")
+        small = await run_turn(client, "hello", "small")
+    finally:
+        await node.stop()
+        store.close()
+    failed = big.result.result()
+    assert failed.status == "failed"
+    assert failed.error is not None and "store full" in failed.error
+    assert small.result.result().answer == "Fine."

@@ -1,0 +1,910 @@
+"""The decision loop's own cost per round, with an instant model, against the raw NATS floor.
+
+Everything runs in this process on one embedded nats-server: ``actors.Node`` (its
+conversation, decision and streamer actors) on one connection and an ``actors.Client``
+on another. The model is ``InstantModel``: every call answers at once, in one chunk,
+with a line of thinking and a decision calling ``react.search_knowledge`` (``top_k`` 1
+over ``examples/kb``; a new query each round, so the identical-call guard never
+fires) until the turn's last round, which completes. A round then costs only the
+loop: the checkpoint (one LMDB commit, fsync-ed with ``storage_sync=True``), the
+render, the model request to the node's streamer and its reply, one thinking delta
+and three progress cards published, the tool call and result blocks appended and the
+tool itself (its own in-process cost is reported apart, as ``tool``).
+
+1. Per round. A conversation of ``N`` blocks (``--sizes``; turns of header, prompt,
+   1-6 rounds of notes, tool call and result, and a completion; texts of 60-400
+   characters; a day old, 50 sources) is written with ``Store.persist`` into the store
+   handed to the node, before the node loads it. Each size runs with ``storage_sync``
+   on and off, each case with its own store, node, client and subject prefix. A
+   warm-up turn of two rounds loads and fully renders the conversation, then
+   ``--turns`` turns of ``--rounds`` rounds run, interleaved across cases. A round is
+   the time between the ``ts`` of consecutive ``thinking`` cards (stamped on the
+   node, so delivery to the client is not in it): ``rounds - 1`` samples per turn. The
+   turn's wall time at the client (submit to result) divided by its rounds is
+   reported too, and so are the legs of a round: thinking card to ``tool_call`` card
+   (checkpoint, render, model call, decision checked) and ``tool_call`` to
+   ``tool_result`` (blocks appended, tool run). The nodes use a 1,000,000-token context
+   window so that the prefilled blocks stay visible: compaction is not measured here.
+2. Floor, in blocks between those turns: plain nats-py, no actline code. One publish
+   of a progress card (to a subscriber on a second connection) and one request/reply
+   to a trivial responder on the same connection (the node's streamer shares the
+   node's connection), with the byte sizes of the loop's card, model request (a
+   context reference) and model reply. The loop does more per round (three cards, a
+   delta, the tool); the floor is what no runtime can avoid.
+3. Throughput. ``--conversations`` new conversations on one node each run turns of 2
+   or 3 rounds, one after another, until ``--total-turns`` turns are done
+   (``followup_grace_s`` 0): turns per second over the wall time.
+4. Memory. ``--waiting`` turns, each in a new conversation, call ``agent.send`` to an
+   agent nobody answers (wait timeout one hour) and wait. Their client runs in a child
+   process, so the growth of this process's resident memory (``/proc/self/statm``)
+   between before the batch and every ``waiting`` card is the node's alone; divided by
+   the count it is the memory per conversation waiting on a DONE. Then every turn is
+   cancelled and must end ``cancelled``.
+
+Targets (``storage_sync=True``, as in production): a round's p50 within 3x of the
+floor's p50 at every size, and under 5 ms at the largest.
+
+    python -m bench.loop [--quick] [--sizes 100,5000] [--rounds 10] [--turns 8]
+        [--conversations 50] [--total-turns 200] [--waiting 200] [--no-nosync]
+        [--out bench/results/loop.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import gc
+import itertools
+import json
+import multiprocessing
+import os
+import platform
+import random
+import resource
+import tempfile
+import time
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection
+from pathlib import Path
+from typing import Any
+
+import nats
+from nats.aio.msg import Msg
+from rich.console import Console
+from rich.progress import Progress
+from rich.table import Table
+
+from actors import Client, Node, NodeSettings, TurnHandle
+from bench.common import RESULTS, SanityCheckFailed, corpus, percentile, summary_ms, write_result
+from bench.storage import sources
+from bus import Bus, EmbeddedNats
+from llm.protocol import Chunk
+from messages import (
+    GenerateRequest,
+    GenerateResult,
+    ReActProgress,
+    ReActResult,
+    Subjects,
+    Usage,
+    encode,
+)
+from storage import Store
+from timeline import Block, Timeline
+from timeline.blocks import COMPLETION, REACT_NOTES, TOOL_CALL, TOOL_RESULT, USER_PROMPT
+from timeline.paths import ar_path, tc_path
+from timeline.tokens import DEFAULT_COUNTER
+from tools import KnowledgeSpace
+
+KB = Path(__file__).resolve().parents[1] / "examples" / "kb"
+SIZES = (100, 5_000)
+ROUNDS = 10
+TURNS = 8
+FLOOR_BLOCK = 200
+"""Floor samples taken after every interleaved batch of turns."""
+CONVERSATIONS = 50
+TOTAL_TURNS = 200
+WAITING = 200
+QUICK: dict[str, Any] = {
+    "sizes": [100, 1_000],
+    "rounds": 4,
+    "turns": 2,
+    "conversations": 8,
+    "total_turns": 16,
+    "waiting": 20,
+    "floor_block": 50,
+}
+CONTEXT_TOKENS = 1_000_000
+SEED = 5
+AGE_S = 86_400.0
+"""The prefilled conversation ended this long ago."""
+TURN_TIMEOUT_S = 60.0
+NOBODY = "nobody"
+QUESTION = "Which plan fits a team of twelve, and how do I move to it?"
+TOPICS = ("pricing tiers", "rate limits", "install on linux", "release notes", "sso setup")
+TARGET_RATIO = 3.0
+TARGET_P50_MS = 5.0
+FLOOR_MODEL = "bench.loop.floor.model"
+FLOOR_CARD = "bench.loop.floor.card"
+
+
+class LoopCheckFailed(Exception):
+    """A part of the benchmark did not behave as the runtime promises: its numbers mean nothing."""
+
+    def __init__(self, part: str, what: str) -> None:
+        super().__init__(part, what)
+        self.part = part
+        self.what = what
+
+    def __str__(self) -> str:
+        return f"{self.part}: {self.what}"
+
+
+def _summary(samples: Sequence[float]) -> dict[str, Any]:
+    """``summary_ms`` plus the p99."""
+    return {**summary_ms(samples), "p99_ms": percentile(samples, 0.99) * 1e3}
+
+
+def rss_bytes() -> tuple[int, str]:
+    """This process's resident memory now (Linux), else its peak, and which it is."""
+    try:
+        with open("/proc/self/statm") as f:
+            pages = int(f.read().split()[1])
+        return pages * os.sysconf("SC_PAGE_SIZE"), "/proc/self/statm"
+    except (OSError, ValueError, IndexError):
+        peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        return peak * (1 if platform.system() == "Darwin" else 1024), "ru_maxrss (peak)"
+
+
+# -- the instant model ----------------------------------------------------------------------------
+def query(round_: int) -> str:
+    """The search query of a round: a new one each round of a turn."""
+    return f"{TOPICS[round_ % len(TOPICS)]} round {round_}"
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    """What a turn's model calls decide: ``rounds`` rounds, or first ``agent.send`` to ``agent``."""
+
+    rounds: int = 3
+    agent: str | None = None
+
+
+class InstantModel:
+    """A ``llm.protocol.Model`` that answers each call at once, in one chunk (see the docstring)."""
+
+    name = "instant"
+
+    def __init__(self, default: Plan | None = None) -> None:
+        self.default = default or Plan()
+        self.plans: dict[str, Plan] = {}
+        self.calls = 0
+
+    def output(self, request: GenerateRequest) -> str:
+        """The raw output of round ``request.round`` of the turn's plan."""
+        plan = self.plans.get(request.turn_id, self.default)
+        r = request.round
+        out = f"<channel:thinking>Round {r}: checking the docs.</channel:thinking>"
+        if plan.agent is not None and r == 1:
+            params: dict[str, Any] = {"name": plan.agent, "text": "Review the rollout plan."}
+            decision: dict[str, Any] = {"action": "call_tools"}
+            decision["calls"] = [{"tool": "agent.send", "params": params}]
+        elif r < plan.rounds:
+            params = {"query": query(r), "top_k": 1}
+            decision = {"action": "call_tools"}
+            decision["calls"] = [{"tool": "react.search_knowledge", "params": params}]
+        else:
+            out += '<channel:decision>{"action": "complete"}</channel:decision>'
+            out += "<channel:answer>The Team plan; upgrade from the billing page.</channel:answer>"
+            return out + "<channel:followup>[]</channel:followup>"
+        return out + f"<channel:decision>{json.dumps(decision)}</channel:decision>"
+
+    async def stream(self, request: GenerateRequest) -> AsyncIterator[Chunk]:
+        self.calls += 1
+        text = self.output(request)
+        yield text
+        yield Usage(model=self.name, output_tokens=DEFAULT_COUNTER.count(text))
+
+
+# -- the prefilled conversation -------------------------------------------------------------------
+def prefill(blocks: int, cid: str, *, end: float, seed: int = SEED) -> Timeline:
+    """Whole turns until at least ``blocks`` blocks, the last one ending at ``end``."""
+    rng = random.Random(seed)
+    text = corpus(seed)
+
+    def words(low: int, high: int) -> str:
+        size = rng.randint(low, high)
+        start = rng.randrange(0, len(text) - size)
+        return text[start : start + size]
+
+    tl = Timeline(cid)
+    tl.sources.add_rows(sources())
+    ts = end - 10.0 * blocks
+    turn = 0
+    while len(tl) < blocks:
+        turn += 1
+        tid = f"t{turn}"
+        ts += 10.0
+        tl.begin_turn(tid, ts)
+        tl.append(
+            Block.new(USER_PROMPT, tid, ts, path=ar_path(tid, "user.prompt"), text=words(60, 400))
+        )
+        for r in range(1, rng.randint(1, 6) + 1):
+            call = f"c{r}-1"
+            ts += 10.0
+            path = ar_path(tid, f"react.notes.{r}")
+            tl.append(Block.new(REACT_NOTES, tid, ts, path=path, text=words(40, 200)))
+            params = {"query": words(20, 80), "top_k": 1}
+            data = {"tool": "react.search_knowledge", "params": params}
+            path = tc_path(tid, call, "call")
+            tl.append(
+                Block.new(
+                    TOOL_CALL, tid, ts, path=path, call_id=call, mime="application/json", data=data
+                )
+            )
+            hit = {"path": "ks:pricing/tiers.md", "title": "Tiers", "snippet": words(60, 400)}
+            path = tc_path(tid, call, "result")
+            tl.append(
+                Block.new(
+                    TOOL_RESULT,
+                    tid,
+                    ts,
+                    path=path,
+                    call_id=call,
+                    mime="application/json",
+                    data={"status": "ok", "hits": [hit]},
+                    meta={"tool": "react.search_knowledge", "ok": True},
+                )
+            )
+        path = ar_path(tid, "assistant.completion")
+        tl.append(Block.new(COMPLETION, tid, ts, path=path, text=words(60, 400)))
+    return tl
+
+
+def node_settings(home: Path, node_id: str, sync: bool, **changes: Any) -> NodeSettings:
+    return NodeSettings(
+        home=home,
+        node_id=node_id,
+        followup_grace_s=0.0,
+        storage_sync=sync,
+        max_context_tokens=CONTEXT_TOKENS,
+    ).with_(**changes)
+
+
+# -- part 1: rounds on a prefilled conversation ---------------------------------------------------
+@dataclass
+class Case:
+    """One size and sync mode: its store, node, client and samples."""
+
+    blocks: int
+    sync: bool
+    store: Store
+    node: Node
+    client: Client
+    model: InstantModel
+    buses: list[Bus]
+    stored: int
+    cid: str = "c-loop"
+    turns: int = 0
+    rounds: list[float] = field(default_factory=list)
+    per_round: list[float] = field(default_factory=list)
+    turn: list[float] = field(default_factory=list)
+    model_leg: list[float] = field(default_factory=list)
+    tools_leg: list[float] = field(default_factory=list)
+    blocks_before: int = 0
+
+    @property
+    def label(self) -> str:
+        return f"{self.blocks}-{'sync' if self.sync else 'nosync'}"
+
+    def timeline(self) -> Timeline:
+        return self.node.conversations[self.cid].tl
+
+    async def close(self) -> None:
+        await self.client.close()
+        await self.node.stop()
+        for bus in self.buses:
+            await bus.close()
+        self.store.close()
+
+
+async def open_case(
+    url: str, root: Path, blocks: int, sync: bool, knowledge: KnowledgeSpace, rounds: int
+) -> Case:
+    """Prefill a store, start a node on it under a prefix of its own, connect a client."""
+    label = f"{blocks}-{'sync' if sync else 'nosync'}"
+    home = root / label
+    store = Store(home, sync=sync)
+    tl = prefill(blocks, "c-loop", end=time.time() - AGE_S)
+    store.persist(tl)
+    subjects = Subjects(f"bench-loop-{label}")
+    node_bus = await Bus.connect(url, name=f"bench-loop-node-{label}", subject_names=subjects)
+    client_bus = await Bus.connect(url, name=f"bench-loop-client-{label}", subject_names=subjects)
+    model = InstantModel()
+    settings = node_settings(home, f"n-{label}", sync, max_iterations=max(15, rounds + 1))
+    node = Node(node_bus, settings, model=model, store=store, knowledge=knowledge)
+    await node.start()
+    client = Client(client_bus)
+    return Case(blocks, sync, store, node, client, model, [client_bus, node_bus], len(tl))
+
+
+def _seconds(a: ReActProgress, b: ReActProgress) -> float:
+    return (b.ts - a.ts).total_seconds()
+
+
+async def run_turn(
+    client: Client, model: InstantModel, cid: str, tid: str, rounds: int
+) -> tuple[TurnHandle, float]:
+    """Submit one turn of ``rounds`` rounds and wait for its result and its last card."""
+    model.plans[tid] = Plan(rounds)
+    t0 = time.perf_counter()
+    handle = await client.submit(QUESTION, conversation_id=cid, turn_id=tid)
+    result = await handle.wait(TURN_TIMEOUT_S)
+    elapsed = time.perf_counter() - t0
+    _check_result(result, rounds, cid)
+    await handle.wait_for("complete", timeout=TURN_TIMEOUT_S)
+    return handle, elapsed
+
+
+def _check_result(result: ReActResult, rounds: int, where: str) -> None:
+    if result.status != "completed" or result.rounds != rounds:
+        raise LoopCheckFailed(
+            where,
+            f"turn {result.turn_id} ended {result.status} after {result.rounds} rounds "
+            f"(expected completed after {rounds}): {result.error}",
+        )
+
+
+async def measure_turn(case: Case, index: int, rounds: int, *, record: bool = True) -> None:
+    """One turn of ``case``; its rounds, legs and wall time go to the case's samples."""
+    tid = f"t-loop-{index}"
+    handle, elapsed = await run_turn(case.client, case.model, case.cid, tid, rounds)
+    cards = handle.cards
+    thinking = sorted((c for c in cards if c.phase == "thinking"), key=lambda c: c.round)
+    if [c.round for c in thinking] != list(range(1, rounds + 1)):
+        got = [c.round for c in thinking]
+        raise SanityCheckFailed(case.blocks, f"turn {tid}: thinking cards of rounds {got}")
+    case.turns += 1
+    if not record:
+        return
+    case.turn.append(elapsed)
+    case.per_round.append(elapsed / rounds)
+    first = {(c.phase, c.round): c for c in reversed(cards)}
+    for a, b in itertools.pairwise(thinking):
+        case.rounds.append(_seconds(a, b))
+        call, result = first.get(("tool_call", a.round)), first.get(("tool_result", a.round))
+        if call is None or result is None:
+            raise SanityCheckFailed(case.blocks, f"turn {tid}: round {a.round} has no tool cards")
+        case.model_leg.append(_seconds(a, call))
+        case.tools_leg.append(_seconds(call, result))
+
+
+def check_loaded(case: Case) -> None:
+    """After the warm-up: every prefilled block loaded, nothing compacted."""
+    tl = case.timeline()
+    if len(tl) < case.stored:
+        raise SanityCheckFailed(case.blocks, f"{len(tl):,} blocks loaded of {case.stored:,}")
+    if tl.latest_summary is not None:
+        raise SanityCheckFailed(case.blocks, "the conversation was compacted")
+    case.blocks_before = len(tl)
+
+
+# -- part 2: the floor ----------------------------------------------------------------------------
+@dataclass
+class Floor:
+    """Raw nats-py: a card published to another connection, a request to a trivial responder."""
+
+    nc: Any
+    peer: Any
+    card: bytes
+    request: bytes
+    reply: bytes
+    samples: list[float] = field(default_factory=list)
+
+    @classmethod
+    async def open(cls, url: str) -> Floor:
+        card, request, reply = floor_payloads()
+        nc = await nats.connect(url, name="bench-loop-floor")
+        peer = await nats.connect(url, name="bench-loop-floor-peer")
+
+        async def respond(msg: Msg) -> None:
+            await msg.respond(reply)
+
+        async def ignore(msg: Msg) -> None:
+            return None
+
+        await nc.subscribe(FLOOR_MODEL, cb=respond)
+        await peer.subscribe(FLOOR_CARD, cb=ignore)
+        await nc.flush()
+        await peer.flush()
+        return cls(nc, peer, card, request, reply)
+
+    async def once(self) -> float:
+        t0 = time.perf_counter()
+        await self.nc.publish(FLOOR_CARD, self.card)
+        await self.nc.request(FLOOR_MODEL, self.request, timeout=5)
+        return time.perf_counter() - t0
+
+    async def sample(self, n: int, *, record: bool = True) -> None:
+        for _ in range(n):
+            elapsed = await self.once()
+            if record:
+                self.samples.append(elapsed)
+
+    async def close(self) -> None:
+        await self.nc.close()
+        await self.peer.close()
+
+
+def floor_payloads() -> tuple[bytes, bytes, bytes]:
+    """The loop's encoded card, model request (by reference) and model reply of a tool round."""
+    cid, tid = "c-loop", "t-loop-1"
+    card = ReActProgress(
+        conversation_id=cid, turn_id=tid, phase="thinking", round=2, detail="round 2"
+    )
+    request = GenerateRequest(
+        conversation_id=cid, turn_id=tid, round=2, context_ref="ctx:n-100-sync:2"
+    )
+    text = InstantModel().output(request)
+    call = text.split("<channel:decision>")[1].split("</channel:decision>")[0]
+    reply = GenerateResult(
+        conversation_id=cid,
+        turn_id=tid,
+        round=2,
+        channels={"thinking": "Round 2: checking the docs.", "decision": call},
+        usage=Usage(model=InstantModel.name, output_tokens=DEFAULT_COUNTER.count(text)),
+        seq_end=4,
+    )
+    return encode(card), encode(request), encode(reply)
+
+
+# -- part 3: throughput ---------------------------------------------------------------------------
+async def throughput(
+    url: str, root: Path, knowledge: KnowledgeSpace, conversations: int, total: int, sync: bool
+) -> dict[str, Any]:
+    """``conversations`` workers, each running turns of 2-3 rounds in its own conversation."""
+    label = f"tput-{'sync' if sync else 'nosync'}"
+    subjects = Subjects(f"bench-loop-{label}")
+    node_bus = await Bus.connect(url, name=f"bench-loop-node-{label}", subject_names=subjects)
+    client_bus = await Bus.connect(url, name=f"bench-loop-client-{label}", subject_names=subjects)
+    model = InstantModel()
+    settings = node_settings(root / label, f"n-{label}", sync)
+    node = Node(node_bus, settings, model=model, knowledge=knowledge)
+    await node.start()
+    client = Client(client_bus)
+    latencies: list[float] = []
+    rounds_done = 0
+    counter = itertools.count()
+    try:
+        await run_turn(client, model, "c-tput-warm", "t-tput-warm", 2)
+
+        async def worker(c: int) -> None:
+            nonlocal rounds_done
+            cid = f"c-tput-{c}"
+            while (i := next(counter)) < total:
+                rounds = 2 + i % 2
+                _, elapsed = await run_turn(client, model, cid, f"t-tput-{i}", rounds)
+                latencies.append(elapsed)
+                rounds_done += rounds
+
+        t0 = time.perf_counter()
+        async with asyncio.TaskGroup() as tg:
+            for c in range(conversations):
+                tg.create_task(worker(c))
+        seconds = time.perf_counter() - t0
+    finally:
+        await client.close()
+        await node.stop()
+        await client_bus.close()
+        await node_bus.close()
+    if len(latencies) != total:
+        raise LoopCheckFailed("throughput", f"{len(latencies)} of {total} turns completed")
+    return {
+        "sync": sync,
+        "conversations": conversations,
+        "turns": total,
+        "rounds": rounds_done,
+        "seconds": seconds,
+        "turns_per_s": total / seconds,
+        "rounds_per_s": rounds_done / seconds,
+        "turn": _summary(latencies),
+    }
+
+
+# -- part 4: memory per waiting conversation ------------------------------------------------------
+def memory_client(url: str, prefix: str, count: int, warmup: int, conn: Connection) -> None:
+    """The child process of part 4: submits, waits for ``waiting`` cards, cancels on cue."""
+    try:
+        asyncio.run(_memory_client(url, prefix, count, warmup, conn))
+    except Exception as exc:
+        conn.send(("error", f"{type(exc).__name__}: {exc}"))
+
+
+async def _memory_client(url: str, prefix: str, count: int, warmup: int, conn: Connection) -> None:
+    bus = await Bus.connect(url, name="bench-loop-memory-client", subject_names=Subjects(prefix))
+    client = Client(bus)
+
+    async def batch(tag: str, n: int) -> list[TurnHandle]:
+        handles = [
+            await client.submit(
+                QUESTION, conversation_id=f"c-wait-{tag}-{i}", turn_id=f"t-wait-{tag}-{i}"
+            )
+            for i in range(n)
+        ]
+        await asyncio.gather(*(h.wait_for("waiting", timeout=TURN_TIMEOUT_S) for h in handles))
+        return handles
+
+    async def cancel(handles: list[TurnHandle]) -> list[str]:
+        for handle in handles:
+            await client.cancel(handle.turn_id, "benchmark over")
+        results = await asyncio.gather(*(h.wait(TURN_TIMEOUT_S) for h in handles))
+        return [r.status for r in results]
+
+    try:
+        warm = await batch("warm", warmup)
+        conn.send(("warm", await cancel(warm)))
+        await asyncio.to_thread(conn.recv)
+        handles = await batch("k", count)
+        conn.send(("waiting", len(handles)))
+        await asyncio.to_thread(conn.recv)
+        conn.send(("done", await cancel(handles)))
+    finally:
+        await client.close()
+        await bus.close()
+
+
+async def _expect(conn: Connection, what: str, timeout: float) -> Any:
+    if not await asyncio.to_thread(conn.poll, timeout):
+        raise LoopCheckFailed("memory", f"the client process sent no {what!r} in {timeout:.0f} s")
+    tag, value = conn.recv()
+    if tag != what:
+        raise LoopCheckFailed("memory", f"the client process sent {tag!r}: {value}")
+    return value
+
+
+async def memory(url: str, root: Path, knowledge: KnowledgeSpace, count: int) -> dict[str, Any]:
+    """Resident memory of this process per conversation waiting on an outside agent's DONE."""
+    warmup = max(2, count // 10)
+    prefix = "bench-loop-memory"
+    bus = await Bus.connect(url, name="bench-loop-node-memory", subject_names=Subjects(prefix))
+    settings = node_settings(
+        root / "memory",
+        "n-memory",
+        True,
+        max_active_turns=count + warmup + 8,
+        wait_timeout_s=3600.0,
+    )
+    node = Node(bus, settings, model=InstantModel(Plan(2, NOBODY)), knowledge=knowledge)
+    await node.start()
+    spawn = multiprocessing.get_context("spawn")
+    ours, theirs = spawn.Pipe()
+    child = spawn.Process(
+        target=memory_client, args=(bus.url, prefix, count, warmup, theirs), daemon=True
+    )
+    child.start()
+    try:
+        warm = await _expect(ours, "warm", 4 * TURN_TIMEOUT_S)
+        gc.collect()
+        before, source = rss_bytes()
+        ours.send("go")
+        waiting = await _expect(ours, "waiting", 4 * TURN_TIMEOUT_S)
+        gc.collect()
+        after, _ = rss_bytes()
+        running = sum(1 for conv in node.conversations.values() if conv.running_turn is not None)
+        ours.send("cancel")
+        statuses = await _expect(ours, "done", 4 * TURN_TIMEOUT_S)
+    finally:
+        await asyncio.to_thread(child.join, 30)
+        if child.is_alive():
+            child.terminate()
+        await node.stop()
+        await bus.close()
+    if waiting != count or running != count:
+        raise LoopCheckFailed(
+            "memory", f"{waiting} waiting cards, {running} turns running of {count}"
+        )
+    if set(warm) != {"cancelled"} or set(statuses) != {"cancelled"}:
+        raise LoopCheckFailed(
+            "memory", f"cancelled turns ended {sorted(set(warm) | set(statuses))}"
+        )
+    return {
+        "waiting": count,
+        "warmup": warmup,
+        "rss_before_bytes": before,
+        "rss_after_bytes": after,
+        "per_conversation_bytes": (after - before) / count,
+        "rss_source": source,
+        "cancelled": len(statuses),
+    }
+
+
+# -- the run --------------------------------------------------------------------------------------
+def tool_cost(knowledge: KnowledgeSpace, rounds: int, samples: int = 200) -> dict[str, Any]:
+    """The in-process cost of the tool the instant model calls (part of every round)."""
+    queries = [query(r) for r in range(1, rounds)]
+    times = []
+    for i in range(samples):
+        t0 = time.perf_counter()
+        knowledge.search(queries[i % len(queries)], 1)
+        times.append(time.perf_counter() - t0)
+    return {"tool": "react.search_knowledge", "top_k": 1, "search": _summary(times)}
+
+
+def _case_row(case: Case, floor: dict[str, Any]) -> dict[str, Any]:
+    round_ = _summary(case.rounds)
+    return {
+        "blocks": case.blocks,
+        "sync": case.sync,
+        "stored_blocks": case.stored,
+        "blocks_before": case.blocks_before,
+        "blocks_after": len(case.timeline()),
+        "turns": case.turns,
+        "round": round_,
+        "turn_per_round": _summary(case.per_round),
+        "turn": _summary(case.turn),
+        "model_leg": _summary(case.model_leg),
+        "tools_leg": _summary(case.tools_leg),
+        "ratio_p50": round_["p50_ms"] / floor["p50_ms"],
+        "ratio_p99": round_["p99_ms"] / floor["p99_ms"],
+    }
+
+
+async def run_async(
+    sizes: Sequence[int],
+    rounds: int,
+    turns: int,
+    conversations: int,
+    total_turns: int,
+    waiting: int,
+    *,
+    floor_block: int = FLOOR_BLOCK,
+    nosync: bool = True,
+) -> dict[str, Any]:
+    started = time.perf_counter()
+    sizes = sorted(set(sizes))
+    rounds = max(2, rounds)
+    modes = (True, False) if nosync else (True,)
+    knowledge = KnowledgeSpace(KB)
+    cases: list[Case] = []
+    with tempfile.TemporaryDirectory(prefix="actline-bench-loop-") as tmp:
+        root = Path(tmp)
+        async with EmbeddedNats() as server:
+            floor = await Floor.open(server.url)
+            try:
+                with Progress(transient=True) as progress:
+                    task = progress.add_task(
+                        "prefilling and warming up", total=len(sizes) * len(modes)
+                    )
+                    for blocks in sizes:
+                        for sync in modes:
+                            case = await open_case(
+                                server.url, root, blocks, sync, knowledge, rounds
+                            )
+                            cases.append(case)
+                            await measure_turn(case, 0, 2, record=False)
+                            check_loaded(case)
+                            progress.advance(task)
+                    await floor.sample(floor_block, record=False)
+                    task = progress.add_task("turns, interleaved", total=turns)
+                    for i in range(1, turns + 1):
+                        for case in cases if i % 2 else cases[::-1]:
+                            await measure_turn(case, i, rounds)
+                        await floor.sample(floor_block)
+                        progress.advance(task)
+                    floor_row = {
+                        **_summary(floor.samples),
+                        "payload_bytes": {
+                            "card": len(floor.card),
+                            "request": len(floor.request),
+                            "reply": len(floor.reply),
+                        },
+                    }
+                    rows = [_case_row(case, floor_row) for case in cases]
+                    task = progress.add_task("throughput", total=len(modes))
+                    tput = []
+                    for sync in modes:
+                        tput.append(
+                            await throughput(
+                                server.url, root, knowledge, conversations, total_turns, sync
+                            )
+                        )
+                        progress.advance(task)
+                    progress.add_task("memory per waiting conversation", total=None)
+                    mem = await memory(server.url, root, knowledge, waiting)
+            finally:
+                for case in cases:
+                    await case.close()
+                await floor.close()
+    top = max(sizes)
+    targets: list[dict[str, Any]] = [
+        {
+            "blocks": row["blocks"],
+            "figure": "ratio_p50",
+            "maximum": TARGET_RATIO,
+            "value": row["ratio_p50"],
+        }
+        for row in rows
+        if row["sync"]
+    ]
+    at_top = next(r for r in rows if r["sync"] and r["blocks"] == top)
+    targets.append(
+        {
+            "blocks": top,
+            "figure": "round_p50_ms",
+            "maximum": TARGET_P50_MS,
+            "value": at_top["round"]["p50_ms"],
+        }
+    )
+    for target in targets:
+        target["met"] = target["value"] <= target["maximum"]
+    return {
+        "benchmark": "loop.round_overhead",
+        "model": InstantModel.name,
+        "rounds": rounds,
+        "turns": turns,
+        "context_tokens": CONTEXT_TOKENS,
+        "tool": tool_cost(knowledge, rounds),
+        "floor": floor_row,
+        "cases": rows,
+        "throughput": tput,
+        "memory": mem,
+        "targets": targets,
+        "targets_met": all(t["met"] for t in targets),
+        "seconds": time.perf_counter() - started,
+        "python": platform.python_version(),
+        "machine": platform.machine(),
+    }
+
+
+def run(**kwargs: Any) -> dict[str, Any]:
+    """``run_async`` in a fresh event loop."""
+    return asyncio.run(run_async(**kwargs))
+
+
+# -- report ---------------------------------------------------------------------------------------
+def _ms(value: float) -> str:
+    return (
+        f"{value:.1f} ms" if value >= 10 else f"{value:.2f} ms" if value >= 1 else f"{value:.3f} ms"
+    )
+
+
+def _met(met: bool) -> str:
+    return "[green]met[/]" if met else "[red]missed[/]"
+
+
+def _verdict(result: dict[str, Any], row: dict[str, Any]) -> str:
+    mine = [t for t in result["targets"] if t["blocks"] == row["blocks"]] if row["sync"] else []
+    parts = []
+    for target in mine:
+        what = "≤3x floor" if target["figure"] == "ratio_p50" else f"<{target['maximum']:.0f} ms"
+        parts.append(f"{what} {_met(target['met'])}")
+    return ", ".join(parts)
+
+
+def table(result: dict[str, Any]) -> Table:
+    floor = result["floor"]
+    out = Table(
+        title=(
+            f"decision loop with an instant model: {result['turns']} turns of "
+            f"{result['rounds']} rounds per case"
+        ),
+        caption=(
+            "round: between consecutive thinking cards (node timestamps); model leg: thinking "
+            "to tool_call card (checkpoint, render, model call, decision); tools leg: tool_call "
+            "to tool_result (blocks appended, react.search_knowledge run); turn/round: client "
+            "wall time of the turn over its rounds; floor: nats-py publish + request/reply, no "
+            "actline code; targets on the sync rows"
+        ),
+    )
+    for column in ("measure", "p50", "p99", "mean", "x floor", "detail", "verdict"):
+        left = column in ("measure", "detail", "verdict")
+        out.add_column(column, justify="left" if left else "right")
+    for row in result["cases"]:
+        r = row["round"]
+        out.add_row(
+            f"round, {row['blocks_before']:,} blocks, {'sync' if row['sync'] else 'no sync'}",
+            _ms(r["p50_ms"]),
+            _ms(r["p99_ms"]),
+            _ms(r["mean_ms"]),
+            f"{row['ratio_p50']:.1f}x",
+            f"model {_ms(row['model_leg']['p50_ms'])}, tools {_ms(row['tools_leg']['p50_ms'])}, "
+            f"turn/round {_ms(row['turn_per_round']['p50_ms'])}; n={r['n']}",
+            _verdict(result, row),
+        )
+    out.add_section()
+    sizes = floor["payload_bytes"]
+    out.add_row(
+        "floor (nats-py)",
+        _ms(floor["p50_ms"]),
+        _ms(floor["p99_ms"]),
+        _ms(floor["mean_ms"]),
+        "1.0x",
+        f"publish {sizes['card']} B + request {sizes['request']} B / reply {sizes['reply']} B; "
+        f"n={floor['n']}",
+    )
+    search = result["tool"]["search"]
+    out.add_row(
+        "tool alone (in process)",
+        _ms(search["p50_ms"]),
+        _ms(search["p99_ms"]),
+        _ms(search["mean_ms"]),
+        "",
+        "KnowledgeSpace.search(query, 1) over examples/kb",
+    )
+    out.add_section()
+    for tput in result["throughput"]:
+        turn = tput["turn"]
+        out.add_row(
+            f"throughput, {tput['conversations']} conversations, "
+            f"{'sync' if tput['sync'] else 'no sync'}",
+            _ms(turn["p50_ms"]),
+            _ms(turn["p99_ms"]),
+            _ms(turn["mean_ms"]),
+            "",
+            f"{tput['turns_per_s']:.0f} turns/s, {tput['rounds_per_s']:.0f} rounds/s "
+            f"({tput['turns']} turns in {tput['seconds']:.1f} s; p50/p99: turn latency)",
+        )
+    mem = result["memory"]
+    growth = mem["rss_after_bytes"] - mem["rss_before_bytes"]
+    out.add_row(
+        "memory per waiting conversation",
+        "",
+        "",
+        "",
+        "",
+        f"{mem['per_conversation_bytes'] / 1024:.1f} KB ({mem['waiting']} waiting on a DONE; "
+        f"RSS +{growth / 1e6:.1f} MB, {mem['rss_source']})",
+    )
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.loop", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--quick", action="store_true", help="small counts (the smoke test)")
+    parser.add_argument(
+        "--sizes",
+        type=lambda s: [int(x) for x in s.split(",") if x.strip()],
+        default=None,
+        help="prefilled blocks, comma-separated",
+    )
+    parser.add_argument("--rounds", type=int, default=None, help="rounds per measured turn")
+    parser.add_argument("--turns", type=int, default=None, help="measured turns per case")
+    parser.add_argument("--conversations", type=int, default=None, help="throughput: at once")
+    parser.add_argument("--total-turns", type=int, default=None, help="throughput: turns in all")
+    parser.add_argument("--waiting", type=int, default=None, help="memory: waiting turns")
+    parser.add_argument("--floor-block", type=int, default=None, help="floor samples per batch")
+    parser.add_argument("--no-nosync", action="store_true", help="skip the storage_sync=False runs")
+    parser.add_argument("--out", type=Path, default=RESULTS / "loop.json")
+    args = parser.parse_args(argv)
+    defaults: dict[str, Any] = {
+        "sizes": list(SIZES),
+        "rounds": ROUNDS,
+        "turns": TURNS,
+        "conversations": CONVERSATIONS,
+        "total_turns": TOTAL_TURNS,
+        "waiting": WAITING,
+        "floor_block": FLOOR_BLOCK,
+    }
+    if args.quick:
+        defaults.update(QUICK)
+    options = {k: v if getattr(args, k) is None else getattr(args, k) for k, v in defaults.items()}
+    console = Console()
+    try:
+        result = run(**options, nosync=not args.no_nosync)
+    except (SanityCheckFailed, LoopCheckFailed) as exc:
+        console.print(f"[red]sanity check failed:[/] {exc}")
+        return 1
+    result["quick"] = args.quick
+    console.print(table(result))
+    console.print(
+        f"{result['seconds']:.1f} s in all; every turn completed with its rounds, every waiting "
+        "turn was cancelled"
+    )
+    write_result(console, args.out, result)
+    return 0 if result["targets_met"] else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
