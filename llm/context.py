@@ -122,6 +122,8 @@ class TurnView:
     announce: str = ""
     pool: str = ""
     system: str = ""
+    earlier: dict[str, Entry] = field(default_factory=dict, repr=False, compare=False)
+    """``ks:`` documents of earlier turns by path (react.read does not copy them again)."""
     _read_docs: list[ReadDoc] | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -183,10 +185,22 @@ class TurnView:
             self._read_docs = self._find_read_docs()
         return self._read_docs
 
+    def _visible_reads(self) -> list[Entry]:
+        """Earlier-turn documents this turn's reads found already visible, in call order."""
+        out: list[Entry] = []
+        for call in self.calls_of("react.read"):
+            data = call.result_json()
+            named = data.get("exists_in_visible_context") if isinstance(data, Mapping) else None
+            for path in named if isinstance(named, list) else []:
+                entry = self.earlier.get(str(path))
+                if entry is not None:
+                    out.append(Entry(call.position, entry.label, entry.path, entry.body))
+        return out
+
     def _find_read_docs(self) -> list[ReadDoc]:
         pool = {m.group("where"): int(m.group("sid")) for m in _POOL_ROW.finditer(self.pool)}
         docs: dict[str, ReadDoc] = {}
-        for e in self.entries:
+        for e in [*self.entries, *self._visible_reads()]:
             if not e.path.startswith("ks:") or e.path in docs:
                 continue
             lines = e.body.split("\n")
@@ -249,6 +263,9 @@ def parse_context(request: GenerateRequest) -> TurnView:
             continue
         if entry.label == "TURN":
             view.turn_id = entry.path
+            for earlier in entries:
+                if earlier.path.startswith("ks:"):
+                    view.earlier[earlier.path] = earlier
             entries = []
             continue
         entries.append(entry)
