@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import nats.errors
+import nats.js.errors
 
 import messages
 from bus import Bus, Envelope, RequestTimeout, Subscription
@@ -167,7 +168,7 @@ class Client:
         js = self.bus.jetstream()
         try:
             await js.publish(self.bus.subjects.turn_submit, messages.encode(request))
-        except nats.errors.NoRespondersError:
+        except (nats.errors.NoRespondersError, nats.js.errors.NoStreamResponseError):
             raise NoTurnQueue(self.bus.subjects.turn_submit) from None
         return handle
 

@@ -11,20 +11,22 @@ render, the model request to the node's streamer and its reply, one thinking del
 and three progress cards published, the tool call and result blocks appended and the
 tool itself (its own in-process cost is reported apart, as ``tool``).
 
-1. Per round. A conversation of ``N`` blocks (``--sizes``; turns of header, prompt,
-   1-6 rounds of notes, tool call and result, and a completion; texts of 60-400
-   characters; a day old, 50 sources) is written with ``Store.persist`` into the store
-   handed to the node, before the node loads it. Each size runs with ``storage_sync``
-   on and off, each case with its own store, node, client and subject prefix. A
-   warm-up turn of two rounds loads and fully renders the conversation, then
-   ``--turns`` turns of ``--rounds`` rounds run, interleaved across cases. A round is
-   the time between the ``ts`` of consecutive ``thinking`` cards (stamped on the
-   node, so delivery to the client is not in it): ``rounds - 1`` samples per turn. The
-   turn's wall time at the client (submit to result) divided by its rounds is
-   reported too, and so are the legs of a round: thinking card to ``tool_call`` card
-   (checkpoint, render, model call, decision checked) and ``tool_call`` to
-   ``tool_result`` (blocks appended, tool run). The nodes use a 1,000,000-token context
-   window so that the prefilled blocks stay visible: compaction is not measured here.
+1. Per round. Conversations of ``N`` blocks (``--sizes``; turns of header, prompt, 1-6
+   rounds of notes, tool call and result, and a completion; texts of 60-400
+   characters; a day old; 50 sources) are written with ``Store.persist`` into the
+   store handed to the node, before the node loads them: one conversation per
+   measured turn, so that every turn starts near ``N`` blocks. Each size runs with
+   ``storage_sync`` on and off, each case with its own store, node, client and subject
+   prefix. A warm-up turn of two rounds loads and fully renders each conversation;
+   then the ``--turns`` measured turns of ``--rounds`` rounds run, interleaved across
+   the cases. A round is the time between the ``ts`` of consecutive ``thinking`` cards
+   (stamped on the node, so delivery to the client is not in it): ``rounds - 1``
+   samples per turn. Reported with it: the turn's wall time at the client (submit to
+   result) over its rounds, and the legs of a round: thinking card to ``tool_call``
+   card (checkpoint, render, model call, decision checked) and ``tool_call`` to
+   ``tool_result`` (blocks appended, tool run). The nodes have a 1,000,000-token
+   context window so that the prefilled blocks stay visible: compaction is not
+   measured here.
 2. Floor, in blocks between those turns: plain nats-py, no actline code. One publish
    of a progress card (to a subscriber on a second connection) and one request/reply
    to a trivial responder on the same connection (the node's streamer shares the
@@ -44,7 +46,7 @@ tool itself (its own in-process cost is reported apart, as ``tool``).
 Targets (``storage_sync=True``, as in production): a round's p50 within 3x of the
 floor's p50 at every size, and under 5 ms at the largest.
 
-    python -m bench.loop [--quick] [--sizes 100,5000] [--rounds 10] [--turns 8]
+    python -m bench.loop [--quick] [--sizes 100,5000] [--rounds 10] [--turns 12]
         [--conversations 50] [--total-turns 200] [--waiting 200] [--no-nosync]
         [--out bench/results/loop.json]
 """
@@ -99,7 +101,7 @@ from tools import KnowledgeSpace
 KB = Path(__file__).resolve().parents[1] / "examples" / "kb"
 SIZES = (100, 5_000)
 ROUNDS = 10
-TURNS = 8
+TURNS = 12
 FLOOR_BLOCK = 200
 """Floor samples taken after every interleaved batch of turns."""
 CONVERSATIONS = 50
@@ -271,10 +273,10 @@ def node_settings(home: Path, node_id: str, sync: bool, **changes: Any) -> NodeS
     ).with_(**changes)
 
 
-# -- part 1: rounds on a prefilled conversation ---------------------------------------------------
+# -- part 1: rounds on prefilled conversations ---------------------------------------------------
 @dataclass
 class Case:
-    """One size and sync mode: its store, node, client and samples."""
+    """One size and sync mode: its store, node and client, a conversation per measured turn."""
 
     blocks: int
     sync: bool
@@ -283,22 +285,18 @@ class Case:
     client: Client
     model: InstantModel
     buses: list[Bus]
-    stored: int
-    cid: str = "c-loop"
-    turns: int = 0
+    stored: dict[str, int]
+    """Conversation id -> blocks prefilled."""
     rounds: list[float] = field(default_factory=list)
     per_round: list[float] = field(default_factory=list)
     turn: list[float] = field(default_factory=list)
     model_leg: list[float] = field(default_factory=list)
     tools_leg: list[float] = field(default_factory=list)
-    blocks_before: int = 0
+    spans: list[tuple[int, int]] = field(default_factory=list)
+    """Blocks of the conversation before and after each measured turn."""
 
-    @property
-    def label(self) -> str:
-        return f"{self.blocks}-{'sync' if self.sync else 'nosync'}"
-
-    def timeline(self) -> Timeline:
-        return self.node.conversations[self.cid].tl
+    def timeline(self, cid: str) -> Timeline:
+        return self.node.conversations[cid].tl
 
     async def close(self) -> None:
         await self.client.close()
@@ -309,14 +307,24 @@ class Case:
 
 
 async def open_case(
-    url: str, root: Path, blocks: int, sync: bool, knowledge: KnowledgeSpace, rounds: int
+    url: str,
+    root: Path,
+    blocks: int,
+    sync: bool,
+    knowledge: KnowledgeSpace,
+    *,
+    rounds: int,
+    conversations: int,
 ) -> Case:
-    """Prefill a store, start a node on it under a prefix of its own, connect a client."""
+    """Prefill the conversations into a store, start a node on it, connect a client."""
     label = f"{blocks}-{'sync' if sync else 'nosync'}"
     home = root / label
     store = Store(home, sync=sync)
-    tl = prefill(blocks, "c-loop", end=time.time() - AGE_S)
-    store.persist(tl)
+    stored = {}
+    for k in range(1, conversations + 1):
+        tl = prefill(blocks, f"c-loop-{k}", end=time.time() - AGE_S)
+        store.persist(tl)
+        stored[tl.conversation_id] = len(tl)
     subjects = Subjects(f"bench-loop-{label}")
     node_bus = await Bus.connect(url, name=f"bench-loop-node-{label}", subject_names=subjects)
     client_bus = await Bus.connect(url, name=f"bench-loop-client-{label}", subject_names=subjects)
@@ -325,7 +333,18 @@ async def open_case(
     node = Node(node_bus, settings, model=model, store=store, knowledge=knowledge)
     await node.start()
     client = Client(client_bus)
-    return Case(blocks, sync, store, node, client, model, [client_bus, node_bus], len(tl))
+    return Case(blocks, sync, store, node, client, model, [client_bus, node_bus], stored)
+
+
+async def warm_up(case: Case) -> None:
+    """A two-round turn in every conversation: it loads and renders it in full."""
+    for cid, stored in case.stored.items():
+        await run_turn(case.client, case.model, cid, f"{cid}-warm", 2)
+        tl = case.timeline(cid)
+        if len(tl) < stored:
+            raise SanityCheckFailed(case.blocks, f"{cid}: {len(tl):,} blocks loaded of {stored:,}")
+        if tl.latest_summary is not None:
+            raise SanityCheckFailed(case.blocks, f"{cid} was compacted")
 
 
 def _seconds(a: ReActProgress, b: ReActProgress) -> float:
@@ -355,18 +374,17 @@ def _check_result(result: ReActResult, rounds: int, where: str) -> None:
         )
 
 
-async def measure_turn(case: Case, index: int, rounds: int, *, record: bool = True) -> None:
-    """One turn of ``case``; its rounds, legs and wall time go to the case's samples."""
-    tid = f"t-loop-{index}"
-    handle, elapsed = await run_turn(case.client, case.model, case.cid, tid, rounds)
+async def measure_turn(case: Case, cid: str, rounds: int) -> None:
+    """One turn in ``cid``; its rounds, legs and wall time go to the case's samples."""
+    tid = f"{cid}-measured"
+    before = len(case.timeline(cid))
+    handle, elapsed = await run_turn(case.client, case.model, cid, tid, rounds)
+    case.spans.append((before, len(case.timeline(cid))))
     cards = handle.cards
     thinking = sorted((c for c in cards if c.phase == "thinking"), key=lambda c: c.round)
     if [c.round for c in thinking] != list(range(1, rounds + 1)):
         got = [c.round for c in thinking]
         raise SanityCheckFailed(case.blocks, f"turn {tid}: thinking cards of rounds {got}")
-    case.turns += 1
-    if not record:
-        return
     case.turn.append(elapsed)
     case.per_round.append(elapsed / rounds)
     first = {(c.phase, c.round): c for c in reversed(cards)}
@@ -377,16 +395,6 @@ async def measure_turn(case: Case, index: int, rounds: int, *, record: bool = Tr
             raise SanityCheckFailed(case.blocks, f"turn {tid}: round {a.round} has no tool cards")
         case.model_leg.append(_seconds(a, call))
         case.tools_leg.append(_seconds(call, result))
-
-
-def check_loaded(case: Case) -> None:
-    """After the warm-up: every prefilled block loaded, nothing compacted."""
-    tl = case.timeline()
-    if len(tl) < case.stored:
-        raise SanityCheckFailed(case.blocks, f"{len(tl):,} blocks loaded of {case.stored:,}")
-    if tl.latest_summary is not None:
-        raise SanityCheckFailed(case.blocks, "the conversation was compacted")
-    case.blocks_before = len(tl)
 
 
 # -- part 2: the floor ----------------------------------------------------------------------------
@@ -635,10 +643,11 @@ def _case_row(case: Case, floor: dict[str, Any]) -> dict[str, Any]:
     return {
         "blocks": case.blocks,
         "sync": case.sync,
-        "stored_blocks": case.stored,
-        "blocks_before": case.blocks_before,
-        "blocks_after": len(case.timeline()),
-        "turns": case.turns,
+        "conversations": len(case.stored),
+        "stored_blocks": min(case.stored.values()),
+        "blocks_before": min(before for before, _ in case.spans),
+        "blocks_after": max(after for _, after in case.spans),
+        "turns": len(case.turn),
         "round": round_,
         "turn_per_round": _summary(case.per_round),
         "turn": _summary(case.turn),
@@ -678,17 +687,22 @@ async def run_async(
                     for blocks in sizes:
                         for sync in modes:
                             case = await open_case(
-                                server.url, root, blocks, sync, knowledge, rounds
+                                server.url,
+                                root,
+                                blocks,
+                                sync,
+                                knowledge,
+                                rounds=rounds,
+                                conversations=turns,
                             )
                             cases.append(case)
-                            await measure_turn(case, 0, 2, record=False)
-                            check_loaded(case)
+                            await warm_up(case)
                             progress.advance(task)
                     await floor.sample(floor_block, record=False)
                     task = progress.add_task("turns, interleaved", total=turns)
                     for i in range(1, turns + 1):
                         for case in cases if i % 2 else cases[::-1]:
-                            await measure_turn(case, i, rounds)
+                            await measure_turn(case, f"c-loop-{i}", rounds)
                         await floor.sample(floor_block)
                         progress.advance(task)
                     floor_row = {
