@@ -36,12 +36,14 @@ tool itself (its own in-process cost is reported apart, as ``tool``).
 3. Throughput. ``--conversations`` new conversations on one node each run turns of 2
    or 3 rounds, one after another, until ``--total-turns`` turns are done
    (``followup_grace_s`` 0): turns per second over the wall time.
-4. Memory. ``--waiting`` turns, each in a new conversation, call ``agent.send`` to an
-   agent nobody answers (wait timeout one hour) and wait. Their client runs in a child
-   process, so the growth of this process's resident memory (``/proc/self/statm``)
-   between before the batch and every ``waiting`` card is the node's alone; divided by
-   the count it is the memory per conversation waiting on a DONE. Then every turn is
-   cancelled and must end ``cancelled``.
+4. Memory. A node in a child process (fresh, so that memory freed by the parts before
+   is not reused unseen) takes ``--waiting`` turns, each in a new conversation, whose
+   model calls ``agent.send`` to an agent nobody answers (wait timeout one hour). The
+   growth of that process's resident memory (``/proc/self/statm``, after
+   ``gc.collect()``) from before the batch to when every turn has shown its ``waiting``
+   card, over the count, is the memory per conversation waiting on a DONE. A first
+   batch of a tenth as many turns warms the node up. Then every turn is cancelled and
+   must end ``cancelled``.
 
 Targets (``storage_sync=True``, as in production): a round's p50 within 3x of the
 floor's p50 at every size, and under 5 ms at the largest.
@@ -520,25 +522,66 @@ async def throughput(
 
 
 # -- part 4: memory per waiting conversation ------------------------------------------------------
-def memory_client(url: str, prefix: str, count: int, warmup: int, conn: Connection) -> None:
-    """The child process of part 4: submits, waits for ``waiting`` cards, cancels on cue."""
+def memory_node(url: str, prefix: str, capacity: int, conn: Connection) -> None:
+    """The child process of part 4: a node that reports its resident memory when asked."""
     try:
-        asyncio.run(_memory_client(url, prefix, count, warmup, conn))
+        asyncio.run(_memory_node(url, prefix, capacity, conn))
     except Exception as exc:
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
 
 
-async def _memory_client(url: str, prefix: str, count: int, warmup: int, conn: Connection) -> None:
-    bus = await Bus.connect(url, name="bench-loop-memory-client", subject_names=Subjects(prefix))
+async def _memory_node(url: str, prefix: str, capacity: int, conn: Connection) -> None:
+    with tempfile.TemporaryDirectory(prefix="actline-bench-loop-memory-") as tmp:
+        bus = await Bus.connect(url, name="bench-loop-node-memory", subject_names=Subjects(prefix))
+        settings = node_settings(
+            Path(tmp), "n-memory", True, max_active_turns=capacity, wait_timeout_s=3600.0
+        )
+        model = InstantModel(Plan(2, NOBODY))
+        node = Node(bus, settings, model=model, knowledge=KnowledgeSpace(KB))
+        await node.start()
+        try:
+            conn.send(("ready", {}))
+            while (command := await asyncio.to_thread(conn.recv)) != "stop":
+                gc.collect()
+                rss, source = rss_bytes()
+                running = sum(1 for c in node.conversations.values() if c.running_turn)
+                conn.send((command, {"rss": rss, "source": source, "running": running}))
+        finally:
+            await node.stop()
+            await bus.close()
+
+
+async def _ask(conn: Connection, command: str | None, timeout: float) -> dict[str, Any]:
+    """Send ``command`` (if any) to the node process and wait for its answer to it."""
+    if command is not None:
+        conn.send(command)
+    if not await asyncio.to_thread(conn.poll, timeout):
+        raise LoopCheckFailed("memory", f"the node process did not answer {command} in {timeout} s")
+    tag, value = conn.recv()
+    if tag == "error" or (command is not None and tag != command):
+        raise LoopCheckFailed("memory", f"the node process answered {tag}: {value}")
+    answer: dict[str, Any] = value
+    return answer
+
+
+async def memory(url: str, count: int) -> dict[str, Any]:
+    """Resident memory of a node process per conversation waiting on an outside agent's DONE."""
+    warmup = max(2, count // 10)
+    prefix = "bench-loop-memory"
+    spawn = multiprocessing.get_context("spawn")
+    ours, theirs = spawn.Pipe()
+    child = spawn.Process(
+        target=memory_node, args=(url, prefix, count + warmup + 8, theirs), daemon=True
+    )
+    child.start()
+    bus = await Bus.connect(url, name="bench-loop-client-memory", subject_names=Subjects(prefix))
     client = Client(bus)
 
     async def batch(tag: str, n: int) -> list[TurnHandle]:
-        handles = [
-            await client.submit(
-                QUESTION, conversation_id=f"c-wait-{tag}-{i}", turn_id=f"t-wait-{tag}-{i}"
-            )
-            for i in range(n)
-        ]
+        handles = []
+        for i in range(n):
+            cid = f"c-wait-{tag}-{i}"
+            handles.append(await client.submit(QUESTION, conversation_id=cid, turn_id=f"{cid}-t"))
         await asyncio.gather(*(h.wait_for("waiting", timeout=TURN_TIMEOUT_S) for h in handles))
         return handles
 
@@ -549,79 +592,31 @@ async def _memory_client(url: str, prefix: str, count: int, warmup: int, conn: C
         return [r.status for r in results]
 
     try:
-        warm = await batch("warm", warmup)
-        conn.send(("warm", await cancel(warm)))
-        await asyncio.to_thread(conn.recv)
+        await _ask(ours, None, 4 * TURN_TIMEOUT_S)
+        warm = await cancel(await batch("warm", warmup))
+        before = await _ask(ours, "before", TURN_TIMEOUT_S)
         handles = await batch("k", count)
-        conn.send(("waiting", len(handles)))
-        await asyncio.to_thread(conn.recv)
-        conn.send(("done", await cancel(handles)))
+        after = await _ask(ours, "after", TURN_TIMEOUT_S)
+        statuses = await cancel(handles)
+        ours.send("stop")
     finally:
         await client.close()
         await bus.close()
-
-
-async def _expect(conn: Connection, what: str, timeout: float) -> Any:
-    if not await asyncio.to_thread(conn.poll, timeout):
-        raise LoopCheckFailed("memory", f"the client process sent no {what!r} in {timeout:.0f} s")
-    tag, value = conn.recv()
-    if tag != what:
-        raise LoopCheckFailed("memory", f"the client process sent {tag!r}: {value}")
-    return value
-
-
-async def memory(url: str, root: Path, knowledge: KnowledgeSpace, count: int) -> dict[str, Any]:
-    """Resident memory of this process per conversation waiting on an outside agent's DONE."""
-    warmup = max(2, count // 10)
-    prefix = "bench-loop-memory"
-    bus = await Bus.connect(url, name="bench-loop-node-memory", subject_names=Subjects(prefix))
-    settings = node_settings(
-        root / "memory",
-        "n-memory",
-        True,
-        max_active_turns=count + warmup + 8,
-        wait_timeout_s=3600.0,
-    )
-    node = Node(bus, settings, model=InstantModel(Plan(2, NOBODY)), knowledge=knowledge)
-    await node.start()
-    spawn = multiprocessing.get_context("spawn")
-    ours, theirs = spawn.Pipe()
-    child = spawn.Process(
-        target=memory_client, args=(bus.url, prefix, count, warmup, theirs), daemon=True
-    )
-    child.start()
-    try:
-        warm = await _expect(ours, "warm", 4 * TURN_TIMEOUT_S)
-        gc.collect()
-        before, source = rss_bytes()
-        ours.send("go")
-        waiting = await _expect(ours, "waiting", 4 * TURN_TIMEOUT_S)
-        gc.collect()
-        after, _ = rss_bytes()
-        running = sum(1 for conv in node.conversations.values() if conv.running_turn is not None)
-        ours.send("cancel")
-        statuses = await _expect(ours, "done", 4 * TURN_TIMEOUT_S)
-    finally:
         await asyncio.to_thread(child.join, 30)
         if child.is_alive():
             child.terminate()
-        await node.stop()
-        await bus.close()
-    if waiting != count or running != count:
-        raise LoopCheckFailed(
-            "memory", f"{waiting} waiting cards, {running} turns running of {count}"
-        )
+    if after["running"] != count:
+        raise LoopCheckFailed("memory", f"{after['running']} turns running, expected {count}")
     if set(warm) != {"cancelled"} or set(statuses) != {"cancelled"}:
-        raise LoopCheckFailed(
-            "memory", f"cancelled turns ended {sorted(set(warm) | set(statuses))}"
-        )
+        ended = sorted(set(warm) | set(statuses))
+        raise LoopCheckFailed("memory", f"the cancelled turns ended {ended}")
     return {
         "waiting": count,
         "warmup": warmup,
-        "rss_before_bytes": before,
-        "rss_after_bytes": after,
-        "per_conversation_bytes": (after - before) / count,
-        "rss_source": source,
+        "rss_before_bytes": before["rss"],
+        "rss_after_bytes": after["rss"],
+        "per_conversation_bytes": (after["rss"] - before["rss"]) / count,
+        "rss_source": after["source"],
         "cancelled": len(statuses),
     }
 
@@ -724,7 +719,7 @@ async def run_async(
                         )
                         progress.advance(task)
                     progress.add_task("memory per waiting conversation", total=None)
-                    mem = await memory(server.url, root, knowledge, waiting)
+                    mem = await memory(server.url, waiting)
             finally:
                 for case in cases:
                     await case.close()

@@ -84,3 +84,11 @@ def test_the_models_example_reads_from_the_cache_the_second_time(
     exec(_block("FakeAnthropicServer()"), {"__name__": "readme"})
     written, read = (int(x) for x in capsys.readouterr().out.split())
     assert written > 1024 and read == written
+
+
+def test_the_actors_example_runs_a_turn(capsys: pytest.CaptureFixture[str]) -> None:
+    exec(_block("Node(bus, settings"), {"__name__": "readme"})
+    out = capsys.readouterr().out.splitlines()
+    assert out[0].startswith("completed ")
+    assert "'thinking'" in out[1] and "'complete'" in out[1]
+    assert out[2].strip()

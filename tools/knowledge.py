@@ -124,7 +124,10 @@ class KnowledgeSpace:
     Raises ``KnowledgeError(reason="missing_root")`` when ``root`` is not a folder.
     """
 
-    def __init__(self, root: Path, *, max_file_bytes: int = MAX_FILE_BYTES) -> None:
+    def __init__(
+        self, root: str | os.PathLike[str], *, max_file_bytes: int = MAX_FILE_BYTES
+    ) -> None:
+        root = Path(root)
         if not root.is_dir():
             raise KnowledgeError(str(root), "missing_root")
         self._root = root.resolve()
