@@ -422,14 +422,7 @@ class ConversationActor(Actor):
         if self.current is not None and signal.turn_id in (None, self.running_turn):
             future: asyncio.Future[messages.Message] = self.current.ask_done(signal)
             return future
-        event = ev.DoneSignal(
-            signal_id=signal.signal_id,
-            agent=signal.agent,
-            turn_id=signal.turn_id,
-            task_id=signal.task_id,
-            summary=signal.summary,
-            artifacts=tuple(signal.artifacts),
-        )
+        event = ev.event_from_message(signal)
         self.decision_state, effects = transition(self.decision_state, event)
         for effect in effects:
             if isinstance(effect, ev.RecordLateSignal):

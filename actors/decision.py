@@ -64,6 +64,7 @@ from .conversation import UnseenFollowups as UnseenFollowupsQuery
 from .decision_protocol import CallLedger, Notice, ToolCallSpec, check_decision
 from .services import TaskEntry
 from .state import DecisionState, checkpoint, resume_event, transition
+from .streamer import failed_result
 
 log = logging.getLogger(__name__)
 
@@ -374,11 +375,11 @@ class DecisionActor(Actor):
                 bus.subjects.llm_generate, request, timeout=timeout, raise_remote=False
             )
         except BusError as exc:
-            return _failed_result(request, "model_unreachable", f"no streamer answered: {exc}")
+            return failed_result(request, "model_unreachable", f"no streamer answered: {exc}")
         if isinstance(reply, GenerateResult):
             return reply
         text = reply.message if isinstance(reply, ErrorReply) else f"unexpected {reply.kind}"
-        return _failed_result(request, "model_unreachable", text)
+        return failed_result(request, "model_unreachable", text)
 
     async def _cancel_model(self) -> None:
         if self._model_task is not None:
@@ -690,14 +691,7 @@ class DecisionActor(Actor):
 
     async def _on_done(self, message: _DoneIn) -> None:
         signal = message.signal
-        event = ev.DoneSignal(
-            signal_id=signal.signal_id,
-            agent=signal.agent,
-            turn_id=signal.turn_id,
-            task_id=signal.task_id,
-            summary=signal.summary,
-            artifacts=tuple(signal.artifacts),
-        )
+        event = ev.event_from_message(signal)
         try:
             effects = await self.feed(event)
         except Exception as exc:
@@ -864,17 +858,6 @@ def _agent_problem(call: ToolCallSpec) -> Notice | None:
     if not isinstance(call.params.get("text"), str) or not call.params["text"].strip():
         return Notice("bad_params", "agent.send needs the task text.", AGENT_SEND)
     return None
-
-
-def _failed_result(request: GenerateRequest, code: str, error: str) -> GenerateResult:
-    return GenerateResult(
-        conversation_id=request.conversation_id,
-        turn_id=request.turn_id,
-        round=request.round,
-        error=error,
-        error_code=code,
-        seq_end=request.seq_start,
-    )
 
 
 def _verdict(signal: messages.DoneSignal, effects: tuple[ev.Effect, ...]) -> messages.Message:

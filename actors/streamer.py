@@ -278,11 +278,18 @@ class StreamerActor:
             request.turn_id,
             request.round,
         )
-        return GenerateResult(
-            conversation_id=request.conversation_id,
-            turn_id=request.turn_id,
-            round=request.round,
-            error=message,
-            error_code=code,
-            seq_end=request.seq_start if seq is None else seq,
-        )
+        return failed_result(request, code, message, seq)
+
+
+def failed_result(
+    request: GenerateRequest, code: str, error: str, seq: int | None = None
+) -> GenerateResult:
+    """The result of a model call that failed with ``code`` (no channels, no usage)."""
+    return GenerateResult(
+        conversation_id=request.conversation_id,
+        turn_id=request.turn_id,
+        round=request.round,
+        error=error,
+        error_code=code,
+        seq_end=request.seq_start if seq is None else seq,
+    )

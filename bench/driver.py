@@ -18,7 +18,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from actors.decision_protocol import check_decision
-from channels import ChannelSpec, parse
+from actors.streamer import CHANNEL_SPECS
+from channels import parse
 from llm.prompt import DECISION_PROTOCOL
 from llm.protocol import Model, complete
 from messages import GenerateRequest, Usage
@@ -38,14 +39,7 @@ from timeline.tokens import DEFAULT_COUNTER
 from tools import KnowledgeSpace
 from tools.react import ReactContext, ReactTools
 
-SPECS = (
-    ChannelSpec("thinking", "markdown", replace_citations=False),
-    ChannelSpec("decision", "json", replace_citations=False),
-    ChannelSpec("answer", "markdown"),
-    ChannelSpec("followup", "json", replace_citations=False),
-    ChannelSpec("usage", "json", replace_citations=False),
-    ChannelSpec("canvas", "json", replace_citations=False),
-)
+SPECS = CHANNEL_SPECS
 
 BENCH_READ_PATHS = 32
 """react.read paths per call here: the wide cache scenario reads 22 documents in one call
