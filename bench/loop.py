@@ -1,15 +1,16 @@
 """The decision loop's own cost per round, with an instant model, against the raw NATS floor.
 
-Everything runs in this process on one embedded nats-server: ``actors.Node`` (its
-conversation, decision and streamer actors) on one connection and an ``actors.Client``
-on another. The model is ``InstantModel``: every call answers at once, in one chunk,
-with a line of thinking and a decision calling ``react.search_knowledge`` (``top_k`` 1
-over ``examples/kb``; a new query each round, so the identical-call guard never
-fires) until the turn's last round, which completes. A round then costs only the
-loop: the checkpoint (one LMDB commit, fsync-ed with ``storage_sync=True``), the
-render, the model request to the node's streamer and its reply, one thinking delta
-and three progress cards published, the tool call and result blocks appended and the
-tool itself (its own in-process cost is reported apart, as ``tool``).
+Everything runs on one embedded nats-server, in this process but for the node of
+part 4: ``actors.Node`` (its conversation, decision and streamer actors) on one
+connection and an ``actors.Client`` on another. The model is ``InstantModel``: every
+call answers at once, in one chunk, with a line of thinking and a decision calling
+``react.search_knowledge`` (``top_k`` 1 over ``examples/kb``; a new query each round,
+so the identical-call guard never fires) until the turn's last round, which
+completes. A round then costs only the loop: the checkpoint (one LMDB commit,
+fsync-ed with ``storage_sync=True``), the render, the model request to the node's
+streamer and its reply, the thinking deltas and three progress cards published, the
+tool call and result blocks appended and the tool itself (its own in-process cost is
+reported apart, as ``tool``).
 
 1. Per round. Conversations of ``N`` blocks (``--sizes``; turns of header, prompt, 1-6
    rounds of notes, tool call and result, and a completion; texts of 60-400
@@ -22,11 +23,11 @@ tool itself (its own in-process cost is reported apart, as ``tool``).
    the cases. A round is the time between the ``ts`` of consecutive ``thinking`` cards
    (stamped on the node, so delivery to the client is not in it): ``rounds - 1``
    samples per turn. Reported with it: the turn's wall time at the client (submit to
-   result) over its rounds, and the legs of a round: thinking card to ``tool_call``
-   card (checkpoint, render, model call, decision checked) and ``tool_call`` to
-   ``tool_result`` (blocks appended, tool run). The nodes have a 1,000,000-token
-   context window so that the prefilled blocks stay visible: compaction is not
-   measured here.
+   result) over its rounds, its pickup (submit to the node's ``turn.accepted``), and
+   the legs of a round: thinking card to ``tool_call`` card (checkpoint, render, model
+   call, decision checked) and ``tool_call`` to ``tool_result`` (blocks appended, tool
+   run). The nodes have a 1,000,000-token context window so that the prefilled blocks
+   stay visible: compaction is not measured here.
 2. Floor, in blocks between those turns: plain nats-py, no actline code. One publish
    of a progress card (to a subscriber on a second connection) and one request/reply
    to a trivial responder on the same connection (the node's streamer shares the
@@ -35,7 +36,8 @@ tool itself (its own in-process cost is reported apart, as ``tool``).
    delta, the tool); the floor is what no runtime can avoid.
 3. Throughput. ``--conversations`` new conversations on one node each run turns of 2
    or 3 rounds, one after another, until ``--total-turns`` turns are done
-   (``followup_grace_s`` 0): turns per second over the wall time.
+   (``followup_grace_s`` 0): turns per second over the wall time, and this process's
+   CPU time per turn (the loop runs on one event loop, so that bounds the rate).
 4. Memory. A node in a child process (fresh, so that memory freed by the parts before
    is not reused unseen) takes ``--waiting`` turns, each in a new conversation, whose
    model calls ``agent.send`` to an agent nobody answers (wait timeout one hour). The
@@ -57,6 +59,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import gc
 import itertools
 import json
@@ -121,7 +124,7 @@ QUICK: dict[str, Any] = {
 CONTEXT_TOKENS = 1_000_000
 SEED = 5
 AGE_S = 86_400.0
-"""The prefilled conversation ended this long ago."""
+"""The prefilled conversations ended this long ago."""
 TURN_TIMEOUT_S = 60.0
 NOBODY = "nobody"
 QUESTION = "Which plan fits a team of twelve, and how do I move to it?"
@@ -145,8 +148,12 @@ class LoopCheckFailed(Exception):
 
 
 def _summary(samples: Sequence[float]) -> dict[str, Any]:
-    """``summary_ms`` plus the p99."""
-    return {**summary_ms(samples), "p99_ms": percentile(samples, 0.99) * 1e3}
+    """``summary_ms`` plus the p99 and the maximum."""
+    return {
+        **summary_ms(samples),
+        "p99_ms": percentile(samples, 0.99) * 1e3,
+        "max_ms": max(samples) * 1e3,
+    }
 
 
 def rss_bytes() -> tuple[int, str]:
@@ -182,7 +189,6 @@ class InstantModel:
     def __init__(self, default: Plan | None = None) -> None:
         self.default = default or Plan()
         self.plans: dict[str, Plan] = {}
-        self.calls = 0
 
     def output(self, request: GenerateRequest) -> str:
         """The raw output of round ``request.round`` of the turn's plan."""
@@ -204,7 +210,6 @@ class InstantModel:
         return out + f"<channel:decision>{json.dumps(decision)}</channel:decision>"
 
     async def stream(self, request: GenerateRequest) -> AsyncIterator[Chunk]:
-        self.calls += 1
         text = self.output(request)
         yield text
         yield Usage(model=self.name, output_tokens=DEFAULT_COUNTER.count(text))
@@ -212,7 +217,7 @@ class InstantModel:
 
 # -- the prefilled conversation -------------------------------------------------------------------
 def prefill(blocks: int, cid: str, *, end: float, seed: int = SEED) -> Timeline:
-    """Whole turns until at least ``blocks`` blocks, the last one ending at ``end``."""
+    """Whole turns until at least ``blocks`` blocks, all stamped before ``end`` (deterministic)."""
     rng = random.Random(seed)
     text = corpus(seed)
 
@@ -266,6 +271,7 @@ def prefill(blocks: int, cid: str, *, end: float, seed: int = SEED) -> Timeline:
 
 
 def node_settings(home: Path, node_id: str, sync: bool, **changes: Any) -> NodeSettings:
+    """A node that answers at once (no followup grace) with a context the prefill fits in."""
     return NodeSettings(
         home=home,
         node_id=node_id,
@@ -294,6 +300,7 @@ class Case:
     turn: list[float] = field(default_factory=list)
     model_leg: list[float] = field(default_factory=list)
     tools_leg: list[float] = field(default_factory=list)
+    pickup: list[float] = field(default_factory=list)
     spans: list[tuple[int, int]] = field(default_factory=list)
     """Blocks of the conversation before and after each measured turn."""
 
@@ -355,16 +362,24 @@ def _seconds(a: ReActProgress, b: ReActProgress) -> float:
 
 async def run_turn(
     client: Client, model: InstantModel, cid: str, tid: str, rounds: int
-) -> tuple[TurnHandle, float]:
-    """Submit one turn of ``rounds`` rounds and wait for its result and its last card."""
+) -> tuple[TurnHandle, float, float]:
+    """Submit one turn of ``rounds`` rounds and wait for its result and its last card.
+
+    Returns the handle, the wall time from submit to result and the pickup time (from
+    submit to the ``turn.accepted`` the node stamps when it takes the request).
+    """
     model.plans[tid] = Plan(rounds)
+    submitted = time.time()
     t0 = time.perf_counter()
     handle = await client.submit(QUESTION, conversation_id=cid, turn_id=tid)
     result = await handle.wait(TURN_TIMEOUT_S)
     elapsed = time.perf_counter() - t0
     _check_result(result, rounds, cid)
     await handle.wait_for("complete", timeout=TURN_TIMEOUT_S)
-    return handle, elapsed
+    accepted = handle.accepted
+    if accepted is None:
+        raise LoopCheckFailed(cid, f"turn {tid} completed without a turn.accepted")
+    return handle, elapsed, accepted.ts.timestamp() - submitted
 
 
 def _check_result(result: ReActResult, rounds: int, where: str) -> None:
@@ -380,7 +395,8 @@ async def measure_turn(case: Case, cid: str, rounds: int) -> None:
     """One turn in ``cid``; its rounds, legs and wall time go to the case's samples."""
     tid = f"{cid}-measured"
     before = len(case.timeline(cid))
-    handle, elapsed = await run_turn(case.client, case.model, cid, tid, rounds)
+    handle, elapsed, pickup = await run_turn(case.client, case.model, cid, tid, rounds)
+    case.pickup.append(pickup)
     case.spans.append((before, len(case.timeline(cid))))
     cards = handle.cards
     thinking = sorted((c for c in cards if c.phase == "thinking"), key=lambda c: c.round)
@@ -493,15 +509,15 @@ async def throughput(
             cid = f"c-tput-{c}"
             while (i := next(counter)) < total:
                 rounds = 2 + i % 2
-                _, elapsed = await run_turn(client, model, cid, f"t-tput-{i}", rounds)
+                _, elapsed, _ = await run_turn(client, model, cid, f"t-tput-{i}", rounds)
                 latencies.append(elapsed)
                 rounds_done += rounds
 
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         async with asyncio.TaskGroup() as tg:
             for c in range(conversations):
                 tg.create_task(worker(c))
-        seconds = time.perf_counter() - t0
+        seconds, cpu = time.perf_counter() - t0, time.process_time() - cpu0
     finally:
         await client.close()
         await node.stop()
@@ -517,6 +533,7 @@ async def throughput(
         "seconds": seconds,
         "turns_per_s": total / seconds,
         "rounds_per_s": rounds_done / seconds,
+        "cpu_ms_per_turn": cpu / total * 1e3,
         "turn": _summary(latencies),
     }
 
@@ -598,8 +615,9 @@ async def memory(url: str, count: int) -> dict[str, Any]:
         handles = await batch("k", count)
         after = await _ask(ours, "after", TURN_TIMEOUT_S)
         statuses = await cancel(handles)
-        ours.send("stop")
     finally:
+        with contextlib.suppress(OSError):
+            ours.send("stop")
         await client.close()
         await bus.close()
         await asyncio.to_thread(child.join, 30)
@@ -648,9 +666,82 @@ def _case_row(case: Case, floor: dict[str, Any]) -> dict[str, Any]:
         "turn": _summary(case.turn),
         "model_leg": _summary(case.model_leg),
         "tools_leg": _summary(case.tools_leg),
+        "pickup": _summary(case.pickup),
         "ratio_p50": round_["p50_ms"] / floor["p50_ms"],
         "ratio_p99": round_["p99_ms"] / floor["p99_ms"],
     }
+
+
+async def per_round(
+    url: str,
+    root: Path,
+    knowledge: KnowledgeSpace,
+    sizes: Sequence[int],
+    modes: Sequence[bool],
+    *,
+    rounds: int,
+    turns: int,
+    floor_block: int,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """Parts 1 and 2: the floor's summary and a row per case, measured interleaved."""
+    cases: list[Case] = []
+    floor = await Floor.open(url)
+    try:
+        with Progress(transient=True) as progress:
+            task = progress.add_task("prefilling and warming up", total=len(sizes) * len(modes))
+            for blocks in sizes:
+                for sync in modes:
+                    cases.append(
+                        await open_case(
+                            url, root, blocks, sync, knowledge, rounds=rounds, conversations=turns
+                        )
+                    )
+                    await warm_up(cases[-1])
+                    progress.advance(task)
+            await floor.sample(floor_block, record=False)
+            task = progress.add_task("turns, interleaved", total=turns)
+            for i in range(1, turns + 1):
+                for case in cases if i % 2 else cases[::-1]:
+                    await measure_turn(case, f"c-loop-{i}", rounds)
+                await floor.sample(floor_block)
+                progress.advance(task)
+    finally:
+        for case in cases:
+            await case.close()
+        await floor.close()
+    sizes_bytes = {
+        "card": len(floor.card),
+        "request": len(floor.request),
+        "reply": len(floor.reply),
+    }
+    floor_row = {**_summary(floor.samples), "payload_bytes": sizes_bytes}
+    return floor_row, [_case_row(case, floor_row) for case in cases]
+
+
+def check_targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Round p50 against the floor at every size, and in milliseconds at the largest (sync)."""
+    synced = [row for row in rows if row["sync"]]
+    targets = [
+        {
+            "blocks": r["blocks"],
+            "figure": "ratio_p50",
+            "maximum": TARGET_RATIO,
+            "value": r["ratio_p50"],
+        }
+        for r in synced
+    ]
+    top = max(synced, key=lambda r: r["blocks"])
+    targets.append(
+        {
+            "blocks": top["blocks"],
+            "figure": "round_p50_ms",
+            "maximum": TARGET_P50_MS,
+            "value": top["round"]["p50_ms"],
+        }
+    )
+    for target in targets:
+        target["met"] = target["value"] <= target["maximum"]
+    return targets
 
 
 async def run_async(
@@ -664,88 +755,33 @@ async def run_async(
     floor_block: int = FLOOR_BLOCK,
     nosync: bool = True,
 ) -> dict[str, Any]:
+    """Every part on one embedded nats-server (see the module docstring)."""
     started = time.perf_counter()
     sizes = sorted(set(sizes))
     rounds = max(2, rounds)
     modes = (True, False) if nosync else (True,)
     knowledge = KnowledgeSpace(KB)
-    cases: list[Case] = []
     with tempfile.TemporaryDirectory(prefix="actline-bench-loop-") as tmp:
         root = Path(tmp)
         async with EmbeddedNats() as server:
-            floor = await Floor.open(server.url)
-            try:
-                with Progress(transient=True) as progress:
-                    task = progress.add_task(
-                        "prefilling and warming up", total=len(sizes) * len(modes)
-                    )
-                    for blocks in sizes:
-                        for sync in modes:
-                            case = await open_case(
-                                server.url,
-                                root,
-                                blocks,
-                                sync,
-                                knowledge,
-                                rounds=rounds,
-                                conversations=turns,
-                            )
-                            cases.append(case)
-                            await warm_up(case)
-                            progress.advance(task)
-                    await floor.sample(floor_block, record=False)
-                    task = progress.add_task("turns, interleaved", total=turns)
-                    for i in range(1, turns + 1):
-                        for case in cases if i % 2 else cases[::-1]:
-                            await measure_turn(case, f"c-loop-{i}", rounds)
-                        await floor.sample(floor_block)
-                        progress.advance(task)
-                    floor_row = {
-                        **_summary(floor.samples),
-                        "payload_bytes": {
-                            "card": len(floor.card),
-                            "request": len(floor.request),
-                            "reply": len(floor.reply),
-                        },
-                    }
-                    rows = [_case_row(case, floor_row) for case in cases]
-                    task = progress.add_task("throughput", total=len(modes))
-                    tput = []
-                    for sync in modes:
-                        tput.append(
-                            await throughput(
-                                server.url, root, knowledge, conversations, total_turns, sync
-                            )
-                        )
-                        progress.advance(task)
-                    progress.add_task("memory per waiting conversation", total=None)
-                    mem = await memory(server.url, waiting)
-            finally:
-                for case in cases:
-                    await case.close()
-                await floor.close()
-    top = max(sizes)
-    targets: list[dict[str, Any]] = [
-        {
-            "blocks": row["blocks"],
-            "figure": "ratio_p50",
-            "maximum": TARGET_RATIO,
-            "value": row["ratio_p50"],
-        }
-        for row in rows
-        if row["sync"]
-    ]
-    at_top = next(r for r in rows if r["sync"] and r["blocks"] == top)
-    targets.append(
-        {
-            "blocks": top,
-            "figure": "round_p50_ms",
-            "maximum": TARGET_P50_MS,
-            "value": at_top["round"]["p50_ms"],
-        }
-    )
-    for target in targets:
-        target["met"] = target["value"] <= target["maximum"]
+            floor, rows = await per_round(
+                server.url,
+                root,
+                knowledge,
+                sizes,
+                modes,
+                rounds=rounds,
+                turns=turns,
+                floor_block=floor_block,
+            )
+            with Progress(transient=True) as progress:
+                progress.add_task("throughput, then memory", total=None)
+                tput = [
+                    await throughput(server.url, root, knowledge, conversations, total_turns, sync)
+                    for sync in modes
+                ]
+                mem = await memory(server.url, waiting)
+    targets = check_targets(rows)
     return {
         "benchmark": "loop.round_overhead",
         "model": InstantModel.name,
@@ -753,7 +789,7 @@ async def run_async(
         "turns": turns,
         "context_tokens": CONTEXT_TOKENS,
         "tool": tool_cost(knowledge, rounds),
-        "floor": floor_row,
+        "floor": floor,
         "cases": rows,
         "throughput": tput,
         "memory": mem,
@@ -801,8 +837,8 @@ def table(result: dict[str, Any]) -> Table:
             "round: between consecutive thinking cards (node timestamps); model leg: thinking "
             "to tool_call card (checkpoint, render, model call, decision); tools leg: tool_call "
             "to tool_result (blocks appended, react.search_knowledge run); turn/round: client "
-            "wall time of the turn over its rounds; floor: nats-py publish + request/reply, no "
-            "actline code; targets on the sync rows"
+            "wall time of the turn over its rounds; pickup: submit to turn.accepted; floor: "
+            "nats-py publish + request/reply, no actline code; targets on the sync rows"
         ),
     )
     for column in ("measure", "p50", "p99", "mean", "x floor", "detail", "verdict"):
@@ -816,8 +852,9 @@ def table(result: dict[str, Any]) -> Table:
             _ms(r["p99_ms"]),
             _ms(r["mean_ms"]),
             f"{row['ratio_p50']:.1f}x",
-            f"model {_ms(row['model_leg']['p50_ms'])}, tools {_ms(row['tools_leg']['p50_ms'])}, "
-            f"turn/round {_ms(row['turn_per_round']['p50_ms'])}; n={r['n']}",
+            f"model {_ms(row['model_leg']['p50_ms'])}, tools {_ms(row['tools_leg']['p50_ms'])}; "
+            f"turn/round {_ms(row['turn_per_round']['p50_ms'])}, pickup p50 "
+            f"{_ms(row['pickup']['p50_ms'])} max {_ms(row['pickup']['max_ms'])}; n={r['n']}",
             _verdict(result, row),
         )
     out.add_section()
@@ -850,8 +887,9 @@ def table(result: dict[str, Any]) -> Table:
             _ms(turn["p99_ms"]),
             _ms(turn["mean_ms"]),
             "",
-            f"{tput['turns_per_s']:.0f} turns/s, {tput['rounds_per_s']:.0f} rounds/s "
-            f"({tput['turns']} turns in {tput['seconds']:.1f} s; p50/p99: turn latency)",
+            f"{tput['turns_per_s']:.0f} turns/s, {tput['rounds_per_s']:.0f} rounds/s, "
+            f"{tput['cpu_ms_per_turn']:.1f} ms CPU/turn ({tput['turns']} turns in "
+            f"{tput['seconds']:.1f} s; p50/p99: turn latency)",
         )
     mem = result["memory"]
     growth = mem["rss_after_bytes"] - mem["rss_before_bytes"]

@@ -11,7 +11,7 @@ from bench.loop import QUICK, InstantModel, Plan, main, prefill
 from messages import GenerateRequest
 from timeline.blocks import COMPLETION, TOOL_CALL, TOOL_RESULT, TURN_HEADER, USER_PROMPT
 
-SUMMARY_KEYS = {"n", "p50_ms", "p90_ms", "p99_ms", "min_ms", "mean_ms"}
+SUMMARY_KEYS = {"n", "p50_ms", "p90_ms", "p99_ms", "max_ms", "min_ms", "mean_ms"}
 
 
 def _decision(model: InstantModel, turn_id: str, round_: int) -> Any:
@@ -73,7 +73,9 @@ def test_loop_benchmark_quick_mode_reports_every_part(tmp_path: Path) -> None:
             assert set(summary) == SUMMARY_KEYS
             assert summary["n"] == QUICK["turns"] * (QUICK["rounds"] - 1)
             assert 0 < summary["min_ms"] <= summary["p50_ms"] <= summary["p99_ms"]
-        assert case["turn"]["n"] == case["turn_per_round"]["n"] == QUICK["turns"]
+            assert summary["p99_ms"] <= summary["max_ms"]
+        for kind in ("turn", "turn_per_round", "pickup"):
+            assert case[kind]["n"] == QUICK["turns"] and case[kind]["min_ms"] > 0
         assert case["model_leg"]["p50_ms"] < case["round"]["p50_ms"] < case["turn"]["p50_ms"]
         assert case["ratio_p50"] > 0 and case["ratio_p99"] > 0
 
@@ -82,7 +84,7 @@ def test_loop_benchmark_quick_mode_reports_every_part(tmp_path: Path) -> None:
         assert tput["turns"] == tput["turn"]["n"] == QUICK["total_turns"]
         assert tput["conversations"] == QUICK["conversations"]
         assert 2 * tput["turns"] <= tput["rounds"] <= 3 * tput["turns"]
-        assert tput["turns_per_s"] > 0 and tput["seconds"] > 0
+        assert tput["turns_per_s"] > 0 and tput["seconds"] > 0 and tput["cpu_ms_per_turn"] > 0
 
     memory = result["memory"]
     assert memory["waiting"] == memory["cancelled"] == QUICK["waiting"]
