@@ -242,7 +242,9 @@ class Node:
                 await self._room.wait()
                 continue
             try:
-                batch = await psub.fetch(batch=min(room, 16), timeout=1.0)
+                # One at a time: a larger batch sometimes waits for the server's request
+                # timeout (up to ~1 s) to fill although a message is already delivered.
+                batch = await psub.fetch(batch=1, timeout=1.0)
             except (nats.errors.TimeoutError, TimeoutError):
                 continue
             except nats.errors.Error as exc:
