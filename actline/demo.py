@@ -81,8 +81,8 @@ async def run_demo(nats_url: str | None = None, console: Console | None = None) 
         out.print(
             Panel(
                 "The bus works: a typed turn.request went through a real nats-server and "
-                "came back as turn.accepted.\nThe agent loop (plan, knowledge search, outside "
-                "agents, streamed answers) is not part of this build yet.",
+                "came back as turn.accepted.\nThe decision loop runs on a node: see the README's "
+                "Actors section, or python -m actors.node --nats URL.",
                 title="actline demo",
                 border_style="green",
             )
