@@ -21,11 +21,20 @@ import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any
+from typing import Any, get_args
 
 import messages
-from messages import Ack, ErrorReply, Feedback, Followup, ReActResult, TurnAccepted, TurnRequest
-from storage import NotStored
+from messages import (
+    Ack,
+    ErrorReply,
+    Feedback,
+    Followup,
+    ReActResult,
+    TurnAccepted,
+    TurnRequest,
+    TurnStatus,
+)
+from storage import NotStored, Workspace
 from timeline import AnnounceContext, Block, Renderer, Timeline, TimelineConfig
 from timeline.blocks import (
     FEEDBACK,
@@ -46,7 +55,7 @@ from .state import DecisionState, transition
 
 log = logging.getLogger(__name__)
 
-FINAL = frozenset({"completed", "cancelled", "budget_exhausted", "failed"})
+FINAL = frozenset(get_args(TurnStatus))
 TITLE_WORDS = 8
 
 
@@ -280,8 +289,6 @@ class ConversationActor(Actor):
 
     def _attachment_block(self, tid: str, ts: float, attachment: messages.Attachment) -> Block:
         """The attachment's meta block; its bytes go to the turn's workspace when inline."""
-        from storage import Workspace
-
         meta: dict[str, Any] = {"name": attachment.name, "mime": attachment.mime}
         path = ""
         if attachment.data is not None:

@@ -28,6 +28,7 @@ import nats.errors
 
 import messages
 from bus import BusError
+from channels import strip_fence
 from messages import (
     Ack,
     AgentTask,
@@ -148,6 +149,8 @@ class DecisionActor(Actor):
         self.best_effort: str | None = None
         self.followups: list[str] = []
         self.sources_used: list[int] = []
+        self.client_answers: dict[str, str] = {}
+        """Raw answer -> the text clients saw (citations resolved by the streamer)."""
         self._model_task: asyncio.Task[None] | None = None
         self._tools_task: asyncio.Task[None] | None = None
         self._timer: asyncio.Task[None] | None = None
@@ -427,6 +430,7 @@ class DecisionActor(Actor):
             await self._record_notices(notices)
             self.followups = _followups(channels.get("followup", ""))
             self.sources_used = list(result.used_sources)
+            self.client_answers[answer.strip()] = result.answer_emitted.strip()
             await self._answered(reply.round, answer.strip(), tokens)
             return
         calls: list[ev.ToolSpec] = []
@@ -527,6 +531,7 @@ class DecisionActor(Actor):
         if answer:
             self.followups = _followups(result.channels.get("followup", ""))
             self.sources_used = list(result.used_sources)
+            self.client_answers[answer] = result.answer_emitted.strip()
         return answer or fallback
 
     # -- tools ----------------------------------------------------------------------------------
@@ -738,7 +743,7 @@ class DecisionActor(Actor):
             conversation_id=self.cid,
             turn_id=self.tid,
             status=effect.status,
-            answer=await self._client_text(answer),
+            answer=self.client_answers.get(answer, answer),
             followups=list(self.followups),
             sources_used=list(self.sources_used),
             usage=self.usage,
@@ -795,19 +800,6 @@ class DecisionActor(Actor):
         self.conv.tell(TurnEnded(self.tid, self.state, result))
         self.request_stop()
 
-    async def _client_text(self, answer: str) -> str:
-        """The answer as clients see it: citation tokens resolved against the pool."""
-        if "[[" not in answer:
-            return answer
-        from channels import parse
-
-        from .streamer import CHANNEL_SPECS
-
-        sources = await self.conv.ask(Apply(lambda tl: [r.to_dict() for r in tl.sources.rows()]))
-        spec = next(s for s in CHANNEL_SPECS if s.name == "answer")
-        _, result = parse(f"<channel:answer>{answer}</channel:answer>", [spec], sources=sources)
-        return result["answer"].emitted or answer
-
 
 # --- helpers ------------------------------------------------------------------------------
 
@@ -834,8 +826,6 @@ def _float(value: object, default: float) -> float:
 
 
 def _followups(raw: str) -> list[str]:
-    from channels import strip_fence
-
     try:
         data = json.loads(strip_fence(raw).strip() or "[]")
     except ValueError:

@@ -189,9 +189,7 @@ class StreamerActor:
         except asyncio.CancelledError:
             if task.cancelling():
                 # cancelled through al.llm.cancel: the caller gets a result saying so
-                uncancel = getattr(task, "uncancel", None)
-                if uncancel is not None:
-                    uncancel()
+                task.uncancel()
                 return self._failed(request, "cancelled", "the model call was cancelled")
             raise
         finally:
@@ -264,6 +262,7 @@ class StreamerActor:
             usage=usage,
             notices=[f"{n.code}: {n.message}" for n in result.notices],
             used_sources=list(result["answer"].used_sources),
+            answer_emitted=result["answer"].emitted,
             seq_end=seq,
         )
 

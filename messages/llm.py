@@ -83,6 +83,8 @@ class GenerateResult(WireModel):
     """Why the call failed (``model_unavailable``, ``context_window``, ...); empty when ok."""
     used_sources: list[int] = Field(default_factory=list)
     """SIDs cited in the answer channel that resolved against the sources."""
+    answer_emitted: str = ""
+    """The answer as clients saw it (citation tokens resolved); ``channels`` keeps it raw."""
     seq_end: int = 0
     """The ``seq`` after this call's last ``stream.delta``."""
     ts: UtcDatetime = Field(default_factory=utcnow)
