@@ -19,7 +19,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, get_args
 
@@ -34,7 +34,7 @@ from messages import (
     TurnRequest,
     TurnStatus,
 )
-from storage import NotStored, Workspace
+from storage import NotStored
 from timeline import AnnounceContext, Block, Renderer, Timeline, TimelineConfig
 from timeline.blocks import (
     FEEDBACK,
@@ -46,7 +46,10 @@ from timeline.blocks import (
 )
 from timeline.paths import ar_path
 from timeline.tokens import DEFAULT_COUNTER
-from tools.react import ReactContext, ReactOutcome
+from tools.embeddings import default_embedder
+from tools.memindex import MemIndex
+from tools.react import ReactContext, ReactOutcome, index_rows
+from tools.workspace import LocalTree, TurnFiles, open_workspace, workspace_lines
 
 from . import events as ev
 from .base import Actor
@@ -57,6 +60,8 @@ log = logging.getLogger(__name__)
 
 FINAL = frozenset(get_args(TurnStatus))
 TITLE_WORDS = 8
+FILE_TOOLS = frozenset({"react.write", "react.patch", "react.checkout", "react.pull"})
+"""react.* tools that change the workspace: serialised with code.exec_python."""
 
 
 # --- messages of the mailbox --------------------------------------------------------------
@@ -158,6 +163,17 @@ class ConversationActor(Actor):
         self.followups_rendered = 0
         self.last_active = services.clock()
         self.turns_done = 0
+        settings = services.settings
+        root = settings.workspaces_dir / conversation_id
+        self.workspace = open_workspace(
+            settings.workspace_mode,
+            store=services.store,
+            root=root,
+            conversation_id=conversation_id,
+        )
+        self.local = LocalTree(self.workspace, root)
+        self.files_lock = asyncio.Lock()
+        self.memindex: MemIndex | None = None
 
     @classmethod
     async def load(cls, conversation_id: str, services: Services) -> ConversationActor:
@@ -192,7 +208,7 @@ class ConversationActor(Actor):
             case Apply():
                 return message.fn(self.tl)
             case RunReact():
-                return self._run_react(message)
+                return await self._run_react(message)
             case Persist():
                 return await self._persist(message.records)
             case UnseenFollowups():
@@ -248,6 +264,7 @@ class ConversationActor(Actor):
             ),
         )
         resume = record if record is not None else None
+        await asyncio.to_thread(self.workspace.begin_turn, request.turn_id)
         if resume is None:
             self._contribute_request(request)
             await self._persist(
@@ -292,8 +309,7 @@ class ConversationActor(Actor):
         meta: dict[str, Any] = {"name": attachment.name, "mime": attachment.mime}
         path = ""
         if attachment.data is not None:
-            workspace = Workspace(self.services.store, self.cid)
-            path = workspace.write(
+            path = self.workspace.write(
                 tid, "user.attachments", attachment.name, attachment.data, mime=attachment.mime
             )
             meta["size"] = len(attachment.data)
@@ -320,9 +336,25 @@ class ConversationActor(Actor):
         self.turns_done += 1
         if decision is not None:
             await decision.stop()
+        await self._close_files(message.turn_id)
         if job is not None:
             await _settle(job)
         await self._next_turn()
+
+    async def _close_files(self, turn_id: str) -> None:
+        """End the turn in the workspace (git: its commit) and clear its folders on disk."""
+        async with self.files_lock:
+            try:
+                await asyncio.to_thread(self.workspace.end_turn, turn_id)
+                await asyncio.to_thread(self.local.clear)
+            except Exception:
+                log.exception("could not close the workspace of turn %s of %s", turn_id, self.cid)
+
+    def turn_files(self, turn_id: str) -> TurnFiles | None:
+        """The running turn's workspace for the tools of this node (None: not running here)."""
+        if self.running_turn != turn_id:
+            return None
+        return TurnFiles(self.workspace, self.local, turn_id, self.files_lock)
 
     async def _publish_failure(self, job: TurnJob, error: str) -> None:
         result = ReActResult(
@@ -337,6 +369,9 @@ class ConversationActor(Actor):
         announce = message.announce
         if announce.timezone != self.timezone:
             announce = replace(announce, timezone=self.timezone)
+        workspace = workspace_lines(self.workspace, message.turn_id, self.local)
+        if workspace:
+            announce = replace(announce, workspace=[*announce.workspace, *workspace])
         result = self.renderer.render(
             now=services.clock(),
             system_tokens=self.system_tokens,
@@ -361,7 +396,12 @@ class ConversationActor(Actor):
             seq_start=message.seq_start,
         )
 
-    def _run_react(self, message: RunReact) -> ReactOutcome:
+    async def _run_react(self, message: RunReact) -> ReactOutcome:
+        memindex = None
+        if message.tool == "react.memsearch":
+            memindex = await self._memory_index()
+            if memindex.pending():
+                await asyncio.to_thread(memindex.embed_pending)
         ctx = ReactContext(
             timeline=self.tl,
             renderer=self.renderer,
@@ -370,12 +410,43 @@ class ConversationActor(Actor):
             now=self.services.clock(),
             store=self.services.store,
             knowledge=self.services.knowledge,
+            workspace=self.workspace,
+            local=self.local,
+            memindex=memindex,
         )
+        if message.tool in FILE_TOOLS:
+            async with self.files_lock:  # not while code.exec_python collects the turn root
+                return self.services.react.run(message.tool, message.params, ctx)
         return self.services.react.run(message.tool, message.params, ctx)
+
+    async def _memory_index(self) -> MemIndex:
+        """The memsearch index, loaded from the stored rows on first use, then kept current
+        by ``_persist``."""
+        if self.memindex is None:
+            services = self.services
+            embedder = None
+            if services.settings.embeddings:
+                embedder = await asyncio.to_thread(default_embedder)
+            index = MemIndex(embedder, services.vector_cache)
+            rows = await asyncio.to_thread(services.store.index_rows, self.cid)
+            index.add(rows)
+            self.memindex = index
+        return self.memindex
 
     async def _persist(self, records: Mapping[str, Mapping[str, Any]]) -> int:
         store = self.services.store
-        return await asyncio.to_thread(store.persist, self.tl, turn_records=records)
+        rows: list[dict[str, Any]] = []
+
+        def index(blocks: Sequence[Block]) -> list[dict[str, Any]]:
+            rows.extend(index_rows(blocks))
+            return rows
+
+        revision = await asyncio.to_thread(
+            store.persist, self.tl, turn_records=records, index=index
+        )
+        if rows and self.memindex is not None:
+            self.memindex.add(rows)
+        return revision
 
     # -- input from outside ----------------------------------------------------------------------
     def _followup(self, msg: Followup) -> messages.Message:

@@ -21,6 +21,7 @@ import asyncio
 import contextlib
 import json
 import logging
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -46,7 +47,7 @@ from messages import (
     new_id,
 )
 from messages.ids import is_valid_name
-from timeline import AnnounceContext, Block
+from timeline import AnnounceContext, Block, Timeline
 from timeline.blocks import (
     COMPLETION,
     NOTICE,
@@ -57,6 +58,7 @@ from timeline.blocks import (
     TOOL_RESULT,
 )
 from timeline.paths import ar_path, tc_path
+from timeline.sources import SourceRow
 
 from . import events as ev
 from .base import Actor, ActorStopped
@@ -70,6 +72,8 @@ from .streamer import failed_result
 log = logging.getLogger(__name__)
 
 AGENT_SEND = "agent.send"
+MAX_TOOL_SOURCES = 20
+"""Source rows one external tool result may add to the pool."""
 BEST_EFFORT_NOTICE = (
     "The turn's budget is spent ({reason}). Write your final answer now from what is on "
     "the timeline: action complete, no tool calls."
@@ -604,10 +608,13 @@ class DecisionActor(Actor):
             params=dict(call.params),
             timeout_s=timeout,
         )
+        subject = (
+            bus.subjects.tools_exec_local(self.services.settings.node_id)
+            if self.services.local_tools
+            else bus.subjects.tools_exec
+        )
         try:
-            reply = await bus.request(
-                bus.subjects.tools_exec, message, timeout=timeout + 2.0, raise_remote=False
-            )
+            reply = await bus.request(subject, message, timeout=timeout + 2.0, raise_remote=False)
         except BusError as exc:
             error = f"the tool executors did not answer: {exc}"
             return False, {"status": "error", "error": error}, [], []
@@ -615,10 +622,18 @@ class DecisionActor(Actor):
             error = reply.message if isinstance(reply, ErrorReply) else f"got {reply.kind}"
             return False, {"status": "error", "error": error}, [], []
         data: dict[str, Any] = {"status": "ok" if reply.ok else "error"}
-        if reply.content:
-            data["content"] = reply.content
+        content = reply.content
+        rows = reply.data.get("sources") if reply.ok else None
+        if isinstance(rows, list) and rows:
+            pooled = await self.conv.ask(Apply(lambda tl: _pool_sources(tl, rows)))
+            if pooled:
+                data["sources"] = pooled
+                heads = [f"[S:{r['sid']}] {r['title']} — {r['url']}" for r in pooled]
+                content = "\n".join(heads) + ("\n" + content if content else "")
+        if content:
+            data["content"] = content
         if reply.data:
-            data["data"] = reply.data
+            data["data"] = {k: v for k, v in reply.data.items() if k != "sources"}
         if reply.error:
             data["error"] = reply.error
         if reply.artifacts:
@@ -864,3 +879,23 @@ def _verdict(signal: messages.DoneSignal, effects: tuple[ev.Effect, ...]) -> mes
             case ev.Ignored(reason=reason) if "duplicate" in reason:
                 return Ack(ref=ref, detail="duplicate: already applied")
     return Ack(ref=ref, detail="queued: applied when the turn next waits")
+
+
+def _pool_sources(tl: Timeline, rows: list[Any]) -> list[dict[str, Any]]:
+    """Add a tool's source rows (url, title, text) to the pool; the SIDs they got."""
+    proposals = [
+        SourceRow(
+            0,
+            url=str(row.get("url") or ""),
+            title=str(row.get("title") or ""),
+            text=str(row.get("text") or "")[:2000],
+            provider=str(row.get("provider") or ""),
+        )
+        for row in rows[:MAX_TOOL_SOURCES]
+        if isinstance(row, Mapping)
+    ]
+    out: list[dict[str, Any]] = []
+    for pooled in tl.sources.add_rows(proposals):
+        if pooled is not None:
+            out.append({"sid": pooled.sid, "title": pooled.title, "url": pooled.url})
+    return out

@@ -18,6 +18,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from channels import strip_fence
+from tools.react_types import write_order_notice
 
 MAX_CALLS_PER_DECISION = 5
 MAX_IDENTICAL_CALLS = 3
@@ -48,8 +49,6 @@ REQUIRED: Mapping[str, tuple[str, ...]] = {
     "react.plan": ("mode",),
     "agent.send": ("name", "text"),
 }
-WRITE_ORDER = ("path", "channel", "content", "kind")
-ORDER_CODES = ("path_not_first", "channel_not_second", "content_not_third", "kind_not_fourth")
 
 
 class ToolCallSpec(BaseModel):
@@ -139,14 +138,8 @@ def check_call(call: ToolCallSpec, external: Iterable[str] = ()) -> Notice | Non
     ):
         return Notice("bad_params", f"{tool}: paths must be a non-empty list of strings.", tool)
     if tool == "react.write":
-        keys = [k for k in call.params if k in WRITE_ORDER]
-        for position, name in enumerate(WRITE_ORDER):
-            if name in call.params and (position >= len(keys) or keys[position] != name):
-                return Notice(
-                    ORDER_CODES[position],
-                    "react.write parameters go in the order path, channel, content, kind.",
-                    tool,
-                )
+        order = write_order_notice(call.params)
+        return None if order is None else Notice(order.code, order.message, tool)
     return None
 
 

@@ -49,12 +49,14 @@ from messages import (
 )
 from storage import Store
 from tools import KnowledgeSpace
+from tools.builtin import BuiltinConfig, register_builtins
 from tools.react import ReactTools
+from tools.workspace import TurnFiles
 
 from .base import ActorStopped
 from .conversation import ConversationActor, RouteDone, TurnJob
 from .services import Services, TaskBook
-from .settings import NodeSettings
+from .settings import NodeSettings, load_mcp_config
 from .streamer import ContextShelf, StreamerActor, models_by_name
 from .tool_executor import ToolExecutorActor, ToolRegistry
 
@@ -99,6 +101,7 @@ class Node:
         self.streamer: StreamerActor | None = None
         self.executor: ToolExecutorActor | None = None
         self.services: Services | None = None
+        self._mcp = contextlib.AsyncExitStack()
         self.turns_taken = 0
         self.turns_settled = 0
         self._started = False
@@ -130,6 +133,16 @@ class Node:
         if self._knowledge is None and settings.knowledge_dir is not None:
             self._knowledge = await asyncio.to_thread(KnowledgeSpace, settings.knowledge_dir)
         shelf = ContextShelf(self.node_id) if settings.streamers > 0 else None
+        if settings.builtin_tools:
+            hosts = [h.strip() for h in settings.http_allowed_hosts.split(",") if h.strip()]
+            config = BuiltinConfig(
+                exec_timeout_s=settings.exec_timeout_s,
+                exec_memory_mb=settings.exec_memory_mb,
+                http_allowed_hosts=hosts or None,
+            )
+            register_builtins(self.registry, config)
+        if settings.mcp_config is not None:
+            await self._start_mcp(settings.mcp_config)
         tools = {t["name"]: str(t.get("description") or "") for t in self.registry.describe()}
         self.services = Services(
             bus=self.bus,
@@ -141,6 +154,7 @@ class Node:
             external_tools=self.registry.names,
             shelf=shelf,
             tasks=TaskBook(),
+            local_tools=settings.tool_workers > 0,
         )
         if settings.streamers > 0:
             self.streamer = StreamerActor(
@@ -153,7 +167,11 @@ class Node:
             await self.streamer.start()
         if settings.tool_workers > 0:
             self.executor = ToolExecutorActor(
-                self.bus, self.registry, concurrency=settings.tool_workers
+                self.bus,
+                self.registry,
+                concurrency=settings.tool_workers,
+                node_id=self.node_id,
+                files=self._turn_files,
             )
             await self.executor.start()
         subjects = self.bus.subjects
@@ -197,9 +215,30 @@ class Node:
             await self.streamer.stop()
         if self.executor is not None:
             await self.executor.stop()
+        await self._mcp.aclose()
         if self._own_store and self._store is not None:
             self._store.close()
             self._store = None
+
+    def _turn_files(self, conversation_id: str, turn_id: str) -> TurnFiles | None:
+        conv = self.conversations.get(conversation_id)
+        return conv.turn_files(turn_id) if conv is not None else None
+
+    async def _start_mcp(self, config: Path) -> None:
+        """Start the MCP servers of ``config`` and register their tools."""
+        from tools.mcp_bridge import McpServer, register_mcp_server
+
+        for name, spec in load_mcp_config(config).items():
+            server = McpServer(
+                name,
+                spec["command"],
+                spec.get("args", ()),
+                env=spec.get("env"),
+                cwd=spec.get("cwd"),
+            )
+            await self._mcp.enter_async_context(server)
+            names = await register_mcp_server(self.registry, server)
+            log.info("MCP server %s: %d tools", name, len(names))
 
     def _default_model(self) -> Model:
         if self._model is not None:

@@ -8,7 +8,7 @@ that an ``agent.done`` finds its turn (DESIGN.md §2.2).
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from bus import Bus
@@ -90,3 +90,23 @@ class Services:
     shelf: ContextShelf | None = None
     tasks: TaskBook = field(default_factory=TaskBook)
     clock: Callable[[], float] = time.time
+    local_tools: bool = False
+    """This node runs a tool executor: external calls go to ``al.tools.exec.<node>``, where
+    the conversation's workspace is (``ToolContext.files``)."""
+
+    @property
+    def vector_cache(self) -> StoreVectors:
+        return StoreVectors(self.store)
+
+
+class StoreVectors:
+    """The store's embedding cache as a ``tools.memindex.VectorCache``."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def get_many(self, keys: Sequence[str]) -> dict[str, bytes]:
+        return self.store.get_vectors(keys)
+
+    def put_many(self, items: Mapping[str, bytes]) -> None:
+        self.store.put_vectors(items)

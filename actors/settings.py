@@ -6,6 +6,7 @@ variables listed on each field (the facade's settings object builds on this one)
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 from collections.abc import Mapping
@@ -14,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from messages import new_id
+from tools.workspace import WORKSPACE_MODES
 
 
 def _default_node_id() -> str:
@@ -60,6 +62,34 @@ class NodeSettings:
     """A conversation idle this long leaves memory (it stays in LMDB)."""
     storage_sync: bool = True
     """``ACTLINE_SYNC``: fsync each commit (off only for throwaway benchmarks)."""
+    workspace_mode: str = "custom"
+    """``ACTLINE_WORKSPACE``: ``custom`` (file versions in LMDB) or ``git`` (a repository per
+    conversation, one commit per turn)."""
+    embeddings: bool = True
+    """``ACTLINE_EMBEDDINGS``: hybrid memsearch when the ``embeddings`` extra is installed."""
+    builtin_tools: bool = True
+    """``ACTLINE_BUILTIN_TOOLS``: register code.exec_python, files.read/write and http.fetch."""
+    exec_timeout_s: float = 30.0
+    """``ACTLINE_EXEC_TIMEOUT``: wall-clock limit of one code.exec_python run."""
+    exec_memory_mb: int = 512
+    """``ACTLINE_EXEC_MEMORY_MB``: address-space limit of one code.exec_python run."""
+    http_allowed_hosts: str = ""
+    """``ACTLINE_HTTP_ALLOW``: comma-separated hosts http.fetch may reach ("" = any)."""
+    mcp_config: Path | None = None
+    """``ACTLINE_MCP_CONFIG``: a JSON file of MCP servers (``{"mcpServers": {name: {command,
+    args, env}}}``) whose tools join the registry."""
+
+    def __post_init__(self) -> None:
+        if self.workspace_mode not in WORKSPACE_MODES:
+            modes = " or ".join(WORKSPACE_MODES)
+            raise ValueError(
+                f"workspace mode {self.workspace_mode!r} is unknown: set ACTLINE_WORKSPACE={modes}"
+            )
+
+    @property
+    def workspaces_dir(self) -> Path:
+        """Where conversations' files live on disk (pulled refs, exec roots, git history)."""
+        return self.home / "workspaces"
 
     @classmethod
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> NodeSettings:
@@ -116,4 +146,44 @@ _ENV: dict[str, tuple[str, type]] = {
     "streamers": ("ACTLINE_STREAMERS", int),
     "tool_workers": ("ACTLINE_TOOL_WORKERS", int),
     "storage_sync": ("ACTLINE_SYNC", bool),
+    "workspace_mode": ("ACTLINE_WORKSPACE", str),
+    "embeddings": ("ACTLINE_EMBEDDINGS", bool),
+    "builtin_tools": ("ACTLINE_BUILTIN_TOOLS", bool),
+    "exec_timeout_s": ("ACTLINE_EXEC_TIMEOUT", float),
+    "exec_memory_mb": ("ACTLINE_EXEC_MEMORY_MB", int),
+    "http_allowed_hosts": ("ACTLINE_HTTP_ALLOW", str),
+    "mcp_config": ("ACTLINE_MCP_CONFIG", Path),
 }
+
+
+def load_mcp_config(path: Path) -> dict[str, dict[str, Any]]:
+    """The MCP servers of a JSON config: ``{"mcpServers": {name: {command, args, env, cwd}}}``
+    (``servers`` is accepted for the outer key). Raises ValueError naming what to fix."""
+    try:
+        raw = json.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as exc:
+        raise ValueError(f"cannot read the MCP config {path}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"the MCP config {path} is not JSON: {exc}") from None
+    servers = raw.get("mcpServers", raw.get("servers")) if isinstance(raw, dict) else None
+    if not isinstance(servers, dict):
+        raise ValueError(f'the MCP config {path} needs {{"mcpServers": {{name: {{...}}}}}}')
+    out: dict[str, dict[str, Any]] = {}
+    for name, spec in servers.items():
+        if not isinstance(spec, dict) or not isinstance(spec.get("command"), str):
+            raise ValueError(f"MCP server {name!r} in {path} needs a command (a string)")
+        args = spec.get("args", [])
+        env = spec.get("env")
+        if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
+            raise ValueError(f"MCP server {name!r} in {path}: args must be a list of strings")
+        if env is not None and not (
+            isinstance(env, dict) and all(isinstance(v, str) for v in env.values())
+        ):
+            raise ValueError(f"MCP server {name!r} in {path}: env must map names to strings")
+        out[str(name)] = {
+            "command": spec["command"],
+            "args": args,
+            "env": env,
+            "cwd": spec.get("cwd"),
+        }
+    return out

@@ -39,6 +39,7 @@ from pydantic import ValidationError
 
 from bus import Bus, Envelope, Subscription
 from messages import ArtifactRef, EncodeError, ErrorReply, Message, ToolCall, ToolResult, encode
+from tools.workspace import TurnFiles
 
 __all__ = [
     "TOOL_NAME_PATTERN",
@@ -75,6 +76,8 @@ class ToolContext:
     call_id: str
     tool: str
     deadline: float
+    files: TurnFiles | None = None
+    """The running turn's workspace, when the conversation is served on this node."""
 
     def time_left(self) -> float:
         """Seconds until the deadline (negative once it has passed)."""
@@ -88,6 +91,9 @@ class ToolOutput:
     content: str = ""
     data: dict[str, Any] = field(default_factory=dict)
     artifacts: tuple[ArtifactRef, ...] = ()
+    error: str | None = None
+    """Set when the tool ran but failed (a script that timed out): the reply says ``ok=False``
+    with this text, and still carries the content and data."""
 
 
 ToolFn = Callable[[dict[str, Any], ToolContext], Awaitable[ToolOutput | str | dict[str, Any]]]
@@ -252,6 +258,8 @@ class ToolExecutorActor:
         concurrency: int = 8,
         max_timeout_s: float = 300.0,
         max_content_chars: int = 200_000,
+        node_id: str | None = None,
+        files: Callable[[str, str], TurnFiles | None] | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
@@ -263,7 +271,10 @@ class ToolExecutorActor:
         self.max_timeout_s = max_timeout_s
         self.max_content_chars = max_content_chars
         self.stats = ToolExecutorStats()
+        self.node_id = node_id
+        self.files = files
         self._sub: Subscription | None = None
+        self._local: Subscription | None = None
         self._in_flight: set[asyncio.Task[Any]] = set()
 
     @property
@@ -279,6 +290,12 @@ class ToolExecutorActor:
         self._sub = await self.bus.subscribe(
             subject, self._handle, queue=self.QUEUE, concurrency=self.concurrency
         )
+        if self.node_id is not None:
+            self._local = await self.bus.subscribe(
+                self.bus.subjects.tools_exec_local(self.node_id),
+                self._handle,
+                concurrency=self.concurrency,
+            )
         log.info(
             "tool executor serving %s (%d tools, concurrency %d)",
             subject,
@@ -292,6 +309,9 @@ class ToolExecutorActor:
         if sub is None:
             return
         await sub.unsubscribe()
+        local, self._local = self._local, None
+        if local is not None:
+            await local.unsubscribe()
         leftover = list(self._in_flight)
         for task in leftover:
             task.cancel()
@@ -344,8 +364,9 @@ class ToolExecutorActor:
         timeout = self._timeout_for(call, tool)
         loop = asyncio.get_running_loop()
         started = loop.time()
+        files = self.files(call.conversation_id, call.turn_id) if self.files else None
         ctx = ToolContext(
-            call.conversation_id, call.turn_id, call.call_id, tool.name, started + timeout
+            call.conversation_id, call.turn_id, call.call_id, tool.name, started + timeout, files
         )
         scope = asyncio.timeout_at(ctx.deadline)
         try:
@@ -418,9 +439,11 @@ class ToolExecutorActor:
                 turn_id=call.turn_id,
                 call_id=call.call_id,
                 tool=call.tool,
+                ok=output.error is None,
                 content=content,
                 data=data,
                 artifacts=list(output.artifacts),
+                error=output.error,
             )
             encode(result, max_size=self.bus.max_payload)
         except (ValidationError, EncodeError) as exc:

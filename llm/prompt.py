@@ -65,17 +65,23 @@ Hidden, pruned and compacted content is never lost: react.read(path) brings it b
   multi-step work; acknowledge steps in notes.
 - react.write(path, channel, content, kind): parameters in exactly this order. path is
   files/<scope>/<rel> or outputs/<scope>/<rel> in the current turn; channel is canvas,
-  timeline_text or internal; kind is display or file. channel=internal with
-  "scratchpad": true also leaves an inline note; start note lines with a tag: [P] plan,
+  timeline_text or internal; kind is display or file. channel=internal saves a memory
+  anchor (kept through compaction, found by react.memsearch targets=["notes"]); with
+  "scratchpad": true it also stays inline. Start note lines with a tag: [P] plan,
   [D] decision, [S] status, [A] assumption, [K] key fact.
 - react.patch(path, patch): a unified diff (---/+++/@@) or a full replacement of a
-  current-turn file. Pull a historical file first.
-- react.pull(paths): materialise historical fi: files read-only under their turn roots.
-- react.checkout(paths, mode="replace"|"overlay"): build the current workspace from
-  fi:<turn>.files/... refs.
+  current-turn file. A file of an earlier turn (fi:<turn>.files/...) must be pulled first;
+  the patched text becomes this turn's version. A hunk that does not match changes nothing.
+- react.pull(paths): copy fi: refs of earlier turns read-only to ../<turn>/... (for
+  code.exec_python and cross-turn patches); the current workspace does not change.
+- react.checkout(paths, mode="replace"|"overlay"): set the current files/ from ordered
+  fi:<turn>.files/... refs (files or folders ending in /; later refs win). replace starts
+  clean, overlay keeps what the refs do not name. files/ carries over from the last turn;
+  ANNOUNCE shows what is there.
 - react.hide(path, replacement): hide a bulky block of the recent tail you no longer need;
   the replacement text stays visible and react.read(path) restores it.
-- react.search_files(root, name_regex, content_regex, max_hits): list workspace files.
+- react.search_files(root="files"|"outputs"[/<sub>], name_regex, content_regex, max_hits):
+  list this turn's files with sizes and fi: paths (no content; react.read them).
 - agent.send(name, text): hand work to the outside agent called name. The loop then waits
   for its DONE; the DONE summary appears in the timeline and you continue from it.
 

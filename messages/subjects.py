@@ -85,6 +85,10 @@ class Subjects:
         """The StreamerActor pool (queue group ``streamers``)."""
         return f"{self.prefix}.llm.generate"
 
+    def tools_exec_local(self, node: str) -> str:
+        """One node's own tool executor: tools that need the conversation's workspace files."""
+        return f"{self.prefix}.tools.exec.{_token(node, 'node id')}"
+
     def llm_generate_local(self, node: str) -> str:
         """One node's own streamers (a context rendered on that node travels by reference)."""
         return f"{self.prefix}.llm.generate.{_token(node, 'node id')}"

@@ -13,7 +13,10 @@ One LMDB environment per node with named databases (keys are bytes)::
                                               tokens}
     turns      <cid>/<turn_id>             -> msgpack record of the decision loop: its
                                               checkpoint while it runs, its result after
-    artifacts, artrefs, workspace, index, leases: see their modules.
+    index      <cid>/<revision>/<i:06d>    -> msgpack memsearch row, written with its blocks
+    vectors    <model>:<sha256 of a text>  -> float16 embedding of that text (a cache shared
+                                              by every conversation of the node)
+    artifacts, artrefs, workspace, leases: see their modules.
 
 Persisting a turn (``append_turn``) is one write transaction that writes only
 the new and changed blocks, their path rows, the turn log entry and the
@@ -76,6 +79,7 @@ DATABASES = (
     "index",
     "leases",
     "turns",
+    "vectors",
 )
 DEFAULT_MAP_SIZE = 64 << 20
 DEFAULT_MAX_MAP_SIZE = 1 << 40
@@ -121,7 +125,8 @@ INDEX_FIELDS = {"turn_id": str, "role": str, "ts": float, "text": str}
 
 def check_index_row(row: dict[str, Any]) -> dict[str, Any]:
     """A memsearch row: turn_id, role (user|assistant|attachment|notes|summary|...), ts,
-    text, optional path and vector (a list of floats). Raises ValueError naming the field."""
+    text, optional path and vector (a list of floats, or little-endian float16 bytes).
+    Raises ValueError naming the field."""
     for name, kind in INDEX_FIELDS.items():
         value = row.get(name)
         if kind is float and isinstance(value, int) and not isinstance(value, bool):
@@ -130,9 +135,10 @@ def check_index_row(row: dict[str, Any]) -> dict[str, Any]:
             raise ValueError(f"index row field {name!r} must be {kind.__name__}")
     vector = row.get("vector")
     if vector is not None and not (
-        isinstance(vector, list) and all(isinstance(v, float | int) for v in vector)
+        (isinstance(vector, bytes) and len(vector) % 2 == 0)
+        or (isinstance(vector, list) and all(isinstance(v, float | int) for v in vector))
     ):
-        raise ValueError("index row field 'vector' must be a list of numbers")
+        raise ValueError("index row field 'vector' must be a list of numbers or float16 bytes")
     return row
 
 
@@ -437,13 +443,18 @@ class Store:
         txn.put(key, pack(entry), db=self.db["turnlog"])
 
     def persist(
-        self, tl: Timeline, *, turn_records: Mapping[str, Mapping[str, Any]] | None = None
+        self,
+        tl: Timeline,
+        *,
+        turn_records: Mapping[str, Mapping[str, Any]] | None = None,
+        index: Callable[[Sequence[Block]], Sequence[dict[str, Any]]] | None = None,
     ) -> int:
         """Persist what ``tl`` holds beyond what is stored (the usual call after a round).
 
         New blocks are found from the stored sequence end; blocks hidden or un-hidden
         since the last persist are rewritten in the same transaction, and so are
-        ``turn_records`` (see ``append_turn``).
+        ``turn_records`` (see ``append_turn``). ``index`` maps the new blocks to the memsearch
+        rows written with them.
         """
         _, stored = self.cursor(tl.conversation_id)
         new = tl.blocks_since(stored)
@@ -455,6 +466,7 @@ class Store:
             tl.snapshot(),
             updated=updated,
             boundary_seq=boundary,
+            index_rows=index(new) if index is not None and new else (),
             turn_records=turn_records,
         )
 
@@ -571,6 +583,33 @@ class Store:
         key = f"{check_id(cid)}/{check_id(turn_id)}".encode()
         raw = self.read(lambda txn: txn.get(key, db=self.db["turns"]))
         return None if raw is None else dict(unpack(raw))
+
+    def get_vectors(self, keys: Sequence[str]) -> dict[str, bytes]:
+        """Cached embeddings by key (``<model>:<sha256 of the text>``); absent keys left out."""
+
+        def fn(txn: lmdb.Transaction) -> dict[str, bytes]:
+            out: dict[str, bytes] = {}
+            for key in keys:
+                raw = txn.get(key.encode(), db=self.db["vectors"])
+                if raw is not None:
+                    out[key] = bytes(raw)
+            return out
+
+        return self.read(fn)
+
+    def put_vectors(self, items: Mapping[str, bytes]) -> None:
+        """Cache embeddings (one transaction); keys longer than an LMDB key are refused."""
+        rows = [(key.encode(), value) for key, value in items.items()]
+        limit = self.env.max_key_size()
+        for key, _ in rows:
+            if not key or len(key) > limit:
+                raise ValueError(f"vector key must be 1-{limit} bytes, got {len(key)}")
+
+        def fn(txn: lmdb.Transaction) -> None:
+            for key, value in rows:
+                txn.put(key, value, db=self.db["vectors"])
+
+        self.write(fn)
 
     def index_rows(self, cid: str) -> list[dict[str, Any]]:
         """The memsearch rows of a conversation in the order they were written."""

@@ -13,8 +13,11 @@ What a call changes by itself; everything else is only returned:
 - ``react.read`` un-hides hidden blocks at the paths it reads (``Timeline.unhide``) and adds
   the ``ks:`` documents it reads to the sources pool.
 - ``react.hide`` hides blocks through the renderer (``Renderer.hide``).
-- ``react.write`` on the ``canvas`` and ``timeline_text`` channels writes a file version of the
-  current turn to the store's workspace.
+- ``react.write`` on the ``canvas`` and ``timeline_text`` channels, ``react.patch`` and
+  ``react.checkout`` write file versions of the current turn to the workspace
+  (``ctx.files()``); ``react.pull`` copies historical files to disk (``ctx.local``).
+
+The workspace tools live in ``tools.react_files``, the shared types in ``tools.react_types``.
 
 Append ``outcome.to_blocks(ctx)`` (result, content blocks, notices, all at ``ctx.now``) to
 record a call; the ``react.tool.call`` block is the caller's.
@@ -22,19 +25,16 @@ record a call; the ``react.tool.call`` block is the caller's.
 
 from __future__ import annotations
 
-import math
-from collections import Counter
-from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Final, NamedTuple
+import re
+from collections.abc import Callable, Iterable, Mapping
+from typing import Any, Final
 
-from storage import Store, Workspace
-from timeline import Block, Renderer, Timeline
+from storage import NotStored
+from timeline import Block
 from timeline.blocks import (
     COMPLETION,
     NOTE,
     NOTE_PRESERVED,
-    NOTICE,
     SUMMARY,
     TOOL_RESULT,
     USER_ATTACHMENT_META,
@@ -44,14 +44,27 @@ from timeline.blocks import (
     iso,
 )
 from timeline.errors import PathError, PlanError
-from timeline.paths import LogicalPath, ar_path, fi_path, parse_path, tc_path
+from timeline.paths import LogicalPath, ar_path, parse_path
 from timeline.read import resolve
 from timeline.sources import SourceRow
 from timeline.tokens import DEFAULT_COUNTER, TokenCounter
 
+from . import react_files
 from .errors import KnowledgeError
-from .knowledge import KnowledgeSpace
-from .text import snippet, tokenize
+from .memindex import MemIndex
+from .react_files import current_target
+from .react_types import (
+    Notice,
+    ReactContext,
+    ReactOutcome,
+    choice,
+    failed,
+    int_param,
+    notice_block,
+    refuse,
+    text_param,
+    write_order_notice,
+)
 
 __all__ = [
     "MEMSEARCH_TARGETS",
@@ -59,15 +72,16 @@ __all__ = [
     "ReactContext",
     "ReactOutcome",
     "ReactTools",
+    "index_rows",
     "notice_block",
 ]
 
 MAX_READ_PATHS: Final = 10
-MAX_TOP_K: Final = 50
-MEMSEARCH_SNIPPET: Final = 240
-BM25_K1: Final = 1.5
-BM25_B: Final = 0.75
+MEMSEARCH_TOP_K: Final = 20
 DAY: Final = 86_400.0
+ANCHOR_DIGEST: Final = 100
+NOTE_TAG_RE: Final = re.compile(r"\[([PDSAK])\]")
+"""Note tags: [P] plan, [D] decision, [S] status, [A] assumption, [K] key fact."""
 
 MEMSEARCH_TARGETS: Final[Mapping[str, frozenset[str]]] = {
     "user": frozenset({USER_PROMPT, USER_FOLLOWUP, USER_FOLLOWUP_PRESERVED}),
@@ -78,6 +92,31 @@ MEMSEARCH_TARGETS: Final[Mapping[str, frozenset[str]]] = {
 }
 """react.memsearch targets and the block types each one searches."""
 _ROLE_OF: Final = {t: role for role, types in MEMSEARCH_TARGETS.items() for t in types}
+
+
+def index_rows(blocks: Iterable[Block]) -> list[dict[str, Any]]:
+    """The memsearch index rows of the searchable blocks among ``blocks``.
+
+    One row per block of a ``MEMSEARCH_TARGETS`` type with text: ``turn_id, role, ts, text,
+    path``. Hidden blocks are indexed with their full text (hiding is a view, not a deletion).
+    """
+    rows: list[dict[str, Any]] = []
+    for block in blocks:
+        role = _ROLE_OF.get(block.type)
+        text = block.text or block.content
+        if role is None or not text.strip():
+            continue
+        rows.append(
+            {
+                "turn_id": block.turn_id,
+                "role": role,
+                "ts": float(block.ts),
+                "text": text,
+                "path": block.path,
+            }
+        )
+    return rows
+
 
 PLAN_MODES: Final[Mapping[str, str]] = {
     "create": "new",
@@ -90,7 +129,6 @@ PLAN_MODES: Final[Mapping[str, str]] = {
 """react.plan modes (the documented create/update/close and the PlanBook names)."""
 WRITE_CHANNELS: Final = ("canvas", "timeline_text", "internal")
 WRITE_KINDS: Final = ("display", "file")
-WRITE_AREAS: Final = ("files", "outputs")
 CANVAS_MIME: Final[Mapping[str, str]] = {
     "md": "text/markdown",
     "markdown": "text/markdown",
@@ -104,119 +142,6 @@ CANVAS_MIME: Final[Mapping[str, str]] = {
     "txt": "text/plain",
     "xml": "application/xml",
 }
-PROTOCOL_CODES: Final = frozenset(
-    {"bad_params", "path_rewritten", "plan_mode", "plan_steps", "plan_target_missing"}
-    | {"plan_target_required", "plan_ack_updates"}
-)
-"""Codes the original runtime prefixes with ``protocol_violation.``; tool-level codes are bare."""
-
-
-@dataclass(frozen=True, slots=True)
-class Notice:
-    """A refusal or warning the model sees next round as a ``react.notice`` block.
-
-    The same fields as ``actors.decision_protocol.Notice``; defined here because tools sit
-    below actors (DESIGN.md §1). ``full_code`` is prefixed only for protocol codes.
-    """
-
-    code: str
-    message: str
-    tool: str | None = None
-
-    @property
-    def full_code(self) -> str:
-        return f"protocol_violation.{self.code}" if self.code in PROTOCOL_CODES else self.code
-
-
-@dataclass(frozen=True, slots=True)
-class ReactContext:
-    """Where a call runs: the conversation's timeline and the services it may use."""
-
-    timeline: Timeline
-    renderer: Renderer | None
-    """Needed by react.hide (the cache rules are measured on the rendered stream)."""
-    turn_id: str
-    call_id: str
-    now: float
-    """Timestamp of every block the call creates (epoch seconds)."""
-    store: Store | None = None
-    """Stored blocks (react.read outside the in-memory view), index rows, the workspace."""
-    knowledge: KnowledgeSpace | None = None
-
-
-def notice_block(notice: Notice, ctx: ReactContext) -> Block:
-    """The ``react.notice`` block of ``notice`` at ``tc:<turn>.<call>.notice``."""
-    return Block.new(
-        NOTICE,
-        ctx.turn_id,
-        ctx.now,
-        path=tc_path(ctx.turn_id, ctx.call_id, "notice"),
-        call_id=ctx.call_id,
-        text=f"{notice.full_code}: {notice.message}",
-        meta={"code": notice.code, "tool": notice.tool or ""},
-    )
-
-
-@dataclass(slots=True)
-class ReactOutcome:
-    """The result data of one call, the blocks to append after it, and its notices."""
-
-    result: dict[str, Any]
-    blocks: list[Block] = field(default_factory=list)
-    notices: list[Notice] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return self.result.get("status") == "ok"
-
-    def to_blocks(self, ctx: ReactContext) -> list[Block]:
-        """Everything to append for this call, in order: the result block at
-        ``tc:<turn>.<call>.result``, the content blocks, one ``react.notice`` per notice."""
-        result = Block.new(
-            TOOL_RESULT,
-            ctx.turn_id,
-            ctx.now,
-            path=tc_path(ctx.turn_id, ctx.call_id, "result"),
-            call_id=ctx.call_id,
-            mime="application/json",
-            data=self.result,
-        )
-        return [result, *self.blocks, *(notice_block(n, ctx) for n in self.notices)]
-
-
-def _refuse(tool: str, code: str, message: str) -> ReactOutcome:
-    result = {"status": "error", "code": code, "message": message}
-    return ReactOutcome(result, [], [Notice(code, message, tool)])
-
-
-def _failed(notice: Notice) -> ReactOutcome:
-    return _refuse(notice.tool or "", notice.code, notice.message)
-
-
-# -- parameters ------------------------------------------------------------------------------
-
-
-def _text_param(params: Mapping[str, Any], name: str, tool: str) -> str | Notice:
-    value = params.get(name)
-    if not isinstance(value, str) or not value.strip():
-        return Notice("bad_params", f"{tool}: {name} must be a non-empty string.", tool)
-    return value.strip()
-
-
-def _int_param(params: Mapping[str, Any], name: str, default: int, tool: str) -> int | Notice:
-    value = params.get(name, default)
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= MAX_TOP_K:
-        return Notice("bad_params", f"{tool}: {name} must be an integer 1-{MAX_TOP_K}.", tool)
-    return value
-
-
-def _choice(params: Mapping[str, Any], name: str, default: str, allowed: Sequence[str]) -> str:
-    value = params.get(name, default)
-    return value if isinstance(value, str) and value in allowed else ""
-
-
 # -- react.read ------------------------------------------------------------------------------
 
 
@@ -270,6 +195,10 @@ class _Reader:
         if parsed.prefix == "ks":
             if not self._on_timeline(path, self.tl.blocks_at(path)):
                 self._knowledge(path)
+            return
+        if parsed.prefix == "fi":
+            if not self._on_timeline(path, self.tl.blocks_at(path)):
+                self._workspace_file(path, parsed)
             return
         found = resolve(self.tl, path)
         if found.kind == "sources":
@@ -336,6 +265,46 @@ class _Reader:
         base64 = next((b.base64 for b in originals if b.base64), None)
         tokens = self._add(path, text, mime=first.mime, base64=base64, meta=meta)
         self._entry(path, "read", tokens, source=source)
+
+    def _workspace_file(self, path: str, parsed: LogicalPath) -> None:
+        """A ``fi:`` file (its bytes as of that turn) or folder (a listing) from the workspace."""
+        workspace = self.ctx.files()
+        if workspace is None:
+            self._missing(path, "no workspace here")
+            return
+        try:
+            if parsed.is_folder:
+                listing = workspace.listdir(parsed)
+                if not listing:
+                    self._missing(path, "empty or unknown folder")
+                    return
+                text = "\n".join(listing)
+                tokens = self._add(path, text, meta={"read_from": "workspace", "folder": True})
+                self._entry(path, "read", tokens, source="workspace")
+                return
+            stat = workspace.stat(parsed)
+            data = workspace.read(parsed)
+        except (NotStored, PathError):
+            self._missing(path, "no such file in that turn")
+            return
+        meta: dict[str, Any] = {
+            "read_from": "workspace",
+            "version": stat["version"],
+            "sha256": stat["sha"],
+            "size": stat["size"],
+        }
+        mime = stat["mime"] or "application/octet-stream"
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            text = (
+                f"{path}: binary file, {stat['size']:,} bytes ({mime}), version "
+                f"{stat['version']}; its content is not shown. code.exec_python can read it "
+                "after react.pull."
+            )
+            meta["binary"] = True
+        tokens = self._add(path, text, mime=mime, meta=meta)
+        self._entry(path, "read", tokens, source="workspace")
 
     def _stored(self, path: str) -> list[Block]:
         store, cid = self.ctx.store, self.tl.conversation_id
@@ -404,60 +373,17 @@ class _Reader:
 # -- react.memsearch ---------------------------------------------------------------------------
 
 
-class _MemDoc(NamedTuple):
-    turn_id: str
-    role: str
-    ts: float
-    text: str
-    path: str
-
-
-def _memory(ctx: ReactContext, roles: set[str], since: float | None) -> list[_MemDoc]:
-    """Searchable texts of earlier turns: timeline blocks, then stored index rows."""
-    docs: dict[tuple[str, str, str], _MemDoc] = {}
-    for block in ctx.timeline.blocks:
-        role = _ROLE_OF.get(block.type)
-        if role in roles and block.turn_id != ctx.turn_id and block.content.strip():
-            doc = _MemDoc(block.turn_id, role, block.ts, block.content, block.path)
-            docs.setdefault((doc.turn_id, role, doc.text), doc)
+def _memory_index(ctx: ReactContext) -> MemIndex:
+    """The conversation's index, or one built for this call from the store's rows and the
+    searchable blocks of the timeline (a timeline that was never persisted)."""
+    if ctx.memindex is not None:
+        return ctx.memindex
+    index = MemIndex()
     store, cid = ctx.store, ctx.timeline.conversation_id
     if store is not None and cid:
-        for row in store.index_rows(cid):
-            turn, role, text = row.get("turn_id"), row.get("role"), row.get("text")
-            ts = row.get("ts")
-            if not (isinstance(turn, str) and isinstance(role, str) and isinstance(text, str)):
-                continue
-            if role in roles and turn != ctx.turn_id and text.strip():
-                when = float(ts) if isinstance(ts, int | float) else 0.0
-                doc = _MemDoc(turn, role, when, text, str(row.get("path") or ""))
-                docs.setdefault((turn, role, text), doc)
-    return [d for d in docs.values() if since is None or d.ts >= since]
-
-
-def _bm25(docs: Sequence[_MemDoc], query: set[str]) -> tuple[list[float], dict[str, float]]:
-    """BM25 score of each doc for the query terms, and the idf of each term."""
-    terms = [Counter(tokenize(d.text)) for d in docs]
-    if not terms:
-        return [], {}
-    average = sum(sum(c.values()) for c in terms) / len(terms) or 1.0
-    df = Counter(t for c in terms for t in query if t in c)
-    n = len(terms)
-    idf = {t: math.log(1 + (n - k + 0.5) / (k + 0.5)) for t, k in df.items()}
-    scores: list[float] = []
-    for counts in terms:
-        norm = BM25_K1 * (1 - BM25_B + BM25_B * sum(counts.values()) / average)
-        score = 0.0
-        for term in sorted(idf):  # a fixed order keeps float sums identical run to run
-            tf = counts.get(term, 0)
-            if tf:
-                score += idf[term] * tf * (BM25_K1 + 1) / (tf + norm)
-        scores.append(score)
-    return scores, idf
-
-
-def _short(text: str, limit: int = MEMSEARCH_SNIPPET) -> str:
-    flat = " ".join(text.split())
-    return flat if len(flat) <= limit else flat[: limit - 1] + "…"
+        index.add(store.index_rows(cid))
+    index.add(index_rows(ctx.timeline.blocks))
+    return index
 
 
 def _index_path(turn_id: str) -> str:
@@ -484,6 +410,10 @@ class ReactTools:
             "react.hide",
             "react.memsearch",
             "react.search_knowledge",
+            "react.pull",
+            "react.patch",
+            "react.checkout",
+            "react.search_files",
         }
     )
 
@@ -496,6 +426,10 @@ class ReactTools:
             "react.hide": self._hide,
             "react.memsearch": self._memsearch,
             "react.search_knowledge": self._search_knowledge,
+            "react.pull": react_files.pull,
+            "react.patch": react_files.patch,
+            "react.checkout": react_files.checkout,
+            "react.search_files": react_files.search_files,
         }
 
     def run(self, tool: str, params: Mapping[str, Any], ctx: ReactContext) -> ReactOutcome:
@@ -503,10 +437,10 @@ class ReactTools:
         handler = self._handlers.get(tool)
         if handler is None:
             available = ", ".join(sorted(self.names))
-            message = f"{tool} is not available on this runtime yet; available: {available}."
-            return _refuse(tool, "tool_unavailable", message)
+            message = f"{tool} is not a react.* tool; available: {available}."
+            return refuse(tool, "tool_unavailable", message)
         if not isinstance(params, Mapping):
-            return _refuse(tool, "bad_params", f"{tool}: params must be an object.")
+            return refuse(tool, "bad_params", f"{tool}: params must be an object.")
         return handler(params, ctx)
 
     # -- react.search_knowledge ------------------------------------------------------------------
@@ -514,15 +448,15 @@ class ReactTools:
     def _search_knowledge(self, params: Mapping[str, Any], ctx: ReactContext) -> ReactOutcome:
         """``query``, ``top_k=5``: ranked ``ks:`` hits (path, title, url, score, snippet)."""
         tool = "react.search_knowledge"
-        query = _text_param(params, "query", tool)
+        query = text_param(params, "query", tool)
         if isinstance(query, Notice):
-            return _failed(query)
-        top_k = _int_param(params, "top_k", 5, tool)
+            return failed(query)
+        top_k = int_param(params, "top_k", 5, tool)
         if isinstance(top_k, Notice):
-            return _failed(top_k)
+            return failed(top_k)
         if ctx.knowledge is None:
             message = "No knowledge space is configured here; answer from the conversation."
-            return _refuse(tool, "knowledge_unavailable", message)
+            return refuse(tool, "knowledge_unavailable", message)
         hits = ctx.knowledge.search(query, top_k)
         return ReactOutcome({"status": "ok", "query": query, "hits": [h.to_dict() for h in hits]})
 
@@ -538,12 +472,12 @@ class ReactTools:
             isinstance(raw, list | tuple) and raw and all(isinstance(p, str) and p for p in raw)
         ):
             message = 'react.read: paths must be a non-empty list of logical paths ["ks:a.md"].'
-            return _refuse(tool, "bad_params", message)
+            return refuse(tool, "bad_params", message)
         paths = list(dict.fromkeys(p.strip() for p in raw))
         if len(paths) > self.max_read_paths:
             limit = self.max_read_paths
             message = f"react.read takes at most {limit} paths per call; split the read."
-            return _refuse(tool, "bad_params", message)
+            return refuse(tool, "bad_params", message)
         reader = _Reader(ctx)
         for path in paths:
             reader.read(path)
@@ -559,25 +493,25 @@ class ReactTools:
         mode = PLAN_MODES.get(raw_mode.strip().lower()) if isinstance(raw_mode, str) else None
         if mode is None:
             message = f"unknown mode {raw_mode!r}; use create, update or close."
-            return _refuse(tool, "plan_mode", message)
+            return refuse(tool, "plan_mode", message)
         plan_id = params.get("plan_id")
         if plan_id is not None and not isinstance(plan_id, str):
-            return _refuse(tool, "plan_target_required", "plan_id must be a string.")
+            return refuse(tool, "plan_target_required", "plan_id must be a string.")
         plan_id = plan_id.strip() or None if isinstance(plan_id, str) else None
         if mode != "new" and plan_id is None:
             current = tl.plans.current
             if current is None:
                 message = f"mode={raw_mode} needs plan_id: there is no current plan."
-                return _refuse(tool, "plan_target_missing", message)
+                return refuse(tool, "plan_target_missing", message)
             plan_id = current.plan_id
         steps = params.get("steps")
         if steps is not None and not isinstance(steps, list | tuple):
-            return _refuse(tool, "plan_steps", "steps must be a list of strings.")
+            return refuse(tool, "plan_steps", "steps must be a list of strings.")
         before = tl.plans.get(plan_id) if plan_id else None
         try:
             plan = tl.plans.apply(mode, turn_id=ctx.turn_id, plan_id=plan_id, steps=steps)
         except PlanError as exc:
-            return _refuse(tool, exc.code, exc.detail or str(exc))
+            return refuse(tool, exc.code, exc.detail or str(exc))
         changed = plan is not before
         block = tl.record_plan(plan, turn_id=ctx.turn_id, ts=ctx.now) if changed else None
         if block is None:
@@ -597,12 +531,18 @@ class ReactTools:
     # -- react.write -------------------------------------------------------------------------
 
     def _write(self, params: Mapping[str, Any], ctx: ReactContext) -> ReactOutcome:
-        """``path, channel, content, kind, scratchpad``: a note, or a file of this turn."""
+        """``path, channel, content, kind, scratchpad``: a memory anchor, or a file of this turn.
+
+        The parameters go in the documented order (path, channel, content, kind).
+        """
         tool = "react.write"
+        order = write_order_notice(params)
+        if order is not None:
+            return failed(order)
         path = params.get("path")
         content = params.get("content")
-        channel = _choice(params, "channel", "canvas", WRITE_CHANNELS)
-        kind = _choice(params, "kind", "display", WRITE_KINDS)
+        channel = choice(params, "channel", "canvas", WRITE_CHANNELS)
+        kind = choice(params, "kind", "display", WRITE_KINDS)
         scratchpad = params.get("scratchpad", False)
         problems: list[str] = []
         if not isinstance(path, str):
@@ -616,34 +556,22 @@ class ReactTools:
         if not isinstance(scratchpad, bool):
             problems.append("scratchpad must be true or false")
         if problems or not isinstance(path, str) or not isinstance(content, str):
-            return _refuse(tool, "bad_params", f"react.write: {'; '.join(problems)}.")
+            return refuse(tool, "bad_params", f"react.write: {'; '.join(problems)}.")
         if channel == "internal":
-            note = Block.new(
-                NOTE,
-                ctx.turn_id,
-                ctx.now,
-                path=ar_path(ctx.turn_id, f"react.note.{ctx.call_id}"),
-                call_id=ctx.call_id,
-                text=content,
-                meta={"channel": "internal", "scratchpad": scratchpad, "requested_path": path},
-            )
-            result = {"status": "ok", "channel": channel, "path": note.path, "chars": len(content)}
-            return ReactOutcome(result, [note])
+            return _anchor(path, content, scratchpad, ctx)
         target = _write_target(path, ctx.turn_id, channel)
         if isinstance(target, Notice):
-            return _failed(target)
+            return failed(target)
         area, rel, mime, rewritten = target
-        store, cid = ctx.store, ctx.timeline.conversation_id
-        if store is None or not cid:
+        workspace = ctx.files()
+        if workspace is None:
             message = "No workspace is available here; write on the internal channel instead."
-            return _refuse(tool, "workspace_unavailable", message)
+            return refuse(tool, "workspace_unavailable", message)
         data = content.encode("utf-8")
         try:
-            written = Workspace(store, cid).write(
-                ctx.turn_id, area, rel, data, mime=mime, ts=ctx.now
-            )
+            written = workspace.write(ctx.turn_id, area, rel, data, mime=mime, ts=ctx.now)
         except PathError as exc:
-            return _refuse(tool, "bad_path", f"{path!r}: {exc.detail or exc.rule}")
+            return refuse(tool, "bad_path", f"{path!r}: {exc.detail or exc.rule}")
         result = {
             "status": "ok",
             "channel": channel,
@@ -677,17 +605,22 @@ class ReactTools:
     # -- react.memsearch ---------------------------------------------------------------------
 
     def _memsearch(self, params: Mapping[str, Any], ctx: ReactContext) -> ReactOutcome:
-        """``query, targets, top_k, days``: BM25 over the messages and notes of earlier turns."""
+        """``query, targets, top_k, days``: rank earlier turns by their messages and notes.
+
+        Hybrid (BM25 + MiniLM vectors) when the index has an embedder, BM25 otherwise; one hit
+        per turn with its best snippet and the turn index path to read next.
+        """
         tool = "react.memsearch"
-        query = _text_param(params, "query", tool)
+        query = text_param(params, "query", tool)
         if isinstance(query, Notice):
-            return _failed(query)
-        top_k = _int_param(params, "top_k", 5, tool)
+            return failed(query)
+        top_k = int_param(params, "top_k", 5, tool)
         if isinstance(top_k, Notice):
-            return _failed(top_k)
+            return failed(top_k)
+        top_k = min(top_k, MEMSEARCH_TOP_K)
         targets = params.get("targets")
         if targets is None:
-            targets = ["assistant", "user"]
+            targets = list(MEMSEARCH_TARGETS)
         elif isinstance(targets, str):
             targets = [targets]
         if not (
@@ -696,38 +629,41 @@ class ReactTools:
             and all(isinstance(t, str) and t in MEMSEARCH_TARGETS for t in targets)
         ):
             message = f"targets must be a list drawn from {', '.join(MEMSEARCH_TARGETS)}."
-            return _refuse(tool, "memsearch_bad_target", f"{message} Got {targets!r}.")
+            return refuse(tool, "memsearch_bad_target", f"{message} Got {targets!r}.")
         days = params.get("days")
         if days is not None and (
             isinstance(days, bool) or not isinstance(days, int | float) or not days > 0
         ):
-            return _refuse(tool, "bad_params", "react.memsearch: days must be a positive number.")
+            return refuse(tool, "bad_params", "react.memsearch: days must be a positive number.")
         since = None if days is None else ctx.now - float(days) * DAY
-        docs = _memory(ctx, set(targets), since)
-        wanted = set(tokenize(query))
-        scores, idf = _bm25(docs, wanted)
-        ranked = sorted(
-            ((s, d) for s, d in zip(scores, docs, strict=True) if s > 0),
-            key=lambda pair: (-pair[0], -pair[1].ts, pair[1].turn_id, pair[1].path),
+        index = _memory_index(ctx)
+        found = index.search(
+            query,
+            roles=set(targets),
+            top_k=top_k,
+            since=since,
+            exclude_turns={ctx.turn_id},
+            now=ctx.now,
         )
         hits = [
             {
-                "turn_id": doc.turn_id,
-                "role": doc.role,
-                "score": round(score, 4),
-                "ts": doc.ts,
-                "time": iso(doc.ts),
-                "snippet": _short(snippet(doc.text, wanted, idf) or doc.text),
-                "path": _index_path(doc.turn_id),
-                "block_path": doc.path,
+                "turn_id": hit.turn_id,
+                "role": hit.role,
+                "score": round(hit.score, 4),
+                "ts": hit.ts,
+                "time": iso(hit.ts),
+                "snippet": hit.snippet,
+                "path": _index_path(hit.turn_id),
+                "block_path": hit.path,
             }
-            for score, doc in ranked[:top_k]
+            for hit in found
         ]
         result = {
             "status": "ok",
             "query": query,
             "targets": list(targets),
-            "searched": len(docs),
+            "ranking": index.mode,
+            "searched": len(index),
             "hits": hits,
         }
         return ReactOutcome(result)
@@ -737,16 +673,16 @@ class ReactTools:
     def _hide(self, params: Mapping[str, Any], ctx: ReactContext) -> ReactOutcome:
         """``path, replacement``: hide a tail block under the cache rules of ``timeline.hide``."""
         tool = "react.hide"
-        path = _text_param(params, "path", tool)
+        path = text_param(params, "path", tool)
         if isinstance(path, Notice):
-            return _failed(path)
+            return failed(path)
         replacement = params.get("replacement", "")
         if replacement is None:
             replacement = ""
         if not isinstance(replacement, str):
-            return _refuse(tool, "bad_params", "react.hide: replacement must be a string.")
+            return refuse(tool, "bad_params", "react.hide: replacement must be a string.")
         if ctx.renderer is None:
-            return _refuse(tool, "hide_failed", "react.hide is not available without a renderer.")
+            return refuse(tool, "hide_failed", "react.hide is not available without a renderer.")
         hidden = ctx.renderer.hide(path, replacement)
         result = {**hidden.to_dict(), "status": "ok" if hidden.status == "ok" else "error"}
         result["hide_status"] = hidden.status
@@ -757,37 +693,69 @@ class ReactTools:
         return ReactOutcome(result, [], [Notice(code, hidden.message, tool)])
 
 
+def _anchor(path: str, content: str, scratchpad: bool, ctx: ReactContext) -> ReactOutcome:
+    """react.write on the internal channel: a memory anchor, inline too with ``scratchpad``.
+
+    The anchor is a ``react.note`` at ``ar:<turn>.react.note.<call>``: indexed for
+    ``react.memsearch(targets=["notes"])``, never pruned, carried through compaction. Without
+    ``scratchpad`` it is stored folded (a one-line digest with its path is what stays in view;
+    react.read shows it); with ``scratchpad`` it is an inline note with its tags.
+    """
+    tags = sorted({m.group(1) for m in NOTE_TAG_RE.finditer(content)})
+    note_path = ar_path(ctx.turn_id, f"react.note.{ctx.call_id}")
+    first = " ".join(content.split())
+    digest = first if len(first) <= ANCHOR_DIGEST else first[: ANCHOR_DIGEST - 1] + "…"
+    fields: dict[str, Any] = {}
+    if not scratchpad:
+        fields = {"hidden": True, "replacement": f"[anchor {note_path}] {digest}"}
+    note = Block.new(
+        NOTE,
+        ctx.turn_id,
+        ctx.now,
+        path=note_path,
+        call_id=ctx.call_id,
+        text=content,
+        meta={
+            "channel": "internal",
+            "anchor": True,
+            "scratchpad": scratchpad,
+            "tags": [f"[{t}]" for t in tags],
+            "requested_path": path,
+        },
+        **fields,
+    )
+    result = {
+        "status": "ok",
+        "channel": "internal",
+        "path": note.path,
+        "chars": len(content),
+        "tags": note.meta["tags"],
+        "inline": scratchpad,
+    }
+    notices: list[Notice] = []
+    if scratchpad and not tags:
+        message = (
+            "the scratchpad note has no tag; start its lines with [P] plan, [D] decision, "
+            "[S] status, [A] assumption or [K] key fact so that memsearch can filter them."
+        )
+        notices.append(Notice("note_untagged", message, "react.write"))
+    return ReactOutcome(result, [note], notices)
+
+
 def _write_target(path: str, turn_id: str, channel: str) -> tuple[str, str, str, bool] | Notice:
     """(area, rel, mime, rewritten) of a react.write path of the current turn, or a notice.
 
     Accepts ``files/<scope>/<name>``, ``outputs/<scope>/<name>`` and the same as a ``fi:`` path;
     a ``fi:`` path of another turn is rewritten to the current one.
     """
-    tool = "react.write"
-    text = path.strip()
-    advice = "write files/<scope>/<name> or outputs/<scope>/<name>"
-    rewritten = False
-    if text.startswith("fi:"):
-        try:
-            parsed = parse_path(text)
-        except PathError as exc:
-            return Notice("bad_path", f"{path!r} ({exc.rule}): {exc.detail}", tool)
-        if parsed.name not in WRITE_AREAS:
-            return Notice("bad_path", f"{path!r} is not a files/ or outputs/ path; {advice}.", tool)
-        area, rel, rewritten = parsed.name, parsed.rel, parsed.turn_id != turn_id
-    else:
-        area, slash, rel = text.partition("/")
-        if area not in WRITE_AREAS or not slash:
-            return Notice("bad_path", f"{path!r} is not a workspace path; {advice}.", tool)
-    try:
-        fi_path(turn_id, area, rel)
-    except PathError as exc:
-        return Notice("bad_path", f"{path!r} ({exc.rule}): {exc.detail}", tool)
-    if "/" not in rel or rel.endswith("/"):
-        return Notice("bad_path", f"{path!r} names no file under a scope; {advice}.", tool)
+    target = current_target(path, turn_id, "react.write")
+    if isinstance(target, Notice):
+        return target
+    area, rel, historical = target
     name = rel.rsplit("/", 1)[1]
     ext = name.rpartition(".")[2].lower() if "." in name else ""
     if channel == "canvas" and ext not in CANVAS_MIME:
         kinds = ", ".join(sorted({f".{e}" for e in CANVAS_MIME}))
-        return Notice("bad_path", f"{path!r}: a canvas file ends with one of {kinds}.", tool)
-    return area, rel, CANVAS_MIME.get(ext, "text/plain"), rewritten
+        message = f"{path!r}: a canvas file ends with one of {kinds}."
+        return Notice("bad_path", message, "react.write")
+    return area, rel, CANVAS_MIME.get(ext, "text/plain"), historical is not None

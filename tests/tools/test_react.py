@@ -473,14 +473,18 @@ def _history(store: Store | None = None) -> Conv:
 
 def test_memsearch_finds_earlier_turns_and_points_at_their_index() -> None:
     conv = _history()
-    out = conv.run("react.memsearch", {"query": "default retention", "top_k": 5})
+    params = {"query": "default retention", "targets": ["user", "assistant"], "top_k": 5}
+    out = conv.run("react.memsearch", params)
     assert out.ok
     hits = out.result["hits"]
-    assert {h["turn_id"] for h in hits} == {"t1"}  # never the current turn t3
+    assert [h["turn_id"] for h in hits] == ["t1"]  # one hit per turn, never the current t3
     assert hits[0]["path"] == "ar:t1.react.turn.index"
     assert hits[0]["snippet"] == "What is the default retention?"
+    assert hits[0]["role"] == "user" and hits[0]["block_path"] == "ar:t1.user.prompt"
     assert isinstance(hits[0]["score"], float) and hits[0]["ts"] < conv.now
-    assert {h["role"] for h in hits} == {"user", "assistant"}
+    everywhere = conv.run("react.memsearch", {"query": "retention reports"})
+    assert everywhere.result["targets"] == ["user", "assistant", "notes", "summary", "attachment"]
+    assert everywhere.result["hits"][0]["turn_id"] == "t2"  # found through its note
 
 
 def test_memsearch_targets_notes_and_filters_by_days() -> None:
@@ -559,13 +563,13 @@ def test_hide_without_a_renderer_is_refused() -> None:
 # -- dispatch ------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("tool", ["react.pull", "react.patch", "react.checkout", "agent.send"])
-def test_a_tool_this_runtime_lacks_is_unavailable(tool: str) -> None:
+@pytest.mark.parametrize("tool", ["agent.send", "react.nope", "code.exec_python"])
+def test_a_tool_that_is_not_react_is_unavailable_here(tool: str) -> None:
     conv = Conv()
     conv.begin("t1")
     out = conv.run(tool, {"paths": ["fi:t1.files/a/b.md"]})
     assert refused(out, "tool_unavailable")
-    assert "not available on this runtime yet" in out.notices[0].message
+    assert "is not a react.* tool" in out.notices[0].message
 
 
 def test_params_that_are_not_an_object_are_refused() -> None:
@@ -600,4 +604,8 @@ def test_protocol_codes_are_prefixed_and_tool_codes_are_not() -> None:
         "react.hide",
         "react.memsearch",
         "react.search_knowledge",
+        "react.pull",
+        "react.patch",
+        "react.checkout",
+        "react.search_files",
     }

