@@ -28,6 +28,10 @@ def _parser() -> argparse.ArgumentParser:
         default=None,
         help="use this NATS server instead of an embedded one",
     )
+    commands.add_parser(
+        "doctor",
+        help="check NATS, JetStream, LMDB, the model, memsearch ranking and the exec sandbox",
+    )
     return parser
 
 
@@ -45,5 +49,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             return asyncio.run(run_demo(nats_url=args.nats))
         except KeyboardInterrupt:
             return 130
+    if args.command == "doctor":
+        from actline.doctor import run_doctor
+
+        return asyncio.run(run_doctor())
     _parser().print_help(sys.stderr)
     return 2

@@ -82,3 +82,33 @@ def test_ci_entry_runs_make_test_and_nothing_else() -> None:
     ]
     assert lines[-1] == "make test"
     assert all(line.startswith(("set ", "cd ")) for line in lines[:-1])
+
+
+def test_doctor_reports_each_check_and_bm25_only_without_embeddings(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "NATS_URL"}
+    env.update(COLUMNS="160", ACTLINE_HOME=str(tmp_path / "home"), ACTLINE_EMBEDDINGS="off")
+    result = subprocess.run(
+        [sys.executable, "-m", "actline", "doctor"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env=env,
+        check=False,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    for name in ("versions", "nats", "lmdb", "model", "memsearch", "workspace", "sandbox"):
+        assert name in result.stdout
+    assert "BM25 only" in result.stdout
+    hybrid = subprocess.run(
+        [sys.executable, "-m", "actline", "doctor"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**env, "ACTLINE_EMBEDDINGS": "on", "NATS_URL": "nats://127.0.0.1:9"},
+        check=False,
+    )
+    assert hybrid.returncode == 2
+    assert "hybrid: BM25 + all-MiniLM-L6-v2" in hybrid.stdout
+    assert "cannot reach NATS at nats://127.0.0.1:9" in hybrid.stdout

@@ -22,7 +22,7 @@ import mimetypes
 import time
 from collections.abc import Collection
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
 from messages import ArtifactRef
 from storage import NotStored
@@ -32,10 +32,8 @@ from timeline.paths import fi_path, parse_path
 from .http_fetch import FetchError, fetch
 from .react_files import current_target
 from .react_types import Notice
+from .registry import ToolContext, ToolOutput, ToolRegistry
 from .sandbox import run_python
-
-if TYPE_CHECKING:
-    from actors.tool_executor import ToolContext, ToolOutput, ToolRegistry
 
 __all__ = ["BUILTIN_TOOLS", "BuiltinConfig", "register_builtins"]
 
@@ -57,8 +55,6 @@ class BuiltinConfig:
 
 
 def _no_files(tool: str) -> ToolOutput:
-    from actors.tool_executor import ToolOutput
-
     message = (
         f"{tool} needs the conversation's workspace, which is not on this node; the call "
         "must go to the executor of the node that serves the conversation."
@@ -67,8 +63,6 @@ def _no_files(tool: str) -> ToolOutput:
 
 
 def _refused(notice: Notice) -> ToolOutput:
-    from actors.tool_executor import ToolOutput
-
     return ToolOutput(error=notice.message, data={"code": notice.code})
 
 
@@ -78,8 +72,6 @@ def _tail(text: str, limit: int = SHOWN_OUTPUT) -> str:
 
 def register_builtins(registry: ToolRegistry, config: BuiltinConfig | None = None) -> list[str]:
     """Register the built-in tools that are not registered yet; returns the names added."""
-    from actors.tool_executor import ToolOutput
-
     cfg = config or BuiltinConfig()
 
     async def exec_python(params: dict[str, Any], ctx: ToolContext) -> ToolOutput:

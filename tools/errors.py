@@ -3,7 +3,16 @@
 Hierarchy::
 
     ToolError
-    └── KnowledgeError    a knowledge-space path or root that cannot be read (path, reason, detail)
+    ├── KnowledgeError          a knowledge-space path or root that cannot be read (path, reason,
+    │                           detail)
+    ├── EmbeddingsUnavailable   tools.embeddings: the MiniLM extra or weights are missing
+    ├── GitError                tools.gitspace: a git command of the git workspace failed
+    ├── SandboxError            tools.sandbox: code.exec_python could not start the code at all
+    ├── FetchError              tools.http_fetch: a URL that cannot be read as a source (code)
+    └── McpError                tools.mcp_bridge: an MCP server or one of its tools failed (code)
+
+Each lives next to the code that raises it (their advice tables too) and subclasses ToolError,
+so ``except ToolError`` catches every one.
 
 Every error keeps its fields and pickles (they cross Ray process boundaries). ``reason`` is a
 stable code that callers can turn into a notice for the model; the message says what to do.

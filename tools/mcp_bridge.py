@@ -35,11 +35,10 @@ from jsonschema.exceptions import SchemaError
 from jsonschema.validators import validator_for
 
 from .errors import ToolError
+from .registry import ToolContext, ToolFn, ToolOutput, ToolRegistry
 
 if TYPE_CHECKING:
     from mcp import ClientSession
-
-    from actors.tool_executor import ToolContext, ToolFn, ToolOutput, ToolRegistry
 
 __all__ = ["MCP_ERRORS", "McpError", "McpServer", "mcp_available", "register_mcp_server"]
 
@@ -247,8 +246,6 @@ class McpServer:
         """Call ``tool``: its text parts joined are the content; structured content and other
         parts go in ``data`` (``"structured"``, ``"parts"``). Raises ``McpError``."""
         from mcp.types import TextContent
-
-        from actors.tool_executor import ToolOutput
 
         session = self._live(tool)
         result = await self._request(

@@ -4,6 +4,8 @@ LMDB in a temp dir, subprocess sandboxes, a local HTTP server on 127.0.0.1 and g
 from __future__ import annotations
 
 import asyncio
+import json
+import sys
 import threading
 from collections.abc import AsyncIterator, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -279,3 +281,66 @@ async def test_a_later_turn_sees_the_workspace_in_announce_and_pulls_history(
     assert any("v1" in str(d.get("content", "")) for d in outs)
     assert not [b for b in tl.blocks if b.type == NOTICE and b.turn_id == h2.turn_id]
     await asyncio.sleep(0)
+
+
+async def test_memsearch_recalls_an_earlier_turn_through_the_persisted_index(
+    bus: Bus, client: Client, tmp_path: Path
+) -> None:
+    query = {
+        "query": "who is responsible for moving invoices to the new system?",
+        "targets": ["user", "assistant"],
+    }
+    model = Scripted({"c1": [say("Noted.", answer="Noted: Priya owns the billing migration.")]})
+    home = tmp_path / "home"
+    store = Store(home)
+    node = await start_node(bus, home, model, store=store)
+    try:
+        h1 = await run_turn(client, "Priya owns the billing migration this quarter.", "c1")
+        for i in range(3):
+            model.script("c1", [say("ok", answer=f"Filler answer {i} about lunch.")])
+            await run_turn(client, f"What is for lunch on day {i}?", "c1")
+        model.script(
+            "c1",
+            [say("Searching.", calls=[("react.memsearch", query)]), say("ok", answer="Priya.")],
+        )
+        await run_turn(client, "remind me who runs that", "c1")
+        found = results(node, "c1")["react.memsearch"]
+        rows = store.index_rows("c1")
+    finally:
+        await node.stop()
+        store.close()
+    assert found["status"] == "ok" and found["ranking"] == "hybrid"
+    assert found["hits"][0]["turn_id"] == h1.turn_id
+    assert found["hits"][0]["path"] == f"ar:{h1.turn_id}.react.turn.index"
+    first = [r for r in rows if r["turn_id"] == h1.turn_id]
+    assert {r["role"] for r in first} == {"user", "assistant"}  # written when the turn persisted
+
+
+async def test_an_mcp_server_from_the_config_serves_tools_in_a_turn(
+    bus: Bus, client: Client, tmp_path: Path
+) -> None:
+    pytest.importorskip("mcp", reason="the optional mcp extra is not installed")
+    server = Path(__file__).parents[1] / "tools" / "mcp_echo_server.py"
+    config = tmp_path / "mcp.json"
+    config.write_text(
+        json.dumps({"mcpServers": {"echo": {"command": sys.executable, "args": [str(server)]}}})
+    )
+    model = Scripted(
+        {
+            "c1": [
+                say("Echo.", calls=[("mcp.echo.echo", {"text": "over stdio"})]),
+                say("ok", answer="done"),
+            ]
+        }
+    )
+    node = await start_node(bus, tmp_path / "home", model, mcp_config=config)
+    try:
+        assert "mcp.echo.add" in node.registry
+        handle = await run_turn(client, "echo something", "c1")
+        echoed = results(node, "c1")["mcp.echo.echo"]
+        prompt = node.services.system_prompt if node.services else ""
+    finally:
+        await node.stop()
+    assert handle.result.result().status == "completed"
+    assert echoed["status"] == "ok" and echoed["content"] == "over stdio"
+    assert "mcp.echo.echo" in prompt
