@@ -92,3 +92,12 @@ def test_the_actors_example_runs_a_turn(capsys: pytest.CaptureFixture[str]) -> N
     assert out[0].startswith("completed ")
     assert "'thinking'" in out[1] and "'complete'" in out[1]
     assert out[2].strip()
+
+
+def test_the_tools_example_writes_and_patches_a_versioned_file(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    exec(_block('open_workspace("custom"'), {"__name__": "readme"})
+    out = capsys.readouterr().out.splitlines()
+    assert out[0] == "fi:t2.files/app/hello.py"
+    assert out[1] == "b\"print('hello')\\n\" b\"print('hello, world')\\n\""
