@@ -268,7 +268,11 @@ class LocalTree:
         """
         turn_id = lp.turn_id
         assert turn_id is not None
-        if lp.is_folder or lp.rel == "":
+        if lp.rel == "":  # the whole area as of that turn
+            paths = [info["path"] for info in self.workspace.tree(turn_id, lp.name).values()]
+            if not paths:
+                raise NotStored("folder", f"fi:{turn_id}.{lp.name}/")
+        elif lp.is_folder:
             paths = self.workspace.listdir(lp)
             if not paths:
                 raise NotStored("folder", str(lp))

@@ -327,6 +327,21 @@ def test_pull_refuses_what_is_not_a_historical_fi_ref(
     assert out.result["pulled"] == [] and len(out.result["invalid"]) == 1
 
 
+def test_pull_of_a_whole_files_tree(session: Session) -> None:
+    session.begin("t1")
+    write(session, "files/app/a.py", "A\n")
+    write(session, "files/docs/b.md", "B\n")
+    session.end()
+    session.begin("t2")
+    out = session.run("react.pull", {"paths": ["fi:t1.files/"]})
+    assert out.ok, out.result
+    assert [p["logical_path"] for p in out.result["pulled"]] == [
+        "fi:t1.files/app/a.py",
+        "fi:t1.files/docs/b.md",
+    ]
+    assert (session.local.root / "t1" / "files" / "docs" / "b.md").read_bytes() == b"B\n"
+
+
 def test_pull_of_a_missing_ref_reports_it_and_pulls_the_rest(session: Session) -> None:
     session.begin("t1")
     write(session, "files/app/a.py", "A\n")
