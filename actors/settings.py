@@ -156,6 +156,10 @@ _ENV: dict[str, tuple[str, type]] = {
 }
 
 
+ENV_VARS = _ENV
+"""Each setting's environment variable and type (``ACTLINE_*``)."""
+
+
 def load_mcp_config(path: Path) -> dict[str, dict[str, Any]]:
     """The MCP servers of a JSON config: ``{"mcpServers": {name: {command, args, env, cwd}}}``
     (``servers`` is accepted for the outer key). Raises ValueError naming what to fix."""

@@ -1,0 +1,168 @@
+"""One settings object for the CLI and the Python API.
+
+``Config.load()`` reads, lowest precedence first: the defaults, a TOML file, the environment
+(``ACTLINE_*``, ``NATS_URL``, ``ANTHROPIC_API_KEY``, ``ANTHROPIC_BASE_URL``) and explicit
+overrides (command-line flags). The TOML file is ``--config PATH``, else ``$ACTLINE_CONFIG``,
+else ``./actline.toml`` when it exists. Its keys are the node settings by name (``home``,
+``model``, ``docs``, ``workspace``, ``max_iterations``, ...), ``nats_url``, and an ``[llm]``
+table (``max_retries``, ``timeout``, ``cache_ttl``, ...). API keys are never read from the
+file: they belong in the environment.
+
+Every problem is a ``ConfigError`` whose message names the setting and the fix.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, fields, replace
+from pathlib import Path
+from typing import Any
+
+from actors.settings import ENV_VARS, NodeSettings
+from llm import LLMSettings, ModelConfigError
+
+__all__ = ["NATS_SCHEMES", "Config", "ConfigError", "check_nats_url"]
+
+NATS_SCHEMES = ("nats://", "tls://", "ws://", "wss://")
+ALIASES = {"docs": "knowledge_dir", "workspace": "workspace_mode", "sync": "storage_sync"}
+"""Short TOML names of node settings."""
+LLM_KEYS = frozenset(
+    {"max_retries", "backoff_base", "backoff_max", "timeout", "max_output_tokens"}
+    | {"temperature", "cache_ttl", "system_cache_ttl", "cache_system", "base_url"}
+)
+
+
+class ConfigError(ValueError):
+    """A setting that cannot work; the message says which and what to do."""
+
+
+def check_nats_url(url: str) -> str:
+    """``url`` when it is a NATS URL (``nats://host:4222``), else ``ConfigError``."""
+    text = url.strip()
+    if not text.startswith(NATS_SCHEMES) or len(text.split("://", 1)[1]) == 0:
+        raise ConfigError(
+            f"NATS_URL {url!r} is not a NATS URL: write nats://host:4222 "
+            "(or tls://, ws://, wss://), or unset NATS_URL to use an embedded nats-server"
+        )
+    return text
+
+
+def _config_path(path: str | os.PathLike[str] | None, env: Mapping[str, str]) -> Path | None:
+    if path is not None:
+        return Path(path)
+    if env.get("ACTLINE_CONFIG"):
+        return Path(env["ACTLINE_CONFIG"])
+    default = Path("actline.toml")
+    return default if default.is_file() else None
+
+
+def _read_toml(path: Path) -> dict[str, Any]:
+    try:
+        with path.open("rb") as handle:
+            data = tomllib.load(handle)
+    except FileNotFoundError:
+        raise ConfigError(
+            f"config file {path} does not exist; fix --config or ACTLINE_CONFIG"
+        ) from None
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
+    table = data.get("actline", data)
+    if not isinstance(table, dict):
+        raise ConfigError(f"config file {path}: [actline] must be a table")
+    return dict(table)
+
+
+def _node_values(table: Mapping[str, Any], path: Path) -> dict[str, Any]:
+    names = {f.name: f.type for f in fields(NodeSettings)}
+    out: dict[str, Any] = {}
+    for key, value in table.items():
+        name = ALIASES.get(key, key)
+        if name not in names:
+            known = ", ".join(sorted({*names, *ALIASES, "nats_url", "llm"}))
+            raise ConfigError(f"config file {path}: unknown setting {key!r}; known: {known}")
+        default = getattr(NodeSettings(), name)
+        if isinstance(default, Path) or name == "knowledge_dir" or name == "mcp_config":
+            if not isinstance(value, str):
+                raise ConfigError(f"config file {path}: {key} must be a path (a string)")
+            value = Path(value).expanduser()
+        elif isinstance(default, bool):
+            if not isinstance(value, bool):
+                raise ConfigError(f"config file {path}: {key} must be true or false")
+        elif isinstance(default, int | float) and not isinstance(default, bool):
+            if isinstance(value, bool) or not isinstance(value, int | float):
+                raise ConfigError(f"config file {path}: {key} must be a number")
+            value = type(default)(value)
+        elif isinstance(default, str) and not isinstance(value, str):
+            raise ConfigError(f"config file {path}: {key} must be a string")
+        out[name] = value
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    """Everything the runtime needs to start; ``load()`` builds it."""
+
+    node: NodeSettings
+    llm: LLMSettings
+    nats_url: str | None = None
+    """None: start an embedded nats-server."""
+    source: Path | None = None
+    """The TOML file that was read, if any."""
+
+    @classmethod
+    def load(
+        cls,
+        path: str | os.PathLike[str] | None = None,
+        *,
+        env: Mapping[str, str] | None = None,
+        nats_url: str | None = None,
+        **overrides: Any,
+    ) -> Config:
+        """Defaults < TOML file < environment < ``overrides`` (node setting names)."""
+        source_env = dict(os.environ if env is None else env)
+        file = _config_path(path, source_env)
+        table = _read_toml(file) if file is not None else {}
+        url = table.pop("nats_url", None)
+        llm_table = table.pop("llm", {})
+        if not isinstance(llm_table, dict) or set(llm_table) - LLM_KEYS:
+            bad = sorted(set(llm_table) - LLM_KEYS) if isinstance(llm_table, dict) else "llm"
+            raise ConfigError(
+                f"config file {file}: [llm] takes {', '.join(sorted(LLM_KEYS))}; got {bad}"
+                " (API keys belong in the environment: ANTHROPIC_API_KEY)"
+            )
+        assert file is not None or not table
+        from_file = _node_values(table, file) if file is not None else {}
+        in_env = {name for name, (var, _) in ENV_VARS.items() if source_env.get(var)}
+        node_values = {k: v for k, v in from_file.items() if k not in in_env}
+        node_values.update({k: v for k, v in overrides.items() if v is not None})
+        try:
+            node = NodeSettings.from_env(source_env, **node_values)
+        except ValueError as exc:
+            raise ConfigError(str(exc)) from None
+        try:
+            llm = LLMSettings.from_env(source_env, model=node.model, **llm_table)
+        except ModelConfigError as exc:
+            raise ConfigError(f"model setting {exc}") from None
+        chosen = nats_url or source_env.get("NATS_URL") or url
+        if chosen is not None and not isinstance(chosen, str):
+            raise ConfigError(f"config file {file}: nats_url must be a string")
+        return cls(node, llm, check_nats_url(chosen) if chosen else None, file)
+
+    def with_node(self, **changes: Any) -> Config:
+        node = self.node.with_(**changes)
+        return replace(self, node=node, llm=replace(self.llm, model=node.model))
+
+    def check_model(self) -> None:
+        """``ConfigError`` when the model cannot run here (a claude model without a key)."""
+        model = self.node.model
+        if model.startswith("claude") and not self.llm.api_key:
+            raise ConfigError(
+                f"model {model} needs an Anthropic API key: export ANTHROPIC_API_KEY=... "
+                "or use the offline model (--model extractive)"
+            )
+        if not (model.startswith("claude") or model in ("extractive",)):
+            raise ConfigError(
+                f"model {model!r} is unknown: use extractive (offline) or a claude-* model"
+            )

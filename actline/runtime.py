@@ -1,0 +1,276 @@
+"""``actline.Runtime``: the public Python API, and what the CLI is a thin layer over.
+
+    async with Runtime() as rt:                       # embedded NATS + an in-process node
+        result = await rt.ask("How do the tiers differ?")
+        async for event in rt.stream("And the limits?", conversation_id=result.conversation_id):
+            ...                                       # StreamDelta, ReActProgress, ..., ReActResult
+
+A ``Runtime`` connects to ``config.nats_url`` (or starts an embedded nats-server with JetStream
+when there is none), optionally runs a node in this process (``node=True``, the default: LMDB
+under ``config.node.home``, the configured model, the knowledge folder) and submits turns with
+an ``actors.Client``. Start-up problems raise ``ConfigError`` with one line naming the fix.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import Any
+
+import messages
+from actors import Node
+from actors.client import Client, NoTurnQueue, TurnHandle
+from actors.tool_executor import ToolRegistry
+from bus import Bus, BusError, EmbeddedNats
+from llm.protocol import Model
+from messages import Ack, Attachment, ErrorReply, ReActResult
+from storage import NotStored, StorageError, Store
+from tools import KnowledgeError, KnowledgeSpace
+
+from .config import Config, ConfigError
+
+__all__ = ["Runtime", "follow"]
+
+log = logging.getLogger(__name__)
+DEFAULT_TIMEOUT = 300.0
+
+
+async def follow(handle: TurnHandle, *, timeout: float = DEFAULT_TIMEOUT) -> AsyncIterator[Any]:
+    """Every event of a submitted turn in arrival order, then its ``ReActResult``."""
+    seen = 0
+    async with asyncio.timeout(timeout):
+        while True:
+            while seen < len(handle.events):
+                yield handle.events[seen]
+                seen += 1
+            if handle.result.done():
+                yield handle.result.result()
+                return
+            handle.changed.clear()
+            if seen < len(handle.events) or handle.result.done():
+                continue
+            await handle.changed.wait()
+
+
+class Runtime:
+    """An actline runtime: a NATS connection, a client, and optionally a node."""
+
+    def __init__(
+        self,
+        config: Config | None = None,
+        *,
+        node: bool = True,
+        model: Model | None = None,
+        registry: ToolRegistry | None = None,
+        knowledge: KnowledgeSpace | None = None,
+    ) -> None:
+        self.config = config or Config.load()
+        self.run_node = node
+        self._model = model
+        self._registry = registry
+        self._knowledge = knowledge
+        self.server: EmbeddedNats | None = None
+        self._bus: Bus | None = None
+        self._client: Client | None = None
+        self.node: Node | None = None
+        self.store: Store | None = None
+
+    # -- lifecycle ---------------------------------------------------------------------------------
+    async def __aenter__(self) -> Runtime:
+        return await self.start()
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    @property
+    def nats_url(self) -> str:
+        if self.server is not None:
+            return self.server.url
+        return self.config.nats_url or ""
+
+    @property
+    def bus(self) -> Bus:
+        if self._bus is None:
+            raise RuntimeError("start the runtime first (async with Runtime() as rt)")
+        return self._bus
+
+    @property
+    def client(self) -> Client:
+        if self._client is None:
+            raise RuntimeError("start the runtime first (async with Runtime() as rt)")
+        return self._client
+
+    async def start(self) -> Runtime:
+        """Connect (or start an embedded server) and start the node; ``ConfigError`` on failure."""
+        try:
+            await self._start()
+        except BaseException:
+            await self.close()
+            raise
+        return self
+
+    async def _start(self) -> None:
+        config = self.config
+        settings = config.node
+        if self.run_node:
+            if self._model is None:
+                config.check_model()
+            self.store = await asyncio.to_thread(_open_store, settings.home, settings.storage_sync)
+            if self._knowledge is None and settings.knowledge_dir is not None:
+                self._knowledge = await asyncio.to_thread(_open_knowledge, settings.knowledge_dir)
+        if config.nats_url is None:
+            self.server = await EmbeddedNats(store_dir=_nats_dir(settings.home)).astart()
+        try:
+            self._bus = await Bus.connect(self.nats_url, name="actline", connect_attempts=2)
+        except BusError as exc:
+            raise ConfigError(str(exc)) from None
+        if self.run_node:
+            self.node = Node(
+                self._bus,
+                settings,
+                model=self._model,
+                registry=self._registry,
+                store=self.store,
+                knowledge=self._knowledge,
+            )
+            await self.node.start()
+        self._client = Client(self._bus)
+
+    async def close(self) -> None:
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
+        if self.node is not None:
+            await self.node.stop()
+            self.node = None
+        if self._bus is not None:
+            await self._bus.close()
+            self._bus = None
+        if self.store is not None:
+            self.store.close()
+            self.store = None
+        if self.server is not None:
+            await asyncio.to_thread(self.server.stop)
+            self.server = None
+
+    # -- turns -------------------------------------------------------------------------------------
+    async def submit(
+        self,
+        text: str,
+        conversation_id: str | None = None,
+        *,
+        attachments: Sequence[Attachment] = (),
+        config: dict[str, Any] | None = None,
+        timezone: str = "UTC",
+    ) -> TurnHandle:
+        """Submit a turn; follow it with ``follow(handle)`` or ``await handle.wait()``."""
+        if conversation_id is not None and self.store is not None:
+            self.check_conversation(conversation_id)
+        try:
+            return await self.client.submit(
+                text,
+                conversation_id=conversation_id,
+                attachments=attachments,
+                config=config,
+                timezone=timezone,
+            )
+        except NoTurnQueue as exc:
+            raise ConfigError(str(exc)) from None
+
+    async def ask(
+        self,
+        text: str,
+        conversation_id: str | None = None,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        **kwargs: Any,
+    ) -> ReActResult:
+        """Run one turn to its result."""
+        handle = await self.submit(text, conversation_id, **kwargs)
+        return await handle.wait(timeout)
+
+    async def stream(
+        self,
+        text: str,
+        conversation_id: str | None = None,
+        *,
+        timeout: float = DEFAULT_TIMEOUT,
+        **kwargs: Any,
+    ) -> AsyncIterator[Any]:
+        """The turn's ``turn.accepted``, ``stream.delta`` and ``react.progress`` events as
+        they arrive, then its ``ReActResult``."""
+        handle = await self.submit(text, conversation_id, **kwargs)
+        async for event in follow(handle, timeout=timeout):
+            yield event
+
+    async def followup(self, handle: TurnHandle, text: str) -> Ack | ErrorReply:
+        """A user message that joins the running turn."""
+        return await self.client.followup(handle.conversation_id, handle.turn_id, text)
+
+    async def skip_waiting(self, turn_id: str) -> None:
+        await self.client.skip_waiting(turn_id, "the user skipped waiting")
+
+    async def cancel(self, turn_id: str) -> None:
+        await self.client.cancel(turn_id, "the user cancelled the turn")
+
+    async def send_done(
+        self,
+        agent: str,
+        summary: str,
+        *,
+        task_id: str | None = None,
+        turn_id: str | None = None,
+        artifacts: Sequence[messages.ArtifactRef] = (),
+    ) -> Ack | ErrorReply:
+        """Answer an outside agent's task (``agent.done``); the node says if it applied."""
+        return await self.client.send_done(
+            agent, summary, task_id=task_id, turn_id=turn_id, artifacts=artifacts
+        )
+
+    # -- stored conversations ----------------------------------------------------------------------
+    def check_conversation(self, conversation_id: str) -> None:
+        """``ConfigError`` when this node's store has no such conversation."""
+        if self.store is None:
+            return
+        if self.store.header(conversation_id) is None:
+            raise ConfigError(
+                f"conversation {conversation_id!r} does not exist in "
+                f"{self.config.node.home}; omit --conversation to start a new one"
+            )
+
+
+def _nats_dir(home: Path) -> Path:
+    return home / "nats"
+
+
+def _open_store(home: Path, sync: bool) -> Store:
+    try:
+        return Store(home, sync=sync)
+    except (StorageError, OSError) as exc:
+        raise ConfigError(
+            f"ACTLINE_HOME={home} is not writable ({exc}); choose a writable folder "
+            "(ACTLINE_HOME=... or home = ... in actline.toml)"
+        ) from None
+
+
+def _open_knowledge(path: Path) -> KnowledgeSpace:
+    try:
+        return KnowledgeSpace(path)
+    except KnowledgeError as exc:
+        raise ConfigError(f"the knowledge folder {path} cannot be used: {exc}") from None
+
+
+def stored_conversation(home: Path, conversation_id: str) -> Store:
+    """The store at ``home`` holding ``conversation_id`` (``ConfigError`` otherwise)."""
+    store = _open_store(home, False)
+    try:
+        store.load(conversation_id)
+    except NotStored:
+        store.close()
+        raise ConfigError(
+            f"conversation {conversation_id!r} does not exist in {home}; list the stored "
+            "conversations with actline timeline --list"
+        ) from None
+    return store
