@@ -165,9 +165,10 @@ class Runtime:
         config: dict[str, Any] | None = None,
         timezone: str = "UTC",
     ) -> TurnHandle:
-        """Submit a turn; follow it with ``follow(handle)`` or ``await handle.wait()``."""
-        if conversation_id is not None and self.store is not None:
-            self.check_conversation(conversation_id)
+        """Submit a turn; follow it with ``follow(handle)`` or ``await handle.wait()``.
+
+        A new ``conversation_id`` starts that conversation (``check_conversation`` first when
+        it must exist already)."""
         try:
             return await self.client.submit(
                 text,

@@ -26,12 +26,46 @@ def run(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     )
 
 
-def test_demo_round_trips_a_turn_request_through_an_embedded_server() -> None:
-    result = run("demo")
-    assert result.returncode == 0, result.stderr
-    assert "nats-server ready at nats://127.0.0.1:" in result.stdout
-    assert "JetStream on" in result.stdout
-    assert "turn.accepted from demo-node-" in result.stdout
+def test_demo_shows_every_capability_once(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "NATS_URL" and not k.startswith("ACTLINE_")}
+    env["COLUMNS"] = "200"
+    result = subprocess.run(
+        [sys.executable, "-m", "actline", "demo"],
+        cwd=tmp_path,  # the demo keeps its LMDB under ./.actline
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env=env,
+        check=False,
+    )
+    out = result.stdout
+    assert result.returncode == 0, out + result.stderr
+    assert "nats-server ready at nats://127.0.0.1:" in out and "JetStream on" in out
+    turns = out.split("turn 2:")
+    first, later = turns[0], turns[1]
+    for seen in (
+        "tool call  react.plan",
+        "tool call  react.search_knowledge",
+        "tool call  react.read",
+        "tool call  react.write",  # the internal note
+        "tool call  agent.send -> reviewer",
+        "[reviewer] task",
+        "waiting  waiting for reviewer",
+        "tool result  DONE from reviewer",
+        "https://docs.lumen-relay.example/",  # citations resolved to links
+        "follow-ups:",
+    ):
+        assert seen in first, seen
+    second, third = later.split("turn 3:")
+    assert "tool call  react.memsearch" in second
+    assert "Earlier in this conversation (turn t-" in second
+    assert "you (while the turn runs)> Also, which tier includes the support SLA?" in third
+    assert "joined the running turn" in third
+    assert "Searching the knowledge space for: tier includes support sla" in third
+    assert third.count("complete  completed") == 1
+    assert "cache read" in out and "timeline stored in" in out
+    assert re.search(r"actline timeline demo-\w+ --rendered", out)
+    assert (tmp_path / ".actline" / "data.mdb").exists()
 
 
 def test_demo_against_an_unreachable_server_says_what_to_do() -> None:
@@ -71,7 +105,7 @@ def test_make_demo_from_the_readme_runs() -> None:
         check=False,
     )
     assert result.returncode == 0, result.stdout + result.stderr
-    assert "turn.accepted" in result.stdout
+    assert "agent.send -> reviewer" in result.stdout and "timeline stored in" in result.stdout
 
 
 def test_ci_entry_runs_make_test_and_nothing_else() -> None:
