@@ -1,7 +1,7 @@
 """actline: a timeline-native ReAct agent runtime whose actors talk over NATS.
 
-This package is the facade: the command-line entry point and (as the runtime
-grows) the public Python API.
+This package is the facade: ``Runtime`` (the Python API), ``Config`` (one settings object)
+and the ``actline`` command line, which is a thin layer over them.
 """
 
 from importlib.metadata import PackageNotFoundError, version
@@ -11,4 +11,7 @@ try:
 except PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0.0.0+source"
 
-__all__ = ["__version__"]
+from .config import Config, ConfigError
+from .runtime import Runtime
+
+__all__ = ["Config", "ConfigError", "Runtime", "__version__"]

@@ -28,6 +28,7 @@ __all__ = ["NATS_SCHEMES", "Config", "ConfigError", "check_nats_url"]
 NATS_SCHEMES = ("nats://", "tls://", "ws://", "wss://")
 ALIASES = {"docs": "knowledge_dir", "workspace": "workspace_mode", "sync": "storage_sync"}
 """Short TOML names of node settings."""
+PATH_SETTINGS = frozenset({"home", "knowledge_dir", "mcp_config"})
 LLM_KEYS = frozenset(
     {"max_retries", "backoff_base", "backoff_max", "timeout", "max_output_tokens"}
     | {"temperature", "cache_ttl", "system_cache_ttl", "cache_system", "base_url"}
@@ -83,7 +84,7 @@ def _node_values(table: Mapping[str, Any], path: Path) -> dict[str, Any]:
             known = ", ".join(sorted({*names, *ALIASES, "nats_url", "llm"}))
             raise ConfigError(f"config file {path}: unknown setting {key!r}; known: {known}")
         default = getattr(NodeSettings(), name)
-        if isinstance(default, Path) or name == "knowledge_dir" or name == "mcp_config":
+        if name in PATH_SETTINGS:
             if not isinstance(value, str):
                 raise ConfigError(f"config file {path}: {key} must be a path (a string)")
             value = Path(value).expanduser()
@@ -136,7 +137,13 @@ class Config:
         from_file = _node_values(table, file) if file is not None else {}
         in_env = {name for name, (var, _) in ENV_VARS.items() if source_env.get(var)}
         node_values = {k: v for k, v in from_file.items() if k not in in_env}
-        node_values.update({k: v for k, v in overrides.items() if v is not None})
+        for key, value in overrides.items():
+            if value is None:
+                continue
+            name = ALIASES.get(key, key)
+            if name in PATH_SETTINGS and isinstance(value, str):
+                value = Path(value).expanduser()
+            node_values[name] = value
         try:
             node = NodeSettings.from_env(source_env, **node_values)
         except ValueError as exc:

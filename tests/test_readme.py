@@ -12,7 +12,8 @@ import pytest
 from bus import Bus, EmbeddedNats, Envelope
 from messages import Message, TurnRequest
 
-README = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+ROOT = Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
 BLOCKS = re.findall(r"```python\n(.*?)```", README, re.S)
 
 
@@ -101,3 +102,18 @@ def test_the_tools_example_writes_and_patches_a_versioned_file(
     out = capsys.readouterr().out.splitlines()
     assert out[0] == "fi:t2.files/app/hello.py"
     assert out[1] == "b\"print('hello')\\n\" b\"print('hello, world')\\n\""
+
+
+def test_the_python_api_example_runs(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)  # the runtime keeps its LMDB under ./.actline
+    monkeypatch.delenv("NATS_URL", raising=False)
+    code = _block("from actline import Config, Runtime").replace(
+        'docs="examples/kb"', f'docs="{ROOT / "examples" / "kb"}"'
+    )
+    exec(code, {"__name__": "readme"})
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[0].startswith("completed ")
+    assert lines[1] == "TurnAccepted" and lines[-1] == "ReActResult"
+    assert "StreamDelta" in lines and "ReActProgress" in lines
