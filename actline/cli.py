@@ -1,57 +1,229 @@
-"""The ``actline`` command line."""
+"""The ``actline`` command line: a thin layer over ``actline.Runtime``.
+
+Every command's start-up problem (no NATS, a bad URL, a missing API key, an unwritable
+``ACTLINE_HOME``, an unknown conversation) is one line on stderr naming the fix and exit
+code 2; ``--debug`` shows the traceback instead. Ctrl-C exits with 130. A turn that did not
+complete, or a DONE the node refused, exits with 1.
+"""
 
 from __future__ import annotations
 
 import argparse
 import asyncio
 import logging
+import os
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+
+from rich.console import Console
 
 from actline import __version__
+from bus import BusError
+from llm import ModelConfigError
+from storage import StorageError
+
+from .config import ConfigError
+
+__all__ = ["main"]
+
+FAILURES: tuple[type[Exception], ...] = (ConfigError, BusError, ModelConfigError, StorageError)
+"""Errors that mean "fix the setup": reported in one line, exit code 2."""
+DEFAULT_WAIT_S = 300.0
+DEFAULT_AGENT_TIMEOUT_S = 600.0
+
+
+def _common() -> argparse.ArgumentParser:
+    """Options accepted before or after the command name."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--config", metavar="PATH", default=argparse.SUPPRESS, help="the actline.toml to read"
+    )
+    common.add_argument(
+        "--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks"
+    )
+    common.add_argument(
+        "-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="log at DEBUG"
+    )
+    return common
+
+
+def _nats(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument("--nats", metavar="URL", default=None, help=f"NATS server ({what})")
+
+
+def _node_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--docs",
+        metavar="DIR",
+        type=Path,
+        default=None,
+        help="knowledge folder (default: ACTLINE_DOCS, else ./examples/kb when it exists)",
+    )
+    parser.add_argument(
+        "--model", metavar="NAME", default=None, help="extractive (offline) or a claude-* model"
+    )
+    parser.add_argument(
+        "--home", metavar="DIR", type=Path, default=None, help="the node's store (ACTLINE_HOME)"
+    )
+
+
+def _agent_flags(parser: argparse.ArgumentParser) -> None:
+    _nats(parser, "required: NATS_URL or --nats")
+    parser.add_argument(
+        "--timeout",
+        metavar="S",
+        type=float,
+        default=DEFAULT_AGENT_TIMEOUT_S,
+        help="a task's command is killed after this long",
+    )
+
+
+def _split_agent_command(args: argparse.Namespace) -> None:
+    """``agent NAME --nats URL -- CMD``: argparse's REMAINDER also takes the options after NAME,
+    so parse what comes before ``--`` as the agent's options and keep the rest as CMD."""
+    rest = list(args.cmd)
+    if "--" in rest:
+        cut = rest.index("--")
+        flags = argparse.ArgumentParser(prog="actline agent NAME", parents=[_common()])
+        _agent_flags(flags)
+        flags.parse_args(rest[:cut], namespace=args)
+        rest = rest[cut + 1 :]
+    elif rest[:1] and rest[0].startswith("-"):
+        raise ConfigError(f"put the command after --: actline agent {args.name} [options] -- CMD")
+    args.cmd = rest
 
 
 def _parser() -> argparse.ArgumentParser:
+    common = _common()
     parser = argparse.ArgumentParser(
         prog="actline",
         description="A timeline-native ReAct agent runtime: actors over NATS, a Ray cluster job.",
+        parents=[_common()],  # its own copy: set_defaults below changes the actions' defaults
     )
+    parser.set_defaults(config=None, debug=False, verbose=False)
     parser.add_argument("--version", action="version", version=f"actline {__version__}")
-    parser.add_argument("-v", "--verbose", action="store_true", help="log at DEBUG level")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
-    demo = commands.add_parser(
-        "demo", help="start an embedded nats-server and show a turn going through it"
-    )
-    demo.add_argument(
-        "--nats",
-        metavar="URL",
-        default=None,
-        help="use this NATS server instead of an embedded one",
-    )
-    commands.add_parser(
+
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        return commands.add_parser(name, help=help, description=help, parents=[common])
+
+    demo = command("demo", "start an embedded nats-server and show a turn going through it")
+    _nats(demo, "default: an embedded one")
+    command(
         "doctor",
-        help="check NATS, JetStream, LMDB, the model, memsearch ranking and the exec sandbox",
+        "check NATS, JetStream, LMDB, the model, memsearch ranking and the exec sandbox",
+    )
+
+    serve = command("serve", "run a node until Ctrl-C (an embedded nats-server without NATS_URL)")
+    _nats(serve, "default: NATS_URL, else an embedded one")
+    _node_options(serve)
+
+    ask = command("ask", "ask one question and stream the turn")
+    ask.add_argument("question", help="the user's message")
+    ask.add_argument("--conversation", metavar="ID", default=None, help="continue this one")
+    _nats(ask, "default: NATS_URL; unset: embedded server + in-process node")
+    _node_options(ask)
+    ask.add_argument("--json", action="store_true", help="print only the result as JSON")
+    ask.add_argument("--no-thinking", action="store_true", help="hide the thinking stream")
+    ask.add_argument(
+        "--local-node", action="store_true", help="run a node in this process even with NATS_URL"
+    )
+    ask.add_argument(
+        "--timeout", metavar="S", type=float, default=DEFAULT_WAIT_S, help="wait this long"
+    )
+
+    chat = command("chat", "an interactive conversation in the terminal")
+    chat.add_argument("--conversation", metavar="ID", default=None, help="continue this one")
+    _nats(chat, "default: NATS_URL, else an embedded one")
+    _node_options(chat)
+
+    agent = command("agent", "answer an outside agent's tasks by running a command")
+    agent.add_argument("name", help="the agent's name (the model hands work to it)")
+    _agent_flags(agent)
+    agent.add_argument(
+        "cmd", nargs=argparse.REMAINDER, metavar="-- CMD ...", help="task text on its stdin"
+    )
+
+    done = command("done", "send agent.done for an outside agent and print the verdict")
+    done.add_argument("name", help="the agent's name")
+    done.add_argument("summary", help="what the agent did")
+    done.add_argument("--task", metavar="ID", default=None, help="the task id (else the oldest)")
+    done.add_argument("--turn", metavar="ID", default=None, help="the turn id")
+    _nats(done, "required: NATS_URL or --nats")
+
+    timeline = command("timeline", "show a stored conversation (no NATS needed)")
+    timeline.add_argument("conversation", nargs="?", metavar="CID", default=None)
+    timeline.add_argument(
+        "--rendered", action="store_true", help="the view the model sees next, with cache marks"
+    )
+    timeline.add_argument("--json", action="store_true", help="the stored blocks as JSON lines")
+    timeline.add_argument("--list", action="store_true", help="the stored conversations")
+    timeline.add_argument(
+        "--home", metavar="DIR", type=Path, default=None, help="the node's store (ACTLINE_HOME)"
     )
     return parser
 
 
+def _dispatch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    console = Console(highlight=False, emoji=False)
+    match args.command:
+        case "demo":
+            from actline.demo import run_demo
+
+            return asyncio.run(run_demo(nats_url=args.nats))
+        case "doctor":
+            from actline.doctor import run_doctor
+
+            return asyncio.run(run_doctor())
+        case "serve":
+            from .cmd_turns import run_serve
+
+            return asyncio.run(run_serve(args, console))
+        case "ask":
+            from .cmd_turns import run_ask
+
+            return asyncio.run(run_ask(args, console))
+        case "chat":
+            from .cmd_turns import run_chat
+
+            return asyncio.run(run_chat(args, console))
+        case "agent":
+            from .cmd_agent import run_agent
+
+            _split_agent_command(args)
+            return asyncio.run(run_agent(args, console))
+        case "done":
+            from .cmd_agent import run_done
+
+            return asyncio.run(run_done(args, console))
+        case "timeline":
+            from .cmd_timeline import run_timeline
+
+            return asyncio.run(run_timeline(args, console))
+    parser.print_help(sys.stderr)
+    return 2
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the process exit code."""
-    args = _parser().parse_args(argv)
+    parser = _parser()
+    args = parser.parse_args(argv)
     logging.basicConfig(
         level=logging.DEBUG if args.verbose else logging.WARNING,
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    if args.command == "demo":
-        from actline.demo import run_demo
-
-        try:
-            return asyncio.run(run_demo(nats_url=args.nats))
-        except KeyboardInterrupt:
-            return 130
-    if args.command == "doctor":
-        from actline.doctor import run_doctor
-
-        return asyncio.run(run_doctor())
-    _parser().print_help(sys.stderr)
-    return 2
+    try:
+        return _dispatch(args, parser)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # `actline ... | head`: the reader left; say nothing more
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+    except FAILURES as exc:
+        if args.debug:
+            raise
+        message = " ".join(str(exc).split())
+        print(f"actline {args.command}: {message}", file=sys.stderr)
+        return 2

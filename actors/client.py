@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -128,8 +128,11 @@ class Client:
         self._handles: dict[str, TurnHandle] = {}
         self._streams: dict[str, Subscription] = {}
         self._results: dict[str, Subscription] = {}
+        self._cleanup: set[asyncio.Task[None]] = set()
 
     async def close(self) -> None:
+        if self._cleanup:
+            await asyncio.gather(*self._cleanup)
         for sub in [*self._streams.values(), *self._results.values()]:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
@@ -196,8 +199,10 @@ class Client:
             handle.result.set_result(msg)
             handle.changed.set()
         sub = self._results.pop(msg.turn_id, None)
-        if sub is not None:
-            asyncio.get_running_loop().call_soon(lambda: asyncio.ensure_future(sub.unsubscribe()))
+        if sub is not None:  # not from inside its own handler: a task, kept until it ends
+            task = asyncio.get_running_loop().create_task(_quietly(sub.unsubscribe()))
+            self._cleanup.add(task)
+            task.add_done_callback(self._cleanup.discard)
 
     # -- controls ---------------------------------------------------------------------------------
     async def skip_waiting(self, turn_id: str, reason: str = "") -> None:
@@ -255,3 +260,9 @@ class Client:
         if not isinstance(reply, Ack | ErrorReply):
             return ErrorReply(code="unexpected_reply", message=f"got {reply.kind}")
         return reply
+
+
+async def _quietly(done: Awaitable[None]) -> None:
+    """Await a cleanup step whose failure (a connection already draining) does not matter."""
+    with contextlib.suppress(Exception):
+        await done

@@ -1,0 +1,161 @@
+"""``actline serve``, ``actline ask`` and ``actline chat``: thin layers over ``Runtime``.
+
+``serve`` runs a node until SIGINT/SIGTERM; ``ask`` submits one turn and streams it; ``chat``
+hands a configured ``Config`` to ``actline.chat``. Start-up problems surface as
+``ConfigError`` (one line naming the fix), which ``actline.cli.main`` turns into exit code 2.
+
+Cancellation: Ctrl-C during ``ask`` cancels the turn on the node (best effort) and the
+``CancelledError`` propagates, so the runtime closes and the CLI exits with 130.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.text import Text
+
+from messages import ReActResult
+from messages.ids import is_valid_id
+
+from .config import Config, ConfigError
+from .console import TurnPrinter
+from .runtime import Runtime, follow
+
+__all__ = ["load_config", "run_ask", "run_chat", "run_serve"]
+
+DEFAULT_DOCS = Path("examples") / "kb"
+"""The knowledge folder used when neither ``--docs`` nor ``ACTLINE_DOCS`` names one."""
+CANCEL_WAIT_S = 2.0
+
+
+def load_config(args: argparse.Namespace) -> Config:
+    """The settings of a command: its flags over the environment over the TOML file."""
+    docs: Path | None = getattr(args, "docs", None)
+    config = Config.load(
+        args.config,
+        nats_url=getattr(args, "nats", None),
+        home=getattr(args, "home", None),
+        model=getattr(args, "model", None),
+        knowledge_dir=docs,
+    )
+    if config.node.knowledge_dir is None and DEFAULT_DOCS.is_dir():
+        config = config.with_node(knowledge_dir=DEFAULT_DOCS)
+    return config
+
+
+def check_conversation_id(value: str | None) -> str | None:
+    if value is not None and not is_valid_id(value):
+        raise ConfigError(
+            f"{value!r} is not a conversation id (letters, digits, _ : -); "
+            "list the stored ones with actline timeline --list"
+        )
+    return value
+
+
+def _say(console: Console, text: str, style: str = "") -> None:
+    console.print(Text(text, style), highlight=False, soft_wrap=True)
+    console.file.flush()
+
+
+# -- serve -----------------------------------------------------------------------------------------
+
+
+async def run_serve(args: argparse.Namespace, console: Console) -> int:
+    """Run a node until SIGINT/SIGTERM; 0 after a clean stop."""
+    config = load_config(args)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    async with Runtime(config, node=True) as rt:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            assert rt.node is not None
+            _say(console, f"node {rt.node.node_id} serving on {rt.nats_url}", "bold green")
+            docs = config.node.knowledge_dir
+            _say(
+                console,
+                f"  model {config.node.model} · docs {docs or '(none)'} · home {config.node.home}",
+                "dim",
+            )
+            if rt.server is not None:
+                _say(
+                    console,
+                    f'  connect from another shell: NATS_URL={rt.nats_url} actline ask "..."',
+                    "dim",
+                )
+            await stop.wait()
+            _say(console, f"node {rt.node.node_id} stopping", "dim")
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+    return 0
+
+
+# -- ask -------------------------------------------------------------------------------------------
+
+
+async def run_ask(args: argparse.Namespace, console: Console) -> int:
+    """Submit one turn, stream it, print where it is stored; 0 when it completed."""
+    config = load_config(args)
+    cid = check_conversation_id(args.conversation)
+    local = config.nats_url is None or args.local_node
+    turn_config: dict[str, Any] = {}
+    if args.model:
+        turn_config["model"] = args.model
+    async with Runtime(config, node=local) as rt:
+        if rt.server is not None and not args.json:
+            _say(console, f"embedded nats-server at {rt.nats_url} (no NATS_URL set)", "dim")
+        if cid is not None:
+            rt.check_conversation(cid)  # only with a node here; a remote node starts it anew
+        handle = await rt.submit(args.question, cid, config=turn_config)
+        printer = TurnPrinter(console, show_thinking=not args.no_thinking)
+        result: ReActResult | None = None
+        try:
+            async for event in follow(handle, timeout=args.timeout):
+                if isinstance(event, ReActResult):
+                    result = event
+                elif not args.json:
+                    printer.show(event)
+        except TimeoutError:
+            print(
+                f"actline: no result for turn {handle.turn_id} within {args.timeout:g} s; it may "
+                f"still be running (see actline timeline {handle.conversation_id})",
+                file=sys.stderr,
+            )
+            return 1
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(CANCEL_WAIT_S):
+                    await rt.cancel(handle.turn_id)
+            raise
+    assert result is not None
+    if args.json:
+        print(json.dumps(result.model_dump(mode="json"), ensure_ascii=False), flush=True)
+    else:
+        printer.show(result)
+        _say(
+            console,
+            f"conversation {result.conversation_id} · turn {result.turn_id} · {result.status}",
+            "bold" if result.status == "completed" else "bold red",
+        )
+        _say(console, f'continue: actline ask --conversation {result.conversation_id} "..."')
+    return 0 if result.status == "completed" else 1
+
+
+# -- chat ------------------------------------------------------------------------------------------
+
+
+async def run_chat(args: argparse.Namespace, console: Console) -> int:
+    """``actline.chat.run_chat`` with this command line's settings."""
+    from .chat import run_chat as chat  # imported here: only this command needs it
+
+    config = load_config(args)
+    return await chat(config, check_conversation_id(args.conversation), console)
