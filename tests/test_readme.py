@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import re
+import shlex
+import signal
+import subprocess
+import sys
 import textwrap
 from pathlib import Path
 from typing import Any
@@ -117,3 +122,50 @@ def test_the_python_api_example_runs(
     assert lines[0].startswith("completed ")
     assert lines[1] == "TurnAccepted" and lines[-1] == "ReActResult"
     assert "StreamDelta" in lines and "ReActProgress" in lines
+
+
+def _actline(line: str) -> list[str]:
+    """A README command line as argv, run with this interpreter."""
+    words = shlex.split(line.split("  #", 1)[0].rstrip(" &"))
+    assert words[0] == "actline", line
+    return [sys.executable, "-m", "actline", *words[1:]]
+
+
+def test_the_command_line_example_runs(tmp_path: Path) -> None:
+    block = re.search(r"## Command line.*?```sh\n(.*?)```", README, re.S)
+    assert block is not None
+    lines = [line for line in block.group(1).splitlines() if line.strip()]
+    serve, export, agent, ask = lines
+    env = {k: v for k, v in os.environ.items() if k != "NATS_URL"}
+    env.update(ACTLINE_HOME=str(tmp_path / "home"), COLUMNS="200")
+    env["ACTLINE_DOCS"] = str(ROOT / "examples" / "kb")
+    server = subprocess.Popen(
+        _actline(serve), cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True
+    )
+    workers = [server]
+    try:
+        assert server.stdout is not None
+        url = ""
+        for _ in range(20):
+            found = re.search(r"NATS_URL=(nats://127\.0\.0\.1:\d+)", server.stdout.readline())
+            if found:
+                url = found.group(1)
+                break
+        assert url and export.startswith("export NATS_URL=")
+        env["NATS_URL"] = url
+        reviewer = subprocess.Popen(
+            _actline(agent), cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True
+        )
+        workers.append(reviewer)
+        assert reviewer.stdout is not None
+        assert "reviewer" in reviewer.stdout.readline()  # listening
+        result = subprocess.run(
+            _actline(ask), cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60
+        )
+    finally:
+        for process in workers:
+            process.send_signal(signal.SIGINT)
+        for process in workers:
+            process.wait(10)
+    assert result.returncode == 0, result.stdout + result.stderr
+    assert "checked: Please review them" in result.stdout
