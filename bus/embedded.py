@@ -156,6 +156,7 @@ class EmbeddedNats:
                 stdin=subprocess.DEVNULL,
                 stdout=err,
                 stderr=err,
+                start_new_session=True,  # a terminal's Ctrl-C is for us, not for the server
             )
         _RUNNING.add(self)
         log.debug("nats-server pid=%s starting (store=%s)", self._proc.pid, self.store_dir)

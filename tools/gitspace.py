@@ -209,6 +209,7 @@ class _Git:
                 stdout=subprocess.PIPE,
                 stderr=subprocess.DEVNULL,
                 env=self.env,
+                start_new_session=True,  # a terminal's Ctrl-C must not end it under us
             )
         return self._batch
 
