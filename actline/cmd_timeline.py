@@ -121,16 +121,14 @@ def _blocks(store: Store, cid: str) -> list[Block]:
 
 def _table(console: Console, cid: str, blocks: list[Block]) -> None:
     table = Table(title=f"timeline {cid} ({len(blocks)} blocks)", header_style="bold")
-    table.add_column("seq", justify="right", no_wrap=True)
-    table.add_column("turn", no_wrap=True)
-    table.add_column("type", no_wrap=True)
-    table.add_column("path", no_wrap=True)
+    table.add_column("seq", justify="right", no_wrap=True, min_width=4)
+    table.add_column("type", no_wrap=True, overflow="ellipsis", max_width=24)
+    table.add_column("path", no_wrap=True, overflow="ellipsis", max_width=72)
     table.add_column("text", no_wrap=True, overflow="ellipsis", max_width=TEXT_WIDTH)
-    table.add_column("hidden", no_wrap=True)
+    table.add_column("hidden", no_wrap=True, min_width=6)
     for b in blocks:
         table.add_row(
             str(b.seq),
-            b.turn_id,
             b.type,
             b.path,
             Text(first_line(_block_text(b))),
