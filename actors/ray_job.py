@@ -1,0 +1,227 @@
+"""actline as a Ray job: N node actors that share one NATS, and an optional batch of turns.
+
+    python -m actors.ray_job --nats URL --nodes 2 [--requests turns.jsonl --out results.jsonl]
+    ray job submit --working-dir . -- python -m actors.ray_job --nats URL --nodes 4
+
+Each ``NodeActor`` is an async Ray actor that runs one ``actors.node.Node`` (its asyncio loop,
+its NATS connection, its own LMDB under ``<home>/<node id>``) with the resources it declares.
+The driver waits until every node serves. With ``--requests`` (JSON lines of ``turn.request``
+dicts) it submits the turns — the turns of one conversation one after another, conversations
+in parallel — collects every ``turn.result`` with a progress bar, writes them to ``--out``
+and exits 1 when any turn did not complete or timed out. Without ``--requests`` it serves
+until SIGINT/SIGTERM. ``ray.init()`` joins the cluster named by ``RAY_ADDRESS`` (as under
+``ray job submit``) or starts a local one.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import sys
+from collections import defaultdict
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import Progress
+
+import messages
+from bus import Bus
+from messages import ReActResult, TurnRequest
+
+from .client import Client
+from .settings import NodeSettings
+
+__all__ = ["NodeActor", "load_requests", "main", "run_requests"]
+
+READY_TIMEOUT_S = 120.0
+
+
+class NodeActor:
+    """One node inside a Ray actor (wrapped with ``ray.remote`` by ``node_actor_class``)."""
+
+    def __init__(self, nats_url: str, settings: dict[str, Any]) -> None:
+        self.nats_url = nats_url
+        self.settings = NodeSettings(**settings)
+        self.node: Any = None
+        self.bus: Bus | None = None
+
+    async def start(self) -> str:
+        """Connect and serve; returns the node id once the node pulls turns."""
+        from llm.extractive import ExtractiveModel
+        from tools import KnowledgeSpace
+
+        from .node import Node
+
+        if self.node is not None:
+            return str(self.node.node_id)
+        self.bus = await Bus.connect(self.nats_url, name=f"actline-{self.settings.node_id}")
+        model = ExtractiveModel() if self.settings.model == "extractive" else None
+        knowledge = None
+        if self.settings.knowledge_dir is not None:
+            knowledge = await asyncio.to_thread(KnowledgeSpace, self.settings.knowledge_dir)
+        self.node = Node(self.bus, self.settings, model=model, knowledge=knowledge)
+        await self.node.start()
+        return str(self.node.node_id)
+
+    async def stats(self) -> dict[str, Any]:
+        node = self.node
+        if node is None:
+            return {"serving": False}
+        return {
+            "serving": True,
+            "node_id": node.node_id,
+            "conversations": len(node.conversations),
+            "turns_taken": node.turns_taken,
+            "turns_settled": node.turns_settled,
+        }
+
+    async def stop(self) -> None:
+        if self.node is not None:
+            await self.node.stop()
+            self.node = None
+        if self.bus is not None:
+            await self.bus.close()
+            self.bus = None
+
+
+def node_actor_class(num_cpus: float = 1.0, memory_mb: int = 512) -> Any:
+    """``NodeActor`` as a Ray actor class declaring its resources."""
+    import ray
+
+    return ray.remote(num_cpus=num_cpus, memory=memory_mb * 1024 * 1024)(NodeActor)
+
+
+def load_requests(path: Path) -> list[TurnRequest]:
+    """The turn requests of a JSONL file (``ValueError`` naming the bad line)."""
+    out: list[TurnRequest] = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+            data.setdefault("kind", "turn.request")
+            message = messages.from_dict(data)
+        except (ValueError, messages.DecodeError) as exc:
+            raise ValueError(f"{path}:{number}: not a turn.request: {exc}") from None
+        if not isinstance(message, TurnRequest):
+            raise ValueError(f"{path}:{number}: a {message.kind}, not a turn.request")
+        out.append(message)
+    return out
+
+
+async def run_requests(
+    bus: Bus,
+    requests: Sequence[TurnRequest],
+    *,
+    timeout_s: float = 300.0,
+    console: Console | None = None,
+) -> list[ReActResult]:
+    """Submit the turns (each conversation's in order) and return every result."""
+    client = Client(bus)
+    by_conversation: dict[str, list[TurnRequest]] = defaultdict(list)
+    for request in requests:
+        by_conversation[request.conversation_id].append(request)
+    results: dict[str, ReActResult] = {}
+    with Progress(console=console or Console(stderr=True), transient=False) as progress:
+        task = progress.add_task("turns", total=len(requests))
+
+        async def conversation(turns: list[TurnRequest]) -> None:
+            for request in turns:
+                handle = await client.submit_request(request)
+                try:
+                    result = await handle.wait(timeout_s)
+                except Exception as exc:  # the turn timed out: record it as failed
+                    result = ReActResult(
+                        conversation_id=request.conversation_id,
+                        turn_id=request.turn_id,
+                        status="failed",
+                        error=f"no result within {timeout_s:g}s: {exc}",
+                    )
+                results[request.turn_id] = result
+                progress.advance(task)
+
+        await asyncio.gather(*(conversation(turns) for turns in by_conversation.values()))
+    await client.close()
+    return [results[r.turn_id] for r in requests]
+
+
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m actors.ray_job", description=__doc__)
+    parser.add_argument("--nats", default=os.environ.get("NATS_URL"), help="NATS URL")
+    parser.add_argument("--nodes", type=int, default=2, help="node actors to start")
+    parser.add_argument("--requests", type=Path, default=None, help="JSONL of turn requests")
+    parser.add_argument("--out", type=Path, default=None, help="JSONL of turn results")
+    parser.add_argument("--home", type=Path, default=Path(".actline-cluster"))
+    parser.add_argument("--docs", type=Path, default=None, help="knowledge space folder")
+    parser.add_argument("--cpus-per-node", type=float, default=1.0)
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per turn")
+    return parser.parse_args(argv)
+
+
+async def _drive(args: argparse.Namespace, actors: list[Any], console: Console) -> int:
+    ids = await asyncio.wait_for(
+        asyncio.gather(*(a.start.remote() for a in actors)), READY_TIMEOUT_S
+    )
+    console.print(f"{len(ids)} node actor(s) serving on {args.nats}: {', '.join(ids)}")
+    if args.requests is None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        return 0
+    requests = load_requests(args.requests)
+    bus = await Bus.connect(args.nats, name="actline-ray-job")
+    try:
+        results = await run_requests(bus, requests, timeout_s=args.timeout, console=console)
+    finally:
+        await bus.close()
+    out = args.out or args.requests.with_suffix(".results.jsonl")
+    with out.open("w", encoding="utf-8") as handle:
+        for result in results:
+            handle.write(json.dumps(result.model_dump(mode="json"), ensure_ascii=False) + "\n")
+    failed = [r for r in results if r.status != "completed"]
+    console.print(f"{len(results) - len(failed)}/{len(results)} turns completed; wrote {out}")
+    return 1 if failed else 0
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import ray
+
+    args = _parse(argv)
+    console = Console(stderr=True)
+    if not args.nats:
+        console.print("no NATS server: pass --nats nats://host:4222 or set NATS_URL")
+        return 2
+    if not ray.is_initialized():
+        if os.environ.get("RAY_ADDRESS"):
+            ray.init()
+        else:
+            ray.init(num_cpus=max(2, int(args.nodes * args.cpus_per_node)), include_dashboard=False)
+    actor_class = node_actor_class(args.cpus_per_node)
+    actors = []
+    for i in range(args.nodes):
+        node_id = f"ray-node-{i}"
+        settings = {
+            "home": args.home / node_id,
+            "node_id": node_id,
+            "knowledge_dir": args.docs,
+        }
+        actors.append(actor_class.options(name=f"actline-{node_id}").remote(args.nats, settings))
+    try:
+        return asyncio.run(_drive(args, actors, console))
+    finally:
+        for actor in actors:
+            try:
+                ray.get(actor.stop.remote(), timeout=30)
+            except Exception as exc:  # a dead actor has nothing left to stop
+                console.print(f"[dim]stopping a node actor: {type(exc).__name__}[/dim]")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
