@@ -1,0 +1,56 @@
+"""cluster.yaml is a valid Ray cluster launcher file and runs what the README says."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def config() -> dict[str, Any]:
+    data = yaml.safe_load((ROOT / "cluster.yaml").read_text())
+    assert isinstance(data, dict)
+    return data
+
+
+def test_cluster_yaml_matches_rays_launcher_schema(config: dict[str, Any]) -> None:
+    ray = pytest.importorskip("ray")
+    schema_path = Path(ray.__file__).parent / "autoscaler" / "ray-schema.json"
+    schema = json.loads(schema_path.read_text())
+    jsonschema.validate(config, schema)
+    assert config["head_node_type"] in config["available_node_types"]
+    for node_type in config["available_node_types"].values():
+        assert {"resources", "node_config"} <= set(node_type)
+
+
+def test_the_head_starts_nats_with_jetstream_from_the_wheel(config: dict[str, Any]) -> None:
+    head = " ".join(config["head_start_ray_commands"])
+    assert re.search(r"\.venv/bin/nats-server -js\b.*-p 4222", head)
+    assert "ray start --head" in head
+    setup = " ".join(config["setup_commands"])
+    assert "pip install --quiet -e ." in setup
+    assert config["file_mounts"] == {"~/actline": "."}
+
+
+def test_the_commented_on_premises_variant_parses(config: dict[str, Any]) -> None:
+    text = (ROOT / "cluster.yaml").read_text()
+    tail = text.split("# --- On premises", 1)[1].split("\n", 1)[1]
+    variant = yaml.safe_load(re.sub(r"^# ?", "", tail, flags=re.M))
+    assert variant["provider"]["type"] == "local"
+    assert variant["head_node_type"] in variant["available_node_types"]
+
+
+def test_the_readme_names_the_commands_of_cluster_yaml() -> None:
+    readme = (ROOT / "README.md").read_text()
+    section = readme.split("## Running on a Ray cluster", 1)[1].split("\n## ", 1)[0]
+    for command in ("ray up cluster.yaml", "ray job submit", "python -m actors.ray_job"):
+        assert command in section
+    assert "ray down cluster.yaml" in section
