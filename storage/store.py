@@ -142,6 +142,19 @@ def check_index_row(row: dict[str, Any]) -> dict[str, Any]:
     return row
 
 
+@dataclass(frozen=True, slots=True)
+class PersistedRound:
+    """What one ``persist_round`` wrote: the new revision, the new and rewritten blocks, the
+    snapshot header (without the store's own fields), the boundary and the turn records."""
+
+    revision: int
+    blocks: list[Block]
+    updated: list[Block]
+    snapshot: dict[str, Any]
+    boundary_seq: int
+    turn_records: Mapping[str, Mapping[str, Any]] | None = None
+
+
 class Gate:
     """Shared for transactions, exclusive for a map resize; per process.
 
@@ -454,21 +467,33 @@ class Store:
         New blocks are found from the stored sequence end; blocks hidden or un-hidden
         since the last persist are rewritten in the same transaction, and so are
         ``turn_records`` (see ``append_turn``). ``index`` maps the new blocks to the memsearch
-        rows written with them.
+        rows written with them. Returns the new revision (``persist_round`` returns the round).
         """
+        return self.persist_round(tl, turn_records=turn_records, index=index).revision
+
+    def persist_round(
+        self,
+        tl: Timeline,
+        *,
+        turn_records: Mapping[str, Mapping[str, Any]] | None = None,
+        index: Callable[[Sequence[Block]], Sequence[dict[str, Any]]] | None = None,
+    ) -> PersistedRound:
+        """``persist``, returning what it wrote (for a copy elsewhere, e.g. JetStream)."""
         _, stored = self.cursor(tl.conversation_id)
         new = tl.blocks_since(stored)
         updated = [b for b in tl.take_restyled() if 0 <= b.seq < stored]
         boundary = tl.boundary_seq
-        return self.append_turn(
+        snapshot = tl.snapshot()
+        revision = self.append_turn(
             tl.conversation_id,
             new,
-            tl.snapshot(),
+            snapshot,
             updated=updated,
             boundary_seq=boundary,
             index_rows=index(new) if index is not None and new else (),
             turn_records=turn_records,
         )
+        return PersistedRound(revision, list(new), updated, snapshot, boundary, turn_records)
 
     def iter_blocks(self, cid: str, start: int = 0) -> Iterator[dict[str, Any]]:
         """Stored block dicts of a conversation from ``start`` on, in seq order (one snapshot).
