@@ -495,6 +495,46 @@ class Store:
         )
         return PersistedRound(revision, list(new), updated, snapshot, boundary, turn_records)
 
+    def replace_conversation(
+        self,
+        cid: str,
+        snapshot: dict[str, Any],
+        blocks: Sequence[Block],
+        *,
+        boundary_seq: int = 0,
+        index_rows: Sequence[dict[str, Any]] = (),
+        turn_records: Mapping[str, Mapping[str, Any]] | None = None,
+    ) -> int:
+        """Drop this store's copy of a conversation and write ``blocks`` (seq 0..n-1) instead.
+
+        For a node that takes a conversation over from its durable copy elsewhere: blocks,
+        path rows, turn log, memsearch rows and the header are replaced in one transaction
+        (workspace files and turn records of other turns stay). Returns the new revision.
+        """
+        check_id(cid)
+        prefix = f"{cid}/".encode()
+
+        def wipe(txn: lmdb.Transaction) -> None:
+            for name in ("blocks", "paths", "turnlog", "index"):
+                cursor = txn.cursor(db=self.db[name])
+                if not cursor.set_range(prefix):
+                    continue
+                while bytes(cursor.key()).startswith(prefix):
+                    if not cursor.delete():
+                        break
+            txn.delete(cid.encode(), db=self.db["snapshots"])
+            txn.delete(cid.encode() + CURSOR_SUFFIX, db=self.db["snapshots"])
+
+        self.write(wipe)
+        return self.append_turn(
+            cid,
+            blocks,
+            snapshot,
+            boundary_seq=boundary_seq,
+            index_rows=index_rows,
+            turn_records=turn_records,
+        )
+
     def iter_blocks(self, cid: str, start: int = 0) -> Iterator[dict[str, Any]]:
         """Stored block dicts of a conversation from ``start`` on, in seq order (one snapshot).
 

@@ -264,3 +264,29 @@ def test_turn_records_commit_with_the_blocks_they_describe(tmp_path: Path) -> No
         assert store.turn_record("c1", "t1") == {"status": "completed"}
         with pytest.raises(ValueError, match="not a valid"):
             store.turn_record("c1", "bad/turn")
+
+
+def test_replace_conversation_drops_the_old_copy_and_writes_the_given_one(tmp_path: Path) -> None:
+    from timeline import Block, Timeline
+    from timeline.blocks import USER_PROMPT
+    from timeline.paths import ar_path
+
+    with Store(tmp_path / "db") as store:
+        tl = Timeline("c1")
+        tl.begin_turn("t1", 1.0)
+        tl.append(Block.new(USER_PROMPT, "t1", 1.0, path=ar_path("t1", "user.prompt"), text="a"))
+        store.persist(tl)
+        followup = ar_path("t1", "user.followup.1")
+        tl.append(Block.new(USER_PROMPT, "t1", 2.0, path=followup, text="b"))
+        store.persist(tl)
+        other = Timeline("c2")
+        other.begin_turn("t9", 1.0)
+        store.persist(other)
+        kept = [Block.from_dict(b) for b in store.iter_blocks("c1")][:2]
+        row = {"turn_id": "t1", "role": "user", "ts": 1.0, "text": "a"}
+        revision = store.replace_conversation("c1", tl.snapshot(), kept, index_rows=[row])
+        assert revision == 1 and store.cursor("c1") == (1, 2)
+        assert [b["seq"] for b in store.iter_blocks("c1")] == [0, 1]
+        assert store.read_path("c1", ar_path("t1", "user.followup.1")) == []
+        assert store.index_rows("c1") == [row]
+        assert len(list(store.iter_blocks("c2"))) == 1  # other conversations untouched
