@@ -1,0 +1,426 @@
+"""Conversations across nodes on a real nats-server: KV leases and the JetStream durable copy."""
+
+from __future__ import annotations
+
+import asyncio
+import pickle
+import time
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import messages
+from actors.cluster import (
+    CopyBroken,
+    HeadConflict,
+    JetStreamCopy,
+    KvLeases,
+    Rebuilt,
+    adopt,
+    merge_rounds,
+    resource_name,
+)
+from bus import Bus, EmbeddedNats
+from messages import Subjects
+from storage import Store
+from storage.store import pack, unpack
+from tests.timeline.builders import Build, words
+from timeline import Block, Timeline
+from timeline.blocks import NOTE, TOOL_RESULT
+
+CID = "conv:1"  # a ':' is valid in ids but not in KV keys
+
+
+@pytest.fixture
+async def other_bus(nats_server: EmbeddedNats, subject_names: Subjects) -> AsyncIterator[Bus]:
+    """A second connection under the same prefix: another node."""
+    connection = await Bus.connect(nats_server.url, subject_names=subject_names)
+    try:
+        yield connection
+    finally:
+        await connection.close()
+
+
+async def leases(bus: Bus, node: str, ttl_s: float = 15.0) -> KvLeases:
+    held = KvLeases(bus, node, ttl_s=ttl_s)
+    await held.start()
+    return held
+
+
+async def durable(bus: Bus, writer: str) -> JetStreamCopy:
+    copy = JetStreamCopy(bus, writer=writer)
+    await copy.start()
+    return copy
+
+
+async def until(check: Any, timeout: float = 15.0) -> None:
+    """Poll ``check()`` (async) until it is true: expiry is the server's, not an event of ours."""
+    async with asyncio.timeout(timeout):
+        while True:
+            if await check():
+                return
+            await asyncio.sleep(0.05)
+
+
+# --- leases ---------------------------------------------------------------------------------
+
+
+async def test_one_node_holds_a_conversation_until_it_releases_it(bus: Bus, other_bus: Bus) -> None:
+    a, b = await leases(bus, "node-a"), await leases(other_bus, "node-b")
+    assert a.bucket == resource_name(bus.subjects.prefix, "LEASES")
+    assert await a.acquire(CID)
+    assert await a.acquire(CID)  # already ours: renewed
+    assert not await b.acquire(CID)
+    assert await b.owner(CID) == "node-a"
+    assert await a.renew(CID)
+    assert a.held == {CID} and b.held == set()
+    await a.release(CID)
+    assert a.held == set() and await b.owner(CID) is None
+    assert await b.acquire(CID)  # over the delete marker A left
+    assert await a.owner(CID) == "node-b"
+    assert not await a.renew(CID)
+    await a.release(CID)  # not ours: a no-op that leaves B's lease alone
+    assert await b.owner(CID) == "node-b"
+
+
+async def test_a_lease_left_unrenewed_expires_and_another_node_takes_it(
+    bus: Bus, other_bus: Bus
+) -> None:
+    a, b = await leases(bus, "node-a", 1.5), await leases(other_bus, "node-b", 1.5)
+    assert await a.acquire("c1") and await a.acquire("c2")
+    assert not await b.acquire("c1")
+
+    async def b_took_it() -> bool:
+        return await b.acquire("c1")
+
+    async def c2_lapsed() -> bool:
+        return await b.owner("c2") is None
+
+    await until(b_took_it)  # node A stopped renewing (as if it died)
+    await until(c2_lapsed)
+    assert await b.owner("c1") == "node-b"
+    # Both are lost, also c2 that nobody took: A's view of it may be stale.
+    assert await a.renew_all() == ["c1", "c2"]
+    assert a.held == set()
+    assert not await a.renew("c1")
+    assert not await a.acquire("c1")
+    assert await a.acquire("c2")
+
+
+async def test_renewing_keeps_a_lease_past_its_ttl(bus: Bus, other_bus: Bus) -> None:
+    a, b = await leases(bus, "node-a", 1.5), await leases(other_bus, "node-b", 1.5)
+    assert await a.acquire(CID)
+    start = time.monotonic()
+    while time.monotonic() - start < 2 * a.ttl_s:
+        assert await a.renew_all() == []
+        assert not await b.acquire(CID)
+        await asyncio.sleep(0.1)
+    assert await b.owner(CID) == "node-a"
+
+
+async def test_a_restarted_node_takes_its_own_live_lease_back(bus: Bus) -> None:
+    before = await leases(bus, "node-a")
+    assert await before.acquire(CID)
+    after = await leases(bus, "node-a")  # same node id, new process
+    assert await after.acquire(CID)
+    assert not await before.renew(CID)
+    assert await after.renew(CID)
+
+
+async def test_the_bucket_ttl_of_the_first_node_wins(bus: Bus, other_bus: Bus) -> None:
+    first = await leases(bus, "node-a", 4.0)
+    second = await leases(other_bus, "node-b", 9.0)
+    assert first.ttl_s == second.ttl_s == 4.0
+
+
+# --- the durable copy -----------------------------------------------------------------------
+
+
+class Writer:
+    """A conversation persisted round by round the way a node does it."""
+
+    def __init__(self, copy: JetStreamCopy, tl: Timeline) -> None:
+        self.copy = copy
+        self.tl = tl
+        self.stored = 0
+        self.expect: int | None = None
+
+    async def round(self, records: dict[str, dict[str, Any]] | None = None) -> int:
+        new = list(self.tl.blocks_since(self.stored))
+        updated = [b for b in self.tl.take_restyled() if 0 <= b.seq < self.stored]
+        header = {**self.tl.snapshot(), "boundary_seq": self.tl.boundary_seq}
+        self.expect = await self.copy.publish_round(
+            self.tl.conversation_id, new, updated, header, expect=self.expect, records=records
+        )
+        self.stored += len(new)
+        return self.expect
+
+
+def dicts(blocks: list[Block]) -> list[dict[str, Any]]:
+    """Block dicts in seq order as the wire gives them back (msgpack round trip)."""
+    return [unpack(pack(b.to_dict())) for b in sorted(blocks, key=lambda b: b.seq)]
+
+
+async def test_three_rounds_rebuild_with_the_hide_applied(bus: Bus) -> None:
+    copy = await durable(bus, "node-a")
+    build = Build(Timeline(CID))
+    writer = Writer(copy, build.tl)
+    build.turn("t1", "first question")
+    build.tool("k1", words(30))
+    await writer.round({"t1": {"status": "running", "round": 1}})
+    build.completion("first answer")
+    build.turn("t2", "second question")
+    await writer.round({"t1": {"status": "completed"}})
+    result = [b for b in build.tl.blocks if b.call_id == "k1" and b.type == TOOL_RESULT]
+    assert len(result) == 1
+    build.tl.set_hidden(result, "[hidden: k1]")
+    build.tool("k2", "small")
+    last = await writer.round({"t2": {"status": "running", "round": 1}})
+
+    rebuilt = await copy.rebuild(CID)
+    assert rebuilt is not None
+    header, blocks = rebuilt
+    assert blocks == dicts(build.tl.blocks)
+    assert [b["seq"] for b in blocks] == list(range(len(build.tl.blocks)))
+    hidden = [b for b in blocks if b.get("hidden")]
+    assert [(b["id"], b["replacement"]) for b in hidden] == [(result[0].id, "[hidden: k1]")]
+    assert header["revision"] == 3 and header["writer"] == "node-a"
+    assert header["stored_seq"] == len(build.tl.blocks)
+    assert {k: v for k, v in header.items() if k in build.tl.snapshot()} == unpack(
+        pack(build.tl.snapshot())
+    )
+    full = await copy.read(CID)
+    assert isinstance(full, Rebuilt) and full.kv_revision == last
+    assert full.records == {
+        "t1": {"status": "completed"},
+        "t2": {"status": "running", "round": 1},
+    }
+    assert await copy.head(CID) == (header, last)
+    assert await copy.rebuild("never-written") is None
+
+
+async def test_a_round_larger_than_the_max_payload_is_split_and_rebuilt(bus: Bus) -> None:
+    copy = await durable(bus, "node-a")
+    build = Build(Timeline(CID))
+    writer = Writer(copy, build.tl)
+    build.turn("t1", "big")
+    build.result("k1", "x" * (messages.MAX_PAYLOAD + 100_000))  # one block over the limit
+    build.result("k2", "y" * (messages.MAX_PAYLOAD // 2))
+    build.completion("done")
+    await writer.round()
+    current = await copy.head(CID)
+    assert current is not None
+    parts = current[0]["stream_seq"]  # this prefix's stream holds only this round's parts
+    assert parts >= 2
+    js = bus.nc.jetstream()
+    for seq in range(1, parts + 1):
+        msg = await js.get_msg(copy.stream, seq=seq)
+        assert msg.data is not None and len(msg.data) <= messages.MAX_PAYLOAD
+        part = unpack(msg.data)
+        assert (part["part"], part["parts"], part["revision"]) == (seq - 1, parts, 1)
+    rebuilt = await copy.rebuild(CID)
+    assert rebuilt is not None and rebuilt[1] == dicts(build.tl.blocks)
+
+
+async def test_two_writers_on_one_head_one_wins_and_the_other_retries_rebased(
+    bus: Bus, other_bus: Bus
+) -> None:
+    a, b = await durable(bus, "node-a"), await durable(other_bus, "node-b")
+    base = Build(Timeline(CID))
+    base.turn("t1", "shared")
+    first = await Writer(a, base.tl).round()
+    assert await b.head(CID) is not None  # both now build on `first`
+
+    def branch(text: str) -> list[Block]:
+        ts = 1_900_000_000.0
+        return [Block.new(NOTE, "t1", ts, text=text, seq=len(base.tl.blocks) + i) for i in (0, 1)]
+
+    mine, theirs = branch("from a"), branch("from b")
+    header = {**base.tl.snapshot(), "boundary_seq": 0}
+    outcomes = await asyncio.gather(
+        a.publish_round(CID, mine, [], header, expect=first),
+        b.publish_round(CID, theirs, [], header, expect=first),
+        return_exceptions=True,
+    )
+    conflicts = [o for o in outcomes if isinstance(o, HeadConflict)]
+    wins = [o for o in outcomes if isinstance(o, int)]
+    assert len(conflicts) == 1 and len(wins) == 1, outcomes
+    lost = conflicts[0]
+    assert (lost.conversation_id, lost.expected, lost.actual) == (CID, first, wins[0])
+    winner_blocks, loser_blocks = (mine, theirs) if outcomes[0] == wins[0] else (theirs, mine)
+    loser = b if outcomes[0] == wins[0] else a
+    assert lost.owner == ("node-a" if loser is b else "node-b")
+
+    current = await loser.head(CID)
+    assert current is not None
+    head, revision = current
+    rebased = [
+        Block.from_dict({**blk.to_dict(), "seq": head["stored_seq"] + i})
+        for i, blk in enumerate(loser_blocks)
+    ]
+    await loser.publish_round(CID, rebased, [], header, expect=revision)
+
+    rebuilt = await a.rebuild(CID)
+    assert rebuilt is not None
+    blocks = rebuilt[1]
+    assert blocks == dicts([*base.tl.blocks, *winner_blocks, *rebased])
+    assert len({blk["id"] for blk in blocks}) == len(blocks)  # the losing try is not in it
+    info = await bus.nc.jetstream().stream_info(a.stream)
+    assert info.state.messages == 4  # first, both tries of round 2, the retry
+
+
+async def test_a_losing_round_never_retried_is_ignored_by_rebuild(bus: Bus, other_bus: Bus) -> None:
+    a, b = await durable(bus, "node-a"), await durable(other_bus, "node-b")
+    build = Build(Timeline(CID))
+    writer = Writer(a, build.tl)
+    build.turn("t1", "one")
+    first = await writer.round()
+    assert await b.head(CID) is not None
+    build.completion("a's second round")
+    await writer.round()
+    stale = Block.new(NOTE, "t1", 1.0, text="b's lost round", seq=writer.stored - 1)
+    with pytest.raises(HeadConflict) as info:  # same revision number as a's round 2
+        await b.publish_round(CID, [stale], [], build.tl.snapshot(), expect=first)
+    assert info.value.owner == "node-a"
+    await bus.nc.jetstream().publish(a.subject(CID), b"not a round")  # skipped with a warning
+    build.completion("a's third round")
+    await writer.round()
+    rebuilt = await b.rebuild(CID)
+    assert rebuilt is not None
+    assert rebuilt[1] == dicts(build.tl.blocks)
+    assert stale.id not in {blk["id"] for blk in rebuilt[1]}
+
+
+async def test_a_stale_expect_is_refused_before_anything_is_published(
+    bus: Bus, other_bus: Bus
+) -> None:
+    a = await durable(bus, "node-a")
+    build = Build(Timeline(CID))
+    writer = Writer(a, build.tl)
+    build.turn("t1", "one")
+    first = await writer.round()
+    build.completion("two")
+    second = await writer.round()
+    late = await durable(other_bus, "node-b")  # knows nothing of the head yet
+    before = (await bus.nc.jetstream().stream_info(a.stream)).state.messages
+    note = Block.new(NOTE, "t1", 1.0, text="late", seq=writer.stored)
+    with pytest.raises(HeadConflict) as info:
+        await late.publish_round(CID, [note], [], build.tl.snapshot(), expect=first)
+    assert (info.value.expected, info.value.actual) == (first, second)
+    with pytest.raises(HeadConflict):  # a first round for a conversation that has a head
+        await late.publish_round(CID, [note], [], build.tl.snapshot(), expect=None)
+    assert (await bus.nc.jetstream().stream_info(a.stream)).state.messages == before + 1
+
+
+async def test_a_head_whose_rounds_are_gone_is_reported_broken(bus: Bus) -> None:
+    copy = await durable(bus, "node-a")
+    build = Build(Timeline(CID))
+    build.turn("t1", "one")
+    await Writer(copy, build.tl).round()
+    await bus.nc.jetstream().purge_stream(copy.stream)
+    with pytest.raises(CopyBroken):
+        await copy.rebuild(CID)
+
+
+# --- into a node's store --------------------------------------------------------------------
+
+
+def grown(build: Build, turn: str) -> None:
+    build.turn(turn, words(20))
+    build.rounds(2, size=40, prefix=f"{turn}x")
+    build.completion(words(10))
+
+
+async def test_the_rebuilt_copy_loads_from_a_real_store_as_the_original(
+    bus: Bus, other_bus: Bus, tmp_path: Path
+) -> None:
+    a, b = await durable(bus, "node-a"), await durable(other_bus, "node-b")
+    build = Build(Timeline(CID))
+    expect: int | None = None
+    with Store(tmp_path / "node-a") as mine, Store(tmp_path / "node-b") as theirs:
+
+        async def persist(turn: str) -> None:
+            nonlocal expect
+            done = {turn: {"status": "completed"}}
+            persisted = await asyncio.to_thread(mine.persist_round, build.tl, turn_records=done)
+            expect = await a.publish_persisted(CID, persisted, expect=expect)
+
+        for turn in ("t1", "t2"):
+            grown(build, turn)
+            await persist(turn)
+        rebuilt = await b.read(CID)
+        assert rebuilt is not None
+        await asyncio.to_thread(adopt, theirs, CID, rebuilt)
+        # Later rounds (a hide among them) land on top of the adopted prefix.
+        build.tl.set_hidden([build.tl.blocks[3]], "[hidden]")
+        grown(build, "t3")
+        await persist("t3")
+        rebuilt = await b.read(CID)
+        assert rebuilt is not None
+        await asyncio.to_thread(adopt, theirs, CID, rebuilt)
+        for store in (mine, theirs):
+            loaded = store.load(CID)
+            assert [x.to_dict() for x in loaded.timeline] == [x.to_dict() for x in build.tl]
+            assert loaded.timeline.snapshot() == build.tl.snapshot()
+            assert store.turn_record(CID, "t3") == {"status": "completed"}
+        assert list(theirs.iter_blocks(CID)) == list(mine.iter_blocks(CID))
+
+
+async def test_a_local_copy_that_diverged_is_replaced_by_the_durable_one(
+    bus: Bus, tmp_path: Path
+) -> None:
+    copy = await durable(bus, "node-a")
+    build = Build(Timeline(CID))
+    writer = Writer(copy, build.tl)
+    grown(build, "t1")
+    await writer.round()
+    with Store(tmp_path / "node-b") as store:
+        rebuilt = await copy.read(CID)
+        assert rebuilt is not None
+        await asyncio.to_thread(adopt, store, CID, rebuilt)
+        # This node wrote a round locally that never made it into the durable copy ...
+        local = Timeline.restore(rebuilt.snapshot, rebuilt.blocks)
+        local.append(Block.new(NOTE, "t1", 2e9, text="lost locally"))
+        store.persist(local)
+        # ... while the durable copy moved on.
+        build.completion("durable")
+        await writer.round()
+        rebuilt = await copy.read(CID)
+        assert rebuilt is not None
+        await asyncio.to_thread(adopt, store, CID, rebuilt)
+        assert [b.to_dict() for b in store.load(CID).timeline] == [b.to_dict() for b in build.tl]
+
+
+async def test_rounds_that_could_not_be_published_go_out_merged(bus: Bus, tmp_path: Path) -> None:
+    copy = await durable(bus, "node-a")
+    build = Build(Timeline(CID))
+    with Store(tmp_path / "node-a") as store:
+        grown(build, "t1")
+        first = store.persist_round(build.tl, turn_records={"t1": {"status": "running"}})
+        expect = await copy.publish_persisted(CID, first, expect=None)
+        backlog = []  # NATS was away for these two rounds
+        build.tl.set_hidden([build.tl.blocks[2]], "[hidden early]")
+        grown(build, "t2")
+        backlog.append(store.persist_round(build.tl, turn_records={"t1": {"status": "done"}}))
+        build.tl.set_hidden([build.tl.blocks[-2]], "[hidden late]")  # new in the backlog
+        build.completion("more")
+        backlog.append(store.persist_round(build.tl, turn_records={"t2": {"status": "done"}}))
+        merged = merge_rounds(backlog)
+        assert merged.revision == backlog[-1].revision
+        await copy.publish_persisted(CID, merged, expect=expect)
+        full = await copy.read(CID)
+        assert full is not None
+        assert full.blocks == list(store.iter_blocks(CID)) == dicts(build.tl.blocks)
+        assert full.records == {"t1": {"status": "done"}, "t2": {"status": "done"}}
+        assert full.header["revision"] == 2
+    with pytest.raises(ValueError):
+        merge_rounds([])
+
+
+def test_cluster_errors_pickle() -> None:
+    for error in (HeadConflict("c1", 3, 5, "node-b"), CopyBroken("c1", 7, "gone")):
+        again = pickle.loads(pickle.dumps(error))
+        assert type(again) is type(error) and str(again) == str(error)
+        assert vars(again) == vars(error)
