@@ -118,6 +118,19 @@ class HeadConflict(ClusterError):
         return (type(self), (self.conversation_id, self.expected, self.actual, self.owner))
 
 
+class ConversationLost(ClusterError):
+    """This node no longer owns the conversation (its lease lapsed, another node wrote):
+    the running turn goes back to the queue instead of ending here."""
+
+    def __init__(self, conversation_id: str, reason: str) -> None:
+        self.conversation_id = conversation_id
+        self.reason = reason
+        super().__init__(f"conversation {conversation_id} was lost: {reason}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.conversation_id, self.reason))
+
+
 class CopyBroken(ClusterError):
     """The durable copy lacks a round that the head chain points at (stream messages lost)."""
 

@@ -17,11 +17,14 @@ whose record is final is answered with the stored result; one whose record says
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 from collections import deque
 from collections.abc import Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, get_args
+
+import nats.errors
 
 import messages
 from messages import (
@@ -35,6 +38,7 @@ from messages import (
     TurnStatus,
 )
 from storage import NotStored
+from storage.store import PersistedRound
 from timeline import AnnounceContext, Block, Renderer, Timeline, TimelineConfig
 from timeline.blocks import (
     FEEDBACK,
@@ -53,6 +57,7 @@ from tools.workspace import LocalTree, TurnFiles, open_workspace, workspace_line
 
 from . import events as ev
 from .base import Actor
+from .cluster import ConversationLost, HeadConflict, JetStreamCopy, merge_rounds
 from .services import Services
 from .state import DecisionState, transition
 
@@ -73,6 +78,8 @@ class TurnJob:
 
     request: TurnRequest
     settle: Callable[[], Awaitable[None]] | None = None
+    requeue: Callable[[], Awaitable[None]] | None = None
+    """Hands the request back to the queue (the conversation was lost to another node)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -132,6 +139,13 @@ class RouteDone:
 
 
 @dataclass(frozen=True, slots=True)
+class TurnLost:
+    """The running turn stopped because this node lost the conversation (no result here)."""
+
+    turn_id: str
+
+
+@dataclass(frozen=True, slots=True)
 class TurnEnded:
     """The running turn finished; ``state`` is the decision state it ended in."""
 
@@ -174,6 +188,10 @@ class ConversationActor(Actor):
         self.local = LocalTree(self.workspace, root)
         self.files_lock = asyncio.Lock()
         self.memindex: MemIndex | None = None
+        self.head_revision: int | None = None
+        """Cluster mode: the KV revision of the durable head this actor last wrote or read."""
+        self.unpublished: list[PersistedRound] = []
+        """Cluster mode: local rounds not yet in the durable copy (NATS was away)."""
 
     @classmethod
     async def load(cls, conversation_id: str, services: Services) -> ConversationActor:
@@ -220,6 +238,9 @@ class ConversationActor(Actor):
                 return None
             case TurnEnded():
                 await self._turn_ended(message)
+                return None
+            case TurnLost():
+                await self._turn_lost(message)
                 return None
             case RouteDone():
                 return await self._route_done(message.signal)
@@ -341,6 +362,25 @@ class ConversationActor(Actor):
             await _settle(job)
         await self._next_turn()
 
+    async def _turn_lost(self, message: TurnLost) -> None:
+        """Another node owns the conversation now: the turn goes back to the queue and this
+        actor is dropped (its timeline may be stale)."""
+        job, decision = self.current_job, self.current
+        self.current, self.current_job = None, None
+        self.services.tasks.turn_ended(message.turn_id)
+        if decision is not None:
+            await decision.stop()
+        for queued in [*([job] if job is not None else []), *self.queue]:
+            if queued.requeue is not None:
+                with contextlib.suppress(Exception):
+                    await queued.requeue()
+        self.queue.clear()
+        log.warning(
+            "conversation %s lost to another node; turn %s requeued", self.cid, message.turn_id
+        )
+        if self.services.on_lost is not None:
+            self.services.on_lost(self.cid)
+
     async def _close_files(self, turn_id: str) -> None:
         """End the turn in the workspace (git: its commit) and clear its folders on disk."""
         async with self.files_lock:
@@ -434,6 +474,8 @@ class ConversationActor(Actor):
         return self.memindex
 
     async def _persist(self, records: Mapping[str, Mapping[str, Any]]) -> int:
+        """One LMDB transaction (blocks, header, index rows, turn records); in cluster mode the
+        round also goes to the durable copy, with a check-and-set on its head."""
         store = self.services.store
         rows: list[dict[str, Any]] = []
 
@@ -441,12 +483,28 @@ class ConversationActor(Actor):
             rows.extend(index_rows(blocks))
             return rows
 
-        revision = await asyncio.to_thread(
-            store.persist, self.tl, turn_records=records, index=index
+        persisted = await asyncio.to_thread(
+            store.persist_round, self.tl, turn_records=records, index=index
         )
         if rows and self.memindex is not None:
             self.memindex.add(rows)
-        return revision
+        durable = self.services.durable
+        if durable is not None:
+            await self._publish(durable, persisted)
+        return persisted.revision
+
+    async def _publish(self, durable: JetStreamCopy, persisted: PersistedRound) -> None:
+        self.unpublished.append(persisted)
+        try:
+            self.head_revision = await durable.publish_persisted(
+                self.cid, merge_rounds(self.unpublished), expect=self.head_revision
+            )
+        except HeadConflict as exc:
+            raise ConversationLost(self.cid, str(exc)) from None
+        except (nats.errors.Error, TimeoutError) as exc:  # kept: the next round sends it merged
+            log.warning("round of %s not copied to JetStream yet: %s", self.cid, exc)
+            return
+        self.unpublished.clear()
 
     # -- input from outside ----------------------------------------------------------------------
     def _followup(self, msg: Followup) -> messages.Message:

@@ -62,7 +62,17 @@ from timeline.sources import SourceRow
 
 from . import events as ev
 from .base import Actor, ActorStopped
-from .conversation import Append, Apply, ConversationActor, Persist, Render, RunReact, TurnEnded
+from .cluster import ConversationLost
+from .conversation import (
+    Append,
+    Apply,
+    ConversationActor,
+    Persist,
+    Render,
+    RunReact,
+    TurnEnded,
+    TurnLost,
+)
 from .conversation import UnseenFollowups as UnseenFollowupsQuery
 from .decision_protocol import CallLedger, Notice, ToolCallSpec, check_decision
 from .services import TaskEntry
@@ -187,6 +197,10 @@ class DecisionActor(Actor):
             await self._receive(message)
         except asyncio.CancelledError:
             raise
+        except ConversationLost as exc:
+            if isinstance(message, _DoneIn) and not message.reply.done():
+                message.reply.set_exception(exc)
+            await self._give_up(exc)
         except Exception as exc:
             log.exception("turn %s failed handling %s", self.tid, type(message).__name__)
             if isinstance(message, _DoneIn) and not message.reply.done():
@@ -780,6 +794,23 @@ class DecisionActor(Actor):
         if self._control is not None:
             await self._control.unsubscribe()
         self.conv.tell(TurnEnded(self.tid, self.state, result))
+        self.request_stop()
+
+    async def _give_up(self, exc: ConversationLost) -> None:
+        """Another node owns the conversation now: stop without a result; the turn goes back
+        to the queue and resumes there from the durable copy."""
+        if self._finished:
+            return
+        self._finished = True
+        await self._cancel_model()
+        for task in (self._tools_task, self._timer, self._grace):
+            if task is not None:
+                task.cancel()
+        if self._control is not None:
+            with contextlib.suppress(Exception):
+                await self._control.unsubscribe()
+        log.warning("turn %s handed back: %s", self.tid, exc.reason)
+        self.conv.tell(TurnLost(self.tid))
         self.request_stop()
 
     async def _abort(self, error: str) -> None:

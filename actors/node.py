@@ -48,12 +48,14 @@ from messages import (
     TurnRequest,
 )
 from storage import Store
+from timeline import Block
 from tools import KnowledgeSpace
 from tools.builtin import BuiltinConfig, register_builtins
-from tools.react import ReactTools
+from tools.react import ReactTools, index_rows
 from tools.workspace import TurnFiles
 
 from .base import ActorStopped
+from .cluster import JetStreamCopy, KvLeases, adopt
 from .conversation import ConversationActor, RouteDone, TurnJob
 from .services import Services, TaskBook
 from .settings import NodeSettings, load_mcp_config
@@ -63,6 +65,8 @@ from .tool_executor import ToolExecutorActor, ToolRegistry
 log = logging.getLogger(__name__)
 
 CONSUMER = "nodes"
+NOT_MINE = frozenset({"unknown_task", "unknown_turn", "no_outstanding_task"})
+"""DONE verdicts a node keeps to itself in cluster mode (another node may run the turn)."""
 
 
 def stream_name(prefix: str) -> str:
@@ -102,6 +106,10 @@ class Node:
         self.executor: ToolExecutorActor | None = None
         self.services: Services | None = None
         self._mcp = contextlib.AsyncExitStack()
+        self.leases: KvLeases | None = None
+        self.durable: JetStreamCopy | None = None
+        self._turn_cids: dict[str, str] = {}
+        self._background: set[asyncio.Task[None]] = set()
         self.turns_taken = 0
         self.turns_settled = 0
         self._started = False
@@ -143,6 +151,11 @@ class Node:
             register_builtins(self.registry, config)
         if settings.mcp_config is not None:
             await self._start_mcp(settings.mcp_config)
+        if settings.cluster:
+            self.leases = KvLeases(self.bus, self.node_id, ttl_s=settings.lease_ttl_s)
+            self.durable = JetStreamCopy(self.bus, writer=self.node_id)
+            await self.leases.start()
+            await self.durable.start()
         tools = {t["name"]: str(t.get("description") or "") for t in self.registry.describe()}
         self.services = Services(
             bus=self.bus,
@@ -155,6 +168,8 @@ class Node:
             shelf=shelf,
             tasks=TaskBook(),
             local_tools=settings.tool_workers > 0,
+            durable=self.durable,
+            on_lost=self._lost,
         )
         if settings.streamers > 0:
             self.streamer = StreamerActor(
@@ -188,6 +203,8 @@ class Node:
         self._tasks.append(asyncio.create_task(self._pull(psub), name="node:pull"))
         self._tasks.append(asyncio.create_task(self._heartbeat(), name="node:heartbeat"))
         self._tasks.append(asyncio.create_task(self._evict_idle(), name="node:evict"))
+        if self.leases is not None:
+            self._tasks.append(asyncio.create_task(self._renew_leases(), name="node:leases"))
         log.info("node %s serving %s", self.node_id, subjects.turn_submit)
 
     async def stop(self) -> None:
@@ -211,6 +228,10 @@ class Node:
                 with contextlib.suppress(Exception):
                     await msg.nak()
         self._inflight.clear()
+        if self.leases is not None:  # a graceful stop hands the conversations on at once
+            for cid in list(self.leases.held):
+                with contextlib.suppress(Exception):
+                    await self.leases.release(cid)
         if self.streamer is not None:
             await self.streamer.stop()
         if self.executor is not None:
@@ -305,21 +326,40 @@ class Node:
         if not isinstance(request, TurnRequest):
             await self._dead_letter(msg, f"expected turn.request, got {request.kind}")
             return
-        self.turns_taken += 1
         tid = request.turn_id
+        cid = request.conversation_id
         if tid in self._inflight:  # a redelivery of a turn this node already runs
             self._inflight[tid].append(msg)
             await msg.in_progress()
             return
+        if self.leases is not None and not await self.leases.acquire(cid):
+            # Another node owns the conversation: it comes back after a while, by when the
+            # owner has taken it (its turns run there) or its lease has lapsed.
+            await msg.nak(delay=min(self.settings.ack_wait_s, self.settings.lease_ttl_s / 3))
+            return
+        self.turns_taken += 1
         self._inflight[tid] = [msg]
-        conv = await self.conversation(request.conversation_id)
+        self._turn_cids[tid] = cid
+        conv = await self.conversation(cid)
 
         async def settle() -> None:
             await self._settle(tid)
 
-        conv.tell(TurnJob(request, settle))
+        async def requeue() -> None:
+            await self._requeue(tid)
+
+        conv.tell(TurnJob(request, settle, requeue))
+
+    async def _requeue(self, turn_id: str) -> None:
+        """Hand a turn back to the queue at once (this node lost its conversation)."""
+        self._turn_cids.pop(turn_id, None)
+        for msg in self._inflight.pop(turn_id, []):
+            with contextlib.suppress(nats.errors.Error):
+                await msg.nak()
+        self._room.set()
 
     async def _settle(self, turn_id: str) -> None:
+        self._turn_cids.pop(turn_id, None)
         for msg in self._inflight.pop(turn_id, []):
             try:
                 await msg.ack()
@@ -359,7 +399,9 @@ class Node:
         self._loading[cid] = future
         try:
             assert self.services is not None
+            head = await self._sync_from_copy(cid)
             conv = await ConversationActor.load(cid, self.services)
+            conv.head_revision = head
             conv.start()
             self.conversations[cid] = conv
             future.set_result(conv)
@@ -371,6 +413,62 @@ class Node:
         finally:
             self._loading.pop(cid, None)
 
+    async def _sync_from_copy(self, cid: str) -> int | None:
+        """Cluster mode: bring this node's LMDB to the durable copy before loading ``cid``.
+
+        Fast path: the head was written by this node at the length stored here. Otherwise
+        the rounds are read from JetStream and adopted (appended, or the local copy
+        replaced). A conversation stored here but never copied is published whole.
+        Returns the head's KV revision (None: no durable copy yet).
+        """
+        durable = self.durable
+        if durable is None:
+            return None
+        store = self.store
+        head = await durable.head(cid)
+        _, stored = await asyncio.to_thread(store.cursor, cid)
+        if head is None:
+            if not stored:
+                return None
+            blocks = [Block.from_dict(b) for b in await asyncio.to_thread(_blocks, store, cid)]
+            header = await asyncio.to_thread(store.header, cid)
+            return await durable.publish_round(cid, blocks, [], dict(header or {}), expect=None)
+        header, revision = head
+        if header.get("writer") == self.node_id and int(header.get("stored_seq", -1)) == stored:
+            return revision
+        copy = await durable.read(cid)
+        if copy is None:
+            return None
+        await asyncio.to_thread(adopt, store, cid, copy, index=index_rows)
+        log.info("conversation %s taken over from the durable copy (head %d)", cid, revision)
+        return copy.kv_revision
+
+    def _lost(self, cid: str) -> None:
+        """A conversation actor found it lost its conversation: drop it (in a task, since
+        the actor calls this from its own mailbox)."""
+        conv = self.conversations.pop(cid, None)
+        if self.durable is not None:
+            self.durable.forget(cid)
+        if conv is not None:
+            task = asyncio.get_running_loop().create_task(conv.stop())
+            self._background.add(task)
+            task.add_done_callback(self._background.discard)
+
+    async def _renew_leases(self) -> None:
+        assert self.leases is not None
+        period = max(self.settings.lease_ttl_s / 3.0, 0.05)
+        while True:
+            await asyncio.sleep(period)
+            for cid in await self.leases.renew_all():
+                log.warning("lease of %s lapsed: dropping it here", cid)
+                conv = self.conversations.pop(cid, None)
+                if conv is not None:
+                    await conv.kill()
+                if self.durable is not None:
+                    self.durable.forget(cid)
+                for tid in [t for t, c in self._turn_cids.items() if c == cid]:
+                    await self._requeue(tid)
+
     async def _evict_idle(self) -> None:
         while True:
             await asyncio.sleep(min(max(self.settings.idle_evict_s / 4, 1.0), 60.0))
@@ -380,18 +478,27 @@ class Node:
                 if not conv.busy and now - conv.last_active > self.settings.idle_evict_s:
                     del self.conversations[cid]
                     await conv.stop()
+                    if self.leases is not None:
+                        await self.leases.release(cid)
+                    if self.durable is not None:
+                        self.durable.forget(cid)
 
     # -- DONE, followups, feedback ----------------------------------------------------------------
-    async def _on_done(self, msg: messages.Message, env: Envelope) -> messages.Message:
+    async def _on_done(self, msg: messages.Message, env: Envelope) -> messages.Message | None:
         if not isinstance(msg, DoneSignal):
             return ErrorReply(
                 code="unexpected_message", message=f"expected agent.done, got {msg.kind}"
             )
         for attempt in range(3):
             try:
-                return await self._route_done(msg)
+                verdict = await self._route_done(msg)
             except ActorStopped:  # the turn ended while the signal was on its way
                 await asyncio.sleep(0.01 * (attempt + 1))
+                continue
+            if self.leases is not None and isinstance(verdict, ErrorReply):
+                if verdict.code in NOT_MINE:
+                    return None  # every node hears the DONE: the one that runs the turn answers
+            return verdict
         return ErrorReply(code="retry", message="the turn was ending; send the DONE again")
 
     async def _route_done(self, msg: DoneSignal) -> messages.Message:
@@ -540,3 +647,7 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
+
+
+def _blocks(store: Store, cid: str) -> list[dict[str, Any]]:
+    return list(store.iter_blocks(cid))

@@ -3,8 +3,12 @@
     python -m actors.ray_job --nats URL --nodes 2 [--requests turns.jsonl --out results.jsonl]
     ray job submit --working-dir . -- python -m actors.ray_job --nats URL --nodes 4
 
-Each ``NodeActor`` is an async Ray actor that runs one ``actors.node.Node`` (its asyncio loop,
-its NATS connection, its own LMDB under ``<home>/<node id>``) with the resources it declares.
+Each ``NodeActor`` is an async Ray actor that runs one ``actors.node.Node`` in cluster mode
+(its asyncio loop, its NATS connection, its own LMDB under ``<home>/<node id>``; conversations
+leased in a JetStream KV bucket, every round copied to JetStream) with the resources it
+declares. A node actor that dies leaves its conversations to the others: its leases lapse
+after ``--lease-ttl``, its turns come back after ``--ack-wait`` and resume on another node
+from the durable copy.
 The driver waits until every node serves. With ``--requests`` (JSON lines of ``turn.request``
 dicts) it submits the turns — the turns of one conversation one after another, conversations
 in parallel — collects every ``turn.result`` with a progress bar, writes them to ``--out``
@@ -44,9 +48,12 @@ READY_TIMEOUT_S = 120.0
 class NodeActor:
     """One node inside a Ray actor (wrapped with ``ray.remote`` by ``node_actor_class``)."""
 
-    def __init__(self, nats_url: str, settings: dict[str, Any]) -> None:
+    def __init__(
+        self, nats_url: str, settings: dict[str, Any], *, model_delay: float = 0.0
+    ) -> None:
         self.nats_url = nats_url
-        self.settings = NodeSettings(**settings)
+        self.settings = NodeSettings(**{"cluster": True, **settings})
+        self.model_delay = model_delay
         self.node: Any = None
         self.bus: Bus | None = None
 
@@ -60,7 +67,9 @@ class NodeActor:
         if self.node is not None:
             return str(self.node.node_id)
         self.bus = await Bus.connect(self.nats_url, name=f"actline-{self.settings.node_id}")
-        model = ExtractiveModel() if self.settings.model == "extractive" else None
+        model = None
+        if self.settings.model == "extractive":
+            model = ExtractiveModel(delay=self.model_delay)
         knowledge = None
         if self.settings.knowledge_dir is not None:
             knowledge = await asyncio.to_thread(KnowledgeSpace, self.settings.knowledge_dir)
@@ -160,6 +169,8 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--docs", type=Path, default=None, help="knowledge space folder")
     parser.add_argument("--cpus-per-node", type=float, default=1.0)
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per turn")
+    parser.add_argument("--lease-ttl", type=float, default=15.0, help="conversation lease TTL")
+    parser.add_argument("--ack-wait", type=float, default=30.0, help="turn redelivery after")
     return parser.parse_args(argv)
 
 
@@ -211,6 +222,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "home": args.home / node_id,
             "node_id": node_id,
             "knowledge_dir": args.docs,
+            "lease_ttl_s": args.lease_ttl,
+            "ack_wait_s": args.ack_wait,
         }
         actors.append(actor_class.options(name=f"actline-{node_id}").remote(args.nats, settings))
     try:

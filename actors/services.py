@@ -16,6 +16,7 @@ from storage import Store
 from tools import KnowledgeSpace
 from tools.react import ReactTools
 
+from .cluster import JetStreamCopy
 from .settings import NodeSettings
 from .streamer import ContextShelf
 
@@ -90,6 +91,10 @@ class Services:
     shelf: ContextShelf | None = None
     tasks: TaskBook = field(default_factory=TaskBook)
     clock: Callable[[], float] = time.time
+    durable: JetStreamCopy | None = None
+    """The durable copy in JetStream (cluster mode): every persisted round goes there too."""
+    on_lost: Callable[[str], None] | None = None
+    """Called with a conversation id when this node lost it (the node drops its actor)."""
     local_tools: bool = False
     """This node runs a tool executor: external calls go to ``al.tools.exec.<node>``, where
     the conversation's workspace is (``ToolContext.files``)."""

@@ -75,6 +75,13 @@ class NodeSettings:
     """``ACTLINE_EXEC_MEMORY_MB``: address-space limit of one code.exec_python run."""
     http_allowed_hosts: str = ""
     """``ACTLINE_HTTP_ALLOW``: comma-separated hosts http.fetch may reach ("" = any)."""
+    cluster: bool = False
+    """``ACTLINE_CLUSTER``: several nodes share this NATS: each conversation is leased to one
+    node (a JetStream KV bucket) and every persisted round is copied to JetStream, so another
+    node takes a conversation over when its node dies."""
+    lease_ttl_s: float = 15.0
+    """``ACTLINE_LEASE_TTL``: a conversation lease lapses this long after its node stops
+    renewing it (renewed every third of it)."""
     mcp_config: Path | None = None
     """``ACTLINE_MCP_CONFIG``: a JSON file of MCP servers (``{"mcpServers": {name: {command,
     args, env}}}``) whose tools join the registry."""
@@ -153,6 +160,8 @@ _ENV: dict[str, tuple[str, type]] = {
     "exec_memory_mb": ("ACTLINE_EXEC_MEMORY_MB", int),
     "http_allowed_hosts": ("ACTLINE_HTTP_ALLOW", str),
     "mcp_config": ("ACTLINE_MCP_CONFIG", Path),
+    "cluster": ("ACTLINE_CLUSTER", bool),
+    "lease_ttl_s": ("ACTLINE_LEASE_TTL", float),
 }
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterator
 from pathlib import Path
@@ -9,8 +10,10 @@ from typing import Any
 
 import pytest
 
-from actors.ray_job import load_requests, main
-from bus import EmbeddedNats
+from actors.cluster import JetStreamCopy
+from actors.ray_job import load_requests, main, node_actor_class, run_requests
+from bus import Bus, EmbeddedNats
+from storage import Store
 
 KB = Path(__file__).resolve().parents[2] / "examples" / "kb"
 QUESTIONS = (
@@ -45,11 +48,11 @@ def write_turns(path: Path, conversations: int, turns: int) -> list[dict[str, st
     return rows
 
 
-def test_two_node_actors_serve_a_batch_of_turns(
+def test_two_node_actors_serve_40_conversations_of_2_turns_in_order(
     ray_local: Any, fresh_nats: EmbeddedNats, tmp_path: Path
 ) -> None:
     turns = tmp_path / "turns.jsonl"
-    rows = write_turns(turns, conversations=12, turns=1)
+    rows = write_turns(turns, conversations=40, turns=2)
     out = tmp_path / "results.jsonl"
     args = ["--nats", fresh_nats.url, "--nodes", "2", "--cpus-per-node", "0.5"]
     args += ["--requests", str(turns), "--out", str(out), "--home", str(tmp_path / "home")]
@@ -60,6 +63,84 @@ def test_two_node_actors_serve_a_batch_of_turns(
     assert {r["status"] for r in results} == {"completed"}
     homes = sorted(p.name for p in (tmp_path / "home").iterdir())
     assert homes == ["ray-node-0", "ray-node-1"]  # each node actor keeps its own LMDB
+    copies = asyncio.run(durable_copies(fresh_nats.url, [f"c{c}" for c in range(40)]))
+    for cid, (_, blocks) in copies.items():
+        prompts = [b["turn_id"] for b in blocks if b["type"] == "user.prompt"]
+        assert prompts == [f"{cid}-t1", f"{cid}-t2"], cid  # both turns, in order, once
+        assert [b["seq"] for b in blocks] == list(range(len(blocks)))
+
+
+async def durable_copies(url: str, cids: list[str]) -> dict[str, Any]:
+    bus = await Bus.connect(url)
+    try:
+        copy = JetStreamCopy(bus)
+        await copy.start()
+        out = {}
+        for cid in cids:
+            rebuilt = await copy.rebuild(cid)
+            assert rebuilt is not None, cid
+            out[cid] = rebuilt
+        return out
+    finally:
+        await bus.close()
+
+
+def test_a_killed_node_actors_conversations_finish_on_the_other(
+    ray_local: Any, fresh_nats: EmbeddedNats, tmp_path: Path
+) -> None:
+    rows = write_turns(tmp_path / "turns.jsonl", conversations=10, turns=2)
+    requests = load_requests(tmp_path / "turns.jsonl")
+    actor_class = node_actor_class(0.5)
+    actors = [
+        actor_class.remote(
+            fresh_nats.url,
+            {
+                "home": tmp_path / "home" / f"n{i}",
+                "node_id": f"n{i}",
+                "knowledge_dir": KB,
+                "lease_ttl_s": 2.0,
+                "ack_wait_s": 2.0,
+                "followup_grace_s": 0.0,
+            },
+            model_delay=0.02,
+        )
+        for i in range(2)
+    ]
+    ray_local.get([a.start.remote() for a in actors])
+
+    async def batch() -> list[Any]:
+        bus = await Bus.connect(fresh_nats.url)
+        try:
+            job = asyncio.create_task(run_requests(bus, requests, timeout_s=90))
+            stats = await asyncio.wrap_future(actors[0].stats.remote().future())
+            while stats["turns_taken"] < 3:
+                await asyncio.sleep(0.02)
+                stats = await asyncio.wrap_future(actors[0].stats.remote().future())
+            ray_local.kill(actors[0], no_restart=True)  # mid-batch, turns in flight
+            return await job
+        finally:
+            await bus.close()
+
+    try:
+        results = asyncio.run(batch())
+    finally:
+        ray_local.get(actors[1].stop.remote())
+    assert [r.turn_id for r in results] == [r["turn_id"] for r in rows]
+    assert {r.status for r in results} == {"completed"}, [r.error for r in results]
+    copies = asyncio.run(durable_copies(fresh_nats.url, [f"c{c}" for c in range(10)]))
+    survivor = Store(tmp_path / "home" / "n1")
+    try:
+        for cid, (_, blocks) in copies.items():
+            prompts = [b["turn_id"] for b in blocks if b["type"] == "user.prompt"]
+            assert prompts == [f"{cid}-t1", f"{cid}-t2"], cid
+            ids = [b["id"] for b in blocks]
+            assert len(ids) == len(set(ids)), cid  # nothing duplicated
+            assert [b["seq"] for b in blocks] == list(range(len(blocks)))
+            local = list(survivor.iter_blocks(cid))
+            if local:  # the survivor served this conversation last: its LMDB equals the copy
+                assert [b["id"] for b in local] == ids, cid
+    finally:
+        survivor.close()
 
 
 def test_a_bad_requests_file_names_its_line(tmp_path: Path) -> None:
