@@ -22,6 +22,7 @@ import argparse
 import asyncio
 import contextlib
 import logging
+import random
 import signal
 import sys
 from collections.abc import Mapping
@@ -65,6 +66,8 @@ from .tool_executor import ToolExecutorActor, ToolRegistry
 log = logging.getLogger(__name__)
 
 CONSUMER = "nodes"
+DEFER_S = 0.2
+"""How long a turn of a conversation leased to another node stays out of the queue."""
 NOT_MINE = frozenset({"unknown_task", "unknown_turn", "no_outstanding_task"})
 """DONE verdicts a node keeps to itself in cluster mode (another node may run the turn)."""
 
@@ -112,6 +115,8 @@ class Node:
         self._background: set[asyncio.Task[None]] = set()
         self.turns_taken = 0
         self.turns_settled = 0
+        self.turns_deferred = 0
+        """Turn requests handed back because another node held the conversation's lease."""
         self._started = False
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -311,32 +316,41 @@ class Node:
                 log.warning("turn queue fetch failed (%s); retrying", exc)
                 await asyncio.sleep(0.5)
                 continue
+            deferred = False
             for msg in batch:
                 try:
-                    await self._take(msg)
+                    deferred = await self._take(msg) or deferred
                 except Exception:
                     log.exception("could not take a turn request; it will be redelivered")
+            if deferred:
+                # Stay off the queue a little longer than the request: a waiting fetch of
+                # the owner gets it, instead of this node fetching it back at once.
+                await asyncio.sleep(DEFER_S * (1.5 + random.random()))
 
-    async def _take(self, msg: Msg) -> None:
+    async def _take(self, msg: Msg) -> bool:
+        """Hand a turn request to its conversation; True when it was deferred (leased
+        elsewhere)."""
         try:
             request = messages.decode(msg.data)
         except DecodeError as exc:
             await self._dead_letter(msg, exc.reason)
-            return
+            return False
         if not isinstance(request, TurnRequest):
             await self._dead_letter(msg, f"expected turn.request, got {request.kind}")
-            return
+            return False
         tid = request.turn_id
         cid = request.conversation_id
         if tid in self._inflight:  # a redelivery of a turn this node already runs
             self._inflight[tid].append(msg)
             await msg.in_progress()
-            return
+            return False
         if self.leases is not None and not await self.leases.acquire(cid):
-            # Another node owns the conversation: it comes back after a while, by when the
-            # owner has taken it (its turns run there) or its lease has lapsed.
-            await msg.nak(delay=min(self.settings.ack_wait_s, self.settings.lease_ttl_s / 3))
-            return
+            # Another node owns the conversation: back to the queue for a moment, until the
+            # owner fetches it (each fetch goes to any node) or its lease has lapsed.
+            self.turns_deferred += 1
+            log.debug("turn %s deferred: conversation %s is leased elsewhere", tid, cid)
+            await msg.nak(delay=DEFER_S)
+            return True
         self.turns_taken += 1
         self._inflight[tid] = [msg]
         self._turn_cids[tid] = cid
@@ -349,6 +363,7 @@ class Node:
             await self._requeue(tid)
 
         conv.tell(TurnJob(request, settle, requeue))
+        return False
 
     async def _requeue(self, turn_id: str) -> None:
         """Hand a turn back to the queue at once (this node lost its conversation)."""

@@ -51,6 +51,10 @@ class NodeActor:
     def __init__(
         self, nats_url: str, settings: dict[str, Any], *, model_delay: float = 0.0
     ) -> None:
+        import logging
+
+        level = os.environ.get("ACTLINE_LOG_LEVEL", "WARNING").upper()
+        logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
         self.nats_url = nats_url
         self.settings = NodeSettings(**{"cluster": True, **settings})
         self.model_delay = model_delay

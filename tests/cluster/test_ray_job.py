@@ -48,6 +48,7 @@ def write_turns(path: Path, conversations: int, turns: int) -> list[dict[str, st
     return rows
 
 
+@pytest.mark.timeout(300)
 def test_two_node_actors_serve_40_conversations_of_2_turns_in_order(
     ray_local: Any, fresh_nats: EmbeddedNats, tmp_path: Path
 ) -> None:
@@ -85,6 +86,7 @@ async def durable_copies(url: str, cids: list[str]) -> dict[str, Any]:
         await bus.close()
 
 
+@pytest.mark.timeout(300)
 def test_a_killed_node_actors_conversations_finish_on_the_other(
     ray_local: Any, fresh_nats: EmbeddedNats, tmp_path: Path
 ) -> None:
