@@ -26,7 +26,7 @@ import os
 import signal
 import sys
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -49,7 +49,12 @@ class NodeActor:
     """One node inside a Ray actor (wrapped with ``ray.remote`` by ``node_actor_class``)."""
 
     def __init__(
-        self, nats_url: str, settings: dict[str, Any], *, model_delay: float = 0.0
+        self,
+        nats_url: str,
+        settings: dict[str, Any],
+        *,
+        model_delay: float = 0.0,
+        model_latency: float = 0.0,
     ) -> None:
         import logging
 
@@ -58,6 +63,7 @@ class NodeActor:
         self.nats_url = nats_url
         self.settings = NodeSettings(**{"cluster": True, **settings})
         self.model_delay = model_delay
+        self.model_latency = model_latency
         self.node: Any = None
         self.bus: Bus | None = None
 
@@ -71,9 +77,11 @@ class NodeActor:
         if self.node is not None:
             return str(self.node.node_id)
         self.bus = await Bus.connect(self.nats_url, name=f"actline-{self.settings.node_id}")
-        model = None
+        model: Any = None
         if self.settings.model == "extractive":
             model = ExtractiveModel(delay=self.model_delay)
+            if self.model_latency:
+                model = FixedLatency(model, self.model_latency)
         knowledge = None
         if self.settings.knowledge_dir is not None:
             knowledge = await asyncio.to_thread(KnowledgeSpace, self.settings.knowledge_dir)
@@ -100,6 +108,20 @@ class NodeActor:
         if self.bus is not None:
             await self.bus.close()
             self.bus = None
+
+
+class FixedLatency:
+    """A model that answers after a fixed latency per call (benchmarks of the cluster)."""
+
+    def __init__(self, model: Any, seconds: float) -> None:
+        self.model = model
+        self.seconds = seconds
+        self.name = getattr(model, "name", "model")
+
+    async def stream(self, request: Any) -> AsyncIterator[Any]:
+        await asyncio.sleep(self.seconds)
+        async for chunk in self.model.stream(request):
+            yield chunk
 
 
 def node_actor_class(num_cpus: float = 1.0, memory_mb: int = 512) -> Any:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHMARKS = ["bus", "cache", "channels", "loop", "memsearch", "render", "storage"]
+BENCHMARKS = ["cluster", "bus", "cache", "channels", "loop", "memsearch", "render", "storage"]
 
 
 def main(argv: list[str]) -> int:

@@ -150,3 +150,11 @@ def test_a_bad_requests_file_names_its_line(tmp_path: Path) -> None:
     path.write_text('{"conversation_id": "c1", "turn_id": "t1", "text": "hi"}\n{"nope": 1}\n')
     with pytest.raises(ValueError, match=r"turns\.jsonl:2: not a turn\.request"):
         load_requests(path)
+
+
+def test_the_cluster_benchmark_measures_a_small_batch(ray_local: Any, tmp_path: Path) -> None:
+    from bench.cluster import throughput
+
+    row = throughput(ray_local, 1, 6, tmp_path)
+    assert row["turns"] == row["completed"] == 6
+    assert row["turns_per_s"] > 0 and row["seconds"] > 0
