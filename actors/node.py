@@ -56,7 +56,7 @@ from tools.react import ReactTools, index_rows
 from tools.workspace import TurnFiles
 
 from .base import ActorStopped
-from .cluster import JetStreamCopy, KvLeases, adopt
+from .cluster import ConversationLost, JetStreamCopy, KvLeases, adopt
 from .conversation import ConversationActor, RouteDone, TurnJob
 from .services import Services, TaskBook
 from .settings import NodeSettings, load_mcp_config
@@ -510,6 +510,11 @@ class Node:
             except ActorStopped:  # the turn ended while the signal was on its way
                 await asyncio.sleep(0.01 * (attempt + 1))
                 continue
+            except ConversationLost:
+                return ErrorReply(
+                    code="retry",
+                    message="the conversation moved to another node; send the DONE again",
+                )
             if self.leases is not None and isinstance(verdict, ErrorReply):
                 if verdict.code in NOT_MINE:
                     return None  # every node hears the DONE: the one that runs the turn answers

@@ -1,0 +1,91 @@
+"""Two in-process nodes in cluster mode on a real nats-server: a node whose lease lapsed loses
+the check-and-set on the conversation's head, hands its turn back, and the other node resumes
+it from the durable copy without losing or duplicating a block."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+from actors import Node, NodeSettings
+from actors.client import Client
+from bus import Bus, EmbeddedNats
+from llm import ExtractiveModel
+from tools import KnowledgeSpace
+
+KB = Path(__file__).resolve().parents[2] / "examples" / "kb"
+
+
+async def start(url: str, home: Path, node_id: str) -> Node:
+    bus = await Bus.connect(url)
+    settings = NodeSettings(
+        home=home / node_id,
+        node_id=node_id,
+        cluster=True,
+        lease_ttl_s=30.0,
+        ack_wait_s=5.0,
+        followup_grace_s=0.0,
+        storage_sync=False,
+    )
+    node = Node(bus, settings, model=ExtractiveModel(), knowledge=KnowledgeSpace(KB))
+    await node.start()
+    return node
+
+
+async def test_a_lost_check_and_set_hands_the_turn_to_the_new_owner(
+    fresh_nats: EmbeddedNats, tmp_path: Path
+) -> None:
+    a = await start(fresh_nats.url, tmp_path, "a")
+    client_bus = await Bus.connect(fresh_nats.url)
+    client = Client(client_bus)
+    b: Node | None = None
+    try:
+        handle = await client.submit(
+            "Check the retention settings and ask reviewer to review them", conversation_id="c1"
+        )
+        waiting = await handle.wait_for("waiting", timeout=30)
+        task_id = waiting.detail.split("task ")[-1].rstrip(")")
+        assert "c1" in a.conversations
+        # a's lease lapses while it waits (a stalled node); b takes the conversation and writes
+        assert a.leases is not None and a.durable is not None
+        await a.leases._bucket().delete("c1")
+        b = await start(fresh_nats.url, tmp_path, "b")
+        assert b.leases is not None and b.durable is not None
+        assert await b.leases.acquire("c1")
+        head = await b.durable.head("c1")
+        assert head is not None
+        header, revision = head
+        await b.durable.publish_round("c1", [], [], header, expect=revision)
+        # the DONE reaches a, whose next persist loses the check-and-set: the turn goes back
+        first = await client.send_done(
+            "reviewer", "looks right", task_id=task_id, turn_id=handle.turn_id
+        )
+        assert first.kind in ("ack", "error.reply")
+        for _ in range(200):
+            if "c1" not in a.conversations and "c1" in b.conversations:
+                break
+            await asyncio.sleep(0.05)
+        assert "c1" not in a.conversations  # a dropped it
+        await handle.wait_for("waiting", timeout=30)  # resumed on b, waiting again
+        again = await client.send_done("reviewer", "looks right", turn_id=handle.turn_id)
+        assert again.kind == "ack"
+        result = await handle.wait(30)
+        assert result.status == "completed" and "looks right" in result.answer
+        rebuilt = await b.durable.rebuild("c1")
+        assert rebuilt is not None
+        _, blocks = rebuilt
+        ids = [blk["id"] for blk in blocks]
+        assert len(ids) == len(set(ids))  # nothing duplicated
+        assert [blk["seq"] for blk in blocks] == list(range(len(blocks)))  # nothing lost
+        prompts = [blk for blk in blocks if blk["type"] == "user.prompt"]
+        assert len(prompts) == 1
+        local = list(b.store.iter_blocks("c1"))
+        assert [blk["id"] for blk in local] == ids  # b's LMDB equals the durable copy
+    finally:
+        await client.close()
+        await client_bus.close()
+        if b is not None:
+            await b.stop()
+            await b.bus.close()
+        await a.stop()
+        await a.bus.close()
