@@ -131,6 +131,7 @@ def test_a_killed_node_actors_conversations_finish_on_the_other(
     assert {r.status for r in results} == {"completed"}, [r.error for r in results]
     copies = asyncio.run(durable_copies(fresh_nats.url, [f"c{c}" for c in range(10)]))
     survivor = Store(tmp_path / "home" / "n1")
+    killed = Store(tmp_path / "home" / "n0")  # the dead node's LMDB, as it was left
     try:
         for cid, (_, blocks) in copies.items():
             prompts = [b["turn_id"] for b in blocks if b["type"] == "user.prompt"]
@@ -141,8 +142,16 @@ def test_a_killed_node_actors_conversations_finish_on_the_other(
             local = list(survivor.iter_blocks(cid))
             if local:  # the survivor served this conversation last: its LMDB equals the copy
                 assert [b["id"] for b in local] == ids, cid
+            dead = [b["id"] for b in killed.iter_blocks(cid)]
+            # what the killed node stored is the copy's beginning, except a last round whose
+            # copy it never finished (the survivor redid that round from the checkpoint)
+            common = next((i for i, (x, y) in enumerate(zip(dead, ids)) if x != y), None)
+            assert len(dead) == len(set(dead)), cid
+            if common is not None:
+                assert common > 0 and dead[common:] and not set(dead[common:]) & set(ids), cid
     finally:
         survivor.close()
+        killed.close()
 
 
 def test_a_bad_requests_file_names_its_line(tmp_path: Path) -> None:
