@@ -145,7 +145,9 @@ def test_a_killed_node_actors_conversations_finish_on_the_other(
             dead = [b["id"] for b in killed.iter_blocks(cid)]
             # what the killed node stored is the copy's beginning, except a last round whose
             # copy it never finished (the survivor redid that round from the checkpoint)
-            common = next((i for i, (x, y) in enumerate(zip(dead, ids)) if x != y), None)
+            common = next(
+                (i for i, (x, y) in enumerate(zip(dead, ids, strict=False)) if x != y), None
+            )
             assert len(dead) == len(set(dead)), cid
             if common is not None:
                 assert common > 0 and dead[common:] and not set(dead[common:]) & set(ids), cid
