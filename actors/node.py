@@ -199,7 +199,9 @@ class Node:
         self._subs.append(await self.bus.subscribe(subjects.conv_any("followup"), self._on_input))
         self._subs.append(
             await self.bus.subscribe(
-                subjects.conv_any("feedback"), self._on_input, queue="feedback"
+                subjects.conv_any("feedback"),
+                self._on_input,
+                queue=None if settings.cluster else "feedback",
             )
         )
         psub = await self._ensure_queue()
@@ -577,7 +579,7 @@ class Node:
                 return cid
         return None
 
-    async def _on_input(self, msg: messages.Message, env: Envelope) -> messages.Message:
+    async def _on_input(self, msg: messages.Message, env: Envelope) -> messages.Message | None:
         if not isinstance(msg, Followup | Feedback):
             return ErrorReply(
                 code="unexpected_message",
@@ -590,6 +592,11 @@ class Node:
                 message=f"the message is for conversation {msg.conversation_id}, "
                 f"sent on {env.subject}",
             )
+        if self.leases is not None:  # cluster: every node hears it; the owner answers
+            if isinstance(msg, Followup) and cid not in self.conversations:
+                return None
+            if isinstance(msg, Feedback) and not await self.leases.acquire(cid):
+                return None
         if isinstance(msg, Followup) and cid not in self.conversations:
             return ErrorReply(
                 code="turn_not_running",

@@ -67,6 +67,10 @@ async def test_a_lost_check_and_set_hands_the_turn_to_the_new_owner(
             await asyncio.sleep(0.05)
         assert "c1" not in a.conversations  # a dropped it
         await handle.wait_for("waiting", timeout=30)  # resumed on b, waiting again
+        joined = await client.followup("c1", handle.turn_id, "also mention the backups")
+        assert joined.kind == "ack"  # both nodes hear it; b, which runs the turn, answers
+        feedback = await client.feedback("c1", handle.turn_id, 1, "useful")
+        assert feedback.kind == "ack"
         again = await client.send_done("reviewer", "looks right", turn_id=handle.turn_id)
         assert again.kind == "ack"
         result = await handle.wait(30)
