@@ -13,6 +13,12 @@ It also hosts this node's StreamerActor and ToolExecutorActor pools, routes
 ``agent.done`` signals to the turn that sent the task (DESIGN.md §2.2), and serves
 followups and feedback for its conversations.
 
+In cluster mode (``ACTLINE_CLUSTER``; ``actors.cluster``) several nodes share the queue: a
+node leases a conversation in JetStream KV before running its turn (a turn of a conversation
+leased elsewhere goes back to the queue for a moment), copies every persisted round to
+JetStream under a check-and-set on the conversation's head, and adopts that durable copy when
+it takes a conversation over; DONE signals, followups and feedback are answered by the owner.
+
 ``python -m actors.node --nats URL`` runs one node until SIGINT/SIGTERM.
 """
 
