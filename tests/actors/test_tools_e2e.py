@@ -319,7 +319,6 @@ async def test_memsearch_recalls_an_earlier_turn_through_the_persisted_index(
 async def test_an_mcp_server_from_the_config_serves_tools_in_a_turn(
     bus: Bus, client: Client, tmp_path: Path
 ) -> None:
-    pytest.importorskip("mcp", reason="the optional mcp extra is not installed")
     server = Path(__file__).parents[1] / "tools" / "mcp_echo_server.py"
     config = tmp_path / "mcp.json"
     config.write_text(

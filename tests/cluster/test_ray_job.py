@@ -26,7 +26,8 @@ QUESTIONS = (
 
 @pytest.fixture(scope="module")
 def ray_local() -> Iterator[Any]:
-    ray = pytest.importorskip("ray")
+    import ray
+
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         yield ray

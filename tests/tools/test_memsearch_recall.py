@@ -19,7 +19,7 @@ from typing import Any
 
 import pytest
 
-from tools.embeddings import Embedder, EmbeddingsUnavailable
+from tools.embeddings import Embedder
 from tools.memindex import DictVectorCache, MemIndex
 
 TURNS = 200
@@ -492,11 +492,7 @@ def recall(index: MemIndex, mode: Any) -> tuple[float, list[str]]:
 @pytest.fixture(scope="module")
 def index() -> MemIndex:
     """The conversation in a hybrid index, every row embedded."""
-    try:
-        embedder = Embedder.load()
-    except EmbeddingsUnavailable as exc:
-        pytest.skip(f"hybrid recall needs the embedding model: {exc}")
-    index = MemIndex(embedder, DictVectorCache())
+    index = MemIndex(Embedder.load(), DictVectorCache())  # `make` installs the model
     assert index.add(conversation()) == 2 * TURNS
     assert index.embed_pending() == 2 * TURNS
     return index

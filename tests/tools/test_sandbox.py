@@ -384,7 +384,10 @@ async def test_the_kernel_stops_what_the_hook_cannot_see(ws: Path, outside: Path
     )
     result = await run(code, ws)
     if result.landlock_abi == 0:
-        pytest.skip("this kernel has no Landlock; only the audit hook confines the code")
+        # The documented limit without Landlock: the hook alone cannot see this open, and
+        # `actline doctor` reports the sandbox as "audit hook only".
+        assert result.exit_code == 0 and (outside / "x.txt").exists()
+        return
     assert result.exit_code == 1 and "escaped" not in result.stdout
     assert "PermissionError: [Errno 13]" in result.stderr
     assert not (outside / "x.txt").exists()
