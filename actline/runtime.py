@@ -26,7 +26,7 @@ from actors.tool_executor import ToolRegistry
 from bus import Bus, BusError, EmbeddedNats
 from llm.protocol import Model
 from messages import Ack, Attachment, ErrorReply, ReActResult
-from storage import NotStored, StorageError, Store
+from storage import StorageError, Store
 from tools import KnowledgeError, KnowledgeSpace
 
 from .config import Config, ConfigError
@@ -262,16 +262,3 @@ def _open_knowledge(path: Path) -> KnowledgeSpace:
     except KnowledgeError as exc:
         raise ConfigError(f"the knowledge folder {path} cannot be used: {exc}") from None
 
-
-def stored_conversation(home: Path, conversation_id: str) -> Store:
-    """The store at ``home`` holding ``conversation_id`` (``ConfigError`` otherwise)."""
-    store = _open_store(home, False)
-    try:
-        store.load(conversation_id)
-    except NotStored:
-        store.close()
-        raise ConfigError(
-            f"conversation {conversation_id!r} does not exist in {home}; list the stored "
-            "conversations with actline timeline --list"
-        ) from None
-    return store
