@@ -57,9 +57,8 @@ async def _nats(url: str | None) -> Check:
     except (BusError, OSError, ValueError) as exc:
         return Check("nats", FAIL, str(exc))  # the bus error names the server and the fix
     try:
-        js = bus.jetstream()
-        await js.account_info()
-    except Exception as exc:
+        await bus.jetstream_account()
+    except BusError as exc:
         return Check("nats", FAIL, f"{url} has no JetStream ({exc}); run nats-server -js")
     finally:
         await bus.close()

@@ -6,8 +6,13 @@ awaits the handler's answer (or its exception). Long work (a model call, a tool
 round) runs in a child task that posts its outcome back to the mailbox, so no
 ``await`` on slow I/O holds the mailbox.
 
+Messages are named, typed values (frozen dataclasses), never closures or actor objects.
+A message that is asked subclasses ``Request[R]``: ``ask(msg, timeout=...)`` returns its
+``R`` or raises ``AskTimeout``; a message told is any value the actor's ``receive`` takes.
+
 A handler that raises is logged and, for an ask, the exception goes to the asker;
-the actor keeps serving. ``stop()`` ends the task after the messages already queued.
+the actor keeps serving. ``stop()`` ends the task after the messages already queued;
+asks still queued when an actor stops or is killed fail with ``ActorStopped``.
 """
 
 from __future__ import annotations
@@ -18,9 +23,18 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
 
+from .errors import ActorStopped, AskTimeout
+
 log = logging.getLogger(__name__)
 
 T = TypeVar("T")
+R = TypeVar("R")
+
+
+class Request(Generic[R]):
+    """Base of a message that is asked; ``R`` is the type of its answer."""
+
+    __slots__ = ()
 
 
 @dataclass(eq=False)
@@ -40,12 +54,25 @@ class _Stop:
 _STOP = _Stop()
 
 
-class ActorStopped(RuntimeError):
-    """A message was sent to an actor that has stopped."""
+class ActorRef:
+    """What others hold of an actor: its name, ``tell`` and ``ask``; never its state."""
 
-    def __init__(self, name: str) -> None:
-        self.name = name
-        super().__init__(f"actor {name} has stopped")
+    __slots__ = ("_actor",)
+
+    def __init__(self, actor: Actor) -> None:
+        self._actor = actor
+
+    @property
+    def name(self) -> str:
+        return self._actor.name
+
+    def tell(self, message: object) -> None:
+        """Enqueue ``message`` (raises ``ActorStopped`` once the actor stops)."""
+        self._actor.tell(message)
+
+    async def ask(self, body: Request[R], *, timeout: float) -> R:
+        """The actor's answer to ``body`` (``AskTimeout``, ``ActorStopped``, or its error)."""
+        return await self._actor.ask(body, timeout=timeout)
 
 
 class Actor:
@@ -62,6 +89,10 @@ class Actor:
     def start(self) -> None:
         if self._task is None:
             self._task = asyncio.create_task(self._run(), name=f"actor:{self.name}")
+
+    def ref(self) -> ActorRef:
+        """A handle that can only send to this actor."""
+        return ActorRef(self)
 
     @property
     def running(self) -> bool:
@@ -101,13 +132,21 @@ class Actor:
             raise ActorStopped(self.name)
         self._mailbox.put_nowait(message)
 
-    async def ask(self, body: object) -> Any:
-        """Enqueue ``body`` and wait for the handler's answer."""
+    async def ask(self, body: Request[R], *, timeout: float) -> R:
+        """Enqueue ``body`` and wait for the handler's answer, at most ``timeout`` seconds.
+
+        Raises ``AskTimeout`` (the message is dropped if not handled yet) or
+        ``ActorStopped``; the handler's own exception is raised here as it is.
+        """
         if self._stopping:
             raise ActorStopped(self.name)
-        message: Ask[Any] = Ask(body)
+        message: Ask[R] = Ask(body)
         self._mailbox.put_nowait(message)
-        return await message.reply
+        try:
+            async with asyncio.timeout(timeout):
+                return await message.reply
+        except TimeoutError:
+            raise AskTimeout(self.name, type(body).__name__, timeout) from None
 
     def spawn(self, coro: Coroutine[Any, Any, T], name: str) -> asyncio.Task[T]:
         """A child task (cancelled when the actor stops); its failure is logged."""

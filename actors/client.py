@@ -16,11 +16,8 @@ from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import nats.errors
-import nats.js.errors
-
 import messages
-from bus import Bus, Envelope, RequestTimeout, Subscription
+from bus import Bus, Envelope, NoStream, RequestTimeout, Subscription
 from messages import (
     Ack,
     ArtifactRef,
@@ -168,10 +165,9 @@ class Client:
         await self._follow(request.conversation_id)
         subject = self.bus.subjects.result(request.turn_id)
         self._results[request.turn_id] = await self.bus.subscribe(subject, self._on_result)
-        js = self.bus.jetstream()
         try:
-            await js.publish(self.bus.subjects.turn_submit, messages.encode(request))
-        except (nats.errors.NoRespondersError, nats.js.errors.NoStreamResponseError):
+            await self.bus.publish_stored(self.bus.subjects.turn_submit, request, timeout=5.0)
+        except NoStream:
             raise NoTurnQueue(self.bus.subjects.turn_submit) from None
         return handle
 

@@ -1,48 +1,36 @@
 """The ConversationActor: one conversation's timeline, its turns, and what touches them.
 
 It owns the ``Timeline`` (with its sources pool and plans), the ``Renderer`` that keeps
-the rendered prefix between rounds, and the conversation's decision state between
-turns. Its mailbox serves the decision loop of the running turn (render, append,
-react.* tools, persist), user input that lands meanwhile (followups, feedback) and
-DONE signals routed by the node. Turns of one conversation run one after the other:
-a turn request that arrives while a turn runs waits in ``queue``.
+the rendered prefix between rounds, the workspace, and the conversation's decision
+state between turns. Its mailbox takes the named messages of ``actors.mailbox``: the
+running turn's exchanges (``Render``, ``RunTools``, ``Commit``, ``EndTurn``), turn
+requests from the node's queue (``TurnJob``), user input (``UserInput``) and DONEs for
+turns that ended (``RouteDone``). Turns of one conversation run one after the other: a
+turn request that arrives while a turn runs waits in ``queue``.
 
-Turn lifecycle (seed 000): a new turn opens its header, contributes the user prompt
-and attachments, a ``stage.gate`` with the title for a new conversation, persists them
-with a ``running`` turn record, and hands the loop to a ``DecisionActor``. A turn id
-whose record is final is answered with the stored result; one whose record says
-``running`` (the node that ran it died) resumes from the persisted timeline.
+Turn lifecycle (seed 000): a new turn opens its header, contributes the user prompt and
+attachments, a ``stage.gate`` with the title for a new conversation, persists them with
+a ``running`` turn record, and starts a ``DecisionActor``. A turn id whose record is
+final is answered with the stored result; one whose record says ``running`` (the node
+that ran it died) resumes from the persisted timeline. Every commit is one LMDB
+transaction, then handed to the node's ownership seam (the durable copy in cluster mode).
 """
 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from collections import deque
-from collections.abc import Awaitable, Callable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from typing import Any, get_args
 
-import nats.errors
-
 import messages
-from messages import (
-    Ack,
-    ErrorReply,
-    Feedback,
-    Followup,
-    ReActResult,
-    TurnAccepted,
-    TurnRequest,
-    TurnStatus,
-)
+from messages import Ack, ErrorReply, Feedback, Followup, ReActResult, TurnAccepted, TurnStatus
 from storage import NotStored
-from storage.store import PersistedRound
-from timeline import AnnounceContext, Block, Renderer, Timeline, TimelineConfig
+from timeline import Block, Renderer, Timeline, TimelineConfig
 from timeline.blocks import (
     FEEDBACK,
-    SIGNAL_DONE,
     STAGE_GATE,
     USER_ATTACHMENT_META,
     USER_FOLLOWUP,
@@ -57,9 +45,25 @@ from tools.workspace import LocalTree, TurnFiles, open_workspace, workspace_line
 
 from . import events as ev
 from .base import Actor
-from .cluster import ConversationLost, HeadConflict, JetStreamCopy, merge_rounds
-from .services import Services
+from .decision import DecisionActor
+from .errors import ConversationLost
+from .mailbox import (
+    Commit,
+    EndTurn,
+    FollowupArrived,
+    LateSignal,
+    Render,
+    Rendered,
+    RouteDone,
+    RunTools,
+    TurnJob,
+    UserInput,
+    Writes,
+)
+from .policy import TurnSettings, verdict
+from .services import RunningTurn, Services
 from .state import DecisionState, transition
+from .turn_blocks import apply_writes
 
 log = logging.getLogger(__name__)
 
@@ -67,94 +71,7 @@ FINAL = frozenset(get_args(TurnStatus))
 TITLE_WORDS = 8
 FILE_TOOLS = frozenset({"react.write", "react.patch", "react.checkout", "react.pull"})
 """react.* tools that change the workspace: serialised with code.exec_python."""
-
-
-# --- messages of the mailbox --------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class TurnJob:
-    """A turn request taken from the durable queue; ``settle`` acks it after the result."""
-
-    request: TurnRequest
-    settle: Callable[[], Awaitable[None]] | None = None
-    requeue: Callable[[], Awaitable[None]] | None = None
-    """Hands the request back to the queue (the conversation was lost to another node)."""
-
-
-@dataclass(frozen=True, slots=True)
-class Render:
-    """Render the context of ``round`` as a model request."""
-
-    turn_id: str
-    round: int
-    announce: AnnounceContext
-    model: str = ""
-    max_output_tokens: int = 4096
-    seq_start: int = 0
-    force_compaction: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class Append:
-    """Append blocks (already built) in order; answers the appended blocks."""
-
-    blocks: tuple[Block, ...]
-
-
-@dataclass(frozen=True, slots=True)
-class Apply:
-    """Run ``fn`` on the timeline inside the actor; answers its result."""
-
-    fn: Callable[[Timeline], Any]
-
-
-@dataclass(frozen=True, slots=True)
-class RunReact:
-    """Run one react.* tool; answers its ``ReactOutcome`` (result blocks not appended)."""
-
-    tool: str
-    params: Mapping[str, Any]
-    turn_id: str
-    call_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class Persist:
-    """Persist new blocks and the header with these turn records, in one transaction."""
-
-    records: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
-
-
-@dataclass(frozen=True, slots=True)
-class UnseenFollowups:
-    """How many followups of the running turn arrived after the last render."""
-
-
-@dataclass(frozen=True, slots=True)
-class RouteDone:
-    """An ``agent.done`` for this conversation; answers ``Ack`` or ``ErrorReply``."""
-
-    signal: messages.DoneSignal
-
-
-@dataclass(frozen=True, slots=True)
-class TurnLost:
-    """The running turn stopped because this node lost the conversation (no result here)."""
-
-    turn_id: str
-
-
-@dataclass(frozen=True, slots=True)
-class TurnEnded:
-    """The running turn finished; ``state`` is the decision state it ended in."""
-
-    turn_id: str
-    state: DecisionState
-    result: ReActResult
-
-
-# --- the actor ----------------------------------------------------------------------------
+CHANNELS = ["thinking", "decision", "answer", "followup", "canvas", "usage"]
 
 
 class ConversationActor(Actor):
@@ -170,13 +87,14 @@ class ConversationActor(Actor):
         self.system_tokens = DEFAULT_COUNTER.count(services.system_prompt)
         self.decision_state = DecisionState()
         self.queue: deque[TurnJob] = deque()
-        self.current: Any = None  # the running DecisionActor
+        self.current: DecisionActor | None = None
         self.current_job: TurnJob | None = None
         self.timezone = "UTC"
         self.followups = 0
-        self.followups_rendered = 0
         self.last_active = services.clock()
         self.turns_done = 0
+        self.lost = False
+        """Another node owns the conversation now: this actor stops and is dropped."""
         settings = services.settings
         root = settings.workspaces_dir / conversation_id
         self.workspace = open_workspace(
@@ -188,10 +106,6 @@ class ConversationActor(Actor):
         self.local = LocalTree(self.workspace, root)
         self.files_lock = asyncio.Lock()
         self.memindex: MemIndex | None = None
-        self.head_revision: int | None = None
-        """Cluster mode: the KV revision of the durable head this actor last wrote or read."""
-        self.unpublished: list[PersistedRound] = []
-        """Cluster mode: local rounds not yet in the durable copy (NATS was away)."""
 
     @classmethod
     async def load(cls, conversation_id: str, services: Services) -> ConversationActor:
@@ -220,59 +134,64 @@ class ConversationActor(Actor):
         self.last_active = self.services.clock()
         match message:
             case Render():
-                return self._render(message)
-            case Append():
-                return [self.tl.append(b) for b in message.blocks]
-            case Apply():
-                return message.fn(self.tl)
-            case RunReact():
-                return await self._run_react(message)
-            case Persist():
-                return await self._persist(message.records)
-            case UnseenFollowups():
-                return self.followups - self.followups_rendered
+                return await self._render(message)
+            case RunTools():
+                self._apply(message.turn_id, message.writes)
+                return await self._run_tools(message)
+            case Commit():
+                self._apply(message.turn_id, message.writes)
+                return await self._persist({message.turn_id: message.record or {}})
+            case EndTurn():
+                await self._end_turn(message)
+                return None
             case TurnJob():
                 self.queue.append(message)
                 if self.current is None:
                     await self._next_turn()
                 return None
-            case TurnEnded():
-                await self._turn_ended(message)
-                return None
-            case TurnLost():
-                await self._turn_lost(message)
-                return None
             case RouteDone():
                 return await self._route_done(message.signal)
-            case Followup():
-                return self._followup(message)
-            case Feedback():
-                return await self._feedback(message)
+            case UserInput(message=Followup() as followup):
+                return self._followup(followup)
+            case UserInput(message=Feedback() as feedback):
+                return await self._feedback(feedback)
         raise TypeError(f"{self.name} does not take {type(message).__name__}")
+
+    def _apply(self, turn_id: str, writes: Writes) -> None:
+        if writes:
+            now = self.services.clock()
+            apply_writes(self.tl, writes.items, turn_id=turn_id, running=self.running_turn, ts=now)
 
     # -- turns -------------------------------------------------------------------------------
     async def _next_turn(self) -> None:
-        while self.current is None and self.queue:
+        while self.current is None and self.queue and not self.lost:
             job = self.queue.popleft()
             try:
                 started = await self._begin(job)
+            except ConversationLost as exc:
+                await self._lose(job, exc.reason)
+                return
             except Exception as exc:
                 log.exception("turn %s of %s could not start", job.request.turn_id, self.cid)
-                await self._publish_failure(job, f"the turn could not start: {exc}")
+                await self._publish_result(
+                    ReActResult(
+                        conversation_id=self.cid,
+                        turn_id=job.request.turn_id,
+                        status="failed",
+                        error=f"the turn could not start: {exc}",
+                    )
+                )
                 started = False
             if not started:
-                await _settle(job)
+                await self.services.queue.settle(job.request.turn_id)
 
     async def _begin(self, job: TurnJob) -> bool:
         """Start (or resume, or answer again) a turn; False when nothing runs."""
-        from .decision import DecisionActor  # the decision actor imports this module
-
         request = job.request
         services = self.services
         record = await asyncio.to_thread(services.store.turn_record, self.cid, request.turn_id)
         if record is not None and record.get("status") in FINAL:
-            result = ReActResult.model_validate(record["result"], strict=False)
-            await services.bus.publish(services.bus.subjects.result(request.turn_id), result)
+            await self._publish_result(ReActResult.model_validate(record["result"], strict=False))
             log.info("turn %s already has a result; answered again", request.turn_id)
             return False
         self.timezone = request.timezone
@@ -284,26 +203,29 @@ class ConversationActor(Actor):
                 node=services.settings.node_id,
             ),
         )
-        resume = record if record is not None else None
         await asyncio.to_thread(self.workspace.begin_turn, request.turn_id)
-        if resume is None:
-            self._contribute_request(request)
+        if record is None:
+            self._contribute(request)
             await self._persist(
                 {request.turn_id: {"status": "running", "turn_id": request.turn_id, "round": 0}}
             )
         else:
             self.tl.begin_turn(request.turn_id, request.ts.timestamp())
-            log.info("resuming turn %s after round %s", request.turn_id, resume.get("round"))
-        self.followups = self.followups_rendered = 0
+            log.info("resuming turn %s after round %s", request.turn_id, record.get("round"))
+        self.followups = 0
         self.current_job = job
-        services.tasks.turn_started(request.turn_id)
-        self.current = DecisionActor(self, request, self.decision_state, resume=resume)
-        self.current.start()
+        turn = TurnSettings.parse(request.config, services.settings)
+        decision = DecisionActor(
+            self.ref(), services, request, self.decision_state, turn, resume=record
+        )
+        self.current = decision
+        services.tasks.turn_started(RunningTurn(request.turn_id, self.cid, decision.ref()))
+        decision.start()
         return True
 
-    def _contribute_request(self, request: TurnRequest) -> None:
-        tid = request.turn_id
-        ts = request.ts.timestamp()
+    def _contribute(self, request: messages.TurnRequest) -> None:
+        """The turn's header, prompt, attachments and (first turn) title gate."""
+        tid, ts = request.turn_id, request.ts.timestamp()
         new_conversation = not self.tl.turn_ids()
         self.tl.begin_turn(tid, ts)
         self.tl.append(
@@ -348,38 +270,52 @@ class ConversationActor(Actor):
             meta=meta,
         )
 
-    async def _turn_ended(self, message: TurnEnded) -> None:
-        job = self.current_job
-        state, _ = transition(message.state, ev.Reset())
-        self.decision_state = state
-        self.services.tasks.turn_ended(message.turn_id)
-        decision, self.current, self.current_job = self.current, None, None
-        self.turns_done += 1
+    async def _end_turn(self, end: EndTurn) -> None:
+        """The one way a turn ends: its result persisted and published, or handed back."""
+        decision, job = self.current, self.current_job
+        self.current, self.current_job = None, None
+        self.services.tasks.turn_ended(end.turn_id)
         if decision is not None:
             await decision.stop()
-        await self._close_files(message.turn_id)
-        if job is not None:
-            await _settle(job)
+        if end.how == "lost":
+            await self._lose(job, end.reason)
+            return
+        self.decision_state, _ = transition(end.state, ev.Reset())
+        self.turns_done += 1
+        assert end.result is not None
+        self._apply(end.turn_id, end.writes)
+        record = {
+            "status": end.result.status,
+            "turn_id": end.turn_id,
+            "result": end.result.model_dump(mode="json"),
+        }
+        try:
+            await self._persist({end.turn_id: record})
+        except ConversationLost as exc:
+            await self._lose(job, exc.reason)
+            return
+        except Exception as exc:  # the result still goes out; a restart may run it again
+            log.error("turn %s: its result could not be persisted: %s", end.turn_id, exc)
+        await self._publish_result(end.result)
+        await self._close_files(end.turn_id)
+        await self.services.queue.settle(end.turn_id)
         await self._next_turn()
 
-    async def _turn_lost(self, message: TurnLost) -> None:
-        """Another node owns the conversation now: the turn goes back to the queue and this
-        actor is dropped (its timeline may be stale)."""
-        job, decision = self.current_job, self.current
-        self.current, self.current_job = None, None
-        self.services.tasks.turn_ended(message.turn_id)
-        if decision is not None:
-            await decision.stop()
+    async def _lose(self, job: TurnJob | None, reason: str) -> None:
+        """Another node owns the conversation now: every turn here goes back to the queue
+        and this actor stops (its timeline may be stale); the node drops it."""
+        self.lost = True
+        services = self.services
         for queued in [*([job] if job is not None else []), *self.queue]:
-            if queued.requeue is not None:
-                with contextlib.suppress(Exception):
-                    await queued.requeue()
+            await services.queue.requeue(queued.request.turn_id)
         self.queue.clear()
-        log.warning(
-            "conversation %s lost to another node; turn %s requeued", self.cid, message.turn_id
-        )
-        if self.services.on_lost is not None:
-            self.services.on_lost(self.cid)
+        log.warning("conversation %s lost to another node (%s); turns requeued", self.cid, reason)
+        await services.ownership.release(self.cid)
+        self.request_stop()
+
+    async def _publish_result(self, result: ReActResult) -> None:
+        bus = self.services.bus
+        await bus.publish(bus.subjects.result(result.turn_id), result)
 
     async def _close_files(self, turn_id: str) -> None:
         """End the turn in the workspace (git: its commit) and clear its folders on disk."""
@@ -396,15 +332,11 @@ class ConversationActor(Actor):
             return None
         return TurnFiles(self.workspace, self.local, turn_id, self.files_lock)
 
-    async def _publish_failure(self, job: TurnJob, error: str) -> None:
-        result = ReActResult(
-            conversation_id=self.cid, turn_id=job.request.turn_id, status="failed", error=error
-        )
-        bus = self.services.bus
-        await bus.publish(bus.subjects.result(job.request.turn_id), result)
-
     # -- rounds ------------------------------------------------------------------------------
-    def _render(self, message: Render) -> messages.GenerateRequest:
+    async def _render(self, message: Render) -> Rendered:
+        self._apply(message.turn_id, message.writes)
+        if message.record is not None:
+            await self._persist({message.turn_id: message.record})
         services = self.services
         announce = message.announce
         if announce.timezone != self.timezone:
@@ -418,9 +350,8 @@ class ConversationActor(Actor):
             announce=announce,
             force_compaction=message.force_compaction,
         )
-        self.followups_rendered = self.followups
         # Built from our own render: construct without re-validating thousands of parts.
-        return messages.GenerateRequest.model_construct(
+        request = messages.GenerateRequest.model_construct(
             conversation_id=self.cid,
             turn_id=message.turn_id,
             round=message.round,
@@ -428,25 +359,32 @@ class ConversationActor(Actor):
             system=services.system_prompt,
             blocks=result.parts(),
             cache_marks=list(result.marks),
-            channels=["thinking", "decision", "answer", "followup", "canvas", "usage"],
+            channels=CHANNELS,
             max_output_tokens=message.max_output_tokens,
             sources=[
                 {"sid": r.sid, "title": r.title, "url": r.url} for r in self.tl.sources.rows()
             ],
             seq_start=message.seq_start,
         )
+        return Rendered(request, self.followups)
 
-    async def _run_react(self, message: RunReact) -> ReactOutcome:
+    async def _run_tools(self, message: RunTools) -> tuple[ReactOutcome, ...]:
+        outcomes = []
+        for call in message.calls:
+            outcomes.append(await self._run_react(call, message.turn_id))
+        return tuple(outcomes)
+
+    async def _run_react(self, call: ev.ToolSpec, turn_id: str) -> ReactOutcome:
         memindex = None
-        if message.tool == "react.memsearch":
+        if call.tool == "react.memsearch":
             memindex = await self._memory_index()
             if memindex.pending():
                 await asyncio.to_thread(memindex.embed_pending)
         ctx = ReactContext(
             timeline=self.tl,
             renderer=self.renderer,
-            turn_id=message.turn_id,
-            call_id=message.call_id,
+            turn_id=turn_id,
+            call_id=call.call_id,
             now=self.services.clock(),
             store=self.services.store,
             knowledge=self.services.knowledge,
@@ -454,10 +392,17 @@ class ConversationActor(Actor):
             local=self.local,
             memindex=memindex,
         )
-        if message.tool in FILE_TOOLS:
-            async with self.files_lock:  # not while code.exec_python collects the turn root
-                return self.services.react.run(message.tool, message.params, ctx)
-        return self.services.react.run(message.tool, message.params, ctx)
+        try:
+            if call.tool in FILE_TOOLS:
+                async with self.files_lock:  # not while code.exec_python collects the turn root
+                    return self.services.react.run(call.tool, call.params, ctx)
+            return self.services.react.run(call.tool, call.params, ctx)
+        except Exception as exc:
+            log.exception(
+                "react tool %s (call %s) of turn %s failed", call.tool, call.call_id, turn_id
+            )
+            error = f"the tool failed inside the runtime: {type(exc).__name__}: {exc}"
+            return ReactOutcome({"status": "error", "error": error})
 
     async def _memory_index(self) -> MemIndex:
         """The memsearch index, loaded from the stored rows on first use, then kept current
@@ -474,8 +419,8 @@ class ConversationActor(Actor):
         return self.memindex
 
     async def _persist(self, records: Mapping[str, Mapping[str, Any]]) -> int:
-        """One LMDB transaction (blocks, header, index rows, turn records); in cluster mode the
-        round also goes to the durable copy, with a check-and-set on its head."""
+        """One LMDB transaction (blocks, header, index rows, turn records), then the
+        ownership seam (cluster mode: the durable copy, with a check-and-set on its head)."""
         store = self.services.store
         rows: list[dict[str, Any]] = []
 
@@ -483,55 +428,39 @@ class ConversationActor(Actor):
             rows.extend(index_rows(blocks))
             return rows
 
+        records = {k: v for k, v in records.items() if v}
         persisted = await asyncio.to_thread(
             store.persist_round, self.tl, turn_records=records, index=index
         )
         if rows and self.memindex is not None:
             self.memindex.add(rows)
-        durable = self.services.durable
-        if durable is not None:
-            await self._publish(durable, persisted)
+        await self.services.ownership.committed(self.cid, persisted)
         return persisted.revision
-
-    async def _publish(self, durable: JetStreamCopy, persisted: PersistedRound) -> None:
-        self.unpublished.append(persisted)
-        try:
-            self.head_revision = await durable.publish_persisted(
-                self.cid, merge_rounds(self.unpublished), expect=self.head_revision
-            )
-        except HeadConflict as exc:
-            raise ConversationLost(self.cid, str(exc)) from None
-        except (nats.errors.Error, TimeoutError) as exc:  # kept: the next round sends it merged
-            log.warning("round of %s not copied to JetStream yet: %s", self.cid, exc)
-            return
-        self.unpublished.clear()
 
     # -- input from outside ----------------------------------------------------------------------
     def _followup(self, msg: Followup) -> messages.Message:
         running = self.running_turn
-        if running is None or msg.turn_id != running:
+        if running is None or msg.turn_id != running or self.current is None:
             return ErrorReply(
                 code="turn_not_running",
                 message=f"turn {msg.turn_id} is not running in conversation {self.cid}; "
                 "send the text as a new turn.request",
             )
         self.followups += 1
-        ts = msg.ts.timestamp()
         path = ar_path(running, f"user.followup.{self.followups}")
-        self.tl.append(Block.new(USER_FOLLOWUP, running, ts, path=path, text=msg.text))
-        if self.current is not None:
-            self.current.tell_followup()
+        self.tl.append(
+            Block.new(USER_FOLLOWUP, running, msg.ts.timestamp(), path=path, text=msg.text)
+        )
+        self.current.tell(FollowupArrived(self.followups))
         return Ack(ref=running, detail="joined the running turn; the model sees it next round")
 
     async def _feedback(self, msg: Feedback) -> messages.Message:
         turns = self.tl.turn_ids()
         if msg.turn_id not in turns:
             return ErrorReply(
-                code="unknown_turn",
-                message=f"conversation {self.cid} has no turn {msg.turn_id}",
+                code="unknown_turn", message=f"conversation {self.cid} has no turn {msg.turn_id}"
             )
         anchor = self.running_turn or turns[-1]
-        ts = msg.ts.timestamp()
         label = {1: "positive", -1: "negative"}.get(msg.rating, "neutral")
         text = f"feedback on turn {msg.turn_id} ({label}): {msg.text}".rstrip(": ")
         count = sum(1 for b in self.tl.turn_blocks(anchor) if b.type == FEEDBACK)
@@ -539,7 +468,7 @@ class ConversationActor(Actor):
             Block.new(
                 FEEDBACK,
                 anchor,
-                ts,
+                msg.ts.timestamp(),
                 path=ar_path(anchor, f"stage.feedback.{count + 1}"),
                 text=text,
                 meta={"for_turn": msg.turn_id, "rating": msg.rating},
@@ -550,59 +479,19 @@ class ConversationActor(Actor):
             await self._persist({})
         return Ack(ref=msg.turn_id, detail="feedback recorded; announced next turn")
 
-    async def _route_done(
-        self, signal: messages.DoneSignal
-    ) -> messages.Message | asyncio.Future[messages.Message]:
-        """The verdict, or (for the running turn) a future of it: never awaited here, since
-        the decision actor asks this actor to record what the DONE did."""
-        if self.current is not None and signal.turn_id in (None, self.running_turn):
-            future: asyncio.Future[messages.Message] = self.current.ask_done(signal)
-            return future
+    async def _route_done(self, signal: messages.DoneSignal) -> messages.Message:
+        """A DONE that no running turn here took: late, duplicate or refused."""
         event = ev.event_from_message(signal)
         self.decision_state, effects = transition(self.decision_state, event)
         for effect in effects:
             if isinstance(effect, ev.RecordLateSignal):
-                self.record_late_signal(effect.signal, effect.reason)
+                late = LateSignal(effect.signal, effect.reason)
+                apply_writes(
+                    self.tl,
+                    (late,),
+                    turn_id=self.running_turn or "",
+                    running=self.running_turn,
+                    ts=self.services.clock(),
+                )
                 await self._persist({})
-                return Ack(ref=signal.task_id or "", detail="late: recorded, announced next turn")
-            if isinstance(effect, ev.RecordNotice):
-                return ErrorReply(code=effect.code, message=effect.text)
-        return Ack(ref=signal.task_id or "", detail="duplicate: already applied")
-
-    def record_late_signal(self, signal: ev.DoneSignal, reason: str) -> Block:
-        """A DONE after its turn: a block under the latest turn and a notice for the next."""
-        turns = self.tl.turn_ids()
-        anchor = self.running_turn or (turns[-1] if turns else signal.turn_id or "late")
-        text = f"late DONE from {signal.agent}"
-        if signal.task_id:
-            text += f" for task {signal.task_id}"
-        if signal.turn_id:
-            text += f" of turn {signal.turn_id}"
-        text += f" ({reason}): {signal.summary}"
-        block = self.tl.append(
-            Block.new(
-                SIGNAL_DONE,
-                anchor,
-                self.services.clock(),
-                path=ar_path(anchor, f"signal.late.{signal.signal_id}"),
-                text=text,
-                meta={
-                    "agent": signal.agent,
-                    "task_id": signal.task_id,
-                    "for_turn": signal.turn_id,
-                    "late": True,
-                    "signal_id": signal.signal_id,
-                },
-            )
-        )
-        self.tl.notices.next.append(text)
-        return block
-
-
-async def _settle(job: TurnJob) -> None:
-    if job.settle is None:
-        return
-    try:
-        await job.settle()
-    except Exception:
-        log.exception("could not acknowledge turn %s", job.request.turn_id)
+        return verdict(signal, effects)

@@ -4,131 +4,83 @@
 becomes an event (a model reply, a finished tool round, a DONE routed by the node,
 skip/cancel from ``al.turn.<tid>.control``, its wait timer) and the effects come back
 in order. Slow work runs in child tasks that post their outcome to the mailbox: the
-model call (render on the ConversationActor, generate on a StreamerActor), the tool
-round (react.* on the ConversationActor, the rest on the ToolExecutorActor pool), the
-wait timer, the followup grace. So a cancel or a DONE is handled at once whatever
-is in flight.
+model call (``Render`` on the ConversationActor, then a StreamerActor), the tool round
+(react.* calls in one ``RunTools`` on the ConversationActor, the rest on the
+ToolExecutorActor pool), the wait timer, the followup grace. So a cancel or a DONE is
+handled at once whatever is in flight.
 
-What the model wrote is checked here (``decision_protocol``): every refusal and
-violation becomes a ``react.notice`` block the model sees next round. Before each
-model call and on entering Waiting the turn is persisted with its checkpoint, so a
-node that dies loses at most the round in flight; a ``ResumeReAct`` continues it.
+What the turn puts on the timeline is collected as ``Writes`` and travels with the
+next exchange with the conversation (``actors.mailbox``): a round is at most three of
+them, and one LMDB commit. The checkpoint is committed before every model call and
+on entering Waiting, so a node that dies loses at most the round in flight; a
+``ResumeReAct`` continues it. Every way a turn ends (a result, a runtime failure, the
+conversation lost to another node) is one ``EndTurn`` told to the conversation.
+
+Cancellation: stopping the actor cancels its child tasks; an ask in flight to the
+conversation is abandoned (its answer, if any, is dropped).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
-from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any
-
-import nats.errors
+from typing import Any, Literal
 
 import messages
-from bus import BusError
-from channels import strip_fence
+from bus import BusError, Subscription
 from messages import (
-    Ack,
     AgentTask,
     CancelReAct,
-    ErrorReply,
-    GenerateRequest,
     GenerateResult,
     ReActProgress,
     ReActResult,
     SkipWaiting,
-    ToolCall,
-    ToolResult,
     TurnRequest,
     Usage,
-    new_id,
 )
-from messages.ids import is_valid_name
-from timeline import AnnounceContext, Block, Timeline
-from timeline.blocks import (
-    COMPLETION,
-    NOTICE,
-    REACT_NOTES,
-    SIGNAL_DONE,
-    SUGGESTED_FOLLOWUPS,
-    TOOL_CALL,
-    TOOL_RESULT,
-)
-from timeline.paths import ar_path, tc_path
-from timeline.sources import SourceRow
+from timeline import AnnounceContext, Block
+from tools.react import ReactOutcome
 
 from . import events as ev
-from .base import Actor, ActorStopped
-from .cluster import ConversationLost
-from .conversation import (
-    Append,
-    Apply,
-    ConversationActor,
-    Persist,
+from .base import Actor, ActorRef
+from .decision_protocol import CallLedger, Notice
+from .errors import ActorStopped, ConversationLost
+from .mailbox import (
+    ApplyDone,
+    Commit,
+    Control,
+    EndTurn,
+    FollowupArrived,
+    GraceOver,
+    LateSignal,
+    ModelReply,
+    NotesAck,
     Render,
-    RunReact,
-    TurnEnded,
-    TurnLost,
+    RunTools,
+    ToolOutcome,
+    ToolsDone,
+    Write,
+    Writes,
 )
-from .conversation import UnseenFollowups as UnseenFollowupsQuery
-from .decision_protocol import CallLedger, Notice, ToolCallSpec, check_decision
-from .services import TaskEntry
+from .policy import AGENT_SEND, TurnSettings, classify_reply, parse_followups, verdict
+from .remote import call_tool, failed, generate
+from .services import Services, TaskEntry
 from .state import DecisionState, checkpoint, resume_event, transition
-from .streamer import failed_result
+from .turn_blocks import call_block, final_blocks, notes_block, notice_block, signal_block
 
 log = logging.getLogger(__name__)
 
-AGENT_SEND = "agent.send"
-MAX_TOOL_SOURCES = 20
-"""Source rows one external tool result may add to the pool."""
+ASK_TIMEOUT_S = 120.0
+"""How long one exchange with the conversation may take (a render, a commit)."""
 BEST_EFFORT_NOTICE = (
     "The turn's budget is spent ({reason}). Write your final answer now from what is on "
     "the timeline: action complete, no tool calls."
 )
 
 
-# --- mailbox messages (besides actors.events) ---------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
 class _Begin:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class _ModelReply:
-    round: int
-    result: GenerateResult
-    forced: bool
-
-
-@dataclass(frozen=True, slots=True)
-class _GraceOver:
-    round: int
-    answer: str
-    tokens: int
-
-
-@dataclass(frozen=True, slots=True)
-class _FollowupArrived:
-    pass
-
-
-@dataclass(frozen=True, slots=True)
-class _Control:
-    message: SkipWaiting | CancelReAct
-
-
-@dataclass(frozen=True, slots=True)
-class _DoneIn:
-    signal: messages.DoneSignal
-    reply: asyncio.Future[messages.Message]
-
-
-# --- the actor ----------------------------------------------------------------------------
+    """First message: subscribe to control, start or resume the state machine."""
 
 
 class DecisionActor(Actor):
@@ -136,30 +88,32 @@ class DecisionActor(Actor):
 
     def __init__(
         self,
-        conv: ConversationActor,
+        conv: ActorRef,
+        services: Services,
         request: TurnRequest,
         state: DecisionState,
+        turn: TurnSettings,
         *,
         resume: dict[str, Any] | None = None,
     ) -> None:
         super().__init__(f"turn:{request.turn_id}")
         self.conv = conv
-        self.services = conv.services
+        self.services = services
         self.request = request
         self.cid = request.conversation_id
         self.tid = request.turn_id
         self.state = state
         self.resume = resume
-        self.limits = _limits(request, self.services.settings)
-        self.max_calls = _int(request.config.get("max_tool_calls_per_decision"), 5)
-        self.grace_s = _float(
-            request.config.get("followup_grace_s"), self.services.settings.followup_grace_s
-        )
-        self.model = str(request.config.get("model") or self.services.settings.model)
+        self.turn = turn
+        self.limits = turn.limits
         self.ledger = CallLedger()
         self.usage = Usage()
         self.seq = 0
         self.notices = 0
+        self.pending: list[Write] = []
+        """What goes on the timeline with the next exchange with the conversation."""
+        self.followups_arrived = 0
+        self.followups_rendered = 0
         self.best_effort: str | None = None
         self.followups: list[str] = []
         self.sources_used: list[int] = []
@@ -169,68 +123,65 @@ class DecisionActor(Actor):
         self._tools_task: asyncio.Task[None] | None = None
         self._timer: asyncio.Task[None] | None = None
         self._grace: asyncio.Task[None] | None = None
-        self._control: Any = None
+        self._control: Subscription | None = None
         self._finished = False
 
-    # -- entry points used by the conversation and the node --------------------------------------
     def start(self) -> None:
         super().start()
         self.tell(_Begin())
 
-    def tell_followup(self) -> None:
-        if not self._finished:
-            self.tell(_FollowupArrived())
-
-    def ask_done(self, signal: messages.DoneSignal) -> asyncio.Future[messages.Message]:
-        """Route a DONE here; the future answers ``Ack`` or ``ErrorReply``."""
-        future: asyncio.Future[messages.Message] = asyncio.get_running_loop().create_future()
-        self.tell(_DoneIn(signal, future))
-        return future
-
     # -- mailbox ---------------------------------------------------------------------------------
     async def receive(self, message: object) -> object:
         if self._finished:
-            if isinstance(message, _DoneIn) and not message.reply.done():
-                message.reply.set_exception(ActorStopped(self.name))
+            if isinstance(message, ApplyDone):
+                raise ActorStopped(self.name)  # the conversation classifies it (late)
             return None
         try:
-            await self._receive(message)
+            return await self._receive(message)
         except asyncio.CancelledError:
             raise
         except ConversationLost as exc:
-            if isinstance(message, _DoneIn) and not message.reply.done():
-                message.reply.set_exception(exc)
-            await self._give_up(exc)
+            await self._end("lost", reason=exc.reason)
+            if isinstance(message, ApplyDone):
+                raise
         except Exception as exc:
             log.exception("turn %s failed handling %s", self.tid, type(message).__name__)
-            if isinstance(message, _DoneIn) and not message.reply.done():
-                message.reply.set_exception(exc)
             await self._abort(f"{type(exc).__name__}: {exc}")
+            if isinstance(message, ApplyDone):
+                raise
         return None
 
-    async def _receive(self, message: object) -> None:
+    async def _receive(self, message: object) -> object:
         match message:
             case _Begin():
                 await self._begin()
-            case _ModelReply():
+            case ModelReply():
                 await self._on_model_reply(message)
-            case _GraceOver():
-                await self._on_grace_over(message)
-            case _FollowupArrived():
+            case GraceOver():
+                self._grace = None
+                await self._answer(message.round, message.answer, message.tokens, grace=False)
+            case FollowupArrived(count=count):
+                self.followups_arrived = count
                 if self._grace is not None and not self._grace.done():
                     self._grace.cancel()
                     self._grace = None
                     await self.feed(ev.AnswerDeferred(self.state.round, "a followup arrived"))
-            case _Control(message=SkipWaiting() as skip):
+            case Control(message=SkipWaiting() as skip):
                 await self.feed(ev.SkipWaiting(skip.turn_id, skip.reason))
-            case _Control(message=CancelReAct() as cancel):
+            case Control(message=CancelReAct() as cancel):
                 await self.feed(ev.CancelReAct(cancel.turn_id, cancel.reason))
-            case _DoneIn():
-                await self._on_done(message)
-            case ev.ToolsFinished() | ev.WaitTimeout():
+            case ApplyDone(signal=signal):
+                return verdict(signal, await self.feed(ev.event_from_message(signal)))
+            case ToolsDone():
+                self.pending.extend(message.outcomes)
+                await self.feed(ev.ToolsFinished(message.round, message.detail))
+            case ev.WaitTimeout():
                 await self.feed(message)
+            case ConversationLost():
+                raise message
             case _:
                 raise TypeError(f"{self.name} does not take {type(message).__name__}")
+        return None
 
     async def feed(self, event: ev.Event) -> tuple[ev.Effect, ...]:
         self.state, effects = transition(self.state, event)
@@ -244,7 +195,7 @@ class DecisionActor(Actor):
         async def on_control(msg: messages.Message, env: Any) -> None:
             if isinstance(msg, SkipWaiting | CancelReAct) and msg.turn_id == self.tid:
                 if not self._finished:
-                    self.tell(_Control(msg))
+                    self.tell(Control(msg))
 
         self._control = await bus.subscribe(bus.subjects.turn_control(self.tid), on_control)
         if self.resume is not None:
@@ -252,35 +203,40 @@ class DecisionActor(Actor):
         else:
             await self.feed(ev.StartReAct(self.tid, self.limits))
 
+    def _writes(self) -> Writes:
+        items, self.pending = tuple(self.pending), []
+        return Writes(items)
+
     # -- effects --------------------------------------------------------------------------------
     async def _execute(self, effect: ev.Effect) -> None:
         match effect:
             case ev.CallModel(round=r):
-                await self._checkpoint()
-                self._model_task = self.spawn(self._model_round(r), f"model-{r}")
+                render = self._render_message(r, record=checkpoint(self.state))
+                self._model_task = self.spawn(self._model_round(render), f"model-{r}")
             case ev.CancelModel():
                 await self._cancel_model()
             case ev.RunTools(round=r, calls=calls):
-                self._tools_task = self.spawn(self._tools_round(r, calls), f"tools-{r}")
+                self._start_tools(r, calls)
             case ev.CancelTools():
                 if self._tools_task is not None:
                     self._tools_task.cancel()
             case ev.SendAgentTask():
                 await self._send_task(effect)
             case ev.StartWaitTimer(generation=g, seconds=s):
-                await self._checkpoint()
+                commit = Commit(self.tid, self._writes(), checkpoint(self.state))
+                await self.conv.ask(commit, timeout=ASK_TIMEOUT_S)
                 self._timer = self.spawn(self._wait(g, s), f"wait-{g}")
             case ev.CancelWaitTimer():
                 if self._timer is not None:
                     self._timer.cancel()
                     self._timer = None
             case ev.RecordSignal(signal=signal, task_id=task_id):
-                await self._record_signal(signal, task_id)
+                self.services.tasks.answered(task_id)
+                self.pending.append(signal_block(self.tid, signal, task_id, self._now()))
             case ev.RecordLateSignal(signal=signal, reason=reason):
-                conv = self.conv
-                await conv.ask(Apply(lambda tl: conv.record_late_signal(signal, reason)))
+                self.pending.append(LateSignal(signal, reason))
             case ev.RecordNotice(code=code, text=text):
-                await self._append(self._notice_block(code, text))
+                self.pending.append(self._notice(code, text))
             case ev.EmitProgress(phase=phase, round=r, detail=detail):
                 await self._progress(phase, r, detail)
             case ev.FinalizeBestEffort(reason=reason):
@@ -290,24 +246,12 @@ class DecisionActor(Actor):
             case ev.Ignored(reason=reason):
                 log.debug("turn %s ignored: %s", self.tid, reason)
 
-    async def _append(self, *blocks: Block) -> list[Block]:
-        appended: list[Block] = await self.conv.ask(Append(tuple(blocks)))
-        return appended
+    def _now(self) -> float:
+        return self.services.clock()
 
-    def _notice_block(self, code: str, text: str) -> Block:
+    def _notice(self, code: str, text: str) -> Block:
         self.notices += 1
-        path = ar_path(self.tid, f"react.notice.{self.state.round}.{self.notices}")
-        return Block.new(
-            NOTICE,
-            self.tid,
-            self.services.clock(),
-            path=path,
-            text=f"{code}: {text}",
-            meta={"code": code},
-        )
-
-    async def _checkpoint(self) -> None:
-        await self.conv.ask(Persist({self.tid: checkpoint(self.state)}))
+        return notice_block(self.tid, self.state.round, self.notices, code, text, self._now())
 
     async def _progress(self, phase: messages.Phase, round_: int, detail: str) -> None:
         bus = self.services.bus
@@ -320,37 +264,44 @@ class DecisionActor(Actor):
             log.warning("progress card of turn %s lost: %s", self.tid, exc)
 
     # -- the model ----------------------------------------------------------------------------
-    def _announce(self, notices: tuple[str, ...] = ()) -> AnnounceContext:
+    def _render_message(
+        self,
+        round_: int,
+        *,
+        record: dict[str, object] | None = None,
+        force: bool = False,
+        notices: tuple[str, ...] = (),
+    ) -> Render:
         budget = self.limits.token_budget
-        return AnnounceContext(
+        announce = AnnounceContext(
             iteration=self.state.round,
             max_iterations=self.limits.max_iterations,
             budget_tokens=None if budget is None else max(budget - self.state.tokens_used, 0),
             notices=notices,
         )
-
-    async def _render(
-        self, round_: int, *, force: bool = False, notices: tuple[str, ...] = ()
-    ) -> GenerateRequest:
-        request: GenerateRequest = await self.conv.ask(
-            Render(
-                self.tid,
-                round_,
-                self._announce(notices),
-                model=self.model,
-                max_output_tokens=self.services.settings.max_output_tokens,
-                seq_start=self.seq,
-                force_compaction=force,
-            )
+        return Render(
+            self.tid,
+            round_,
+            announce,
+            writes=self._writes(),
+            record=record,
+            model=self.turn.model,
+            max_output_tokens=self.services.settings.max_output_tokens,
+            seq_start=self.seq,
+            force_compaction=force,
         )
-        return request
 
-    async def _model_round(self, round_: int, *, force: bool = False) -> None:
+    async def _model_round(self, render: Render) -> None:
+        round_ = render.round
         try:
-            request = await self._render(round_, force=force)
-            result = await self._generate(request)
+            rendered = await self.conv.ask(render, timeout=ASK_TIMEOUT_S)
+            result = await generate(self.services, rendered.request)
+            followups = rendered.followups
         except asyncio.CancelledError:
             raise
+        except ConversationLost as exc:
+            self.tell(exc)
+            return
         except Exception as exc:
             log.exception("round %d of turn %s failed before the model answered", round_, self.tid)
             result = GenerateResult(
@@ -361,46 +312,8 @@ class DecisionActor(Actor):
                 error_code="internal_error",
                 seq_end=self.seq,
             )
-        self.tell(_ModelReply(round_, result, force))
-
-    async def _generate(self, request: GenerateRequest) -> GenerateResult:
-        """One model call on a streamer: this node's by reference, else the pool."""
-        services = self.services
-        bus = services.bus
-        timeout = services.settings.model_timeout_s + 5.0
-        shelf = services.shelf
-        if shelf is not None:
-            ref = shelf.put(request)
-            small = GenerateRequest(
-                conversation_id=request.conversation_id,
-                turn_id=request.turn_id,
-                round=request.round,
-                context_ref=ref,
-            )
-            try:
-                reply = await bus.request(
-                    bus.subjects.llm_generate_local(shelf.node_id),
-                    small,
-                    timeout=timeout,
-                    raise_remote=False,
-                )
-                if isinstance(reply, GenerateResult):
-                    return reply
-                log.warning("local streamer refused round %d: %s", request.round, reply)
-            except BusError as exc:
-                log.warning("local streamer unreachable (%s); using the pool", exc)
-            finally:
-                shelf.drop(ref)
-        try:
-            reply = await bus.request(
-                bus.subjects.llm_generate, request, timeout=timeout, raise_remote=False
-            )
-        except BusError as exc:
-            return failed_result(request, "model_unreachable", f"no streamer answered: {exc}")
-        if isinstance(reply, GenerateResult):
-            return reply
-        text = reply.message if isinstance(reply, ErrorReply) else f"unexpected {reply.kind}"
-        return failed_result(request, "model_unreachable", text)
+            followups = self.followups_rendered
+        self.tell(ModelReply(round_, result, render.force_compaction, followups))
 
     async def _cancel_model(self) -> None:
         if self._model_task is not None:
@@ -415,115 +328,73 @@ class DecisionActor(Actor):
         except BusError as exc:
             log.warning("could not cancel the model call of turn %s: %s", self.tid, exc)
 
-    async def _on_model_reply(self, reply: _ModelReply) -> None:
+    async def _on_model_reply(self, reply: ModelReply) -> None:
         state = self.state
         if state.round != reply.round or state.phase != "thinking":
             log.debug("stale model reply of round %d", reply.round)
             return
         result = reply.result
+        self.followups_rendered = reply.followups_rendered
         self.usage = self.usage + result.usage
         self.seq = max(self.seq, result.seq_end)
         tokens = result.usage.total_input_tokens + result.usage.output_tokens
         if result.error_code == "context_window" and not reply.forced:
-            self._model_task = self.spawn(
-                self._model_round(reply.round, force=True), f"model-{reply.round}-compacted"
-            )
+            render = self._render_message(reply.round, force=True)
+            self._model_task = self.spawn(self._model_round(render), f"model-{reply.round}-c")
             return
         if result.error_code:
-            await self.feed(
-                ev.ModelFailed(reply.round, f"{result.error_code}: {result.error}", tokens)
-            )
+            error = f"{result.error_code}: {result.error}"
+            await self.feed(ev.ModelFailed(reply.round, error, tokens))
             return
         channels = result.channels
-        answer = channels.get("answer", "")
-        checked = check_decision(
-            channels.get("decision", ""),
+        classified = classify_reply(
+            reply.round,
+            channels,
+            ledger=self.ledger,
             external=self.services.external_tools(),
-            max_calls=self.max_calls,
-            answer=answer,
+            max_calls=self.turn.max_calls,
+            tokens=tokens,
         )
-        await self._record_round(reply.round, channels.get("thinking", ""), checked.notes)
-        notices = list(checked.notices)
-        if checked.action in ("complete", "exit"):
-            await self._record_notices(notices)
-            self.followups = _followups(channels.get("followup", ""))
-            self.sources_used = list(result.used_sources)
-            self.client_answers[answer.strip()] = result.answer_emitted.strip()
-            await self._answered(reply.round, answer.strip(), tokens)
+        now = self._now()
+        notes = notes_block(
+            self.tid, reply.round, channels.get("thinking", ""), classified.notes, now
+        )
+        if notes is not None:
+            self.pending.append(notes)
+        if classified.notes.strip():
+            self.pending.append(NotesAck(classified.notes, reply.round, now))
+        await self._record_notices(classified.notices)
+        if classified.event is not None:
+            await self.feed(classified.event)
             return
-        calls: list[ev.ToolSpec] = []
-        agent_calls: list[ev.AgentCall] = []
-        refused: list[Notice] = []
-        for index, call in enumerate(checked.calls, start=1):
-            problem = self.ledger.admit(call) or _agent_problem(call)
-            if problem is not None:
-                (refused if problem.code == "repeated_call" else notices).append(problem)
-                continue
-            call_id = f"c{reply.round}-{index}"
-            if call.tool == AGENT_SEND:
-                agent_calls.append(
-                    ev.AgentCall(
-                        call_id,
-                        new_id("task-"),
-                        str(call.params["name"]),
-                        str(call.params["text"]),
-                    )
-                )
-            else:
-                calls.append(ev.ToolSpec(call_id, call.tool, dict(call.params)))
-        if calls or agent_calls:
-            await self._record_notices([*notices, *refused])
-            await self.feed(ev.ModelDecided(reply.round, tuple(calls), tuple(agent_calls), tokens))
-        elif refused:
-            await self._record_notices(notices + refused[1:])
-            first = refused[0]
-            await self.feed(ev.CallRefused(reply.round, first.code, first.message, tokens))
-        else:
-            first = notices[0] if notices else Notice("empty_decision", "no usable call")
-            await self._record_notices(notices[1:])
-            await self.feed(ev.ProtocolViolation(reply.round, first.code, first.message, tokens))
+        self.followups = parse_followups(channels.get("followup", ""))
+        self.sources_used = list(result.used_sources)
+        self.client_answers[classified.answer] = result.answer_emitted.strip()
+        await self._answer(reply.round, classified.answer, tokens, grace=True)
 
-    async def _record_round(self, round_: int, thinking: str, notes: str) -> None:
-        text = "\n".join(part for part in (thinking.strip(), notes.strip()) if part)
-        now = self.services.clock()
-        tid = self.tid
-        if text:
-            path = ar_path(tid, f"react.notes.{round_}")
-            await self._append(Block.new(REACT_NOTES, tid, now, path=path, text=text))
-        if notes.strip():
-            await self.conv.ask(
-                Apply(lambda tl: tl.acknowledge(notes, turn_id=tid, ts=now, iteration=round_))
-            )
+    async def _record_notices(self, notices: tuple[Notice, ...]) -> None:
+        for n in notices:
+            self.pending.append(self._notice(n.full_code, n.message))
+        for n in notices:
+            await self._progress("notice", self.state.round, f"{n.full_code}: {n.message}")
 
-    async def _record_notices(self, notices: list[Notice]) -> None:
-        if notices:
-            await self._append(*(self._notice_block(n.full_code, n.message) for n in notices))
-            for n in notices:
-                await self._progress("notice", self.state.round, f"{n.full_code}: {n.message}")
-
-    async def _answered(self, round_: int, answer: str, tokens: int) -> None:
-        unseen: int = await self.conv.ask(UnseenFollowupsQuery())
-        if unseen:
-            await self.feed(ev.AnswerDeferred(round_, f"{unseen} followup(s) not seen yet", tokens))
+    async def _answer(self, round_: int, answer: str, tokens: int, *, grace: bool) -> None:
+        """The model answered: one more round when a followup came that it has not seen,
+        else (after the followup grace, when there is one) the turn completes."""
+        unseen = self.followups_arrived - self.followups_rendered
+        if unseen > 0:
+            reason = f"{unseen} followup(s) not seen yet" if grace else "a followup arrived"
+            await self.feed(ev.AnswerDeferred(round_, reason, tokens))
             return
-        if self.grace_s <= 0:
+        if not grace or self.turn.grace_s <= 0:
             await self.feed(ev.ModelAnswered(round_, answer, tokens))
             return
 
-        async def grace() -> None:
-            await asyncio.sleep(self.grace_s)
-            self.tell(_GraceOver(round_, answer, tokens))
+        async def wait() -> None:
+            await asyncio.sleep(self.turn.grace_s)
+            self.tell(GraceOver(round_, answer, tokens))
 
-        self._grace = self.spawn(grace(), f"grace-{round_}")
-
-    async def _on_grace_over(self, message: _GraceOver) -> None:
-        self._grace = None
-        unseen: int = await self.conv.ask(UnseenFollowupsQuery())
-        if unseen:
-            event: ev.Event = ev.AnswerDeferred(message.round, "a followup arrived", message.tokens)
-        else:
-            event = ev.ModelAnswered(message.round, message.answer, message.tokens)
-        await self.feed(event)
+        self._grace = self.spawn(wait(), f"grace-{round_}")
 
     async def _best_effort(self, reason: str) -> str:
         """One tool-free model call for an answer when the budget is spent."""
@@ -531,15 +402,14 @@ class DecisionActor(Actor):
             f"I could not finish this within the turn's budget ({reason}). "
             "What I found so far is on the timeline."
         )
-        if self.limits.token_budget is not None and self.state.tokens_used >= (
-            self.limits.token_budget
-        ):
+        budget = self.limits.token_budget
+        if budget is not None and self.state.tokens_used >= budget:
             return fallback
+        notice = BEST_EFFORT_NOTICE.format(reason=reason)
         try:
-            request = await self._render(
-                self.state.round + 1, notices=(BEST_EFFORT_NOTICE.format(reason=reason),)
-            )
-            result = await self._generate(request)
+            render = self._render_message(self.state.round + 1, notices=(notice,))
+            rendered = await self.conv.ask(render, timeout=ASK_TIMEOUT_S)
+            result = await generate(self.services, rendered.request)
         except (TimeoutError, BusError) as exc:
             log.warning("best-effort answer of turn %s failed: %s", self.tid, exc)
             return fallback
@@ -547,118 +417,67 @@ class DecisionActor(Actor):
         self.seq = max(self.seq, result.seq_end)
         answer = result.channels.get("answer", "").strip()
         if answer:
-            self.followups = _followups(result.channels.get("followup", ""))
+            self.followups = parse_followups(result.channels.get("followup", ""))
             self.sources_used = list(result.used_sources)
             self.client_answers[answer] = result.answer_emitted.strip()
         return answer or fallback
 
     # -- tools ----------------------------------------------------------------------------------
-    async def _tools_round(self, round_: int, calls: tuple[ev.ToolSpec, ...]) -> None:
-        now = self.services.clock()
-        await self._append(
-            *(
-                Block.new(
-                    TOOL_CALL,
-                    self.tid,
-                    now,
-                    path=tc_path(self.tid, c.call_id, "call"),
-                    call_id=c.call_id,
-                    mime="application/json",
-                    data={"tool": c.tool, "params": dict(c.params)},
-                )
-                for c in calls
-            )
-        )
-        outcomes = await asyncio.gather(*(self._guarded_call(c) for c in calls))
-        blocks: list[Block] = []
-        failed = 0
-        for call, (ok, data, extra, notices) in zip(calls, outcomes, strict=True):
-            failed += not ok
-            blocks.append(
-                Block.new(
-                    TOOL_RESULT,
-                    self.tid,
-                    self.services.clock(),
-                    path=tc_path(self.tid, call.call_id, "result"),
-                    call_id=call.call_id,
-                    mime="application/json",
-                    data=data,
-                    meta={"tool": call.tool, "ok": ok},
-                )
-            )
-            blocks.extend(extra)
-            blocks.extend(self._notice_block(n.full_code, n.message) for n in notices)
-        await self._append(*blocks)
-        detail = f"{len(calls)} result(s)" + (f", {failed} failed" if failed else "")
-        self.tell(ev.ToolsFinished(round_, detail))
+    def _start_tools(self, round_: int, calls: tuple[ev.ToolSpec, ...]) -> None:
+        now = self._now()
+        self.pending.extend(call_block(self.tid, c.call_id, c.tool, c.params, now) for c in calls)
+        react = tuple(c for c in calls if c.tool.startswith("react."))
+        run = RunTools(self.tid, react, self._writes()) if react else None
+        self._tools_task = self.spawn(self._tools_round(round_, calls, run), f"tools-{round_}")
 
-    async def _guarded_call(
-        self, call: ev.ToolSpec
-    ) -> tuple[bool, dict[str, Any], list[Block], list[Notice]]:
+    async def _tools_round(
+        self, round_: int, calls: tuple[ev.ToolSpec, ...], run: RunTools | None
+    ) -> None:
+        external = [c for c in calls if not c.tool.startswith("react.")]
+        timeout = self.turn.tool_timeout_s
+        jobs = [
+            call_tool(
+                self.services, c, conversation_id=self.cid, turn_id=self.tid, timeout_s=timeout
+            )
+            for c in external
+        ]
+        react_outcomes: tuple[ReactOutcome, ...] = ()
         try:
-            return await self._run_call(call)
+            outside = asyncio.gather(*jobs)
+            if run is not None:
+                ask = self.conv.ask(run, timeout=timeout + ASK_TIMEOUT_S)
+                react_outcomes, outcomes = await asyncio.gather(ask, outside)
+            else:
+                outcomes = await outside
         except asyncio.CancelledError:
             raise
+        except ConversationLost as exc:
+            self.tell(exc)
+            return
         except Exception as exc:
-            log.exception("tool %s (call %s) of turn %s failed", call.tool, call.call_id, self.tid)
+            log.exception("tool round %d of turn %s failed", round_, self.tid)
             error = f"the tool failed inside the runtime: {type(exc).__name__}: {exc}"
-            return False, {"status": "error", "error": error}, [], []
-
-    async def _run_call(
-        self, call: ev.ToolSpec
-    ) -> tuple[bool, dict[str, Any], list[Block], list[Notice]]:
-        if call.tool.startswith("react."):
-            outcome = await self.conv.ask(RunReact(call.tool, call.params, self.tid, call.call_id))
-            return outcome.ok, outcome.result, list(outcome.blocks), list(outcome.notices)
-        bus = self.services.bus
-        timeout = _float(self.request.config.get("tool_timeout_s"), 0.0) or (
-            self.services.settings.tool_timeout_s
-        )
-        message = ToolCall(
-            conversation_id=self.cid,
-            turn_id=self.tid,
-            call_id=call.call_id,
-            tool=call.tool,
-            params=dict(call.params),
-            timeout_s=timeout,
-        )
-        subject = (
-            bus.subjects.tools_exec_local(self.services.settings.node_id)
-            if self.services.local_tools
-            else bus.subjects.tools_exec
-        )
-        try:
-            reply = await bus.request(subject, message, timeout=timeout + 2.0, raise_remote=False)
-        except BusError as exc:
-            error = f"the tool executors did not answer: {exc}"
-            return False, {"status": "error", "error": error}, [], []
-        if not isinstance(reply, ToolResult):
-            error = reply.message if isinstance(reply, ErrorReply) else f"got {reply.kind}"
-            return False, {"status": "error", "error": error}, [], []
-        data: dict[str, Any] = {"status": "ok" if reply.ok else "error"}
-        content = reply.content
-        rows = reply.data.get("sources") if reply.ok else None
-        if isinstance(rows, list) and rows:
-            pooled = await self.conv.ask(Apply(lambda tl: _pool_sources(tl, rows)))
-            if pooled:
-                data["sources"] = pooled
-                heads = [f"[S:{r['sid']}] {r['title']} — {r['url']}" for r in pooled]
-                content = "\n".join(heads) + ("\n" + content if content else "")
-        if content:
-            data["content"] = content
-        if reply.data:
-            data["data"] = {k: v for k, v in reply.data.items() if k != "sources"}
-        if reply.error:
-            data["error"] = reply.error
-        if reply.artifacts:
-            data["artifacts"] = [a.model_dump(mode="json") for a in reply.artifacts]
-        return reply.ok, data, [], []
+            self.tell(ToolsDone(round_, tuple(failed(c, error) for c in calls), "failed"))
+            return
+        by_id = {o.call_id: o for o in outcomes}
+        for call, outcome in zip(run.calls if run else (), react_outcomes, strict=True):
+            after = [
+                *outcome.blocks,
+                *(self._notice(n.full_code, n.message) for n in outcome.notices),
+            ]
+            by_id[call.call_id] = ToolOutcome(
+                call.call_id, call.tool, outcome.ok, outcome.result, (), tuple(after)
+            )
+        ordered = tuple(by_id[c.call_id] for c in calls)
+        bad = sum(not o.ok for o in ordered)
+        detail = f"{len(calls)} result(s)" + (f", {bad} failed" if bad else "")
+        self.tell(ToolsDone(round_, ordered, detail))
 
     # -- outside agents -------------------------------------------------------------------------
     async def _send_task(self, effect: ev.SendAgentTask) -> None:
         services = self.services
         bus = services.bus
-        now = services.clock()
+        now = self._now()
         services.tasks.add(TaskEntry(effect.task_id, effect.agent, self.cid, self.tid, now))
         text = (
             f"{effect.text}\n\n---\nYou are the outside agent '{effect.agent}'. When the work "
@@ -674,16 +493,6 @@ class DecisionActor(Actor):
             text=text,
             done_subject=bus.subjects.agent_done,
         )
-        params = {"name": effect.agent, "text": effect.text}
-        call = Block.new(
-            TOOL_CALL,
-            self.tid,
-            now,
-            path=tc_path(self.tid, effect.call_id, "call"),
-            call_id=effect.call_id,
-            mime="application/json",
-            data={"tool": AGENT_SEND, "params": params},
-        )
         status: dict[str, Any] = {
             "status": "sent",
             "agent": effect.agent,
@@ -693,47 +502,10 @@ class DecisionActor(Actor):
             await bus.publish(bus.subjects.agent_inbox(effect.agent), task)
         except BusError as exc:
             status = {"status": "error", "error": f"could not send: {exc}"}
-        result = Block.new(
-            TOOL_RESULT,
-            self.tid,
-            services.clock(),
-            path=tc_path(self.tid, effect.call_id, "result"),
-            call_id=effect.call_id,
-            mime="application/json",
-            data=status,
-            meta={"tool": AGENT_SEND, "ok": status["status"] == "sent"},
-        )
-        await self._append(call, result)
-
-    async def _record_signal(self, signal: ev.DoneSignal, task_id: str) -> None:
-        self.services.tasks.answered(task_id)
-        text = f"{signal.agent}: {signal.summary}"
-        for artifact in signal.artifacts:
-            text += f"\n- artifact {artifact.path} ({artifact.mime})"
-            if artifact.text:
-                text += f": {artifact.text}"
-        await self._append(
-            Block.new(
-                SIGNAL_DONE,
-                self.tid,
-                self.services.clock(),
-                path=ar_path(self.tid, f"signal.done.{task_id}"),
-                text=text,
-                meta={"agent": signal.agent, "task_id": task_id, "signal_id": signal.signal_id},
-            )
-        )
-
-    async def _on_done(self, message: _DoneIn) -> None:
-        signal = message.signal
-        event = ev.event_from_message(signal)
-        try:
-            effects = await self.feed(event)
-        except Exception as exc:
-            if not message.reply.done():
-                message.reply.set_exception(exc)
-            raise
-        if not message.reply.done():
-            message.reply.set_result(_verdict(signal, effects))
+        params = {"name": effect.agent, "text": effect.text}
+        self.pending.append(call_block(self.tid, effect.call_id, AGENT_SEND, params, now))
+        ok = status["status"] == "sent"
+        self.pending.append(ToolOutcome(effect.call_id, AGENT_SEND, ok, status))
 
     async def _wait(self, generation: int, seconds: float) -> None:
         await asyncio.sleep(seconds)
@@ -742,32 +514,9 @@ class DecisionActor(Actor):
     # -- the end --------------------------------------------------------------------------------
     async def _finish(self, effect: ev.Finish) -> None:
         answer = effect.answer if effect.answer is not None else (self.best_effort or "")
-        now = self.services.clock()
-        blocks = []
-        if answer:
-            blocks.append(
-                Block.new(
-                    COMPLETION,
-                    self.tid,
-                    now,
-                    path=ar_path(self.tid, "assistant.completion"),
-                    text=answer,
-                    meta={"status": effect.status},
-                )
-            )
-        if self.followups:
-            blocks.append(
-                Block.new(
-                    SUGGESTED_FOLLOWUPS,
-                    self.tid,
-                    now,
-                    path=ar_path(self.tid, "stage.suggested_followups"),
-                    mime="application/json",
-                    data=list(self.followups),
-                )
-            )
-        if blocks:
-            await self._append(*blocks)
+        self.pending.extend(
+            final_blocks(self.tid, answer, effect.status, self.followups, self._now())
+        )
         result = ReActResult(
             conversation_id=self.cid,
             turn_id=self.tid,
@@ -779,48 +528,13 @@ class DecisionActor(Actor):
             rounds=effect.rounds,
             error=effect.error,
         )
-        record = {
-            "status": effect.status,
-            "turn_id": self.tid,
-            "result": result.model_dump(mode="json"),
-        }
-        await self.conv.ask(Persist({self.tid: record}))
-        bus = self.services.bus
-        for task in (self._timer, self._grace, self._tools_task):
-            if task is not None:
-                task.cancel()
-        self._finished = True
-        await bus.publish(bus.subjects.result(self.tid), result)
-        if self._control is not None:
-            await self._control.unsubscribe()
-        self.conv.tell(TurnEnded(self.tid, self.state, result))
-        self.request_stop()
-
-    async def _give_up(self, exc: ConversationLost) -> None:
-        """Another node owns the conversation now: stop without a result; the turn goes back
-        to the queue and resumes there from the durable copy."""
-        if self._finished:
-            return
-        self._finished = True
-        await self._cancel_model()
-        for task in (self._tools_task, self._timer, self._grace):
-            if task is not None:
-                task.cancel()
-        if self._control is not None:
-            with contextlib.suppress(Exception):
-                await self._control.unsubscribe()
-        log.warning("turn %s handed back: %s", self.tid, exc.reason)
-        self.conv.tell(TurnLost(self.tid))
-        self.request_stop()
+        await self._end("result", result=result)
 
     async def _abort(self, error: str) -> None:
         """The runtime itself failed (storage full, a bug): fail the turn, say why, go on."""
         if self._finished:
             return
         await self._cancel_model()
-        for task in (self._tools_task, self._timer, self._grace):
-            if task is not None:
-                task.cancel()
         self.state, _ = transition(self.state, ev.CancelReAct(self.tid, "runtime failure"))
         result = ReActResult(
             conversation_id=self.cid,
@@ -830,103 +544,29 @@ class DecisionActor(Actor):
             rounds=self.state.round,
             error=f"the runtime failed: {error}",
         )
-        record = {"status": "failed", "turn_id": self.tid, "result": result.model_dump(mode="json")}
-        try:
-            await self.conv.ask(Persist({self.tid: record}))
-        except Exception as exc:
-            log.error("turn %s: its failure could not be persisted either: %s", self.tid, exc)
+        await self._progress("complete", self.state.round, result.error or "failed")
+        await self._end("result", result=result)
+
+    async def _end(
+        self,
+        how: Literal["result", "lost"],
+        *,
+        result: ReActResult | None = None,
+        reason: str = "",
+    ) -> None:
+        """Stop everything in flight and tell the conversation how the turn ended."""
+        if self._finished:
+            return
         self._finished = True
-        bus = self.services.bus
-        with contextlib.suppress(BusError, nats.errors.Error):
-            await self._progress("complete", self.state.round, result.error or "failed")
-            await bus.publish(bus.subjects.result(self.tid), result)
+        if how == "lost":
+            await self._cancel_model()
+        for task in (self._tools_task, self._timer, self._grace):
+            if task is not None:
+                task.cancel()
         if self._control is not None:
-            with contextlib.suppress(Exception):
+            with contextlib.suppress(BusError):
                 await self._control.unsubscribe()
-        self.conv.tell(TurnEnded(self.tid, self.state, result))
+        if how == "lost":
+            log.warning("turn %s handed back: %s", self.tid, reason)
+        self.conv.tell(EndTurn(self.tid, how, self.state, result, self._writes(), reason))
         self.request_stop()
-
-
-# --- helpers ------------------------------------------------------------------------------
-
-
-def _limits(request: TurnRequest, settings: Any) -> ev.Limits:
-    config = request.config
-    budget = _int(config.get("max_tokens"), settings.token_budget)
-    return ev.Limits(
-        max_iterations=_int(config.get("max_iterations"), settings.max_iterations),
-        token_budget=budget if budget > 0 else None,
-        max_consecutive_refusals=_int(config.get("max_consecutive_refusals"), 3),
-        wait_timeout_s=_float(config.get("wait_timeout_s"), settings.wait_timeout_s),
-    )
-
-
-def _int(value: object, default: int) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else default
-
-
-def _float(value: object, default: float) -> float:
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    return default
-
-
-def _followups(raw: str) -> list[str]:
-    try:
-        data = json.loads(strip_fence(raw).strip() or "[]")
-    except ValueError:
-        return []
-    if not isinstance(data, list):
-        return []
-    return [str(item) for item in data if isinstance(item, str | int | float)][:5]
-
-
-def _agent_problem(call: ToolCallSpec) -> Notice | None:
-    if call.tool != AGENT_SEND:
-        return None
-    name = call.params.get("name")
-    if not isinstance(name, str) or not is_valid_name(name):
-        return Notice(
-            "bad_params",
-            f"agent.send needs the agent's name (letters, digits, '-', '_'), got {name!r}.",
-            AGENT_SEND,
-        )
-    if not isinstance(call.params.get("text"), str) or not call.params["text"].strip():
-        return Notice("bad_params", "agent.send needs the task text.", AGENT_SEND)
-    return None
-
-
-def _verdict(signal: messages.DoneSignal, effects: tuple[ev.Effect, ...]) -> messages.Message:
-    """What the sender of a DONE is told, from what the state machine did with it."""
-    ref = signal.task_id or signal.turn_id or ""
-    for effect in effects:
-        match effect:
-            case ev.RecordNotice(code=code, text=text, signal_id=sid) if sid == signal.signal_id:
-                return ErrorReply(code=code, message=text)
-            case ev.RecordSignal(task_id=task_id):
-                return Ack(ref=task_id, detail="applied")
-            case ev.RecordLateSignal():
-                return Ack(ref=ref, detail="late: recorded, announced next turn")
-            case ev.Ignored(reason=reason) if "duplicate" in reason:
-                return Ack(ref=ref, detail="duplicate: already applied")
-    return Ack(ref=ref, detail="queued: applied when the turn next waits")
-
-
-def _pool_sources(tl: Timeline, rows: list[Any]) -> list[dict[str, Any]]:
-    """Add a tool's source rows (url, title, text) to the pool; the SIDs they got."""
-    proposals = [
-        SourceRow(
-            0,
-            url=str(row.get("url") or ""),
-            title=str(row.get("title") or ""),
-            text=str(row.get("text") or "")[:2000],
-            provider=str(row.get("provider") or ""),
-        )
-        for row in rows[:MAX_TOOL_SOURCES]
-        if isinstance(row, Mapping)
-    ]
-    out: list[dict[str, Any]] = []
-    for pooled in tl.sources.add_rows(proposals):
-        if pooled is not None:
-            out.append({"sid": pooled.sid, "title": pooled.title, "url": pooled.url})
-    return out

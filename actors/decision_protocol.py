@@ -20,6 +20,8 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from channels import strip_fence
 from tools.react_types import write_order_notice
 
+from .events import ToolSpec
+
 MAX_CALLS_PER_DECISION = 5
 MAX_IDENTICAL_CALLS = 3
 
@@ -51,8 +53,8 @@ REQUIRED: Mapping[str, tuple[str, ...]] = {
 }
 
 
-class ToolCallSpec(BaseModel):
-    """One call of a decision."""
+class _CallSchema(BaseModel):
+    """The JSON schema of one call in the decision channel (parsed into ``ToolSpec``)."""
 
     model_config = ConfigDict(extra="ignore")
 
@@ -66,7 +68,7 @@ class ReactDecision(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
     action: Literal["call_tools", "complete", "exit"]
-    calls: list[ToolCallSpec] = Field(default_factory=list)
+    calls: list[_CallSchema] = Field(default_factory=list)
     notes: str = ""
 
 
@@ -88,7 +90,7 @@ class Checked:
     """The outcome of one decision: what to do, and what to tell the model."""
 
     action: Literal["call_tools", "complete", "exit"] | None
-    calls: tuple[ToolCallSpec, ...] = ()
+    calls: tuple[ToolSpec, ...] = ()
     notes: str = ""
     notices: tuple[Notice, ...] = ()
 
@@ -109,7 +111,7 @@ def _schema_error(exc: ValidationError) -> str:
     return f"{where}: {first.get('msg', 'invalid')}"
 
 
-def check_call(call: ToolCallSpec, external: Iterable[str] = ()) -> Notice | None:
+def check_call(call: ToolSpec, external: Iterable[str] = ()) -> Notice | None:
     """Why ``call`` cannot run, or None. ``external`` names the registry's tools."""
     tool = call.tool
     allowed = REACT_PARAMS.get(tool)
@@ -149,6 +151,7 @@ def check_decision(
     external: Iterable[str] = (),
     max_calls: int = MAX_CALLS_PER_DECISION,
     answer: str = "",
+    round_: int = 0,
 ) -> Checked:
     """Validate the raw decision channel; never raises on model output.
 
@@ -209,7 +212,7 @@ def check_decision(
     if not decision.calls:
         notices.append(Notice("missing_tool_id", "call_tools needs 1 to 5 calls."))
         return Checked(None, notes=decision.notes, notices=tuple(notices))
-    runnable: list[ToolCallSpec] = []
+    runnable: list[ToolSpec] = []
     for index, call in enumerate(decision.calls):
         if index >= max_calls:
             notices.append(
@@ -221,11 +224,12 @@ def check_decision(
                 )
             )
             continue
-        problem = check_call(call, external)
+        spec = ToolSpec(f"c{round_}-{len(runnable) + 1}", call.tool, dict(call.params))
+        problem = check_call(spec, external)
         if problem is not None:
             notices.append(problem)
         else:
-            runnable.append(call)
+            runnable.append(spec)
     return Checked("call_tools", tuple(runnable), decision.notes, tuple(notices))
 
 
@@ -236,7 +240,7 @@ class CallLedger:
     limit: int = MAX_IDENTICAL_CALLS
     seen: Counter[str] = field(default_factory=Counter)
 
-    def admit(self, call: ToolCallSpec) -> Notice | None:
+    def admit(self, call: ToolSpec) -> Notice | None:
         key = canonical(call.tool, call.params)
         if self.seen[key] >= self.limit:
             return Notice(

@@ -4,8 +4,9 @@
 around it turns what it receives (wire messages, model replies, finished tool
 rounds, its wait timer firing) into an ``Event`` and executes the returned
 ``Effect`` values in order. Both are closed unions of small frozen dataclasses.
-Events that mirror a wire message reuse its name (``StartReAct``, ``DoneSignal``,
-``SkipWaiting``, ``CancelReAct``); ``event_from_message`` converts those.
+Events that mirror a wire message reuse its name (``DoneSignal``, ``SkipWaiting``,
+``CancelReAct``); ``event_from_message`` converts those. A turn's limits are parsed
+once, by ``actors.policy.TurnSettings``.
 Nothing here does I/O or reads a clock.
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeGuard
+from typing import Any
 
 import messages
 from messages import ArtifactRef, TurnStatus
@@ -367,31 +368,10 @@ Effect = (
 # --- wire messages to events -------------------------------------------------------------
 
 
-def limits_from_message(msg: messages.StartReAct) -> Limits:
-    """The limits a ``StartReAct`` message asks for (``max_tokens`` 0: no token budget).
-
-    ``config`` may override ``max_consecutive_refusals`` (int) and ``wait_timeout_s``
-    (number); values of another type are ignored.
-    """
-    defaults = Limits()
-    refusals = msg.config.get("max_consecutive_refusals")
-    timeout = msg.config.get("wait_timeout_s")
-    return Limits(
-        max_iterations=msg.max_iterations,
-        token_budget=msg.max_tokens if msg.max_tokens > 0 else None,
-        max_consecutive_refusals=(
-            refusals if _is_int(refusals) else defaults.max_consecutive_refusals
-        ),
-        wait_timeout_s=float(timeout) if _is_number(timeout) else defaults.wait_timeout_s,
-    )
-
-
 def event_from_message(
-    msg: messages.StartReAct | messages.DoneSignal | messages.SkipWaiting | messages.CancelReAct,
+    msg: messages.DoneSignal | messages.SkipWaiting | messages.CancelReAct,
 ) -> Event:
     """The event a wire message becomes."""
-    if isinstance(msg, messages.StartReAct):
-        return StartReAct(msg.turn_id, limits_from_message(msg))
     if isinstance(msg, messages.DoneSignal):
         return DoneSignal(
             signal_id=msg.signal_id,
@@ -404,11 +384,3 @@ def event_from_message(
     if isinstance(msg, messages.SkipWaiting):
         return SkipWaiting(msg.turn_id, msg.reason)
     return CancelReAct(msg.turn_id, msg.reason)
-
-
-def _is_int(value: object) -> TypeGuard[int]:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-def _is_number(value: object) -> TypeGuard[int | float]:
-    return _is_int(value) or isinstance(value, float)

@@ -1,23 +1,15 @@
 """The node: one process (or one Ray actor) that serves turns from the durable queue.
 
-A node connects to NATS and makes sure the turn queue exists: a JetStream
-work-queue stream capturing ``al.turn.submit`` (a plain core publish from a client is
-enough) and one durable pull consumer that all nodes share (DESIGN.md §3). It pulls
-turn requests while it has room (``max_active_turns``), hands each to the
-ConversationActor of its conversation (loaded from LMDB on first use), keeps the
-message *in progress* while the turn waits or runs, and acks it once the result is
-published. A node that dies leaves its messages unacked: after ``ack_wait`` they go
-to another node, which resumes each turn from the persisted timeline.
+A node connects to NATS, pulls turn requests from the queue all nodes share
+(``actors.turn_queue``), hands each to the ConversationActor of its conversation
+(loaded from LMDB on first use) and hosts this node's StreamerActor and
+ToolExecutorActor pools. It routes ``agent.done`` signals to the turn that sent the
+task (DESIGN.md §2.2): straight to a running turn's DecisionActor, else to the
+conversation (a late or duplicate DONE), and serves followups and feedback.
 
-It also hosts this node's StreamerActor and ToolExecutorActor pools, routes
-``agent.done`` signals to the turn that sent the task (DESIGN.md §2.2), and serves
-followups and feedback for its conversations.
-
-In cluster mode (``ACTLINE_CLUSTER``; ``actors.cluster``) several nodes share the queue: a
-node leases a conversation in JetStream KV before running its turn (a turn of a conversation
-leased elsewhere goes back to the queue for a moment), copies every persisted round to
-JetStream under a check-and-set on the conversation's head, and adopts that durable copy when
-it takes a conversation over; DONE signals, followups and feedback are answered by the owner.
+Where conversations live is the ownership seam (``actors.ownership``), chosen once in
+``start``: ``LocalOwnership``, or ``ClusterOwnership`` (``ACTLINE_CLUSTER``: leases in
+JetStream KV, the durable copy, every node hearing inputs and the owner answering).
 
 ``python -m actors.node --nats URL`` runs one node until SIGINT/SIGTERM.
 """
@@ -28,59 +20,37 @@ import argparse
 import asyncio
 import contextlib
 import logging
-import random
 import signal
 import sys
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-import nats.errors
-from nats.aio.msg import Msg
-from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy, StorageType, StreamConfig
-from nats.js.errors import NotFoundError
-
 import messages
-from bus import Bus, BusError, Envelope
+from bus import Bus, Envelope, Subscription
 from llm.prompt import system_prompt
 from llm.protocol import Model
-from messages import (
-    Ack,
-    DeadLetter,
-    DecodeError,
-    DoneSignal,
-    ErrorReply,
-    Feedback,
-    Followup,
-    TurnRequest,
-)
+from messages import Ack, DoneSignal, ErrorReply, Feedback, Followup, SubjectError, TurnRequest
 from storage import Store
-from timeline import Block
 from tools import KnowledgeSpace
 from tools.builtin import BuiltinConfig, register_builtins
-from tools.react import ReactTools, index_rows
+from tools.react import ReactTools
 from tools.workspace import TurnFiles
 
-from .base import ActorStopped
-from .cluster import ConversationLost, JetStreamCopy, KvLeases, adopt
-from .conversation import ConversationActor, RouteDone, TurnJob
+from .conversation import ConversationActor
+from .errors import ActorStopped, AskTimeout, ConversationLost, NodeNotStarted
+from .mailbox import ApplyDone, RouteDone, TurnJob, UserInput
+from .ownership import ClusterOwnership, LocalOwnership, Ownership
 from .services import Services, TaskBook
 from .settings import NodeSettings, load_mcp_config
 from .streamer import ContextShelf, StreamerActor, models_by_name
 from .tool_executor import ToolExecutorActor, ToolRegistry
+from .turn_queue import TurnQueue
 
 log = logging.getLogger(__name__)
 
-CONSUMER = "nodes"
-DEFER_S = 0.2
-"""How long a turn of a conversation leased to another node stays out of the queue."""
-NOT_MINE = frozenset({"unknown_task", "unknown_turn", "no_outstanding_task"})
-"""DONE verdicts a node keeps to itself in cluster mode (another node may run the turn)."""
-
-
-def stream_name(prefix: str) -> str:
-    """The JetStream stream of a deployment's turn queue (``al`` -> ``AL_TURNS``)."""
-    return "".join(c if c.isalnum() else "_" for c in prefix).upper() + "_TURNS"
+ASK_TIMEOUT_S = 30.0
+"""How long a DONE, followup or feedback waits for its conversation or turn."""
 
 
 class Node:
@@ -105,24 +75,18 @@ class Node:
         self._store = store
         self._own_store = store is None
         self._knowledge = knowledge
-        self.conversations: dict[str, ConversationActor] = {}
+        self._conversations: dict[str, ConversationActor] = {}
         self._loading: dict[str, asyncio.Future[ConversationActor]] = {}
-        self._inflight: dict[str, list[Msg]] = {}
-        self._room = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
-        self._subs: list[Any] = []
+        self._subs: list[Subscription] = []
         self.streamer: StreamerActor | None = None
         self.executor: ToolExecutorActor | None = None
         self.services: Services | None = None
         self._mcp = contextlib.AsyncExitStack()
-        self.leases: KvLeases | None = None
-        self.durable: JetStreamCopy | None = None
-        self._turn_cids: dict[str, str] = {}
-        self._background: set[asyncio.Task[None]] = set()
-        self.turns_taken = 0
-        self.turns_settled = 0
-        self.turns_deferred = 0
-        """Turn requests handed back because another node held the conversation's lease."""
+        self.ownership: Ownership = LocalOwnership()
+        self.queue = TurnQueue(
+            bus, ack_wait_s=self.settings.ack_wait_s, max_active=self.settings.max_active_turns
+        )
         self._started = False
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -139,8 +103,27 @@ class Node:
 
     @property
     def store(self) -> Store:
-        assert self._store is not None, "start() the node first"
+        if self._store is None:
+            raise NodeNotStarted("the node's store")
         return self._store
+
+    @property
+    def conversations(self) -> dict[str, ConversationActor]:
+        """The conversations this node holds now (one lost to another node is not)."""
+        return {cid: c for cid, c in self._conversations.items() if not c.lost}
+
+    @property
+    def turns_taken(self) -> int:
+        return self.queue.taken
+
+    @property
+    def turns_settled(self) -> int:
+        return self.queue.settled
+
+    @property
+    def turns_deferred(self) -> int:
+        """Turn requests handed back because another node held the conversation's lease."""
+        return self.queue.deferred
 
     async def start(self) -> None:
         if self._started:
@@ -163,10 +146,10 @@ class Node:
         if settings.mcp_config is not None:
             await self._start_mcp(settings.mcp_config)
         if settings.cluster:
-            self.leases = KvLeases(self.bus, self.node_id, ttl_s=settings.lease_ttl_s)
-            self.durable = JetStreamCopy(self.bus, writer=self.node_id)
-            await self.leases.start()
-            await self.durable.start()
+            self.ownership = ClusterOwnership(
+                self.bus, self.node_id, lease_ttl_s=settings.lease_ttl_s
+            )
+        await self.ownership.start()
         tools = {t["name"]: str(t.get("description") or "") for t in self.registry.describe()}
         self.services = Services(
             bus=self.bus,
@@ -179,8 +162,8 @@ class Node:
             shelf=shelf,
             tasks=TaskBook(),
             local_tools=settings.tool_workers > 0,
-            durable=self.durable,
-            on_lost=self._lost,
+            ownership=self.ownership,
+            queue=self.queue,
         )
         if settings.streamers > 0:
             self.streamer = StreamerActor(
@@ -205,19 +188,12 @@ class Node:
         self._subs.append(await self.bus.subscribe(subjects.conv_any("followup"), self._on_input))
         self._subs.append(
             await self.bus.subscribe(
-                subjects.conv_any("feedback"),
-                self._on_input,
-                queue=None if settings.cluster else "feedback",
+                subjects.conv_any("feedback"), self._on_input, queue=self.ownership.input_queue
             )
         )
-        psub = await self._ensure_queue()
-        self._subs.append(psub)
-        self._room.set()
-        self._tasks.append(asyncio.create_task(self._pull(psub), name="node:pull"))
-        self._tasks.append(asyncio.create_task(self._heartbeat(), name="node:heartbeat"))
+        await self.queue.start(self._take)
         self._tasks.append(asyncio.create_task(self._evict_idle(), name="node:evict"))
-        if self.leases is not None:
-            self._tasks.append(asyncio.create_task(self._renew_leases(), name="node:leases"))
+        self._tasks.append(asyncio.create_task(self._renew(), name="node:ownership"))
         log.info("node %s serving %s", self.node_id, subjects.turn_submit)
 
     async def stop(self) -> None:
@@ -233,18 +209,11 @@ class Node:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
         self._subs.clear()
-        for conv in list(self.conversations.values()):
+        for conv in list(self._conversations.values()):
             await conv.kill()
-        self.conversations.clear()
-        for msgs in self._inflight.values():
-            for msg in msgs:
-                with contextlib.suppress(Exception):
-                    await msg.nak()
-        self._inflight.clear()
-        if self.leases is not None:  # a graceful stop hands the conversations on at once
-            for cid in list(self.leases.held):
-                with contextlib.suppress(Exception):
-                    await self.leases.release(cid)
+        self._conversations.clear()
+        await self.queue.stop()
+        await self.ownership.stop()
         if self.streamer is not None:
             await self.streamer.stop()
         if self.executor is not None:
@@ -255,7 +224,7 @@ class Node:
             self._store = None
 
     def _turn_files(self, conversation_id: str, turn_id: str) -> TurnFiles | None:
-        conv = self.conversations.get(conversation_id)
+        conv = self._conversations.get(conversation_id)
         return conv.turn_files(turn_id) if conv is not None else None
 
     async def _start_mcp(self, config: Path) -> None:
@@ -281,152 +250,36 @@ class Node:
 
         return make_model(LLMSettings.from_env(model=self.settings.model))
 
-    # -- the durable queue ---------------------------------------------------------------------
-    async def _ensure_queue(self) -> Any:
-        js = self.bus.jetstream()
-        name = stream_name(self.bus.subjects.prefix)
-        subject = self.bus.subjects.turn_submit
-        try:
-            await js.stream_info(name)
-        except NotFoundError:
-            await js.add_stream(
-                StreamConfig(
-                    name=name,
-                    subjects=[subject],
-                    retention=RetentionPolicy.WORK_QUEUE,
-                    storage=StorageType.FILE,
-                    max_msg_size=messages.MAX_PAYLOAD,
-                )
-            )
-        config = ConsumerConfig(
-            durable_name=CONSUMER,
-            ack_policy=AckPolicy.EXPLICIT,
-            ack_wait=self.settings.ack_wait_s,
-            max_deliver=-1,
-            max_ack_pending=-1,
-        )
-        return await js.pull_subscribe(subject, durable=CONSUMER, stream=name, config=config)
-
-    async def _pull(self, psub: Any) -> None:
-        while True:
-            room = self.settings.max_active_turns - len(self._inflight)
-            if room <= 0:
-                self._room.clear()
-                await self._room.wait()
-                continue
-            try:
-                # One at a time: a larger batch sometimes waits for the server's request
-                # timeout (up to ~1 s) to fill although a message is already delivered.
-                batch = await psub.fetch(batch=1, timeout=1.0)
-            except (nats.errors.TimeoutError, TimeoutError):
-                continue
-            except nats.errors.Error as exc:
-                log.warning("turn queue fetch failed (%s); retrying", exc)
-                await asyncio.sleep(0.5)
-                continue
-            deferred = False
-            for msg in batch:
-                try:
-                    deferred = await self._take(msg) or deferred
-                except Exception:
-                    log.exception("could not take a turn request; it will be redelivered")
-            if deferred:
-                # Stay off the queue a little longer than the request: a waiting fetch of
-                # the owner gets it, instead of this node fetching it back at once.
-                await asyncio.sleep(DEFER_S * (1.5 + random.random()))
-
-    async def _take(self, msg: Msg) -> bool:
-        """Hand a turn request to its conversation; True when it was deferred (leased
-        elsewhere)."""
-        try:
-            request = messages.decode(msg.data)
-        except DecodeError as exc:
-            await self._dead_letter(msg, exc.reason)
-            return False
-        if not isinstance(request, TurnRequest):
-            await self._dead_letter(msg, f"expected turn.request, got {request.kind}")
-            return False
-        tid = request.turn_id
-        cid = request.conversation_id
-        if tid in self._inflight:  # a redelivery of a turn this node already runs
-            self._inflight[tid].append(msg)
-            await msg.in_progress()
-            return False
-        if self.leases is not None and not await self.leases.acquire(cid):
-            # Another node owns the conversation: back to the queue for a moment, until the
-            # owner fetches it (each fetch goes to any node) or its lease has lapsed.
-            self.turns_deferred += 1
-            log.debug("turn %s deferred: conversation %s is leased elsewhere", tid, cid)
-            await msg.nak(delay=DEFER_S)
-            return True
-        self.turns_taken += 1
-        self._inflight[tid] = [msg]
-        self._turn_cids[tid] = cid
-        conv = await self.conversation(cid)
-
-        async def settle() -> None:
-            await self._settle(tid)
-
-        async def requeue() -> None:
-            await self._requeue(tid)
-
-        conv.tell(TurnJob(request, settle, requeue))
-        return False
-
-    async def _requeue(self, turn_id: str) -> None:
-        """Hand a turn back to the queue at once (this node lost its conversation)."""
-        self._turn_cids.pop(turn_id, None)
-        for msg in self._inflight.pop(turn_id, []):
-            with contextlib.suppress(nats.errors.Error):
-                await msg.nak()
-        self._room.set()
-
-    async def _settle(self, turn_id: str) -> None:
-        self._turn_cids.pop(turn_id, None)
-        for msg in self._inflight.pop(turn_id, []):
-            try:
-                await msg.ack()
-            except nats.errors.Error as exc:
-                log.warning("ack of turn %s failed: %s", turn_id, exc)
-        self.turns_settled += 1
-        self._room.set()
-
-    async def _heartbeat(self) -> None:
-        period = max(self.settings.ack_wait_s / 3.0, 0.05)
-        while True:
-            await asyncio.sleep(period)
-            for msgs in list(self._inflight.values()):
-                for msg in msgs:
-                    with contextlib.suppress(nats.errors.Error):
-                        await msg.in_progress()
-
-    async def _dead_letter(self, msg: Msg, reason: str) -> None:
-        log.warning("undecodable turn request (%d bytes): %s", len(msg.data), reason)
-        letter = DeadLetter(
-            subject=msg.subject, reason=reason, raw=bytes(msg.data[:65536]), raw_size=len(msg.data)
-        )
-        with contextlib.suppress(BusError, nats.errors.Error):
-            await self.bus.publish(self.bus.subjects.deadletter, letter)
-        await msg.term()
-
     # -- conversations ----------------------------------------------------------------------------
+    async def _take(self, request: TurnRequest) -> bool:
+        """Hand a turn request to its conversation; False when another node owns it."""
+        cid = request.conversation_id
+        if not await self.ownership.claim(cid):
+            return False
+        conv = await self.conversation(cid)
+        conv.tell(TurnJob(request))
+        return True
+
     async def conversation(self, cid: str) -> ConversationActor:
-        """The actor of ``cid``, loaded from this node's store on first use."""
-        conv = self.conversations.get(cid)
-        if conv is not None:
+        """The actor of ``cid``, loaded from this node's store on first use (an actor that
+        lost its conversation to another node is dropped and the conversation reloaded)."""
+        conv = self._conversations.get(cid)
+        if conv is not None and conv.running and not conv.lost:
             return conv
+        if conv is not None:
+            del self._conversations[cid]
         pending = self._loading.get(cid)
         if pending is not None:
             return await pending
         future: asyncio.Future[ConversationActor] = asyncio.get_running_loop().create_future()
         self._loading[cid] = future
         try:
-            assert self.services is not None
-            head = await self._sync_from_copy(cid)
+            if self.services is None:
+                raise NodeNotStarted("the node's conversations")
+            await self.ownership.prepare(cid, self.store)
             conv = await ConversationActor.load(cid, self.services)
-            conv.head_revision = head
             conv.start()
-            self.conversations[cid] = conv
+            self._conversations[cid] = conv
             future.set_result(conv)
             return conv
         except BaseException as exc:
@@ -436,75 +289,29 @@ class Node:
         finally:
             self._loading.pop(cid, None)
 
-    async def _sync_from_copy(self, cid: str) -> int | None:
-        """Cluster mode: bring this node's LMDB to the durable copy before loading ``cid``.
-
-        Fast path: the head was written by this node at the length stored here. Otherwise
-        the rounds are read from JetStream and adopted (appended, or the local copy
-        replaced). A conversation stored here but never copied is published whole.
-        Returns the head's KV revision (None: no durable copy yet).
-        """
-        durable = self.durable
-        if durable is None:
-            return None
-        store = self.store
-        head = await durable.head(cid)
-        _, stored = await asyncio.to_thread(store.cursor, cid)
-        if head is None:
-            if not stored:
-                return None
-            blocks = [Block.from_dict(b) for b in await asyncio.to_thread(_blocks, store, cid)]
-            header = await asyncio.to_thread(store.header, cid)
-            return await durable.publish_round(cid, blocks, [], dict(header or {}), expect=None)
-        header, revision = head
-        if header.get("writer") == self.node_id and int(header.get("stored_seq", -1)) == stored:
-            return revision
-        copy = await durable.read(cid)
-        if copy is None:
-            return None
-        await asyncio.to_thread(adopt, store, cid, copy, index=index_rows)
-        log.info("conversation %s taken over from the durable copy (head %d)", cid, revision)
-        return copy.kv_revision
-
-    def _lost(self, cid: str) -> None:
-        """A conversation actor found it lost its conversation: drop it (in a task, since
-        the actor calls this from its own mailbox)."""
-        conv = self.conversations.pop(cid, None)
-        if self.durable is not None:
-            self.durable.forget(cid)
-        if conv is not None:
-            task = asyncio.get_running_loop().create_task(conv.stop())
-            self._background.add(task)
-            task.add_done_callback(self._background.discard)
-
-    async def _renew_leases(self) -> None:
-        assert self.leases is not None
-        period = max(self.settings.lease_ttl_s / 3.0, 0.05)
+    async def _renew(self) -> None:
         while True:
-            await asyncio.sleep(period)
-            for cid in await self.leases.renew_all():
+            await asyncio.sleep(self.ownership.renew_every_s)
+            for cid in await self.ownership.renew():
                 log.warning("lease of %s lapsed: dropping it here", cid)
-                conv = self.conversations.pop(cid, None)
+                conv = self._conversations.pop(cid, None)
                 if conv is not None:
                     await conv.kill()
-                if self.durable is not None:
-                    self.durable.forget(cid)
-                for tid in [t for t, c in self._turn_cids.items() if c == cid]:
-                    await self._requeue(tid)
+                for tid in self.queue.running():
+                    if conv is not None and conv.has_turn(tid):
+                        await self.queue.requeue(tid)
 
     async def _evict_idle(self) -> None:
         while True:
             await asyncio.sleep(min(max(self.settings.idle_evict_s / 4, 1.0), 60.0))
-            assert self.services is not None
+            if self.services is None:
+                continue
             now = self.services.clock()
-            for cid, conv in list(self.conversations.items()):
+            for cid, conv in list(self._conversations.items()):
                 if not conv.busy and now - conv.last_active > self.settings.idle_evict_s:
-                    del self.conversations[cid]
+                    del self._conversations[cid]
                     await conv.stop()
-                    if self.leases is not None:
-                        await self.leases.release(cid)
-                    if self.durable is not None:
-                        self.durable.forget(cid)
+                    await self.ownership.release(cid)
 
     # -- DONE, followups, feedback ----------------------------------------------------------------
     async def _on_done(self, msg: messages.Message, env: Envelope) -> messages.Message | None:
@@ -512,48 +319,26 @@ class Node:
             return ErrorReply(
                 code="unexpected_message", message=f"expected agent.done, got {msg.kind}"
             )
-        for attempt in range(3):
-            try:
-                verdict = await self._route_done(msg)
-            except ActorStopped:  # the turn ended while the signal was on its way
-                await asyncio.sleep(0.01 * (attempt + 1))
-                continue
-            except ConversationLost:
-                return ErrorReply(
-                    code="retry",
-                    message="the conversation moved to another node; send the DONE again",
-                )
-            if self.leases is not None and isinstance(verdict, ErrorReply):
-                if verdict.code in NOT_MINE:
-                    return None  # every node hears the DONE: the one that runs the turn answers
-            return verdict
-        return ErrorReply(code="retry", message="the turn was ending; send the DONE again")
+        try:
+            verdict = await self._route_done(msg)
+        except ConversationLost:
+            return ErrorReply(
+                code="retry", message="the conversation moved to another node; send the DONE again"
+            )
+        except AskTimeout as exc:
+            return ErrorReply(code="retry", message=f"{exc}; send the DONE again")
+        return None if self.ownership.quiet(verdict) else verdict
 
     async def _route_done(self, msg: DoneSignal) -> messages.Message:
-        assert self.services is not None
+        """A running turn's DecisionActor answers; a DONE for an ended turn goes to its
+        conversation (late, duplicate or refused)."""
+        if self.services is None:
+            raise NodeNotStarted("DONE routing")
         book = self.services.tasks
-        cid: str | None = None
         signal = msg
-        if msg.task_id is not None:
-            entry = book.get(msg.task_id)
-            if entry is not None:
-                cid = entry.conversation_id
-            else:
-                cid = self._conversation_running(msg.turn_id)
-            if cid is None:
-                return ErrorReply(
-                    code="unknown_task",
-                    message=f"no task {msg.task_id} is known here; check the id, or send the "
-                    f"DONE without ids to answer {msg.agent}'s oldest open task",
-                )
-        elif msg.turn_id is not None:
-            cid = self._conversation_running(msg.turn_id)
-            if cid is None:
-                return ErrorReply(
-                    code="unknown_turn",
-                    message=f"turn {msg.turn_id} is not running here; nothing was applied",
-                )
-        else:
+        entry = book.get(msg.task_id) if msg.task_id is not None else None
+        turn_id = entry.turn_id if entry is not None else msg.turn_id
+        if msg.task_id is None and msg.turn_id is None:
             open_tasks = book.open_tasks(msg.agent)
             turns = sorted({t.turn_id for t in open_tasks})
             if not open_tasks:
@@ -568,22 +353,28 @@ class Node:
                     message=f"{msg.agent} has open tasks in {len(turns)} turns ({ids}); "
                     "name one with --task ID",
                 )
-            cid = open_tasks[0].conversation_id
-            signal = msg.model_copy(update={"turn_id": open_tasks[0].turn_id})
+            turn_id = open_tasks[0].turn_id
+            signal = msg.model_copy(update={"turn_id": turn_id})
+        running = book.running(turn_id)
+        if running is not None:
+            with contextlib.suppress(ActorStopped):  # it just ended: its conversation answers
+                return await running.decision.ask(ApplyDone(signal), timeout=ASK_TIMEOUT_S)
+        cid = entry.conversation_id if entry is not None else None
+        if cid is None and running is not None:
+            cid = running.conversation_id
+        if cid is None:
+            if msg.task_id is not None:
+                return ErrorReply(
+                    code="unknown_task",
+                    message=f"no task {msg.task_id} is known here; check the id, or send the "
+                    f"DONE without ids to answer {msg.agent}'s oldest open task",
+                )
+            return ErrorReply(
+                code="unknown_turn",
+                message=f"turn {msg.turn_id} is not running here; nothing was applied",
+            )
         conv = await self.conversation(cid)
-        verdict = await conv.ask(RouteDone(signal))
-        if isinstance(verdict, asyncio.Future):
-            verdict = await verdict
-        assert isinstance(verdict, Ack | ErrorReply)
-        return verdict
-
-    def _conversation_running(self, turn_id: str | None) -> str | None:
-        if turn_id is None:
-            return None
-        for cid, conv in self.conversations.items():
-            if conv.running_turn == turn_id:
-                return cid
-        return None
+        return await conv.ask(RouteDone(signal), timeout=ASK_TIMEOUT_S)
 
     async def _on_input(self, msg: messages.Message, env: Envelope) -> messages.Message | None:
         if not isinstance(msg, Followup | Feedback):
@@ -591,33 +382,35 @@ class Node:
                 code="unexpected_message",
                 message=f"expected turn.followup or turn.feedback, got {msg.kind}",
             )
-        cid = env.subject.split(".")[-2]
+        verb = "followup" if isinstance(msg, Followup) else "feedback"
+        try:
+            cid = self.bus.subjects.conversation_of(env.subject, verb)
+        except SubjectError:
+            cid = ""
         if cid != msg.conversation_id:
             return ErrorReply(
                 code="wrong_subject",
                 message=f"the message is for conversation {msg.conversation_id}, "
                 f"sent on {env.subject}",
             )
-        if self.leases is not None:  # cluster: every node hears it; the owner answers
-            if isinstance(msg, Followup) and cid not in self.conversations:
-                return None
-            if isinstance(msg, Feedback) and not await self.leases.acquire(cid):
-                return None
-        if isinstance(msg, Followup) and cid not in self.conversations:
+        loaded = cid in self._conversations
+        if not await self.ownership.accepts(cid, msg, loaded=loaded):
+            return None  # every node hears it; the conversation's owner answers
+        if isinstance(msg, Followup) and not loaded:
             return ErrorReply(
                 code="turn_not_running",
                 message=f"turn {msg.turn_id} is not running; send the text as a new turn.request",
             )
         conv = await self.conversation(cid)
-        answer = await conv.ask(msg)
+        answer = await conv.ask(UserInput(msg), timeout=ASK_TIMEOUT_S)
         assert isinstance(answer, Ack | ErrorReply)
         return answer
 
     def stats(self) -> dict[str, Any]:
         return {
             "node": self.node_id,
-            "conversations": len(self.conversations),
-            "active_turns": len(self._inflight),
+            "conversations": len(self._conversations),
+            "active_turns": self.queue.active,
             "turns_taken": self.turns_taken,
             "turns_settled": self.turns_settled,
         }
@@ -680,7 +473,3 @@ def main(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     sys.exit(main())
-
-
-def _blocks(store: Store, cid: str) -> list[dict[str, Any]]:
-    return list(store.iter_blocks(cid))

@@ -1,8 +1,10 @@
 """What a node shares with the conversation-scoped actors it hosts.
 
 ``Services`` bundles the bus, the store, the settings, the in-loop tools, the names of
-the external tools and the node's ``TaskBook``: the outside-agent tasks it sent, so
-that an ``agent.done`` finds its turn (DESIGN.md §2.2).
+the external tools, the node's ``TaskBook`` (the outside-agent tasks it sent and the
+turns running here, so that an ``agent.done`` finds its turn, DESIGN.md §2.2), the
+turn queue that settles requests, and the ownership seam (``actors.ownership``).
+These are services handed down to the actors, never callbacks into the node.
 """
 
 from __future__ import annotations
@@ -10,15 +12,48 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from bus import Bus
 from storage import Store
 from tools import KnowledgeSpace
 from tools.react import ReactTools
 
-from .cluster import JetStreamCopy
+from .base import ActorRef
+from .ownership import LocalOwnership, Ownership
 from .settings import NodeSettings
 from .streamer import ContextShelf
+
+
+class Settler(Protocol):
+    """Settles the queue message of a turn (the node's ``TurnQueue``)."""
+
+    async def settle(self, turn_id: str) -> None:
+        """The turn has its result: ack its request."""
+        ...
+
+    async def requeue(self, turn_id: str) -> None:
+        """Hand the request back to the queue at once (another node owns it now)."""
+        ...
+
+
+class NoQueue:
+    """A ``Settler`` for turns that did not come from a queue (tests, embedding)."""
+
+    async def settle(self, turn_id: str) -> None:
+        return None
+
+    async def requeue(self, turn_id: str) -> None:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class RunningTurn:
+    """A turn running on this node: its conversation and its DecisionActor."""
+
+    turn_id: str
+    conversation_id: str
+    decision: ActorRef
 
 
 @dataclass(slots=True)
@@ -45,11 +80,10 @@ class TaskBook:
     def __init__(self, keep: int = 10_000) -> None:
         self.keep = keep
         self._tasks: dict[str, TaskEntry] = {}
-        self._running: set[str] = set()
+        self._running: dict[str, RunningTurn] = {}
 
     def add(self, entry: TaskEntry) -> None:
         self._tasks[entry.task_id] = entry
-        self._running.add(entry.turn_id)
         while len(self._tasks) > self.keep:
             oldest = next(iter(self._tasks))
             del self._tasks[oldest]
@@ -62,11 +96,15 @@ class TaskBook:
         if entry is not None:
             entry.answered = True
 
-    def turn_started(self, turn_id: str) -> None:
-        self._running.add(turn_id)
+    def turn_started(self, turn: RunningTurn) -> None:
+        self._running[turn.turn_id] = turn
 
     def turn_ended(self, turn_id: str) -> None:
-        self._running.discard(turn_id)
+        self._running.pop(turn_id, None)
+
+    def running(self, turn_id: str | None) -> RunningTurn | None:
+        """The turn ``turn_id`` when it runs on this node."""
+        return None if turn_id is None else self._running.get(turn_id)
 
     def open_tasks(self, agent: str) -> list[TaskEntry]:
         """The agent's unanswered tasks of running turns, oldest first."""
@@ -91,10 +129,10 @@ class Services:
     shelf: ContextShelf | None = None
     tasks: TaskBook = field(default_factory=TaskBook)
     clock: Callable[[], float] = time.time
-    durable: JetStreamCopy | None = None
-    """The durable copy in JetStream (cluster mode): every persisted round goes there too."""
-    on_lost: Callable[[str], None] | None = None
-    """Called with a conversation id when this node lost it (the node drops its actor)."""
+    ownership: Ownership = field(default_factory=LocalOwnership)
+    """Where conversations live: this node only, or leased with a durable copy."""
+    queue: Settler = field(default_factory=NoQueue)
+    """Settles each turn's queue message once its result is out (or hands it back)."""
     local_tools: bool = False
     """This node runs a tool executor: external calls go to ``al.tools.exec.<node>``, where
     the conversation's workspace is (``ToolContext.files``)."""

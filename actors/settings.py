@@ -17,6 +17,8 @@ from typing import Any
 from messages import new_id
 from tools.workspace import WORKSPACE_MODES
 
+from .errors import McpConfigError
+
 
 def _default_node_id() -> str:
     host = "".join(c if c.isalnum() or c in "-_" else "-" for c in socket.gethostname())
@@ -171,28 +173,39 @@ ENV_VARS = _ENV
 
 def load_mcp_config(path: Path) -> dict[str, dict[str, Any]]:
     """The MCP servers of a JSON config: ``{"mcpServers": {name: {command, args, env, cwd}}}``
-    (``servers`` is accepted for the outer key). Raises ValueError naming what to fix."""
+    (``servers`` is accepted for the outer key). Raises ``McpConfigError`` (a
+    ``ValueError``) naming what to fix."""
     try:
         raw = json.loads(Path(path).read_text(encoding="utf-8"))
     except OSError as exc:
-        raise ValueError(f"cannot read the MCP config {path}: {exc.strerror}") from None
+        raise McpConfigError(
+            str(path), f"cannot read the MCP config {path}: {exc.strerror}"
+        ) from None
     except json.JSONDecodeError as exc:
-        raise ValueError(f"the MCP config {path} is not JSON: {exc}") from None
+        raise McpConfigError(str(path), f"the MCP config {path} is not JSON: {exc}") from None
     servers = raw.get("mcpServers", raw.get("servers")) if isinstance(raw, dict) else None
     if not isinstance(servers, dict):
-        raise ValueError(f'the MCP config {path} needs {{"mcpServers": {{name: {{...}}}}}}')
+        raise McpConfigError(
+            str(path), f'the MCP config {path} needs {{"mcpServers": {{name: {{...}}}}}}'
+        )
     out: dict[str, dict[str, Any]] = {}
     for name, spec in servers.items():
         if not isinstance(spec, dict) or not isinstance(spec.get("command"), str):
-            raise ValueError(f"MCP server {name!r} in {path} needs a command (a string)")
+            raise McpConfigError(
+                str(path), f"MCP server {name!r} in {path} needs a command (a string)"
+            )
         args = spec.get("args", [])
         env = spec.get("env")
         if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
-            raise ValueError(f"MCP server {name!r} in {path}: args must be a list of strings")
+            raise McpConfigError(
+                str(path), f"MCP server {name!r} in {path}: args must be a list of strings"
+            )
         if env is not None and not (
             isinstance(env, dict) and all(isinstance(v, str) for v in env.values())
         ):
-            raise ValueError(f"MCP server {name!r} in {path}: env must map names to strings")
+            raise McpConfigError(
+                str(path), f"MCP server {name!r} in {path}: env must map names to strings"
+            )
         out[str(name)] = {
             "command": spec["command"],
             "args": args,

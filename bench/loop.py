@@ -34,6 +34,14 @@ reported apart, as ``tool``).
    node's connection), with the byte sizes of the loop's card, model request (a
    context reference) and model reply. The loop does more per round (three cards, a
    delta, the tool); the floor is what no runtime can avoid.
+   The durable floor adds what no durable round can avoid either: one LMDB commit of
+   the bytes a round persists, in an environment of its own per case (``sync`` and
+   ``metasync`` as the case's ``storage_sync``; one write transaction putting that many
+   bytes under a new key), sampled after every batch too. The bytes are measured, not
+   assumed: after each measured turn, the msgpack of the block dicts the turn appended
+   (read back from the node's store above the cursor recorded before it) over its
+   rounds, plus the header row and the turn record that every round rewrites.
+   Durable floor = NATS floor p50 + commit p50 (likewise p90).
 3. Throughput. ``--conversations`` new conversations on one node each run turns of 2
    or 3 rounds, one after another, until ``--total-turns`` turns are done
    (``followup_grace_s`` 0): turns per second over the wall time, and this process's
@@ -47,11 +55,19 @@ reported apart, as ``tool``).
    batch of a tenth as many turns warms the node up. Then every turn is cancelled and
    must end ``cancelled``.
 
-Targets (``storage_sync=True``, as in production): a round's p50 within 3x of the
-floor's p50 at every size, and under 5 ms at the largest.
+Targets (``storage_sync=True``, as in production), in ``targets``: a round's p50 within
+3x of the NATS floor's p50 at every size, and under 5 ms at the largest. In
+``floor_targets``: a round's p50 within 2x of the durable floor's p50 at every size.
+
+``--baseline PATH`` reads an earlier run's JSON (``bench/results/loop_baseline_main.json``
+records main before the loop work) and reports this run beside it: round p50 per size and
+mode, turns/s and CPU per turn per throughput run. Its targets (``baseline.targets``, sync
+runs): CPU per turn at most half the baseline's, turns/s at least twice. The exit status
+is 1 when any target is missed.
 
     python -m bench.loop [--quick] [--sizes 100,5000] [--rounds 10] [--turns 12]
-        [--conversations 50] [--total-turns 200] [--waiting 200] [--no-nosync]
+        [--conversations 50] [--total-turns 1000] [--waiting 200] [--no-nosync]
+        [--commit-block 25] [--baseline bench/results/loop_baseline_main.json]
         [--out bench/results/loop.json]
 """
 
@@ -68,14 +84,17 @@ import os
 import platform
 import random
 import resource
+import statistics
 import tempfile
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
 from typing import Any
 
+import lmdb
+import msgpack
 import nats
 from nats.aio.msg import Msg
 from rich.console import Console
@@ -96,7 +115,7 @@ from messages import (
     Usage,
     encode,
 )
-from storage import Store
+from storage import StorageError, Store
 from timeline import Block, Timeline
 from timeline.blocks import COMPLETION, REACT_NOTES, TOOL_CALL, TOOL_RESULT, USER_PROMPT
 from timeline.paths import ar_path, tc_path
@@ -109,8 +128,11 @@ ROUNDS = 10
 TURNS = 12
 FLOOR_BLOCK = 200
 """Floor samples taken after every interleaved batch of turns."""
+COMMIT_BLOCK = 25
+"""Commits of the durable floor sampled per case after every interleaved batch of turns."""
+COMMIT_MAP_SIZE = 1 << 30
 CONVERSATIONS = 50
-TOTAL_TURNS = 200
+TOTAL_TURNS = 1_000
 WAITING = 200
 QUICK: dict[str, Any] = {
     "sizes": [100, 1_000],
@@ -120,6 +142,7 @@ QUICK: dict[str, Any] = {
     "total_turns": 16,
     "waiting": 20,
     "floor_block": 50,
+    "commit_block": 10,
 }
 CONTEXT_TOKENS = 1_000_000
 SEED = 5
@@ -131,6 +154,11 @@ QUESTION = "Which plan fits a team of twelve, and how do I move to it?"
 TOPICS = ("pricing tiers", "rate limits", "install on linux", "release notes", "sso setup")
 TARGET_RATIO = 3.0
 TARGET_P50_MS = 5.0
+TARGET_DURABLE_RATIO = 2.0
+TARGET_CPU_RATIO = 0.5
+"""CPU per turn at most this fraction of the baseline's."""
+TARGET_TPUT_RATIO = 2.0
+"""Turns per second at least this multiple of the baseline's."""
 FLOOR_MODEL = "bench.loop.floor.model"
 FLOOR_CARD = "bench.loop.floor.card"
 
@@ -303,9 +331,22 @@ class Case:
     pickup: list[float] = field(default_factory=list)
     spans: list[tuple[int, int]] = field(default_factory=list)
     """Blocks of the conversation before and after each measured turn."""
+    commit: CommitFloor | None = None
+    persisted: list[dict[str, Any]] = field(default_factory=list)
+    """What a round of each measured turn persisted (``persisted_bytes``)."""
 
     def timeline(self, cid: str) -> Timeline:
         return self.node.conversations[cid].tl
+
+    def round_bytes(self) -> int:
+        """The median bytes a round persisted over the measured turns so far."""
+        if not self.persisted:
+            raise LoopCheckFailed(self.label, "no measured turn to take the round's bytes from")
+        return round(statistics.median(int(p["bytes"]) for p in self.persisted))
+
+    @property
+    def label(self) -> str:
+        return f"{self.blocks}-{'sync' if self.sync else 'nosync'}"
 
     async def close(self) -> None:
         await self.client.close()
@@ -313,6 +354,8 @@ class Case:
         for bus in self.buses:
             await bus.close()
         self.store.close()
+        if self.commit is not None:
+            self.commit.close()
 
 
 async def open_case(
@@ -342,7 +385,9 @@ async def open_case(
     node = Node(node_bus, settings, model=model, store=store, knowledge=knowledge)
     await node.start()
     client = Client(client_bus)
-    return Case(blocks, sync, store, node, client, model, [client_bus, node_bus], stored)
+    case = Case(blocks, sync, store, node, client, model, [client_bus, node_bus], stored)
+    case.commit = CommitFloor.open(root / f"commit-{label}", sync)
+    return case
 
 
 async def warm_up(case: Case) -> None:
@@ -395,9 +440,14 @@ async def measure_turn(case: Case, cid: str, rounds: int) -> None:
     """One turn in ``cid``; its rounds, legs and wall time go to the case's samples."""
     tid = f"{cid}-measured"
     before = len(case.timeline(cid))
+    since = stored_seq(case.store, cid)
     handle, elapsed, pickup = await run_turn(case.client, case.model, cid, tid, rounds)
     case.pickup.append(pickup)
     case.spans.append((before, len(case.timeline(cid))))
+    since = before if since is None else since
+    case.persisted.append(
+        persisted_bytes(case.store, case.timeline(cid), cid, tid, since=since, rounds=rounds)
+    )
     cards = handle.cards
     thinking = sorted((c for c in cards if c.phase == "thinking"), key=lambda c: c.round)
     if [c.round for c in thinking] != list(range(1, rounds + 1)):
@@ -460,6 +510,93 @@ class Floor:
     async def close(self) -> None:
         await self.nc.close()
         await self.peer.close()
+
+
+@dataclass
+class CommitFloor:
+    """The commit of the durable floor: one write transaction putting ``nbytes`` under a new
+    key, in an LMDB environment of its own, synced like the case's store."""
+
+    env: Any
+    sync: bool
+    keys: Iterator[int] = field(default_factory=itertools.count)
+    samples: list[float] = field(default_factory=list)
+    sizes: list[int] = field(default_factory=list)
+
+    @classmethod
+    def open(cls, path: Path, sync: bool) -> CommitFloor:
+        path.mkdir(parents=True, exist_ok=True)
+        env = lmdb.open(str(path), map_size=COMMIT_MAP_SIZE, sync=sync, metasync=sync)
+        return cls(env, sync)
+
+    def sample(self, n: int, nbytes: int, *, record: bool = True) -> None:
+        payload = os.urandom(nbytes)
+        for _ in range(n):
+            key = f"{next(self.keys):012d}".encode()
+            t0 = time.perf_counter()
+            with self.env.begin(write=True) as txn:
+                txn.put(key, payload)
+            elapsed = time.perf_counter() - t0
+            if record:
+                self.samples.append(elapsed)
+                self.sizes.append(nbytes)
+
+    def close(self) -> None:
+        self.env.close()
+
+
+_STORE_API_ERRORS = (AttributeError, TypeError, ValueError, LookupError, lmdb.Error, StorageError)
+"""What a changed ``Store`` read API may raise here: the helpers below then fall back."""
+
+
+def _packed(value: Any) -> int:
+    return len(msgpack.packb(value, use_bin_type=True, default=str))
+
+
+def stored_seq(store: Store, cid: str) -> int | None:
+    """Where the stored block sequence of ``cid`` ends (``Store.cursor``), or None if unknown."""
+    try:
+        return int(store.cursor(cid)[1])
+    except _STORE_API_ERRORS:
+        return None
+
+
+def persisted_bytes(
+    store: Store, tl: Timeline, cid: str, turn_id: str, *, since: int, rounds: int
+) -> dict[str, Any]:
+    """The bytes a round of turn ``turn_id`` persisted: the msgpack of the block dicts the
+    turn appended (seq >= ``since``) over its ``rounds``, plus the header row and the turn
+    record that every round rewrites.
+
+    Read back from the store; if its read API no longer fits, from the node's timeline
+    (blocks and snapshot, no turn record) -- ``source`` says which.
+    """
+    try:
+        try:
+            stored = list(store.iter_blocks(cid, since))
+        except TypeError:
+            stored = list(store.iter_blocks(cid))
+        blocks = [b for b in stored if int(b["seq"]) >= since]
+        header: Any = store.header(cid) or {}
+        record: Any = store.turn_record(cid, turn_id) or {}
+        source = "store"
+    except _STORE_API_ERRORS:
+        blocks = [b.to_dict() for b in tl.blocks_since(since)]
+        header, record, source = tl.snapshot(), {}, "timeline"
+    if not blocks:
+        raise LoopCheckFailed(cid, f"turn {turn_id} persisted no blocks above seq {since}")
+    block_bytes = sum(_packed(b) for b in blocks)
+    per_round = round(block_bytes / max(1, rounds))
+    header_bytes, record_bytes = _packed(header), _packed(record)
+    return {
+        "source": source,
+        "turn_blocks": len(blocks),
+        "turn_block_bytes": block_bytes,
+        "blocks_per_round_bytes": per_round,
+        "header_bytes": header_bytes,
+        "turn_record_bytes": record_bytes,
+        "bytes": per_round + header_bytes + record_bytes,
+    }
 
 
 def floor_payloads() -> tuple[bytes, bytes, bytes]:
@@ -669,6 +806,40 @@ def _case_row(case: Case, floor: dict[str, Any]) -> dict[str, Any]:
         "pickup": _summary(case.pickup),
         "ratio_p50": round_["p50_ms"] / floor["p50_ms"],
         "ratio_p99": round_["p99_ms"] / floor["p99_ms"],
+        **_durable_figures(case, floor, round_),
+    }
+
+
+def _durable_figures(case: Case, floor: dict[str, Any], round_: dict[str, Any]) -> dict[str, Any]:
+    """The round against the durable floor: the NATS floor plus the commit of its bytes."""
+    if case.commit is None or not case.commit.samples:
+        raise LoopCheckFailed(case.label, "no commit of the durable floor was sampled")
+    persisted = {
+        key: round(statistics.median(p[key] for p in case.persisted))
+        for key in (
+            "turn_blocks",
+            "turn_block_bytes",
+            "blocks_per_round_bytes",
+            "header_bytes",
+            "turn_record_bytes",
+            "bytes",
+        )
+    }
+    persisted["source"] = ",".join(sorted({p["source"] for p in case.persisted}))
+    persisted["turns"] = len(case.persisted)
+    commit = _summary(case.commit.samples)
+    durable = {q: floor[q] + commit[q] for q in ("p50_ms", "p90_ms", "mean_ms")}
+    return {
+        "persisted": persisted,
+        "commit": {
+            **commit,
+            "sync": case.commit.sync,
+            "bytes": round(statistics.median(case.commit.sizes)),
+        },
+        "durable_floor": durable,
+        "ratio_nats_p50": round_["p50_ms"] / floor["p50_ms"],
+        "ratio_durable_p50": round_["p50_ms"] / durable["p50_ms"],
+        "ratio_durable_p90": round_["p90_ms"] / durable["p90_ms"],
     }
 
 
@@ -682,6 +853,7 @@ async def per_round(
     rounds: int,
     turns: int,
     floor_block: int,
+    commit_block: int = COMMIT_BLOCK,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Parts 1 and 2: the floor's summary and a row per case, measured interleaved."""
     cases: list[Case] = []
@@ -704,6 +876,12 @@ async def per_round(
                 for case in cases if i % 2 else cases[::-1]:
                     await measure_turn(case, f"c-loop-{i}", rounds)
                 await floor.sample(floor_block)
+                for case in cases:
+                    if case.commit is None:
+                        continue
+                    if i == 1:
+                        case.commit.sample(commit_block, case.round_bytes(), record=False)
+                    case.commit.sample(commit_block, case.round_bytes())
                 progress.advance(task)
     finally:
         for case in cases:
@@ -739,9 +917,119 @@ def check_targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             "value": top["round"]["p50_ms"],
         }
     )
+    return _judged(targets)
+
+
+def _judged(targets: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Each target with ``met``: its value at most its ``maximum``, or at least its ``minimum``."""
     for target in targets:
-        target["met"] = target["value"] <= target["maximum"]
+        if "maximum" in target:
+            target["met"] = target["value"] <= target["maximum"]
+        else:
+            target["met"] = target["value"] >= target["minimum"]
     return targets
+
+
+def check_floor_targets(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Round p50 against the durable floor (NATS floor + synced commit) at every size (sync)."""
+    return _judged(
+        [
+            {
+                "blocks": r["blocks"],
+                "figure": "ratio_durable_p50",
+                "maximum": TARGET_DURABLE_RATIO,
+                "value": r["ratio_durable_p50"],
+            }
+            for r in rows
+            if r["sync"]
+        ]
+    )
+
+
+def _ratio(today: float | None, before: float | None) -> float | None:
+    return None if today is None or not before else today / before
+
+
+def _get(row: dict[str, Any] | None, *keys: str) -> Any:
+    """``row[k1][k2]...``, or None where a key is missing (an older JSON)."""
+    value: Any = row
+    for key in keys:
+        if not isinstance(value, dict) or key not in value:
+            return None
+        value = value[key]
+    return value
+
+
+def compare(result: dict[str, Any], baseline: dict[str, Any], path: str) -> dict[str, Any]:
+    """This run beside an earlier run's JSON: round p50 per case, throughput and CPU per turn.
+
+    Cases match on size and sync mode; throughput runs on sync mode and conversations (else
+    sync mode alone, noted in ``baseline_conversations``). Targets on the sync throughput:
+    CPU per turn at most ``TARGET_CPU_RATIO`` of the baseline's, turns/s at least
+    ``TARGET_TPUT_RATIO`` times.
+    """
+    rounds = []
+    for row in result["cases"]:
+        old = next(
+            (
+                b
+                for b in baseline.get("cases", [])
+                if b.get("blocks") == row["blocks"] and b.get("sync") == row["sync"]
+            ),
+            None,
+        )
+        if old is None:
+            continue
+        today, before = row["round"]["p50_ms"], _get(old, "round", "p50_ms")
+        rounds.append(
+            {
+                "blocks": row["blocks"],
+                "sync": row["sync"],
+                "round_p50_ms": today,
+                "baseline_round_p50_ms": before,
+                "ratio": _ratio(today, before),
+                "ratio_durable_p50": row.get("ratio_durable_p50"),
+                "baseline_ratio_durable_p50": old.get("ratio_durable_p50"),
+            }
+        )
+    tput = []
+    targets: list[dict[str, Any]] = []
+    olds = baseline.get("throughput", [])
+    for run in result["throughput"]:
+        same_mode = [b for b in olds if b.get("sync") == run["sync"]]
+        old = next(
+            (b for b in same_mode if b.get("conversations") == run["conversations"]),
+            same_mode[0] if same_mode else None,
+        )
+        if old is None:
+            continue
+        figures = {
+            "sync": run["sync"],
+            "conversations": run["conversations"],
+            "baseline_conversations": old.get("conversations"),
+        }
+        for key in ("turns_per_s", "cpu_ms_per_turn"):
+            figures[key] = run[key]
+            figures[f"baseline_{key}"] = old.get(key)
+            figures[f"{key}_ratio"] = _ratio(run[key], old.get(key))
+        tput.append(figures)
+        if not run["sync"]:
+            continue
+        for key, bound, limit in (
+            ("cpu_ms_per_turn", "maximum", TARGET_CPU_RATIO),
+            ("turns_per_s", "minimum", TARGET_TPUT_RATIO),
+        ):
+            value = figures[f"{key}_ratio"]
+            if value is not None:
+                targets.append(
+                    {
+                        "conversations": run["conversations"],
+                        "figure": f"{key}_ratio",
+                        bound: limit,
+                        "value": value,
+                    }
+                )
+    return {"path": path, "rounds": rounds, "throughput": tput, "targets": _judged(targets)}
 
 
 async def run_async(
@@ -753,6 +1041,7 @@ async def run_async(
     waiting: int,
     *,
     floor_block: int = FLOOR_BLOCK,
+    commit_block: int = COMMIT_BLOCK,
     nosync: bool = True,
 ) -> dict[str, Any]:
     """Every part on one embedded nats-server (see the module docstring)."""
@@ -773,6 +1062,7 @@ async def run_async(
                 rounds=rounds,
                 turns=turns,
                 floor_block=floor_block,
+                commit_block=commit_block,
             )
             with Progress(transient=True) as progress:
                 progress.add_task("throughput, then memory", total=None)
@@ -782,6 +1072,7 @@ async def run_async(
                 ]
                 mem = await memory(server.url, waiting)
     targets = check_targets(rows)
+    floor_targets = check_floor_targets(rows)
     return {
         "benchmark": "loop.round_overhead",
         "model": InstantModel.name,
@@ -795,6 +1086,9 @@ async def run_async(
         "memory": mem,
         "targets": targets,
         "targets_met": all(t["met"] for t in targets),
+        "floor_targets": floor_targets,
+        "floor_targets_met": all(t["met"] for t in floor_targets),
+        "commit_block": commit_block,
         "seconds": time.perf_counter() - started,
         "python": platform.python_version(),
         "machine": platform.machine(),
@@ -813,15 +1107,29 @@ def _ms(value: float) -> str:
     )
 
 
+def _x(value: float | None) -> str:
+    return "" if value is None else f"{value:.2f}x"
+
+
 def _met(met: bool) -> str:
     return "[green]met[/]" if met else "[red]missed[/]"
 
 
+def _mode(sync: bool) -> str:
+    return "sync" if sync else "no sync"
+
+
 def _verdict(result: dict[str, Any], row: dict[str, Any]) -> str:
-    mine = [t for t in result["targets"] if t["blocks"] == row["blocks"]] if row["sync"] else []
+    if not row["sync"]:
+        return ""
+    mine = [t for t in result["targets"] if t["blocks"] == row["blocks"]]
+    mine += [t for t in result.get("floor_targets", []) if t["blocks"] == row["blocks"]]
     parts = []
     for target in mine:
-        what = "≤3x floor" if target["figure"] == "ratio_p50" else f"<{target['maximum']:.0f} ms"
+        what = {
+            "ratio_p50": f"≤{TARGET_RATIO:.0f}x NATS",
+            "ratio_durable_p50": f"≤{TARGET_DURABLE_RATIO:.0f}x durable",
+        }.get(target["figure"], f"<{target['maximum']:.0f} ms")
         parts.append(f"{what} {_met(target['met'])}")
     return ", ".join(parts)
 
@@ -836,44 +1144,61 @@ def table(result: dict[str, Any]) -> Table:
         caption=(
             "round: between consecutive thinking cards (node timestamps); model leg: thinking "
             "to tool_call card (checkpoint, render, model call, decision); tools leg: tool_call "
-            "to tool_result (blocks appended, react.search_knowledge run); turn/round: client "
-            "wall time of the turn over its rounds; pickup: submit to turn.accepted; floor: "
-            "nats-py publish + request/reply, no actline code; targets on the sync rows"
+            "to tool_result (blocks appended, react.search_knowledge run); NATS floor: nats-py "
+            "publish + request/reply, no actline code; commit: one LMDB write txn of the bytes a "
+            "round persists (blocks/round + header + turn record), synced like the case; durable "
+            "floor: NATS floor + commit; targets on the sync rows"
         ),
     )
-    for column in ("measure", "p50", "p99", "mean", "x floor", "detail", "verdict"):
+    for column in ("measure", "p50", "p90", "p99", "x NATS", "x durable", "detail", "verdict"):
         left = column in ("measure", "detail", "verdict")
         out.add_column(column, justify="left" if left else "right")
     for row in result["cases"]:
         r = row["round"]
         out.add_row(
-            f"round, {row['blocks_before']:,} blocks, {'sync' if row['sync'] else 'no sync'}",
+            f"round, {row['blocks_before']:,} blocks, {_mode(row['sync'])}",
             _ms(r["p50_ms"]),
+            _ms(r["p90_ms"]),
             _ms(r["p99_ms"]),
-            _ms(r["mean_ms"]),
-            f"{row['ratio_p50']:.1f}x",
+            _x(row["ratio_p50"]),
+            _x(row.get("ratio_durable_p50")),
             f"model {_ms(row['model_leg']['p50_ms'])}, tools {_ms(row['tools_leg']['p50_ms'])}; "
-            f"turn/round {_ms(row['turn_per_round']['p50_ms'])}, pickup p50 "
-            f"{_ms(row['pickup']['p50_ms'])} max {_ms(row['pickup']['max_ms'])}; n={r['n']}",
+            f"pickup p50 {_ms(row['pickup']['p50_ms'])}; n={r['n']}",
             _verdict(result, row),
         )
     out.add_section()
     sizes = floor["payload_bytes"]
     out.add_row(
-        "floor (nats-py)",
+        "NATS floor (nats-py)",
         _ms(floor["p50_ms"]),
+        _ms(floor["p90_ms"]),
         _ms(floor["p99_ms"]),
-        _ms(floor["mean_ms"]),
-        "1.0x",
+        "1.00x",
+        "",
         f"publish {sizes['card']} B + request {sizes['request']} B / reply {sizes['reply']} B; "
         f"n={floor['n']}",
     )
+    for row in result["cases"]:
+        commit, persisted, durable = row["commit"], row["persisted"], row["durable_floor"]
+        out.add_row(
+            f"commit, {row['blocks']:,} blocks, {_mode(commit['sync'])}",
+            _ms(commit["p50_ms"]),
+            _ms(commit["p90_ms"]),
+            _ms(commit["p99_ms"]),
+            "",
+            "",
+            f"{commit['bytes']:,} B = blocks {persisted['blocks_per_round_bytes']:,} + header "
+            f"{persisted['header_bytes']:,} + turn record {persisted['turn_record_bytes']:,}; "
+            f"durable floor p50 {_ms(durable['p50_ms'])} p90 {_ms(durable['p90_ms'])}; "
+            f"n={commit['n']}",
+        )
     search = result["tool"]["search"]
     out.add_row(
         "tool alone (in process)",
         _ms(search["p50_ms"]),
+        _ms(search["p90_ms"]),
         _ms(search["p99_ms"]),
-        _ms(search["mean_ms"]),
+        "",
         "",
         "KnowledgeSpace.search(query, 1) over examples/kb",
     )
@@ -881,15 +1206,15 @@ def table(result: dict[str, Any]) -> Table:
     for tput in result["throughput"]:
         turn = tput["turn"]
         out.add_row(
-            f"throughput, {tput['conversations']} conversations, "
-            f"{'sync' if tput['sync'] else 'no sync'}",
+            f"throughput, {tput['conversations']} conversations, {_mode(tput['sync'])}",
             _ms(turn["p50_ms"]),
+            _ms(turn["p90_ms"]),
             _ms(turn["p99_ms"]),
-            _ms(turn["mean_ms"]),
+            "",
             "",
             f"{tput['turns_per_s']:.0f} turns/s, {tput['rounds_per_s']:.0f} rounds/s, "
             f"{tput['cpu_ms_per_turn']:.1f} ms CPU/turn ({tput['turns']} turns in "
-            f"{tput['seconds']:.1f} s; p50/p99: turn latency)",
+            f"{tput['seconds']:.1f} s; p50-p99: turn latency)",
         )
     mem = result["memory"]
     growth = mem["rss_after_bytes"] - mem["rss_before_bytes"]
@@ -899,9 +1224,51 @@ def table(result: dict[str, Any]) -> Table:
         "",
         "",
         "",
+        "",
         f"{mem['per_conversation_bytes'] / 1024:.1f} KB ({mem['waiting']} waiting on a DONE; "
         f"RSS +{growth / 1e6:.1f} MB, {mem['rss_source']})",
     )
+    return out
+
+
+def baseline_table(comparison: dict[str, Any]) -> Table:
+    """This run beside the baseline's JSON (``compare``)."""
+    out = Table(
+        title=f"this run vs baseline {comparison['path']}",
+        caption=(
+            f"targets on the sync throughput: CPU/turn ≤{TARGET_CPU_RATIO:g}x the baseline's, "
+            f"turns/s ≥{TARGET_TPUT_RATIO:g}x"
+        ),
+    )
+    for column in ("measure", "this run", "baseline", "ratio", "verdict"):
+        out.add_column(column, justify="left" if column in ("measure", "verdict") else "right")
+    for row in comparison["rounds"]:
+        before = row["baseline_round_p50_ms"]
+        out.add_row(
+            f"round p50, {row['blocks']:,} blocks, {_mode(row['sync'])}",
+            _ms(row["round_p50_ms"]),
+            "" if before is None else _ms(before),
+            _x(row["ratio"]),
+            "",
+        )
+    targets = {(t["conversations"], t["figure"]): t for t in comparison["targets"]}
+    for run in comparison["throughput"]:
+        where = f"{run['conversations']} conversations, {_mode(run['sync'])}"
+        if run["baseline_conversations"] != run["conversations"]:
+            where += f" (baseline: {run['baseline_conversations']})"
+        for key, label, fmt in (
+            ("turns_per_s", "turns/s", "{:.0f}"),
+            ("cpu_ms_per_turn", "CPU ms/turn", "{:.2f}"),
+        ):
+            before = run[f"baseline_{key}"]
+            target = targets.get((run["conversations"], f"{key}_ratio")) if run["sync"] else None
+            out.add_row(
+                f"{label}, {where}",
+                fmt.format(run[key]),
+                "" if before is None else fmt.format(before),
+                _x(run[f"{key}_ratio"]),
+                "" if target is None else _met(target["met"]),
+            )
     return out
 
 
@@ -922,7 +1289,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--total-turns", type=int, default=None, help="throughput: turns in all")
     parser.add_argument("--waiting", type=int, default=None, help="memory: waiting turns")
     parser.add_argument("--floor-block", type=int, default=None, help="floor samples per batch")
+    parser.add_argument(
+        "--commit-block", type=int, default=None, help="durable floor: commits per case per batch"
+    )
     parser.add_argument("--no-nosync", action="store_true", help="skip the storage_sync=False runs")
+    parser.add_argument(
+        "--baseline", type=Path, default=None, help="an earlier run's JSON to report beside"
+    )
     parser.add_argument("--out", type=Path, default=RESULTS / "loop.json")
     args = parser.parse_args(argv)
     defaults: dict[str, Any] = {
@@ -933,11 +1306,19 @@ def main(argv: list[str] | None = None) -> int:
         "total_turns": TOTAL_TURNS,
         "waiting": WAITING,
         "floor_block": FLOOR_BLOCK,
+        "commit_block": COMMIT_BLOCK,
     }
     if args.quick:
         defaults.update(QUICK)
     options = {k: v if getattr(args, k) is None else getattr(args, k) for k, v in defaults.items()}
     console = Console()
+    baseline = None
+    if args.baseline is not None:
+        try:
+            baseline = json.loads(args.baseline.read_text())
+        except (OSError, ValueError) as exc:
+            console.print(f"[red]cannot read the baseline {args.baseline}:[/] {exc}")
+            return 2
     try:
         result = run(**options, nosync=not args.no_nosync)
     except (SanityCheckFailed, LoopCheckFailed) as exc:
@@ -945,12 +1326,17 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     result["quick"] = args.quick
     console.print(table(result))
+    met = result["targets_met"] and result["floor_targets_met"]
+    if baseline is not None:
+        result["baseline"] = compare(result, baseline, str(args.baseline))
+        console.print(baseline_table(result["baseline"]))
+        met = met and all(t["met"] for t in result["baseline"]["targets"])
     console.print(
         f"{result['seconds']:.1f} s in all; every turn completed with its rounds, every waiting "
         "turn was cancelled"
     )
     write_result(console, args.out, result)
-    return 0 if result["targets_met"] else 1
+    return 0 if met else 1
 
 
 if __name__ == "__main__":

@@ -1,32 +1,55 @@
-"""NATS for actline: the typed ``Bus`` and the ``EmbeddedNats`` server."""
+"""NATS for actline: the typed ``Bus``, JetStream wrappers and the ``EmbeddedNats`` server."""
 
 from .bus import DEFAULT_URL, Bus, Envelope, Handler, Subscription
 from .embedded import EmbeddedNats, find_nats_server
 from .errors import (
+    AckFailed,
+    AlreadyAcked,
     BusError,
     ConnectFailed,
+    JetStreamError,
+    JetStreamUnavailable,
+    KeyExists,
     NatsServerError,
     NatsServerNotFound,
     NoResponders,
+    NoStream,
     NotConnected,
     RemoteError,
     RequestTimeout,
+    StreamMissing,
+    WrongRevision,
 )
+from .jetstream import EventLog, JetStreamAccount, KvBucket, KvEntry, QueueItem, WorkQueue
 
 __all__ = [
     "DEFAULT_URL",
+    "AckFailed",
+    "AlreadyAcked",
     "Bus",
     "BusError",
     "ConnectFailed",
     "EmbeddedNats",
     "Envelope",
+    "EventLog",
     "Handler",
+    "JetStreamAccount",
+    "JetStreamError",
+    "JetStreamUnavailable",
+    "KeyExists",
+    "KvBucket",
+    "KvEntry",
     "NatsServerError",
     "NatsServerNotFound",
     "NoResponders",
+    "NoStream",
     "NotConnected",
+    "QueueItem",
     "RemoteError",
     "RequestTimeout",
+    "StreamMissing",
     "Subscription",
+    "WorkQueue",
+    "WrongRevision",
     "find_nats_server",
 ]

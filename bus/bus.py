@@ -2,6 +2,8 @@
 
 Two verbs, never blurred: ``publish`` (tell: fire and forget) and ``request``
 (ask: a decoded reply, or ``RequestTimeout`` / ``NoResponders`` / ``RemoteError``).
+``publish_stored`` is a tell confirmed by JetStream: it returns once a stream
+has stored the message (or raises ``NoStream`` when none captures the subject).
 
 A subscription handler is ``async def handler(msg, envelope) -> Message | None``.
 Handlers of one subscription run one message at a time, in arrival order. When
@@ -27,10 +29,10 @@ from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
-from typing import Any
 
 import nats
 import nats.errors
+import nats.js.errors
 from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription as NatsSubscription
@@ -47,7 +49,15 @@ from messages import (
     subjects,
 )
 
-from .errors import ConnectFailed, NoResponders, NotConnected, RemoteError, RequestTimeout
+from .errors import (
+    ConnectFailed,
+    NoResponders,
+    NoStream,
+    NotConnected,
+    RemoteError,
+    RequestTimeout,
+)
+from .jetstream import JetStreamAccount, account, translate
 
 log = logging.getLogger(__name__)
 
@@ -206,7 +216,10 @@ class Bus:
 
     @property
     def nc(self) -> Client:
-        """The underlying nats-py client (for JetStream and raw access)."""
+        """The underlying nats-py client, for raw bytes (benchmarks, tests of bad input).
+
+        JetStream goes through ``bus.jetstream`` and ``publish_stored`` instead.
+        """
         return self._nc
 
     @property
@@ -234,9 +247,9 @@ class Bus:
         except TimeoutError:
             raise RequestTimeout(self.url, timeout) from None
 
-    def jetstream(self) -> Any:
-        """A JetStream context over this connection."""
-        return self._nc.jetstream()
+    async def jetstream_account(self, *, timeout: float = 2.0) -> JetStreamAccount:
+        """What this account holds in JetStream; ``JetStreamUnavailable`` when it has none."""
+        return await account(self, timeout=timeout)
 
     async def flush(self, timeout: float = 2.0) -> None:
         """Wait until the server has processed everything sent so far.
@@ -267,6 +280,47 @@ class Bus:
         if self._nc.is_closed:
             raise NotConnected("publish after close()")
         await self._nc.publish(subject, data, reply=reply or "", headers=headers)
+
+    async def publish_stored(
+        self,
+        subject: str,
+        msg: Message,
+        *,
+        timeout: float = 2.0,
+        msg_id: str | None = None,
+    ) -> int:
+        """Publish ``msg`` to the stream that captures ``subject`` and wait until it is
+        stored; returns its stream sequence.
+
+        Raises ``NoStream`` when no stream captures the subject, ``RequestTimeout``,
+        ``NotConnected`` or another ``JetStreamError``. With ``msg_id``, a repeat within
+        the stream's duplicate window is stored once (the first sequence is returned).
+        """
+        return await self.publish_stored_bytes(
+            subject, self._encode(msg), timeout=timeout, msg_id=msg_id
+        )
+
+    async def publish_stored_bytes(
+        self,
+        subject: str,
+        data: bytes,
+        *,
+        timeout: float = 2.0,
+        msg_id: str | None = None,
+    ) -> int:
+        """``publish_stored`` of bytes already encoded (or deliberately malformed, in tests)."""
+        if self._nc.is_closed:
+            raise NotConnected("publish after close()")
+        headers = {"Nats-Msg-Id": msg_id} if msg_id else None
+        try:
+            ack = await self._nc.jetstream(timeout=timeout).publish(
+                subject, data, timeout=timeout, headers=headers
+            )
+        except nats.js.errors.NoStreamResponseError:
+            raise NoStream(subject) from None
+        except nats.errors.Error as exc:
+            raise translate(exc, f"publish to {subject}", target=subject, timeout=timeout) from None
+        return int(ack.seq)
 
     async def request(
         self,

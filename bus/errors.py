@@ -8,8 +8,22 @@ Hierarchy::
     ├── RemoteError           the responder answered with an ErrorReply (subject, code, message)
     ├── NotConnected          used before connect() or after close()
     ├── ConnectFailed         no NATS server reachable at the URL (url, reason)
-    └── NatsServerError       the embedded server could not start
-        └── NatsServerNotFound  the nats-server binary is missing
+    ├── NatsServerError       the embedded server could not start
+    │   └── NatsServerNotFound  the nats-server binary is missing
+    └── JetStreamError        a JetStream request was refused (operation, reason, code)
+        ├── JetStreamUnavailable  the server has no JetStream (operation)
+        ├── NoStream          no stream captures a stored publish's subject (subject)
+        ├── StreamMissing     a stream or bucket opened before is gone (name)
+        ├── KeyExists         create of a key that is live (key, revision)
+        ├── WrongRevision     a check-and-set lost: the key is not at ``expected``
+        │                     (key, expected)
+        └── AckFailed         an ack, nak, in-progress or term was not sent
+            │                 (action, subject, reason)
+            └── AlreadyAcked  the message was settled before (action, subject)
+
+JetStream operations (``bus.jetstream``, ``Bus.publish_stored``) raise a
+``JetStreamError``, ``RequestTimeout`` (no answer in time) or ``NotConnected``
+(the connection is closed); never a nats-py exception.
 
 Every error keeps its fields and pickles (they cross Ray process boundaries).
 """
@@ -112,3 +126,98 @@ class NatsServerNotFound(NatsServerError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.searched,))
+
+
+class JetStreamError(BusError):
+    """A JetStream request was refused or failed; ``code`` is the server's ``err_code`` (0
+    when there is none)."""
+
+    def __init__(self, operation: str, reason: str, code: int = 0) -> None:
+        self.operation = operation
+        self.reason = reason
+        self.code = code
+        super().__init__(f"{operation}: {reason}" + (f" (err_code {code})" if code else ""))
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.operation, self.reason, self.code))
+
+
+class JetStreamUnavailable(JetStreamError):
+    """Nothing answers the JetStream API: the server runs without JetStream (``-js``)."""
+
+    def __init__(self, operation: str) -> None:
+        super().__init__(
+            operation, "JetStream is not enabled on this NATS server; run nats-server -js"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.operation,))
+
+
+class NoStream(JetStreamError):
+    """No stream captures the subject of a stored publish (nobody created it yet)."""
+
+    def __init__(self, subject: str) -> None:
+        self.subject = subject
+        super().__init__(f"publish to {subject}", "no stream captures this subject")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.subject,))
+
+
+class StreamMissing(JetStreamError):
+    """A stream, bucket or consumer that was opened (or named) does not exist."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(name, "the stream does not exist (deleted?)", 10059)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.name,))
+
+
+class KeyExists(JetStreamError):
+    """``create`` of a key that holds a live value; ``revision`` is that value's revision
+    (0 when the key kept changing under the create)."""
+
+    def __init__(self, key: str, revision: int) -> None:
+        self.key = key
+        self.revision = revision
+        super().__init__(f"kv create {key}", f"the key exists at revision {revision}", 10071)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.key, self.revision))
+
+
+class WrongRevision(JetStreamError):
+    """A check-and-set update or delete lost: the key is no longer at ``expected``."""
+
+    def __init__(self, key: str, expected: int) -> None:
+        self.key = key
+        self.expected = expected
+        super().__init__(f"kv write {key}", f"the key is not at revision {expected}", 10071)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.key, self.expected))
+
+
+class AckFailed(JetStreamError):
+    """An ``ack``/``nak``/``in_progress``/``term`` of a queue message could not be sent."""
+
+    def __init__(self, action: str, subject: str, reason: str) -> None:
+        self.action = action
+        self.subject = subject
+        super().__init__(f"{action} of a message on {subject}", reason)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.action, self.subject, self.reason))
+
+
+class AlreadyAcked(AckFailed):
+    """The message was settled already (acked, naked or termed): it is not ours any more."""
+
+    def __init__(self, action: str, subject: str) -> None:
+        super().__init__(action, subject, "the message was acked, naked or termed before")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.action, self.subject))

@@ -10,8 +10,8 @@ from .base import ArtifactRef, Attachment, Usage, UtcDatetime, WireModel, utcnow
 from .codec import MAX_PAYLOAD, MESSAGE_ADAPTER, MESSAGE_TYPES, Message, decode, encode, from_dict
 from .errors import DecodeError, EncodeError, MessageError, PayloadTooLarge, SubjectError
 from .ids import AgentName, Id, is_valid_id, is_valid_name, new_id
-from .llm import Contribute, GenerateRequest, GenerateResult, RenderedContext, RenderRequest
-from .react import CancelReAct, Phase, ReActProgress, SkipWaiting, StartReAct, StreamDelta
+from .llm import GenerateRequest, GenerateResult
+from .react import CancelReAct, Phase, ReActProgress, SkipWaiting, StreamDelta
 from .subjects import Subjects
 from .system import Ack, DeadLetter, ErrorReply
 from .tools import ToolCall, ToolResult
@@ -27,7 +27,6 @@ __all__ = [
     "ArtifactRef",
     "Attachment",
     "CancelReAct",
-    "Contribute",
     "DeadLetter",
     "DecodeError",
     "DoneSignal",
@@ -44,10 +43,7 @@ __all__ = [
     "Phase",
     "ReActProgress",
     "ReActResult",
-    "RenderRequest",
-    "RenderedContext",
     "SkipWaiting",
-    "StartReAct",
     "StreamDelta",
     "SubjectError",
     "Subjects",

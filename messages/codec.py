@@ -14,8 +14,8 @@ from pydantic import Field, TypeAdapter, ValidationError
 
 from .agents import AgentTask, DoneSignal
 from .errors import DecodeError, EncodeError, PayloadTooLarge
-from .llm import Contribute, GenerateRequest, GenerateResult, RenderedContext, RenderRequest
-from .react import CancelReAct, ReActProgress, SkipWaiting, StartReAct, StreamDelta
+from .llm import GenerateRequest, GenerateResult
+from .react import CancelReAct, ReActProgress, SkipWaiting, StreamDelta
 from .system import Ack, DeadLetter, ErrorReply
 from .tools import ToolCall, ToolResult
 from .turn import Feedback, Followup, ReActResult, TurnAccepted, TurnRequest
@@ -29,14 +29,10 @@ Message = Annotated[
     | ReActResult
     | Followup
     | Feedback
-    | StartReAct
     | ReActProgress
     | StreamDelta
     | SkipWaiting
     | CancelReAct
-    | RenderRequest
-    | RenderedContext
-    | Contribute
     | GenerateRequest
     | GenerateResult
     | AgentTask
@@ -59,14 +55,10 @@ MESSAGE_TYPES: Final[dict[str, type[Any]]] = {
         ReActResult,
         Followup,
         Feedback,
-        StartReAct,
         ReActProgress,
         StreamDelta,
         SkipWaiting,
         CancelReAct,
-        RenderRequest,
-        RenderedContext,
-        Contribute,
         GenerateRequest,
         GenerateResult,
         AgentTask,

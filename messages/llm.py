@@ -10,42 +10,6 @@ from .base import Usage, UtcDatetime, WireModel, utcnow
 from .ids import Id
 
 
-class RenderRequest(WireModel):
-    """Asks the ConversationActor to render the model context for a round."""
-
-    kind: Literal["render.request"] = "render.request"
-    conversation_id: Id
-    turn_id: Id
-    round: int = 0
-    max_tokens: int = 0
-    ts: UtcDatetime = Field(default_factory=utcnow)
-
-
-class RenderedContext(WireModel):
-    """A rendered context: the system prompt, ordered blocks and their cache marks."""
-
-    kind: Literal["render.context"] = "render.context"
-    conversation_id: Id
-    turn_id: Id
-    round: int = 0
-    system: str = ""
-    blocks: list[dict[str, Any]] = Field(default_factory=list)
-    cache_marks: list[int] = Field(default_factory=list)
-    tokens: int = 0
-    ref: str | None = None
-    ts: UtcDatetime = Field(default_factory=utcnow)
-
-
-class Contribute(WireModel):
-    """Appends persistent blocks to a conversation's timeline."""
-
-    kind: Literal["timeline.contribute"] = "timeline.contribute"
-    conversation_id: Id
-    turn_id: Id
-    blocks: list[dict[str, Any]] = Field(default_factory=list)
-    ts: UtcDatetime = Field(default_factory=utcnow)
-
-
 class GenerateRequest(WireModel):
     """Asks a StreamerActor to run one model call over a rendered context."""
 

@@ -1,4 +1,4 @@
-"""Decision-loop messages: start, progress cards, stream deltas and user controls."""
+"""Decision-loop messages: progress cards, stream deltas and user controls."""
 
 from __future__ import annotations
 
@@ -10,18 +10,6 @@ from .base import UtcDatetime, WireModel, utcnow
 from .ids import Id
 
 Phase = Literal["thinking", "tool_call", "tool_result", "waiting", "complete", "notice"]
-
-
-class StartReAct(WireModel):
-    """Asks a DecisionActor to run the decision loop of one turn."""
-
-    kind: Literal["react.start"] = "react.start"
-    conversation_id: Id
-    turn_id: Id
-    max_iterations: int = 15
-    max_tokens: int = 0
-    config: dict[str, Any] = Field(default_factory=dict)
-    ts: UtcDatetime = Field(default_factory=utcnow)
 
 
 class ReActProgress(WireModel):

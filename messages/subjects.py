@@ -1,8 +1,12 @@
-"""The only place that builds NATS subjects.
+"""The only place that builds NATS subjects and JetStream names.
 
 Every subject starts with a prefix (``ACTLINE_SUBJECT_PREFIX``, default ``al``)
 so that two deployments can share one NATS. Tokens placed into subjects are
 validated: an id with a dot, a wildcard or whitespace is refused.
+
+JetStream streams and KV buckets are named after the prefix too, upper-cased
+with every other character than a letter or digit made ``_`` (``al`` ->
+``AL_TURNS``, ``prod.eu`` -> ``PROD_EU_TURNS``).
 """
 
 from __future__ import annotations
@@ -111,6 +115,60 @@ class Subjects:
     def all(self) -> str:
         """Every subject of this deployment (wildcard)."""
         return f"{self.prefix}.>"
+
+    def blocks(self, conversation_id: str) -> str:
+        """One conversation's persisted rounds in the blocks stream."""
+        return f"{self.prefix}.blocks.{_token(conversation_id, 'conversation id')}"
+
+    @property
+    def blocks_all(self) -> str:
+        """Every conversation's rounds: the subjects of the blocks stream (wildcard)."""
+        return f"{self.prefix}.blocks.>"
+
+    # -- parsing -------------------------------------------------------------------------
+    def conversation_of(self, subject: str, verb: str) -> str:
+        """The conversation id of ``<prefix>.conv.<cid>.<verb>``; ``SubjectError`` otherwise."""
+        head = f"{self.prefix}.conv."
+        tail = f".{_token(verb, 'verb')}"
+        if subject.startswith(head) and subject.endswith(tail):
+            cid = subject[len(head) : len(subject) - len(tail)]
+            if is_valid_id(cid):
+                return cid
+        raise SubjectError(f"{verb} subject of a conversation", subject)
+
+    # -- JetStream names -----------------------------------------------------------------
+    def _resource(self, suffix: str) -> str:
+        return "".join(c if c.isalnum() else "_" for c in self.prefix).upper() + "_" + suffix
+
+    @property
+    def turn_stream(self) -> str:
+        """The work-queue stream that stores ``turn_submit`` (``AL_TURNS``)."""
+        return self._resource("TURNS")
+
+    @property
+    def turn_consumer(self) -> str:
+        """The durable pull consumer all nodes share on the turn stream."""
+        return "nodes"
+
+    @property
+    def leases_bucket(self) -> str:
+        """The KV bucket of conversation leases (``AL_LEASES``)."""
+        return self._resource("LEASES")
+
+    @property
+    def heads_bucket(self) -> str:
+        """The KV bucket of the durable copy's heads (``AL_HEADS``)."""
+        return self._resource("HEADS")
+
+    @property
+    def blocks_stream(self) -> str:
+        """The stream of persisted rounds on ``blocks_all`` (``AL_BLOCKS``)."""
+        return self._resource("BLOCKS")
+
+    @staticmethod
+    def kv_key(conversation_id: str) -> str:
+        """The KV key of a conversation: ids may hold ``:``, KV keys may not, ``=`` is free."""
+        return _token(conversation_id, "conversation id").replace(":", "=")
 
 
 def current() -> Subjects:

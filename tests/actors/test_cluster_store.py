@@ -20,7 +20,6 @@ from actors.cluster import (
     Rebuilt,
     adopt,
     merge_rounds,
-    resource_name,
 )
 from bus import Bus, EmbeddedNats
 from messages import Subjects
@@ -69,7 +68,7 @@ async def until(check: Any, timeout: float = 15.0) -> None:
 
 async def test_one_node_holds_a_conversation_until_it_releases_it(bus: Bus, other_bus: Bus) -> None:
     a, b = await leases(bus, "node-a"), await leases(other_bus, "node-b")
-    assert a.bucket == resource_name(bus.subjects.prefix, "LEASES")
+    assert a.bucket == bus.subjects.leases_bucket
     assert await a.acquire(CID)
     assert await a.acquire(CID)  # already ours: renewed
     assert not await b.acquire(CID)

@@ -7,7 +7,8 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from actors.decision_protocol import CallLedger, ToolCallSpec, canonical, check_decision
+from actors.decision_protocol import CallLedger, canonical, check_decision
+from actors.events import ToolSpec
 
 
 def decision(action: str = "call_tools", calls: list[dict[str, object]] | None = None) -> str:
@@ -89,12 +90,12 @@ def test_complete_with_calls_drops_them_and_an_answer_with_calls_completes() -> 
 
 def test_the_fourth_identical_call_in_a_turn_is_refused() -> None:
     ledger = CallLedger()
-    call = ToolCallSpec(tool="react.read", params={"paths": ["ks:a.md"]})
-    same = ToolCallSpec(tool="react.read", params={"paths": ["ks:a.md"]})
+    call = ToolSpec("c1-1", "react.read", {"paths": ["ks:a.md"]})
+    same = ToolSpec("c1-1", "react.read", {"paths": ["ks:a.md"]})
     assert [ledger.admit(c) for c in (call, same, call)] == [None, None, None]
     refused = ledger.admit(same)
     assert refused is not None and refused.code == "repeated_call"
-    assert ledger.admit(ToolCallSpec(tool="react.read", params={"paths": ["ks:b.md"]})) is None
+    assert ledger.admit(ToolSpec("c1-1", "react.read", {"paths": ["ks:b.md"]})) is None
 
 
 def test_canonical_arguments_ignore_key_order() -> None:

@@ -51,8 +51,9 @@ from actors.events import (
     ToolSpec,
     WaitTimeout,
     event_from_message,
-    limits_from_message,
 )
+from actors.policy import TurnSettings
+from actors.settings import NodeSettings
 from actors.state import (
     RUNNING,
     DecisionState,
@@ -691,19 +692,16 @@ def test_wire_messages_become_events() -> None:
     assert event_from_message(messages.CancelReAct(turn_id=TURN, reason="x")) == CancelReAct(
         TURN, "x"
     )
-    start = messages.StartReAct(conversation_id="c", turn_id=TURN, max_iterations=4)
-    assert event_from_message(start) == StartReAct(TURN, Limits(max_iterations=4))
 
 
-def test_start_message_limits_take_a_token_budget_and_valid_overrides_only() -> None:
-    msg = messages.StartReAct(
-        conversation_id="c",
-        turn_id=TURN,
-        max_tokens=5000,
-        config={"wait_timeout_s": 30, "max_consecutive_refusals": "many"},
-    )
-    assert limits_from_message(msg) == Limits(
+def test_turn_limits_take_a_token_budget_and_valid_overrides_only() -> None:
+    config = {"max_tokens": 5000, "wait_timeout_s": 30, "max_consecutive_refusals": "many"}
+    parsed = TurnSettings.parse(config, NodeSettings())
+    assert parsed.limits == Limits(
         max_iterations=15, token_budget=5000, wait_timeout_s=30.0, max_consecutive_refusals=3
+    )
+    assert TurnSettings.parse({"max_iterations": 4}, NodeSettings()).limits == Limits(
+        max_iterations=4, wait_timeout_s=600.0
     )
 
 

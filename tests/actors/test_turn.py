@@ -347,10 +347,9 @@ async def test_a_malformed_turn_request_is_dead_lettered_and_the_node_serves_on(
     model = Scripted({"c1": [say("a", answer="Fine.")]})
     node = await start_node(bus, tmp_path / "home", model)
     try:
-        js = bus.jetstream()
-        await js.publish(bus.subjects.turn_submit, b"\x93not a turn")
+        await bus.publish_stored_bytes(bus.subjects.turn_submit, b"\x93not a turn")
         bad_kind = encode(ErrorReply(code="x", message="not a turn"))
-        await js.publish(bus.subjects.turn_submit, bad_kind)
+        await bus.publish_stored_bytes(bus.subjects.turn_submit, bad_kind)
         handle = await run_turn(client, "hello", "c1")
         first = await asyncio.wait_for(letters.get(), 5)
         second = await asyncio.wait_for(letters.get(), 5)
@@ -381,10 +380,10 @@ async def test_a_cancel_while_thinking_stops_the_model_and_ends_the_turn(
 
 
 def test_the_turn_queue_stream_name_is_a_valid_jetstream_name() -> None:
-    from actors.node import stream_name
+    from messages import Subjects
 
-    assert stream_name("al") == "AL_TURNS"
-    assert stream_name("t01abc.x-y") == "T01ABC_X_Y_TURNS"
+    assert Subjects("al").turn_stream == "AL_TURNS"
+    assert Subjects("t01abc.x-y").turn_stream == "T01ABC_X_Y_TURNS"
 
 
 async def test_the_replay_model_in_a_node_with_no_conversation_script_fails_cleanly(

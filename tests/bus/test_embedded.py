@@ -34,7 +34,7 @@ def test_server_listens_on_loopback_with_jetstream_and_8mb_payloads(tmp_path: Pa
 async def test_async_context_manager_and_jetstream_account(tmp_path: Path) -> None:
     async with EmbeddedNats(store_dir=tmp_path) as server:
         client = await Bus.connect(server.url)
-        info = await client.jetstream().account_info()
+        info = await client.jetstream_account()
         assert info.streams == 0
         await client.close()
     assert not server.running

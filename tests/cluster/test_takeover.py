@@ -9,6 +9,7 @@ from pathlib import Path
 
 from actors import Node, NodeSettings
 from actors.client import Client
+from actors.ownership import ClusterOwnership
 from bus import Bus, EmbeddedNats
 from llm import ExtractiveModel
 from tools import KnowledgeSpace
@@ -47,15 +48,15 @@ async def test_a_lost_check_and_set_hands_the_turn_to_the_new_owner(
         task_id = waiting.detail.split("task ")[-1].rstrip(")")
         assert "c1" in a.conversations
         # a's lease lapses while it waits (a stalled node); b takes the conversation and writes
-        assert a.leases is not None and a.durable is not None
-        await a.leases._bucket().delete("c1")
+        assert isinstance(a.ownership, ClusterOwnership)
+        await a.ownership.leases._bucket().delete("c1")
         b = await start(fresh_nats.url, tmp_path, "b")
-        assert b.leases is not None and b.durable is not None
-        assert await b.leases.acquire("c1")
-        head = await b.durable.head("c1")
+        assert isinstance(b.ownership, ClusterOwnership)
+        assert await b.ownership.leases.acquire("c1")
+        head = await b.ownership.durable.head("c1")
         assert head is not None
         header, revision = head
-        await b.durable.publish_round("c1", [], [], header, expect=revision)
+        await b.ownership.durable.publish_round("c1", [], [], header, expect=revision)
         # the DONE reaches a, whose next persist loses the check-and-set: the turn goes back
         first = await client.send_done(
             "reviewer", "looks right", task_id=task_id, turn_id=handle.turn_id
@@ -75,7 +76,7 @@ async def test_a_lost_check_and_set_hands_the_turn_to_the_new_owner(
         assert again.kind == "ack"
         result = await handle.wait(30)
         assert result.status == "completed" and "looks right" in result.answer
-        rebuilt = await b.durable.rebuild("c1")
+        rebuilt = await b.ownership.durable.rebuild("c1")
         assert rebuilt is not None
         _, blocks = rebuilt
         ids = [blk["id"] for blk in blocks]

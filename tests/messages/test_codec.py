@@ -43,8 +43,8 @@ def test_every_kind_round_trips(kind: str, data: st.DataObject) -> None:
 def test_the_catalog_has_every_kind_of_the_design() -> None:
     expected = {
         "turn.request", "turn.accepted", "turn.result", "turn.followup", "turn.feedback",
-        "react.start", "react.progress", "stream.delta", "react.skip_waiting", "react.cancel",
-        "render.request", "render.context", "timeline.contribute", "llm.generate", "llm.result",
+        "react.progress", "stream.delta", "react.skip_waiting", "react.cancel",
+        "llm.generate", "llm.result",
         "agent.task", "agent.done", "tool.call", "tool.result", "error.reply", "bus.deadletter",
         "ack",
     }  # fmt: skip

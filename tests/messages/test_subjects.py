@@ -42,3 +42,56 @@ def test_internal_subjects() -> None:
         "x.deadletter",
         "x.>",
     )
+
+
+def test_conversation_blocks_subjects() -> None:
+    s = Subjects("x")
+    assert s.blocks("c:1") == "x.blocks.c:1"
+    assert s.blocks_all == "x.blocks.>"
+    with pytest.raises(SubjectError):
+        s.blocks("a.b")
+
+
+@pytest.mark.parametrize(
+    ("prefix", "turns"),
+    [("al", "AL_TURNS"), ("prod.eu", "PROD_EU_TURNS"), ("t01abc.x-y", "T01ABC_X_Y_TURNS")],
+)
+def test_jetstream_names_follow_the_prefix(prefix: str, turns: str) -> None:
+    s = Subjects(prefix)
+    base = turns.removesuffix("TURNS")
+    assert s.turn_stream == turns
+    assert (s.leases_bucket, s.heads_bucket, s.blocks_stream) == (
+        base + "LEASES",
+        base + "HEADS",
+        base + "BLOCKS",
+    )
+    assert s.turn_consumer == "nodes"
+
+
+def test_kv_keys_of_conversations_have_no_colon() -> None:
+    assert Subjects.kv_key("c:1:2") == "c=1=2"
+    assert Subjects().kv_key("plain") == "plain"
+    with pytest.raises(SubjectError):
+        Subjects.kv_key("a.b")
+
+
+def test_the_conversation_of_a_conversation_subject_is_parsed() -> None:
+    s = Subjects("x.y")
+    assert s.conversation_of(s.conv("c:1", "feedback"), "feedback") == "c:1"
+    assert s.conversation_of("x.y.conv.c-2.followup", "followup") == "c-2"
+
+
+@pytest.mark.parametrize(
+    "subject",
+    [
+        "x.y.conv.c1.followup",  # another verb
+        "x.y.conv..feedback",  # no id
+        "x.y.conv.a.b.feedback",  # a dot in the id
+        "z.conv.c1.feedback",  # another prefix
+        "x.y.stream.c1",
+        "x.y.conv.c1.feedback.more",
+    ],
+)
+def test_other_subjects_are_not_a_conversations(subject: str) -> None:
+    with pytest.raises(SubjectError):
+        Subjects("x.y").conversation_of(subject, "feedback")

@@ -1,0 +1,136 @@
+"""The errors of the actors package; each keeps its fields and pickles (Ray moves them).
+
+::
+
+    ActorError
+    ├── ActorStopped        a message was sent to an actor that has stopped (name)
+    ├── AskTimeout          an ask got no answer in time (actor, message, timeout_s)
+    ├── NodeNotStarted      a node's resource was used before ``start()`` (what)
+    ├── McpConfigError      the MCP servers file cannot be used (path, reason)
+    └── ClusterError
+        ├── ConversationLost  this node no longer owns the conversation (conversation_id,
+        │                     reason): the running turn goes back to the queue
+        ├── HeadConflict      the durable head moved since ``expected`` (conversation_id,
+        │                     expected, actual, owner)
+        └── CopyBroken        a round the durable head chain needs is missing
+                              (conversation_id, stream_seq, reason)
+
+``CancelledError`` is never wrapped. A pending ask of an actor that stops fails with
+``ActorStopped``; one that outlives its timeout fails with ``AskTimeout`` (the message
+may still be handled later: asks are not transactions).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+class ActorError(Exception):
+    """Base of the errors of ``actors``."""
+
+
+class ActorStopped(ActorError):
+    """A message was sent to (or was queued in) an actor that has stopped."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        super().__init__(f"actor {name} has stopped")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.name,))
+
+
+class AskTimeout(ActorError):
+    """An ask of ``message`` to ``actor`` had no answer within ``timeout_s``."""
+
+    def __init__(self, actor: str, message: str, timeout_s: float) -> None:
+        self.actor = actor
+        self.message = message
+        self.timeout_s = timeout_s
+        super().__init__(
+            f"{actor} did not answer {message} within {timeout_s:g}s; "
+            "the actor is stuck or overloaded (see its log)"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.actor, self.message, self.timeout_s))
+
+
+class NodeNotStarted(ActorError):
+    """``what`` of a node was used before ``await node.start()``."""
+
+    def __init__(self, what: str) -> None:
+        self.what = what
+        super().__init__(f"{what} is not available before the node starts: await node.start()")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.what,))
+
+
+class McpConfigError(ActorError, ValueError):
+    """The MCP servers file at ``path`` cannot be used (``reason`` says why and what to fix)."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(reason)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.path, self.reason))
+
+
+class ClusterError(ActorError):
+    """Base of the errors of cluster mode (leases and the durable copy)."""
+
+
+class ConversationLost(ClusterError):
+    """This node no longer owns the conversation (its lease lapsed, another node wrote):
+    the running turn goes back to the queue instead of ending here."""
+
+    def __init__(self, conversation_id: str, reason: str) -> None:
+        self.conversation_id = conversation_id
+        self.reason = reason
+        super().__init__(f"conversation {conversation_id} was lost: {reason}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.conversation_id, self.reason))
+
+
+class HeadConflict(ClusterError):
+    """Another writer moved the conversation's head since ``expected`` (a KV revision).
+
+    ``actual`` is the head's KV revision now (0 when there is none) and ``owner`` the
+    writer of that head. Nothing was overwritten: re-read the head, rebase, retry.
+    """
+
+    def __init__(
+        self, conversation_id: str, expected: int, actual: int, owner: str | None = None
+    ) -> None:
+        self.conversation_id = conversation_id
+        self.expected = expected
+        self.actual = actual
+        self.owner = owner
+        by = f" (written by {owner})" if owner else ""
+        super().__init__(
+            f"conversation {conversation_id}: expected head revision {expected}, "
+            f"found {actual}{by}; re-read the head and retry"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.conversation_id, self.expected, self.actual, self.owner))
+
+
+class CopyBroken(ClusterError):
+    """The durable copy lacks a round that the head chain points at (stream messages lost)."""
+
+    def __init__(self, conversation_id: str, stream_seq: int, reason: str) -> None:
+        self.conversation_id = conversation_id
+        self.stream_seq = stream_seq
+        self.reason = reason
+        super().__init__(
+            f"conversation {conversation_id}: durable copy broken at stream seq {stream_seq}: "
+            f"{reason}"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.conversation_id, self.stream_seq, self.reason))

@@ -1,0 +1,177 @@
+"""Which node works on which conversation: leases in a JetStream KV bucket (DESIGN.md §6).
+
+One key per conversation in the bucket ``Subjects.leases_bucket`` whose bucket-level
+TTL is the lease TTL, history 1. ``acquire`` is a create; ``renew`` is an update with
+``last=<our revision>``, which also restarts the key's age; ``release`` deletes with
+``last=``. A dead owner's key ages out on its own. Observed with nats-server 2.15.1
+here: a key goes 0.25-0.26 s after its TTL (ttl 0.5/1.5/3/6 s gave 0.76/1.76/3.26/6.26
+s); no marker is left, so a plain create succeeds afterwards. A lease that lapsed is
+lost even when nobody took it yet: ``renew`` then returns False, because another node
+may have owned and written the conversation in between.
+
+Cancellation: every method is one or two KV requests; cancelling one propagates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+from bus import Bus, BusError, KeyExists, KvBucket, WrongRevision
+from storage.store import pack, unpack
+
+from .errors import NodeNotStarted
+
+log = logging.getLogger(__name__)
+
+
+class KvLeases:
+    """Which node works on which conversation, in a KV bucket with a bucket-level TTL.
+
+    ``held`` are the conversations this node holds (as far as it knows: a lease
+    whose renewal fails is dropped from it). Renew every held lease well within
+    ``ttl_s`` (``renew_all`` every ttl/3); the server removes a key about 0.25 s
+    after its TTL.
+    """
+
+    def __init__(self, bus: Bus, node_id: str, *, ttl_s: float = 15.0, replicas: int = 1) -> None:
+        self.bus = bus
+        self.replicas = replicas
+        self.node_id = node_id
+        self.ttl_s = ttl_s
+        self.bucket = bus.subjects.leases_bucket
+        self._kv: KvBucket | None = None
+        self._revisions: dict[str, int] = {}
+        self._locks: dict[str, asyncio.Lock] = {}
+        """One operation at a time per conversation (a release racing a renewal)."""
+
+    def _lock(self, cid: str) -> asyncio.Lock:
+        return self._locks.setdefault(cid, asyncio.Lock())
+
+    @property
+    def held(self) -> set[str]:
+        """The conversations whose lease this node holds (a copy)."""
+        return set(self._revisions)
+
+    def _bucket(self) -> KvBucket:
+        if self._kv is None:
+            raise NodeNotStarted("the lease bucket (KvLeases.start())")
+        return self._kv
+
+    def _value(self) -> bytes:
+        return pack({"node": self.node_id, "ts": time.time()})
+
+    async def start(self) -> None:
+        """Create or bind the bucket; an existing bucket's TTL wins over ``ttl_s``."""
+        self._kv = await KvBucket.open(
+            self.bus, name=self.bucket, ttl_s=self.ttl_s, history=1, replicas=self.replicas
+        )
+        ttl = self._kv.ttl_s
+        if ttl and abs(ttl - self.ttl_s) > 1e-3:
+            log.warning("lease bucket %s has ttl %.3fs, not %.3fs", self.bucket, ttl, self.ttl_s)
+            self.ttl_s = ttl
+
+    async def _entry(self, cid: str) -> tuple[str, int] | None:
+        """(owner, KV revision) of the live lease, or None."""
+        entry = await self._bucket().get(self.bus.subjects.kv_key(cid))
+        if entry is None:
+            return None
+        raw = unpack(entry.value or b"\xc0")
+        owner = str(raw.get("node", "")) if isinstance(raw, dict) else ""
+        return owner, int(entry.revision or 0)
+
+    async def acquire(self, cid: str) -> bool:
+        """Take the lease: True when this node holds it now, False when another node does.
+
+        A lease this node already holds is renewed (False when it lapsed meanwhile:
+        see ``renew``). A live key naming this node (a restart under the same node
+        id) is taken over.
+        """
+        async with self._lock(cid):
+            if cid in self._revisions:
+                return await self._renew(cid)
+            return await self._acquire(cid)
+
+    async def _acquire(self, cid: str) -> bool:
+        kv = self._bucket()
+        key = self.bus.subjects.kv_key(cid)
+        for _ in range(3):
+            try:
+                self._revisions[cid] = await kv.create(key, self._value())
+                return True
+            except KeyExists:
+                current = await self._entry(cid)
+            if current is None:
+                continue  # expired or released between create and get
+            owner, revision = current
+            if owner != self.node_id:
+                return False
+            try:
+                self._revisions[cid] = await kv.update(key, self._value(), last=revision)
+                return True
+            except WrongRevision:
+                continue
+        return False
+
+    async def owner(self, cid: str) -> str | None:
+        """The node holding the lease on ``cid``, or None when nobody does."""
+        current = await self._entry(cid)
+        return None if current is None else current[0] or None
+
+    async def renew(self, cid: str) -> bool:
+        """Extend our lease; False when it lapsed (taken by another node or not).
+
+        A lapsed lease is dropped from ``held``: the caller's in-memory state of the
+        conversation may be stale, so it stops working on it (``acquire`` again and
+        reload from the durable copy if it still wants it). Connection errors
+        propagate and leave the lease held.
+        """
+        async with self._lock(cid):
+            return await self._renew(cid)
+
+    async def _renew(self, cid: str) -> bool:
+        revision = self._revisions.get(cid)
+        if revision is None:
+            return False
+        try:
+            self._revisions[cid] = await self._bucket().update(
+                self.bus.subjects.kv_key(cid), self._value(), last=revision
+            )
+        except WrongRevision:
+            self._revisions.pop(cid, None)
+            log.info("lease on %s lost by %s", cid, self.node_id)
+            return False
+        return True
+
+    async def release(self, cid: str) -> None:
+        """Give the lease up (a delete with ``last=``, so a lease taken since is untouched)."""
+        async with self._lock(cid):
+            revision = self._revisions.pop(cid, None)
+            if revision is not None:
+                try:
+                    await self._bucket().delete(self.bus.subjects.kv_key(cid), last=revision)
+                except WrongRevision as exc:  # no longer ours
+                    log.info("lease on %s was not ours any more at release: %s", cid, exc)
+            self._locks.pop(cid, None)
+
+    async def renew_all(self) -> list[str]:
+        """Renew every held lease at once; returns the conversations lost.
+
+        A renewal that fails on the connection is logged and kept (it is retried on
+        the next call and lapses only if the outage outlasts the TTL).
+        """
+        cids = sorted(self._revisions)
+        lost: list[str] = []
+
+        async def one(cid: str) -> None:
+            try:
+                if not await self.renew(cid):
+                    lost.append(cid)
+            except (BusError, TimeoutError) as exc:
+                log.warning("lease renewal of %s failed: %s", cid, exc)
+
+        async with asyncio.TaskGroup() as group:
+            for cid in cids:
+                group.create_task(one(cid))
+        return sorted(lost)

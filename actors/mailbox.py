@@ -1,0 +1,224 @@
+"""The named messages of the ConversationActor's and the DecisionActor's mailboxes.
+
+Only values cross a mailbox: frozen dataclasses of ids, blocks, specs and wire
+messages; never a closure or an actor object. A message that is asked subclasses
+``Request[R]`` (``R`` is its answer); the others are told.
+
+A round of a turn is at most three exchanges with its conversation:
+
+1. ``Render``: apply the writes the decision collected since its last exchange,
+   commit them to LMDB with the turn's checkpoint (one transaction), render the
+   context. Answers ``Rendered``.
+2. ``RunTools``: apply the decision's writes (notes, notices, tool-call blocks), run
+   the round's react.* tools. Answers their ``ReactOutcome``s. Only when the round
+   calls a react.* tool.
+3. ``Commit``: apply writes and commit them with a record, when the turn enters
+   Waiting (its checkpoint must be stored before it sleeps on a DONE).
+
+and the turn ends with one ``EndTurn`` (a result to persist and publish, or the turn
+handed back because another node owns the conversation now).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+import messages
+from messages import ReActResult, TurnRequest
+from timeline import AnnounceContext, Block
+from tools.react import ReactOutcome
+
+from . import events as ev
+from .base import Request
+from .state import DecisionState
+
+# --- what a decision writes ------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class NotesAck:
+    """The model's notes of round ``iteration``: the plan book acknowledges them."""
+
+    text: str
+    iteration: int
+    ts: float
+
+
+@dataclass(frozen=True, slots=True)
+class LateSignal:
+    """A DONE that came after its turn ended: recorded and announced next turn."""
+
+    signal: ev.DoneSignal
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
+class ToolOutcome:
+    """One tool call's outcome; the conversation builds its ``tc:…result`` block.
+
+    ``sources`` are source rows (url, title, text) an external tool found: the
+    conversation pools them and names their SIDs in the result. ``after`` are the
+    blocks that follow the result (a react tool's content blocks, notices).
+    """
+
+    call_id: str
+    tool: str
+    ok: bool
+    data: Mapping[str, Any]
+    sources: tuple[Mapping[str, Any], ...] = ()
+    after: tuple[Block, ...] = ()
+
+
+Write = Block | NotesAck | LateSignal | ToolOutcome
+"""One thing a decision puts on the timeline, applied in order by the conversation."""
+
+
+@dataclass(frozen=True, slots=True)
+class Writes:
+    """What a decision collected since its last exchange, in order."""
+
+    items: tuple[Write, ...] = ()
+
+    def __bool__(self) -> bool:
+        return bool(self.items)
+
+
+# --- asks of the ConversationActor ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Rendered:
+    """A rendered model request and how many followups of the turn it includes."""
+
+    request: messages.GenerateRequest
+    followups: int
+
+
+@dataclass(frozen=True, slots=True)
+class Render(Request[Rendered]):
+    """Apply ``writes``, commit them with ``record`` (the turn's checkpoint), render."""
+
+    turn_id: str
+    round: int
+    announce: AnnounceContext
+    writes: Writes = Writes()
+    record: Mapping[str, Any] | None = None
+    model: str = ""
+    max_output_tokens: int = 4096
+    seq_start: int = 0
+    force_compaction: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class RunTools(Request[tuple[ReactOutcome, ...]]):
+    """Apply ``writes``, then run these react.* calls in order."""
+
+    turn_id: str
+    calls: tuple[ev.ToolSpec, ...]
+    writes: Writes = Writes()
+
+
+@dataclass(frozen=True, slots=True)
+class Commit(Request[int]):
+    """Apply ``writes`` and commit them with ``record``; answers the store revision."""
+
+    turn_id: str
+    writes: Writes = Writes()
+    record: Mapping[str, Any] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class RouteDone(Request[messages.Message]):
+    """An ``agent.done`` for this conversation's ended turns; answers ``Ack`` or
+    ``ErrorReply`` (a DONE for the running turn goes to its DecisionActor)."""
+
+    signal: messages.DoneSignal
+
+
+@dataclass(frozen=True, slots=True)
+class UserInput(Request[messages.Message]):
+    """A followup or feedback for this conversation; answers ``Ack`` or ``ErrorReply``."""
+
+    message: messages.Followup | messages.Feedback
+
+
+# --- told to the ConversationActor ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class TurnJob:
+    """A turn request taken from the durable queue (the node's turn queue settles it)."""
+
+    request: TurnRequest
+
+
+@dataclass(frozen=True, slots=True)
+class EndTurn:
+    """The running turn is over: the one way a turn ends.
+
+    ``how`` ``result``: apply ``writes``, persist ``result`` as the turn's final record,
+    publish it, settle the request; ``lost``: another node owns the conversation now,
+    nothing is persisted or published and the request goes back to the queue.
+    ``state`` is the decision state the turn ended in.
+    """
+
+    turn_id: str
+    how: Literal["result", "lost"]
+    state: DecisionState
+    result: ReActResult | None = None
+    writes: Writes = Writes()
+    reason: str = ""
+
+
+# --- the DecisionActor's mailbox -----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyDone(Request[messages.Message]):
+    """A DONE routed to the running turn; answers ``Ack`` or ``ErrorReply``."""
+
+    signal: messages.DoneSignal
+
+
+@dataclass(frozen=True, slots=True)
+class FollowupArrived:
+    """A followup joined the running turn (the conversation counted ``count`` so far)."""
+
+    count: int
+
+
+@dataclass(frozen=True, slots=True)
+class Control:
+    """Skip-waiting or cancel from ``al.turn.<tid>.control``."""
+
+    message: messages.SkipWaiting | messages.CancelReAct
+
+
+@dataclass(frozen=True, slots=True)
+class ModelReply:
+    """The model call of ``round`` came back (``forced``: after a forced compaction)."""
+
+    round: int
+    result: messages.GenerateResult
+    forced: bool
+    followups_rendered: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class GraceOver:
+    """The followup grace after round ``round``'s answer ran out."""
+
+    round: int
+    answer: str
+    tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class ToolsDone:
+    """The tool calls of ``round`` have outcomes (their blocks go with the next exchange)."""
+
+    round: int
+    outcomes: tuple[ToolOutcome, ...] = field(default_factory=tuple)
+    detail: str = ""

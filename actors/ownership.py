@@ -1,0 +1,219 @@
+"""Where a conversation lives: the one seam between local mode and cluster mode.
+
+A node chooses its ``Ownership`` once, when it starts (``ACTLINE_CLUSTER``):
+
+- ``LocalOwnership``: this node is the only one; every conversation is its own, its
+  LMDB is the only copy, every input is answered here.
+- ``ClusterOwnership``: several nodes share the turn queue. A node leases a
+  conversation in JetStream KV before running its turn (``claim``; another node's
+  turn is handed back for a moment), brings its LMDB to the durable copy before
+  loading a conversation (``prepare``), copies every committed round to JetStream under
+  a check-and-set on the conversation's head (``committed``: a lost race raises
+  ``ConversationLost`` and the turn goes back to the queue), renews its leases and
+  answers only the inputs of conversations it owns.
+
+Nothing outside this module asks which mode runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping, Sequence
+from typing import Any, Protocol
+
+import messages
+from bus import Bus, BusError
+from messages import ErrorReply
+from storage import Store
+from storage.store import PersistedRound
+from timeline import Block
+from tools.react import index_rows
+
+from .durable import JetStreamCopy, adopt, merge_rounds
+from .errors import ConversationLost, HeadConflict
+from .leases import KvLeases
+
+log = logging.getLogger(__name__)
+
+NOT_MINE = frozenset({"unknown_task", "unknown_turn", "no_outstanding_task"})
+"""DONE verdicts a node keeps to itself in cluster mode (another node may run the turn)."""
+
+
+class Ownership(Protocol):
+    """How a node holds conversations (see the module docstring)."""
+
+    input_queue: str | None
+    """The queue group of the feedback subscription (None: every node hears it)."""
+    renew_every_s: float
+    """How often ``renew`` runs."""
+
+    async def start(self) -> None: ...
+    async def stop(self) -> None: ...
+    async def claim(self, cid: str) -> bool:
+        """True when this node may run ``cid``'s turns now."""
+        ...
+
+    async def prepare(self, cid: str, store: Store) -> None:
+        """Bring ``store`` to the newest copy of ``cid`` before it is loaded."""
+        ...
+
+    async def committed(self, cid: str, persisted: PersistedRound) -> None:
+        """A round of ``cid`` was committed to ``store`` (raises ``ConversationLost``)."""
+        ...
+
+    async def release(self, cid: str) -> None:
+        """This node dropped ``cid`` (evicted or lost)."""
+        ...
+
+    async def renew(self) -> list[str]:
+        """Keep what this node holds; returns the conversations it lost."""
+        ...
+
+    async def accepts(self, cid: str, msg: messages.Message, *, loaded: bool) -> bool:
+        """Whether this node answers a followup or feedback for ``cid``."""
+        ...
+
+    def quiet(self, verdict: messages.Message) -> bool:
+        """Whether a DONE verdict is kept to this node (another may run the turn)."""
+        ...
+
+
+class LocalOwnership:
+    """One node: every conversation is this node's."""
+
+    input_queue: str | None = "feedback"
+    renew_every_s = 60.0
+
+    async def start(self) -> None:
+        return None
+
+    async def stop(self) -> None:
+        return None
+
+    async def claim(self, cid: str) -> bool:
+        return True
+
+    async def prepare(self, cid: str, store: Store) -> None:
+        return None
+
+    async def committed(self, cid: str, persisted: PersistedRound) -> None:
+        return None
+
+    async def release(self, cid: str) -> None:
+        return None
+
+    async def renew(self) -> list[str]:
+        return []
+
+    async def accepts(self, cid: str, msg: messages.Message, *, loaded: bool) -> bool:
+        return True
+
+    def quiet(self, verdict: messages.Message) -> bool:
+        return False
+
+
+class ClusterOwnership:
+    """Leases in JetStream KV and the durable copy of every conversation in JetStream."""
+
+    input_queue: str | None = None
+
+    def __init__(self, bus: Bus, node_id: str, *, lease_ttl_s: float) -> None:
+        self.node_id = node_id
+        self.leases = KvLeases(bus, node_id, ttl_s=lease_ttl_s)
+        self.durable = JetStreamCopy(bus, writer=node_id)
+        self._heads: dict[str, int | None] = {}
+        """The KV revision of each conversation's durable head as this node last wrote it."""
+        self._unpublished: dict[str, list[PersistedRound]] = {}
+        """Rounds committed here but not yet in the durable copy (NATS was away)."""
+
+    @property
+    def renew_every_s(self) -> float:
+        return max(self.leases.ttl_s / 3.0, 0.05)
+
+    async def start(self) -> None:
+        await self.leases.start()
+        await self.durable.start()
+
+    async def stop(self) -> None:
+        """A graceful stop hands every conversation on at once."""
+        for cid in sorted(self.leases.held):
+            try:
+                await self.leases.release(cid)
+            except BusError as exc:
+                log.warning("lease of %s not released: %s", cid, exc)
+
+    async def claim(self, cid: str) -> bool:
+        return await self.leases.acquire(cid)
+
+    async def prepare(self, cid: str, store: Store) -> None:
+        """Fast path: the head was written by this node at the length stored here.
+        Otherwise the rounds are read from JetStream and adopted (appended, or the local
+        copy replaced). A conversation stored here but never copied is published whole."""
+        durable = self.durable
+        head = await durable.head(cid)
+        _, stored = await asyncio.to_thread(store.cursor, cid)
+        if head is None:
+            if not stored:
+                self._heads[cid] = None
+                return
+            blocks, header, rows = await asyncio.to_thread(_whole, store, cid)
+            self._heads[cid] = await durable.publish_round(
+                cid, blocks, [], header, expect=None, rows=rows
+            )
+            return
+        header, revision = head
+        if header.get("writer") == self.node_id and int(header.get("stored_seq", -1)) == stored:
+            self._heads[cid] = revision
+            return
+        copy = await durable.read(cid)
+        if copy is None:
+            self._heads[cid] = None
+            return
+        await asyncio.to_thread(adopt, store, cid, copy, index=index_rows)
+        log.info("conversation %s taken over from the durable copy (head %d)", cid, revision)
+        self._heads[cid] = copy.kv_revision
+
+    async def committed(self, cid: str, persisted: PersistedRound) -> None:
+        pending = self._unpublished.setdefault(cid, [])
+        pending.append(persisted)
+        try:
+            self._heads[cid] = await self.durable.publish_persisted(
+                cid, merge_rounds(pending), expect=self._heads.get(cid)
+            )
+        except HeadConflict as exc:
+            raise ConversationLost(cid, str(exc)) from None
+        except (BusError, TimeoutError) as exc:  # kept: the next round sends it merged
+            log.warning("round of %s not copied to JetStream yet: %s", cid, exc)
+            return
+        pending.clear()
+
+    async def release(self, cid: str) -> None:
+        self._heads.pop(cid, None)
+        self._unpublished.pop(cid, None)
+        self.durable.forget(cid)
+        await self.leases.release(cid)
+
+    async def renew(self) -> list[str]:
+        lost = await self.leases.renew_all()
+        for cid in lost:
+            self._heads.pop(cid, None)
+            self._unpublished.pop(cid, None)
+            self.durable.forget(cid)
+        return lost
+
+    async def accepts(self, cid: str, msg: messages.Message, *, loaded: bool) -> bool:
+        """Every node hears followups and feedback; the conversation's owner answers."""
+        if isinstance(msg, messages.Followup):
+            return loaded
+        return await self.leases.acquire(cid)
+
+    def quiet(self, verdict: messages.Message) -> bool:
+        return isinstance(verdict, ErrorReply) and verdict.code in NOT_MINE
+
+
+def _whole(store: Store, cid: str) -> tuple[list[Block], dict[str, Any], Mapping[str, Any]]:
+    """Everything stored of ``cid``: blocks, header and header rows (to publish whole)."""
+    blocks: Sequence[Block] = [Block.from_dict(b) for b in store.iter_blocks(cid)]
+    header = dict(store.header(cid) or {})
+    return list(blocks), header, store.header_rows(cid)

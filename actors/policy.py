@@ -1,0 +1,190 @@
+"""The pure decisions of a turn that sit beside the state machine (``actors.state``).
+
+Nothing here does I/O or reads a clock. ``TurnSettings.parse`` reads a turn request's
+``config`` once (the one place turn limits are parsed); ``classify_reply`` turns one
+model reply into the event the state machine takes plus the notices the model sees
+next round; ``parse_followups`` reads the followup channel; ``verdict`` says what the
+sender of a DONE is told, from what the state machine did with it.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+import messages
+from channels import strip_fence
+from messages import Ack, ErrorReply, new_id
+from messages.ids import is_valid_name
+
+from . import events as ev
+from .decision_protocol import CallLedger, Notice, check_decision
+
+AGENT_SEND = "agent.send"
+MAX_FOLLOWUPS = 5
+
+
+class TurnDefaults(Protocol):
+    """The node settings a turn's config falls back to (``NodeSettings`` is one)."""
+
+    @property
+    def max_iterations(self) -> int: ...
+    @property
+    def token_budget(self) -> int: ...
+    @property
+    def wait_timeout_s(self) -> float: ...
+    @property
+    def followup_grace_s(self) -> float: ...
+    @property
+    def tool_timeout_s(self) -> float: ...
+    @property
+    def model(self) -> str: ...
+
+
+@dataclass(frozen=True, slots=True)
+class TurnSettings:
+    """Everything a turn's ``config`` may set, resolved against the node's defaults."""
+
+    limits: ev.Limits
+    max_calls: int = 5
+    grace_s: float = 0.75
+    model: str = "extractive"
+    tool_timeout_s: float = 60.0
+
+    @classmethod
+    def parse(cls, config: Mapping[str, Any], defaults: TurnDefaults) -> TurnSettings:
+        """The settings of a turn (``max_tokens`` 0: no token budget); values of a wrong
+        type fall back to the node's defaults."""
+        budget = _int(config.get("max_tokens"), defaults.token_budget)
+        limits = ev.Limits(
+            max_iterations=_int(config.get("max_iterations"), defaults.max_iterations),
+            token_budget=budget if budget > 0 else None,
+            max_consecutive_refusals=_int(config.get("max_consecutive_refusals"), 3),
+            wait_timeout_s=_float(config.get("wait_timeout_s"), defaults.wait_timeout_s),
+        )
+        return cls(
+            limits=limits,
+            max_calls=_int(config.get("max_tool_calls_per_decision"), 5),
+            grace_s=_float(config.get("followup_grace_s"), defaults.followup_grace_s),
+            model=str(config.get("model") or defaults.model),
+            tool_timeout_s=_float(config.get("tool_timeout_s"), 0.0) or defaults.tool_timeout_s,
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Classified:
+    """One model reply, classified.
+
+    ``kind`` ``answer``: the model completed with ``answer`` (the caller decides, from
+    unseen followups and the grace, whether it ends the turn); otherwise ``event`` is
+    the state machine's event. ``notices`` are recorded before the event is fed.
+    """
+
+    kind: Literal["answer", "event"]
+    notes: str
+    notices: tuple[Notice, ...]
+    event: ev.ModelEvent | None = None
+    answer: str = ""
+
+
+def classify_reply(
+    round_: int,
+    channels: Mapping[str, str],
+    *,
+    ledger: CallLedger,
+    external: list[str],
+    max_calls: int,
+    tokens: int,
+) -> Classified:
+    """What round ``round_``'s reply means; ``ledger`` counts the calls it admits."""
+    answer = channels.get("answer", "")
+    checked = check_decision(
+        channels.get("decision", ""),
+        external=external,
+        max_calls=max_calls,
+        answer=answer,
+        round_=round_,
+    )
+    notices = list(checked.notices)
+    if checked.action in ("complete", "exit"):
+        return Classified("answer", checked.notes, tuple(notices), answer=answer.strip())
+    calls: list[ev.ToolSpec] = []
+    agent_calls: list[ev.AgentCall] = []
+    refused: list[Notice] = []
+    for call in checked.calls:
+        problem = ledger.admit(call) or _agent_problem(call)
+        if problem is not None:
+            (refused if problem.code == "repeated_call" else notices).append(problem)
+            continue
+        if call.tool == AGENT_SEND:
+            name, text = str(call.params["name"]), str(call.params["text"])
+            agent_calls.append(ev.AgentCall(call.call_id, new_id("task-"), name, text))
+        else:
+            calls.append(call)
+    event: ev.ModelEvent
+    if calls or agent_calls:
+        event = ev.ModelDecided(round_, tuple(calls), tuple(agent_calls), tokens)
+        notices += refused
+    elif refused:
+        first = refused[0]
+        event = ev.CallRefused(round_, first.code, first.message, tokens)
+        notices += refused[1:]
+    else:
+        first = notices.pop(0) if notices else Notice("empty_decision", "no usable call")
+        event = ev.ProtocolViolation(round_, first.code, first.message, tokens)
+    return Classified("event", checked.notes, tuple(notices), event=event)
+
+
+def parse_followups(raw: str) -> list[str]:
+    """The followup channel's JSON list (at most five); anything else is no followups."""
+    try:
+        data = json.loads(strip_fence(raw).strip() or "[]")
+    except ValueError:
+        return []
+    if not isinstance(data, list):
+        return []
+    return [str(item) for item in data if isinstance(item, str | int | float)][:MAX_FOLLOWUPS]
+
+
+def verdict(signal: messages.DoneSignal, effects: tuple[ev.Effect, ...]) -> messages.Message:
+    """What the sender of a DONE is told, from what the state machine did with it."""
+    ref = signal.task_id or signal.turn_id or ""
+    for effect in effects:
+        match effect:
+            case ev.RecordNotice(code=code, text=text, signal_id=sid) if sid == signal.signal_id:
+                return ErrorReply(code=code, message=text)
+            case ev.RecordSignal(task_id=task_id):
+                return Ack(ref=task_id, detail="applied")
+            case ev.RecordLateSignal():
+                return Ack(ref=ref, detail="late: recorded, announced next turn")
+            case ev.Ignored(reason=reason) if "duplicate" in reason:
+                return Ack(ref=ref, detail="duplicate: already applied")
+    return Ack(ref=ref, detail="queued: applied when the turn next waits")
+
+
+def _agent_problem(call: ev.ToolSpec) -> Notice | None:
+    if call.tool != AGENT_SEND:
+        return None
+    name = call.params.get("name")
+    if not isinstance(name, str) or not is_valid_name(name):
+        return Notice(
+            "bad_params",
+            f"agent.send needs the agent's name (letters, digits, '-', '_'), got {name!r}.",
+            AGENT_SEND,
+        )
+    text = call.params.get("text")
+    if not isinstance(text, str) or not text.strip():
+        return Notice("bad_params", "agent.send needs the task text.", AGENT_SEND)
+    return None
+
+
+def _int(value: object, default: int) -> int:
+    return value if isinstance(value, int) and not isinstance(value, bool) else default
+
+
+def _float(value: object, default: float) -> float:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return float(value)
+    return default

@@ -1,0 +1,549 @@
+"""JetStream for actline: a work queue, a KV bucket and an append-only event log.
+
+Only this module (and ``Bus.publish_stored``) talks to nats-py's JetStream API;
+everything else uses these typed wrappers. Names of streams, buckets and
+consumers come from ``messages.Subjects``.
+
+- ``WorkQueue``: a WORK_QUEUE stream with one durable pull consumer (explicit
+  ack, unlimited redeliveries). ``pull`` hands out one ``QueueItem`` at a time;
+  the item is settled with ``ack``/``nak``/``term`` and kept alive with
+  ``in_progress``. An item neither acked nor naked is redelivered after the
+  consumer's ack wait.
+- ``KvBucket``: one value per key with check-and-set writes. Missing, deleted
+  and aged-out keys read as None; ``create`` succeeds over a delete marker (and
+  over a key aged out by the bucket TTL, which leaves no marker).
+- ``EventLog``: a LIMITS stream, one subject per conversation; ``append`` may
+  dedupe by message id (within the server's duplicate window) and
+  ``next_after`` walks one subject with direct gets.
+
+Errors: every method raises ``bus.errors`` types only: ``JetStreamError``
+subclasses, ``RequestTimeout`` (no answer within the timeout) or
+``NotConnected`` (the connection is closed). Cancellation: each call is one
+or a few requests; cancelling it propagates ``CancelledError``. A ``pull``
+cancelled while waiting may leave a message in the subscription's buffer; the
+next ``pull`` returns it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+import nats.errors
+import nats.js.errors
+from nats.aio.msg import Msg
+from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    KeyValueConfig,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+)
+from nats.js.client import JetStreamContext
+from nats.js.kv import KeyValue
+
+from .errors import (
+    AckFailed,
+    AlreadyAcked,
+    BusError,
+    JetStreamError,
+    JetStreamUnavailable,
+    KeyExists,
+    NoStream,
+    NotConnected,
+    RequestTimeout,
+    StreamMissing,
+    WrongRevision,
+)
+
+if TYPE_CHECKING:
+    from .bus import Bus
+
+log = logging.getLogger(__name__)
+
+DEFAULT_TIMEOUT = 5.0
+"""Seconds a JetStream API request may take (nats-py's default)."""
+
+_WRONG_LAST_SEQUENCE = frozenset({10071, 10164})
+_STREAM_NOT_FOUND = 10059
+
+
+def translate(exc: Exception, operation: str, *, target: str, timeout: float) -> BusError:
+    """The bus error for a nats-py exception raised by ``operation`` on ``target``."""
+    if isinstance(exc, BusError):
+        return exc
+    if isinstance(exc, nats.errors.TimeoutError | TimeoutError):
+        return RequestTimeout(target, timeout)
+    if isinstance(
+        exc,
+        nats.errors.ConnectionClosedError
+        | nats.errors.ConnectionDrainingError
+        | nats.errors.StaleConnectionError,
+    ):
+        return NotConnected(f"{operation} on {target}: the connection is closed")
+    if isinstance(exc, nats.js.errors.ServiceUnavailableError | nats.errors.NoRespondersError):
+        return JetStreamUnavailable(operation)
+    if isinstance(exc, nats.js.errors.APIError):
+        if exc.err_code == _STREAM_NOT_FOUND:
+            return StreamMissing(target)
+        return JetStreamError(
+            operation, exc.description or type(exc).__name__, int(exc.err_code or exc.code or 0)
+        )
+    return JetStreamError(operation, f"{type(exc).__name__}: {exc}")
+
+
+def _context(bus: Bus, timeout: float) -> JetStreamContext:
+    return bus.nc.jetstream(timeout=timeout)
+
+
+async def _ensure_stream(js: JetStreamContext, config: StreamConfig, timeout: float) -> None:
+    """Create the stream unless it exists (a concurrent creator wins harmlessly)."""
+    name = str(config.name)
+    try:
+        try:
+            await js.stream_info(name)
+            return
+        except nats.js.errors.NotFoundError:
+            pass
+        try:
+            await js.add_stream(config)
+            log.info("created stream %s on %s", name, config.subjects)
+        except nats.js.errors.APIError as exc:
+            try:  # created meanwhile by another node, maybe with other limits
+                await js.stream_info(name)
+            except nats.js.errors.NotFoundError:
+                raise exc from None
+    except nats.errors.Error as exc:
+        raise translate(exc, "create stream", target=name, timeout=timeout) from None
+
+
+# --- the work queue ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class QueueItem:
+    """One message of a work queue, pulled: settle it with ``ack``, ``nak`` or ``term``.
+
+    ``deliveries`` is 1 on the first delivery and counts redeliveries after it;
+    ``stream_seq`` is the message's sequence in the stream.
+    """
+
+    data: bytes
+    subject: str
+    deliveries: int
+    stream_seq: int
+    _msg: Msg = field(repr=False, compare=False)
+
+    async def _send(self, action: str, *, delay: float | None = None) -> None:
+        if getattr(self._msg, "_ackd", False):
+            raise AlreadyAcked(action, self.subject)
+        try:
+            if action == "ack":
+                await self._msg.ack()
+            elif action == "nak":
+                await self._msg.nak(delay=delay)
+            elif action == "in_progress":
+                await self._msg.in_progress()
+            else:
+                await self._msg.term()
+        except nats.errors.MsgAlreadyAckdError:
+            raise AlreadyAcked(action, self.subject) from None
+        except nats.errors.Error as exc:
+            raise AckFailed(action, self.subject, f"{type(exc).__name__}: {exc}") from None
+
+    async def ack(self, *, confirm: float | None = None) -> None:
+        """Done with it: the queue forgets the message.
+
+        With ``confirm`` (seconds), wait for the server to confirm the ack; else the
+        ack is sent like a publish (buffered while reconnecting).
+        """
+        if confirm is None:
+            await self._send("ack")
+            return
+        if getattr(self._msg, "_ackd", False):
+            raise AlreadyAcked("ack", self.subject)
+        try:
+            await self._msg.ack_sync(timeout=confirm)
+        except nats.errors.MsgAlreadyAckdError:
+            raise AlreadyAcked("ack", self.subject) from None
+        except (nats.errors.Error, TimeoutError) as exc:
+            raise AckFailed("ack", self.subject, f"{type(exc).__name__}: {exc}") from None
+
+    async def nak(self, delay: float | None = None) -> None:
+        """Hand it back: redelivered (to any puller) at once, or after ``delay`` seconds."""
+        await self._send("nak", delay=delay)
+
+    async def in_progress(self) -> None:
+        """Still working on it: restarts the ack wait (repeat within every ack wait)."""
+        await self._send("in_progress")
+
+    async def term(self) -> None:
+        """Drop it for good (a poison message): never redelivered."""
+        await self._send("term")
+
+
+class WorkQueue:
+    """A work-queue stream with one durable pull consumer shared by every puller.
+
+    Several ``WorkQueue`` objects on one consumer (one per node) share its
+    messages: each message goes to one of them at a time. ``ack_wait_s`` is the
+    consumer's ack wait (an existing consumer keeps its own).
+    """
+
+    def __init__(
+        self,
+        name: str,
+        subject: str,
+        consumer: str,
+        psub: JetStreamContext.PullSubscription,
+        ack_wait_s: float,
+        timeout: float,
+    ) -> None:
+        self.name = name
+        self.subject = subject
+        self.consumer = consumer
+        self.ack_wait_s = ack_wait_s
+        self._psub = psub
+        self._timeout = timeout
+
+    @classmethod
+    async def open(
+        cls,
+        bus: Bus,
+        *,
+        name: str,
+        subject: str,
+        consumer: str,
+        ack_wait_s: float,
+        max_msg_size: int,
+        replicas: int = 1,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> WorkQueue:
+        """Create the stream (file storage, WORK_QUEUE retention) if missing and bind the
+        durable pull consumer (explicit ack, ``max_deliver`` and ``max_ack_pending``
+        unlimited), creating it if missing."""
+        js = _context(bus, timeout)
+        await _ensure_stream(
+            js,
+            StreamConfig(
+                name=name,
+                subjects=[subject],
+                retention=RetentionPolicy.WORK_QUEUE,
+                storage=StorageType.FILE,
+                max_msg_size=max_msg_size,
+                num_replicas=replicas,
+            ),
+            timeout,
+        )
+        config = ConsumerConfig(
+            durable_name=consumer,
+            ack_policy=AckPolicy.EXPLICIT,
+            ack_wait=ack_wait_s,
+            max_deliver=-1,
+            max_ack_pending=-1,
+        )
+        try:
+            psub = await js.pull_subscribe(subject, durable=consumer, stream=name, config=config)
+            info = await psub.consumer_info()
+        except nats.errors.Error as exc:
+            raise translate(exc, "bind consumer", target=name, timeout=timeout) from None
+        actual = float(info.config.ack_wait or ack_wait_s)
+        if abs(actual - ack_wait_s) > 1e-3:
+            log.warning(
+                "consumer %s on %s has ack wait %.3fs, not %.3fs",
+                consumer,
+                name,
+                actual,
+                ack_wait_s,
+            )
+        return cls(name, subject, consumer, psub, actual, timeout)
+
+    async def pull(self, timeout: float = 1.0) -> QueueItem | None:
+        """The next message, or None when none came within ``timeout`` seconds."""
+        try:
+            # One at a time: a larger batch sometimes waits for the server's request
+            # timeout to fill although a message is already delivered.
+            batch = await self._psub.fetch(batch=1, timeout=timeout)
+        except (nats.errors.TimeoutError, TimeoutError):
+            return None
+        except nats.errors.Error as exc:
+            raise translate(exc, "pull", target=self.name, timeout=timeout) from None
+        for msg in batch:
+            meta = msg.metadata
+            return QueueItem(
+                bytes(msg.data),
+                msg.subject,
+                int(meta.num_delivered),
+                int(meta.sequence.stream),
+                msg,
+            )
+        return None
+
+    async def close(self) -> None:
+        """Stop pulling. Messages pulled and not settled are redelivered after the ack wait."""
+        try:
+            await self._psub.unsubscribe()
+        except (nats.errors.Error, ValueError) as exc:  # already closed with the connection
+            log.debug("closing the pull subscription of %s: %s", self.name, exc)
+
+
+# --- key-value --------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class KvEntry:
+    """The live value of a key and its revision (the ``last`` of the next update)."""
+
+    value: bytes
+    revision: int
+
+
+class KvBucket:
+    """A JetStream KV bucket; ``ttl_s`` is the bucket's TTL (None: keys never age out)."""
+
+    def __init__(self, name: str, kv: KeyValue, ttl_s: float | None, timeout: float) -> None:
+        self.name = name
+        self.ttl_s = ttl_s
+        self._kv = kv
+        self._timeout = timeout
+
+    @classmethod
+    async def open(
+        cls,
+        bus: Bus,
+        *,
+        name: str,
+        ttl_s: float | None = None,
+        history: int = 1,
+        replicas: int = 1,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> KvBucket:
+        """Bind the bucket, creating it when missing (direct gets, file storage).
+
+        A concurrent creator wins harmlessly; an existing bucket keeps its limits, so
+        read ``ttl_s`` after opening.
+        """
+        js = _context(bus, timeout)
+        try:
+            try:
+                kv = await js.key_value(name)
+            except nats.js.errors.BucketNotFoundError:
+                config = KeyValueConfig(
+                    bucket=name,
+                    ttl=ttl_s or None,
+                    history=history,
+                    direct=True,
+                    storage=StorageType.FILE,
+                    replicas=replicas,
+                )
+                try:
+                    kv = await js.create_key_value(config)
+                    log.info("created KV bucket %s (ttl %s)", name, ttl_s)
+                except nats.js.errors.APIError:  # created meanwhile by another node
+                    kv = await js.key_value(name)
+            bucket = cls(name, kv, None, timeout)
+            bucket.ttl_s = await bucket.status_ttl()
+        except nats.js.errors.BucketNotFoundError:
+            raise StreamMissing(name) from None
+        except nats.errors.Error as exc:
+            raise translate(exc, "open bucket", target=name, timeout=timeout) from None
+        if ttl_s and bucket.ttl_s != ttl_s:
+            log.warning("KV bucket %s has ttl %ss, not %.3fs", name, bucket.ttl_s, ttl_s)
+        return bucket
+
+    def _error(self, exc: Exception, operation: str, key: str) -> BusError:
+        if isinstance(exc, nats.js.errors.NoStreamResponseError | nats.errors.NoRespondersError):
+            return StreamMissing(self.name)
+        if isinstance(exc, nats.js.errors.InvalidKeyError):
+            return JetStreamError(f"kv {operation} {key}", "not a valid key")
+        return translate(exc, f"kv {operation} {key}", target=self.name, timeout=self._timeout)
+
+    async def status_ttl(self) -> float | None:
+        """The bucket's TTL in seconds as the server has it (None: no TTL)."""
+        try:
+            ttl = (await self._kv.status()).ttl
+        except nats.errors.Error as exc:
+            raise translate(exc, "kv status", target=self.name, timeout=self._timeout) from None
+        return float(ttl) if ttl else None
+
+    async def get(self, key: str) -> KvEntry | None:
+        """The live value of ``key``; None when it is missing, deleted or aged out."""
+        try:
+            entry = await self._kv.get(key)
+        except nats.js.errors.NotFoundError:  # KeyNotFoundError, KeyDeletedError
+            return None
+        except nats.errors.Error as exc:
+            raise self._error(exc, "get", key) from None
+        return KvEntry(bytes(entry.value or b""), int(entry.revision or 0))
+
+    async def create(self, key: str, value: bytes) -> int:
+        """Write ``key`` only if it holds no live value; returns the new revision.
+
+        Raises ``KeyExists(key, revision)`` when it does. A delete marker or a key
+        aged out does not count as live.
+        """
+        for _ in range(3):
+            try:
+                return int(await self._kv.create(key, value))
+            except nats.js.errors.KeyWrongLastSequenceError:
+                live = await self.get(key)
+                if live is not None:
+                    raise KeyExists(key, live.revision) from None
+            except nats.js.errors.NotFoundError:
+                pass  # the marker create wanted to step over aged out meanwhile
+            except nats.errors.Error as exc:
+                raise self._error(exc, "create", key) from None
+        raise KeyExists(key, 0)
+
+    async def update(self, key: str, value: bytes, *, last: int) -> int:
+        """Write ``key`` if its revision is still ``last``; returns the new revision.
+
+        Raises ``WrongRevision(key, last)`` when another write (or delete, or the TTL)
+        came first.
+        """
+        try:
+            return int(await self._kv.update(key, value, last=last))
+        except nats.js.errors.KeyWrongLastSequenceError:
+            raise WrongRevision(key, last) from None
+        except nats.errors.Error as exc:
+            raise self._error(exc, "update", key) from None
+
+    async def delete(self, key: str, *, last: int | None = None) -> None:
+        """Delete ``key`` (a delete marker); with ``last``, only if it is at that revision.
+
+        Raises ``WrongRevision(key, last)`` on a stale ``last``.
+        """
+        try:
+            await self._kv.delete(key, last=last)
+        except nats.js.errors.APIError as exc:
+            if exc.err_code in _WRONG_LAST_SEQUENCE:
+                raise WrongRevision(key, last or 0) from None
+            raise self._error(exc, "delete", key) from None
+        except nats.errors.Error as exc:
+            raise self._error(exc, "delete", key) from None
+
+
+# --- the event log ----------------------------------------------------------------------------
+
+
+class EventLog:
+    """An append-only stream (LIMITS retention), read one subject at a time."""
+
+    def __init__(self, name: str, js: JetStreamContext, timeout: float) -> None:
+        self.name = name
+        self._js = js
+        self._timeout = timeout
+
+    @classmethod
+    async def open(
+        cls,
+        bus: Bus,
+        *,
+        name: str,
+        subjects: str,
+        max_msg_size: int,
+        replicas: int = 1,
+        timeout: float = DEFAULT_TIMEOUT,
+    ) -> EventLog:
+        """Create the stream on ``subjects`` (file storage, direct gets) if missing."""
+        js = _context(bus, timeout)
+        config = StreamConfig(
+            name=name,
+            subjects=[subjects],
+            retention=RetentionPolicy.LIMITS,
+            storage=StorageType.FILE,
+            max_msg_size=max_msg_size,
+            allow_direct=True,
+            num_replicas=replicas,
+        )
+        await _ensure_stream(js, config, timeout)
+        return cls(name, js, timeout)
+
+    def _error(self, exc: Exception, operation: str) -> BusError:
+        if isinstance(exc, nats.js.errors.NoStreamResponseError | nats.errors.NoRespondersError):
+            return StreamMissing(self.name)
+        return translate(exc, operation, target=self.name, timeout=self._timeout)
+
+    async def append(self, subject: str, data: bytes, *, msg_id: str | None = None) -> int:
+        """Store ``data`` on ``subject``; returns its stream sequence.
+
+        With ``msg_id``, a second append of the same id within the server's
+        duplicate window stores nothing and returns the first one's sequence.
+        Raises ``NoStream`` when the stream does not capture ``subject`` (or is gone).
+        """
+        headers = {"Nats-Msg-Id": msg_id} if msg_id else None
+        try:
+            ack = await self._js.publish(subject, data, stream=self.name, headers=headers)
+        except nats.js.errors.NoStreamResponseError:  # the subject is not the stream's (any more)
+            raise NoStream(subject) from None
+        except nats.errors.Error as exc:
+            raise self._error(exc, f"append to {subject}") from None
+        return int(ack.seq)
+
+    async def next_after(self, subject: str, seq: int) -> tuple[int, bytes] | None:
+        """The first message on ``subject`` at stream sequence ``seq`` or later, as
+        ``(seq, data)``; None when there is none (one direct get)."""
+        start = max(1, seq)
+        try:
+            msg = await self._js.get_msg(
+                self.name, seq=start, subject=subject, next=True, direct=True
+            )
+        except nats.js.errors.NotFoundError:
+            return None
+        except nats.errors.Error as exc:
+            raise self._error(exc, f"read {subject}") from None
+        at = int(msg.seq or 0)
+        if at < start:
+            return None
+        return at, bytes(msg.data or b"")
+
+    async def get(self, seq: int) -> tuple[str, bytes] | None:
+        """The message at stream sequence ``seq`` as ``(subject, data)``; None when absent."""
+        try:
+            msg = await self._js.get_msg(self.name, seq=seq, direct=True)
+        except nats.js.errors.NotFoundError:
+            return None
+        except nats.errors.Error as exc:
+            raise self._error(exc, f"read seq {seq}") from None
+        return str(msg.subject), bytes(msg.data or b"")
+
+    async def count(self) -> int:
+        """How many messages the stream holds."""
+        try:
+            info = await self._js.stream_info(self.name)
+        except nats.errors.Error as exc:
+            raise self._error(exc, "stream info") from None
+        return int(info.state.messages)
+
+    async def purge(self, subject: str | None = None) -> None:
+        """Remove every message (of ``subject`` only, when given)."""
+        try:
+            await self._js.purge_stream(self.name, subject=subject)
+        except nats.errors.Error as exc:
+            raise self._error(exc, "purge") from None
+
+
+# --- the account ------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class JetStreamAccount:
+    """What the connection's account holds in JetStream."""
+
+    streams: int
+    consumers: int
+    memory: int
+    storage: int
+
+
+async def account(bus: Bus, *, timeout: float = 2.0) -> JetStreamAccount:
+    """The JetStream account of ``bus``; ``JetStreamUnavailable`` when the server has none."""
+    try:
+        info = await _context(bus, timeout).account_info()
+    except nats.errors.Error as exc:
+        raise translate(exc, "account info", target=bus.url, timeout=timeout) from None
+    return JetStreamAccount(
+        int(info.streams), int(info.consumers), int(info.memory), int(info.storage)
+    )
