@@ -11,16 +11,17 @@ end) in transactions of 5,000 blocks. Then one more turn of exactly 20 blocks
 the timeline in memory, and every sample persists that turn:
 
 - lmdb: ``Store.append_turn(cid, the 20 blocks, tl.snapshot())``
-  with the snapshot taken once (the real header of that timeline: sources pool,
-  turn list, plans, cursors; it grows with the number of turns: one id per turn).
-- fixed hdr: the same call with a header that does not grow, the snapshot of a
-  100-block conversation (~9 KB, 50 sources) at every size, the previous stored
-  header being such a one too; this isolates the store's own cost.
+  with the snapshot taken once (the real header of that timeline: cursors, cache
+  and notices; the pool and plans are header rows, stored with the prefill and
+  not changed by the turn).
+- fixed hdr: the same call with the header of a 100-block conversation at every
+  size, the previous stored header being such a one too; this isolates the
+  store's own cost.
 - persist(): ``Store.persist(tl)``, the call production makes after a round;
   it writes the same rows and also reads the stored header, finds the new
   blocks in the timeline and takes the snapshot.
-- naive: what the original does every turn: the whole timeline (snapshot and
-  every block as a dict) as one JSON document, written to a temporary file,
+- naive: what the original does every turn: the whole timeline (full snapshot with
+  the pool and plans, and every block as a dict) as one JSON document, written to a temporary file,
   flushed, ``os.fsync``-ed and ``os.replace``-d over the previous one.
 
 After each lmdb, fixed hdr and persist() sample the turn is rolled back (outside the
@@ -42,12 +43,23 @@ with ``Store.load`` (``boundary_seq`` 0: the whole conversation is visible,
 ``Timeline.restore`` of every block) and read raw with
 ``list(Store.iter_blocks(cid))``; the loaded blocks must equal the built ones.
 
+Growing pool: one conversation of ``--pool-turns`` turns (2,000) persisted with
+``Store.persist_round`` after every turn, each turn adding 5 sources (10,000 by
+the end) and either a new plan (every 4th turn: 500 plans) or a step
+acknowledgement of the current one. Every round's bytes are counted: the stored
+header, the header rows it wrote (key and msgpack value) and its blocks. Then
+``--samples`` more rounds of the same kind are timed on it and, interleaved, on
+a second conversation built the same way to 10 turns (``sync=True``, no
+rollback: each sample is a real round).
+
 Targets: persist cost flat (lmdb p50 at the largest size within 1.5x of the
-smallest) and lmdb at least 50x faster than the naive rewrite (p50 against
-p50) at the largest size up to 10,000 blocks.
+smallest), lmdb at least 50x faster than the naive rewrite (p50 against
+p50) at the largest size up to 10,000 blocks, and in the growing-pool case
+the persist p50 at 2,000 turns within 1.5x of the one at 10 turns with the
+header and row bytes of a round not growing with the pool (within 64 bytes).
 
     python -m bench.storage [--sizes 100,10000,100000] [--samples 40]
-        [--out bench/results/storage.json]
+        [--pool-turns 2000] [--out bench/results/storage.json]
 """
 
 from __future__ import annotations
@@ -113,6 +125,13 @@ LOAD_RUNS = 5
 TARGET_FLATNESS = 1.5
 TARGET_RATIO = 50.0
 RATIO_BLOCKS = 10_000
+POOL_TURNS = 2_000
+POOL_SMALL_TURNS = 10
+POOL_SOURCES_PER_TURN = 5
+POOL_PLAN_EVERY = 4
+TARGET_POOL_FLATNESS = 1.5
+TARGET_ROUND_BYTES_GROWTH = 64
+"""Header + row bytes of a round may differ this much between 10 and 2,000 turns (wider ints)."""
 
 
 def naive_samples(blocks: int, samples: int) -> int:
@@ -286,6 +305,7 @@ def prepare(blocks: int, root: Path, seed: int = SEED) -> Case:
     """Build the conversation, fill a ``sync=True`` store with it, add the unstored turn."""
     tl, conv = build(blocks, seed)
     stored = sorted(tl.blocks, key=lambda b: b.seq)
+    prefill_rows = tl.take_row_changes()
     prefill_snapshot = tl.snapshot()
     turn = conv.turn()
     for block in turn:
@@ -294,7 +314,8 @@ def prepare(blocks: int, root: Path, seed: int = SEED) -> Case:
     store = case.open(sync=True)
     t0 = time.perf_counter()
     for i in range(0, len(stored), PREFILL_CHUNK):
-        store.append_turn(CID, stored[i : i + PREFILL_CHUNK], prefill_snapshot)
+        rows = prefill_rows if i == 0 else None
+        store.append_turn(CID, stored[i : i + PREFILL_CHUNK], prefill_snapshot, rows=rows)
     case.prefill_seconds = time.perf_counter() - t0
     header_raw = _raw(store, "snapshots", CID.encode())
     if header_raw is None:
@@ -363,7 +384,7 @@ def check_rolled_back(case: Case, count: bool = False) -> None:
 
 def naive_rewrite(tl: Timeline, path: Path) -> int:
     """The original's persistence: the whole timeline as one JSON file, atomically replaced."""
-    document = {"snapshot": tl.snapshot(), "blocks": [b.to_dict() for b in tl.blocks]}
+    document = {"snapshot": tl.full_snapshot(), "blocks": [b.to_dict() for b in tl.blocks]}
     data = json.dumps(document, ensure_ascii=False).encode()
     tmp = path.with_name(path.name + ".tmp")
     with open(tmp, "wb") as f:
@@ -462,6 +483,187 @@ def measure_load(case: Case, runs: int) -> dict[str, Any]:
     }
 
 
+# -- the growing pool -----------------------------------------------------------------------
+@dataclass
+class PoolRound:
+    """What one ``persist_round`` of the growing-pool case wrote, in bytes."""
+
+    turns: int
+    sources: int
+    plans: int
+    header: int
+    rows: int
+    row_bytes: int
+    block_bytes: int
+
+    @property
+    def header_and_rows(self) -> int:
+        return self.header + self.row_bytes
+
+
+class GrowingPool:
+    """A conversation whose pool and plans grow, persisted round by round into its own store.
+
+    Turn ``n``: header, prompt, one tool call and result, completion; 5 new sources;
+    a new plan of 3 steps when ``n % 4 == 1``, else the acknowledgement of step
+    ``(n - 1) % 4`` of the current plan (a changed plan row).
+    """
+
+    def __init__(self, root: Path, seed: int = SEED) -> None:
+        root.mkdir(parents=True, exist_ok=True)
+        self.store = Store(root, sync=True)
+        self.conv = Conversation(seed)
+        self.tl = Timeline(CID)
+        self.sources = 0
+
+    def close(self) -> None:
+        self.store.close()
+
+    def turn(self) -> None:
+        """Append the next turn to the timeline (not persisted)."""
+        for block in self.conv._turn(1, lambda _: False):
+            add(self.tl, block)
+        n, tid, ts = self.conv.turns, self.conv.turn_id, self.conv.clock
+        rows = []
+        for _ in range(POOL_SOURCES_PER_TURN):
+            self.sources += 1
+            k = self.sources
+            rows.append(
+                SourceRow(
+                    0,
+                    url=f"https://docs.example.com/pool/{k:06d}",
+                    title=f"Pool source {k:06d}: retry and cache settings",
+                    text=f"Source {k:06d} describes the retry budget and the cache token limit.",
+                    provider="web",
+                )
+            )
+        self.tl.sources.add_rows(rows)
+        if n % POOL_PLAN_EVERY == 1:
+            steps = ["gather sources", "compare settings", "write the answer"]
+            plan = self.tl.plans.apply("new", turn_id=tid, plan_id=f"p{n:05d}", steps=steps)
+            self.tl.record_plan(plan, turn_id=tid, ts=ts)
+        else:
+            step = (n - 1) % POOL_PLAN_EVERY
+            self.tl.acknowledge(f"\u2713 {step}. done", turn_id=tid, ts=ts, iteration=n)
+
+    def persist(self) -> tuple[float, PoolRound]:
+        """Persist the turn appended last; (seconds, bytes it wrote)."""
+        _, stored = self.store.cursor(CID)
+        t0 = time.perf_counter()
+        done = self.store.persist_round(self.tl)
+        seconds = time.perf_counter() - t0
+        header = _raw(self.store, "snapshots", CID.encode()) or b""
+        key = len(CID) + 1
+        written = PoolRound(
+            turns=self.conv.turns,
+            sources=len(self.tl.sources),
+            plans=len(self.tl.plans.plans()),
+            header=len(header),
+            rows=len(done.rows),
+            row_bytes=sum(key + len(k) + len(pack(v)) for k, v in done.rows.items()),
+            block_bytes=sum(len(pack(b.to_dict())) for b in done.blocks),
+        )
+        if done.blocks and done.blocks[0].seq != stored:
+            raise SanityCheckFailed(stored, "the growing-pool round did not continue the log")
+        return seconds, written
+
+    def grow(self, turns: int) -> list[PoolRound]:
+        """Append and persist turns until there are ``turns``; the bytes of each round."""
+        rounds = []
+        while self.conv.turns < turns:
+            self.turn()
+            rounds.append(self.persist()[1])
+        return rounds
+
+
+def _window(rounds: Sequence[PoolRound], end: int) -> list[PoolRound]:
+    """The ``POOL_PLAN_EVERY`` rounds ending at turn ``end`` (one new plan, three acks)."""
+    return [r for r in rounds if end - POOL_PLAN_EVERY < r.turns <= end]
+
+
+def _bytes(rounds: Sequence[PoolRound]) -> dict[str, Any]:
+    n = max(1, len(rounds))
+    return {
+        "turns": [rounds[0].turns, rounds[-1].turns] if rounds else [],
+        "sources": rounds[-1].sources if rounds else 0,
+        "plans": rounds[-1].plans if rounds else 0,
+        "header_bytes": sum(r.header for r in rounds) / n,
+        "rows": sum(r.rows for r in rounds) / n,
+        "row_bytes": sum(r.row_bytes for r in rounds) / n,
+        "header_and_row_bytes": sum(r.header_and_rows for r in rounds) / n,
+        "block_bytes": sum(r.block_bytes for r in rounds) / n,
+    }
+
+
+def growing_pool(root: Path, turns: int, samples: int, seed: int = SEED) -> dict[str, Any]:
+    """The growing-pool case (see the module docstring)."""
+    small_turns = min(POOL_SMALL_TURNS, turns)
+    big, small = GrowingPool(root / "pool-big", seed), GrowingPool(root / "pool-small", seed)
+    try:
+        t0 = time.perf_counter()
+        rounds = big.grow(turns)
+        build_seconds = time.perf_counter() - t0
+        small.grow(small_turns)
+        full_header = {
+            "at_small": len(pack(small.tl.full_snapshot())),
+            "at_big": len(pack(big.tl.full_snapshot())),
+        }
+        at_small, at_big = _window(rounds, small_turns), _window(rounds, turns)
+        sources, plans = len(big.tl.sources), len(big.tl.plans.plans())
+        loaded = big.store.load(CID).timeline
+        if loaded.full_snapshot() != big.tl.full_snapshot():
+            raise SanityCheckFailed(turns, "the growing-pool conversation did not load back")
+        times: dict[str, list[float]] = {"small": [], "big": []}
+        gc.collect()
+        gc.freeze()
+        try:
+            for i in range(samples):
+                order = (("small", small), ("big", big))
+                for name, case in order if i % 2 == 0 else order[::-1]:
+                    case.turn()
+                    gc.collect(0)
+                    times[name].append(case.persist()[0])
+        finally:
+            gc.unfreeze()
+    finally:
+        big.close()
+        small.close()
+    small_p50, big_p50 = _p50(times["small"]), _p50(times["big"])
+    flatness = _ratio(big_p50, small_p50)
+    growth = _bytes(at_big)["header_and_row_bytes"] - _bytes(at_small)["header_and_row_bytes"]
+    spread = [r.header_and_rows for r in rounds[small_turns:]]
+    target = {
+        "figure": "persist_flatness",
+        "turns": turns,
+        "against_turns": small_turns,
+        "maximum": TARGET_POOL_FLATNESS,
+        "value": flatness,
+        "met": flatness is not None and flatness <= TARGET_POOL_FLATNESS,
+    }
+    bytes_target = {
+        "figure": "header_and_row_bytes_growth",
+        "maximum": TARGET_ROUND_BYTES_GROWTH,
+        "value": growth,
+        "met": growth <= TARGET_ROUND_BYTES_GROWTH,
+    }
+    return {
+        "turns": turns,
+        "small_turns": small_turns,
+        "sources": sources,
+        "plans": plans,
+        "samples": samples,
+        "build_seconds": build_seconds,
+        "persist_small": summary_ms(times["small"]) if samples else None,
+        "persist_big": summary_ms(times["big"]) if samples else None,
+        "bytes_small": _bytes(at_small),
+        "bytes_big": _bytes(at_big),
+        "header_and_row_bytes_range": [min(spread, default=0), max(spread, default=0)],
+        "full_header_bytes": full_header,
+        "targets": [target, bytes_target],
+        "met": target["met"] and bytes_target["met"],
+    }
+
+
 def _ratio(a: float | None, b: float | None) -> float | None:
     return None if a is None or b is None or b <= 0 else a / b
 
@@ -481,8 +683,12 @@ def run(
     nosync: bool = True,
     naive_budget: float = NAIVE_BUDGET_S,
     load_runs: int = LOAD_RUNS,
+    pool_turns: int = POOL_TURNS,
 ) -> dict[str, Any]:
-    """Measure every size (see the module docstring); targets at the largest and ~10,000."""
+    """Measure every size (see the module docstring); targets at the largest and ~10,000.
+
+    ``pool_turns`` > 0 also runs the growing-pool case (``growing_pool``).
+    """
     started = time.perf_counter()
     sizes = sorted(set(sizes))
     samples = max(1, samples)
@@ -532,6 +738,10 @@ def run(
             for case in cases:
                 case.close()
             gc.unfreeze()
+        pool: dict[str, Any] | None = None
+        if pool_turns > 0:
+            progress.add_task(f"growing pool: {pool_turns:,} turns", total=None)
+            pool = growing_pool(Path(tmp), pool_turns, samples)
     base = rows[0]
     for row in rows:
         for kind in ("lmdb", "lmdb_fixed", "persist", "nosync"):
@@ -575,6 +785,7 @@ def run(
         "load": load,
         "targets": targets,
         "targets_met": all(t["met"] for t in targets),
+        "growing_pool": pool,
         "build_seconds": build_seconds,
         "seconds": time.perf_counter() - started,
         "python": platform.python_version(),
@@ -702,6 +913,58 @@ def table(result: dict[str, Any]) -> Table:
     return out
 
 
+def pool_table(pool: dict[str, Any]) -> Table:
+    """The growing-pool case: persist p50 and bytes per round at 10 and at 2,000 turns."""
+    flat, grown = pool["targets"]
+    out = Table(
+        title=(
+            f"storage: growing pool, Store.persist_round after every turn, "
+            f"{pool['sources']:,} sources and {pool['plans']:,} plans after "
+            f"{pool['turns']:,} turns, {pool['samples']} samples each, sync=True"
+        ),
+        caption=(
+            "hdr+rows: bytes of the stored header plus the header rows the round wrote (key + "
+            "msgpack), mean over 4 rounds (one new plan, three acks); blocks: msgpack of the "
+            "round's blocks; old hdr: the header as every round wrote it before (pool and plans "
+            "inline)"
+        ),
+    )
+    columns = ("turns", "pool", "p50 ms", "p90 ms", "flat", "rows", "hdr+rows", "blocks", "old hdr")
+    # old hdr: what one round wrote as the header before the pool and plans became rows
+    for column in columns:
+        out.add_column(column, justify="left" if column == "turns" else "right")
+    for key, turns, old in (
+        ("small", pool["small_turns"], pool["full_header_bytes"]["at_small"]),
+        ("big", pool["turns"], pool["full_header_bytes"]["at_big"]),
+    ):
+        timing, written = pool[f"persist_{key}"], pool[f"bytes_{key}"]
+        out.add_row(
+            f"{turns:,}",
+            f"{written['sources']:,}",
+            _ms(timing["p50_ms"] if timing else None),
+            _ms(timing["p90_ms"] if timing else None),
+            _x(flat["value"]) if key == "big" else "1.00x",
+            f"{written['rows']:.2f}",
+            f"{written['header_and_row_bytes']:,.0f} B",
+            f"{written['block_bytes'] / 1024:.1f} KB",
+            f"{old / 1024:,.1f} KB",
+        )
+    out.add_section()
+    low, high = pool["header_and_row_bytes_range"]
+    out.add_row(
+        "verdict",
+        "",
+        "",
+        "",
+        f"≤{flat['maximum']:.1f}x {_met(flat)}",
+        "",
+        f"+{grown['value']:.0f} B (≤{grown['maximum']}) {_met(grown)}",
+        "",
+        f"every round {low:,}-{high:,} B",
+    )
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m bench.storage", description=__doc__.split("\n")[0]
@@ -718,6 +981,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--load-runs", type=int, default=LOAD_RUNS)
     parser.add_argument("--no-nosync", action="store_true", help="skip the sync=False samples")
+    parser.add_argument(
+        "--pool-turns",
+        type=int,
+        default=POOL_TURNS,
+        help="turns of the growing-pool case (0 skips it)",
+    )
     parser.add_argument("--out", type=Path, default=RESULTS / "storage.json")
     args = parser.parse_args(argv)
     console = Console()
@@ -728,11 +997,15 @@ def main(argv: list[str] | None = None) -> int:
             nosync=not args.no_nosync,
             naive_budget=args.naive_budget,
             load_runs=args.load_runs,
+            pool_turns=args.pool_turns,
         )
     except SanityCheckFailed as exc:
         console.print(f"[red]sanity check failed:[/] {exc}")
         return 1
     console.print(table(result))
+    pool = result["growing_pool"]
+    if pool is not None:
+        console.print(pool_table(pool))
     load = result["load"]
     console.print(
         f"load {load['blocks']:,} blocks (boundary_seq 0): Store.load p50 "
@@ -756,7 +1029,8 @@ def main(argv: list[str] | None = None) -> int:
         f"({result['build_seconds']:.1f} s building and filling)"
     )
     write_result(console, args.out, result)
-    return 0 if result["targets_met"] else 1
+    met = result["targets_met"] and (pool is None or pool["met"])
+    return 0 if met else 1
 
 
 if __name__ == "__main__":

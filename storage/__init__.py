@@ -3,7 +3,7 @@
 See ``storage.store`` for the layout, the transaction and locking rules.
 """
 
-from . import artifacts, leases
+from . import artifacts
 from .errors import (
     DiskFull,
     NotStored,
@@ -27,5 +27,4 @@ __all__ = [
     "StoreFull",
     "Workspace",
     "artifacts",
-    "leases",
 ]

@@ -6,9 +6,13 @@ One LMDB environment per node with named databases (keys are bytes)::
                                               rewrite the same key)
     paths      <cid>/<path>\\x00<seq:012d>  -> b""      (every block by logical path)
     snapshots  <cid>                       -> msgpack header: Timeline.snapshot() plus
-                                              revision, stored_seq, boundary_seq
+                                              revision, stored_seq, boundary_seq (small:
+                                              its size does not grow with the conversation)
                <cid>\\x00cursor            -> msgpack [revision, stored_seq] (what a commit
                                               reads; the header is only written)
+    hrows      <cid>/<row_key>             -> msgpack header row: the state that grows
+                                              (``src/<sid>`` pool rows, ``plan/<id>`` plans;
+                                              see ``timeline.snapshot``), written when changed
     turnlog    <cid>/<turn_id>             -> msgpack {turn_id, seqs, ts, end_ts, blocks_count,
                                               tokens}
     turns      <cid>/<turn_id>             -> msgpack record of the decision loop: its
@@ -16,11 +20,12 @@ One LMDB environment per node with named databases (keys are bytes)::
     index      <cid>/<revision>/<i:06d>    -> msgpack memsearch row, written with its blocks
     vectors    <model>:<sha256 of a text>  -> float16 embedding of that text (a cache shared
                                               by every conversation of the node)
-    artifacts, artrefs, workspace, leases: see their modules.
+    artifacts, artrefs, workspace: see their modules.
 
 Persisting a turn (``append_turn``) is one write transaction that writes only
-the new and changed blocks, their path rows, the turn log entry and the
-snapshot header: its cost grows with the turn, never with the conversation. A
+the new and changed blocks, their path rows, the turn log entry, the header
+rows that changed and the small snapshot header: its cost grows with the turn,
+never with the conversation (nor with its sources pool or plans). A
 process killed mid-write leaves the last committed state: whole turns, a
 sequence without gaps, a header that matches its blocks.
 
@@ -39,7 +44,6 @@ limit ``StoreFull`` is raised. ENOSPC from the file system becomes ``DiskFull``.
 
 from __future__ import annotations
 
-import base64
 import errno
 import hashlib
 import os
@@ -48,7 +52,7 @@ import shutil
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -56,7 +60,8 @@ import lmdb
 import msgpack
 
 from messages.ids import is_valid_id
-from timeline import Block, PathError, Timeline
+from timeline import Block, Timeline
+from timeline.snapshot import split
 
 from .errors import (
     DiskFull,
@@ -77,7 +82,7 @@ DATABASES = (
     "artrefs",
     "workspace",
     "index",
-    "leases",
+    "hrows",
     "turns",
     "vectors",
 )
@@ -145,7 +150,8 @@ def check_index_row(row: dict[str, Any]) -> dict[str, Any]:
 @dataclass(frozen=True, slots=True)
 class PersistedRound:
     """What one ``persist_round`` wrote: the new revision, the new and rewritten blocks, the
-    snapshot header (without the store's own fields), the boundary and the turn records."""
+    snapshot header (without the store's own fields), the boundary, the turn records and
+    the header rows that changed (a copy elsewhere merges them, later rounds winning)."""
 
     revision: int
     blocks: list[Block]
@@ -153,6 +159,7 @@ class PersistedRound:
     snapshot: dict[str, Any]
     boundary_seq: int
     turn_records: Mapping[str, Mapping[str, Any]] | None = None
+    rows: dict[str, Any] = field(default_factory=dict)
 
 
 class Gate:
@@ -381,6 +388,7 @@ class Store:
         index_rows: Sequence[dict[str, Any]] = (),
         expect_revision: int | None = None,
         turn_records: Mapping[str, Mapping[str, Any]] | None = None,
+        rows: Mapping[str, Any] | None = None,
     ) -> int:
         """Persist new ``blocks`` (continuing the sequence), ``updated`` ones and the header.
 
@@ -389,12 +397,18 @@ class Store:
         lowest seq of the visible view (``load`` starts there). ``expect_revision``
         makes the write a check-and-set against a concurrent writer.
         ``turn_records`` (turn id -> record) are written in the same transaction, so a
-        turn's checkpoint or result never disagrees with its blocks.
+        turn's checkpoint or result never disagrees with its blocks. ``rows`` are the
+        header rows that changed (``Timeline.take_row_changes``); other stored rows stay.
+        A ``snapshot`` with the pool and plans inline (``Timeline.full_snapshot``) is
+        stored as a small header plus rows (``rows`` win over its own).
         """
+        check_id(cid)
+        snapshot, inline = split(snapshot)
+        changed = self._row_items(cid, {**inline, **(rows or {})})
         seqs = [b.seq for b in blocks]
         payloads = [(b.seq, b.path, pack(b.to_dict())) for b in blocks]
         updates = [(b.seq, pack(b.to_dict())) for b in updated]
-        rows = [pack(check_index_row(r)) for r in index_rows]
+        memsearch = [pack(check_index_row(r)) for r in index_rows]
         records = [
             (f"{cid}/{check_id(turn)}".encode(), pack(dict(record)))
             for turn, record in (turn_records or {}).items()
@@ -402,8 +416,6 @@ class Store:
         by_turn: dict[str, list[Block]] = {}
         for block in blocks:
             by_turn.setdefault(block.turn_id, []).append(block)
-
-        check_id(cid)
 
         def txn_fn(txn: lmdb.Transaction) -> int:
             revision, next_seq = self._cursor(txn, cid)
@@ -423,11 +435,13 @@ class Store:
                 txn.put(key, data, db=self.db["blocks"])
             for turn, of_turn in by_turn.items():
                 self._log_turn(txn, cid, turn, of_turn)
-            for i, row in enumerate(rows):
+            for i, row in enumerate(memsearch):
                 key = f"{cid}/{revision + 1:0{SEQ_DIGITS}d}/{i:06d}".encode()
                 txn.put(key, row, db=self.db["index"])
             for key, data in records:
                 txn.put(key, data, db=self.db["turns"])
+            for key, data in changed:
+                txn.put(key, data, db=self.db["hrows"])
             header = dict(snapshot)
             header["revision"] = revision + 1
             header["stored_seq"] = next_seq + len(seqs)
@@ -438,6 +452,17 @@ class Store:
             return revision + 1
 
         return self.write(txn_fn)
+
+    def _row_items(self, cid: str, rows: Mapping[str, Any]) -> list[tuple[bytes, bytes]]:
+        """Keys and packed values of header rows; a key must fit in an LMDB key."""
+        limit = self.env.max_key_size()
+        out: list[tuple[bytes, bytes]] = []
+        for name, value in rows.items():
+            key = f"{cid}/{name}".encode()
+            if not name or "\x00" in name or len(key) > limit:
+                raise ValueError(f"not a header row key: {name!r}")
+            out.append((key, pack(value)))
+        return out
 
     def _log_turn(
         self, txn: lmdb.Transaction, cid: str, turn_id: str, blocks: Sequence[Block]
@@ -478,22 +503,37 @@ class Store:
         turn_records: Mapping[str, Mapping[str, Any]] | None = None,
         index: Callable[[Sequence[Block]], Sequence[dict[str, Any]]] | None = None,
     ) -> PersistedRound:
-        """``persist``, returning what it wrote (for a copy elsewhere, e.g. JetStream)."""
+        """``persist``, returning what it wrote (for a copy elsewhere, e.g. JetStream).
+
+        Writes the small header and only the header rows that changed since the last
+        persist of ``tl``; when the write fails they are given back to ``tl``, so the
+        next persist writes them.
+        """
         _, stored = self.cursor(tl.conversation_id)
         new = tl.blocks_since(stored)
-        updated = [b for b in tl.take_restyled() if 0 <= b.seq < stored]
+        restyled = tl.take_restyled()
+        updated = [b for b in restyled if 0 <= b.seq < stored]
         boundary = tl.boundary_seq
+        rows = tl.take_row_changes()
         snapshot = tl.snapshot()
-        revision = self.append_turn(
-            tl.conversation_id,
-            new,
-            snapshot,
-            updated=updated,
-            boundary_seq=boundary,
-            index_rows=index(new) if index is not None and new else (),
-            turn_records=turn_records,
-        )
-        return PersistedRound(revision, list(new), updated, snapshot, boundary, turn_records)
+        written = False
+        try:
+            revision = self.append_turn(
+                tl.conversation_id,
+                new,
+                snapshot,
+                updated=updated,
+                boundary_seq=boundary,
+                index_rows=index(new) if index is not None and new else (),
+                turn_records=turn_records,
+                rows=rows,
+            )
+            written = True
+        finally:
+            if not written:
+                tl.requeue_restyled(restyled)
+                tl.requeue_row_changes(rows)
+        return PersistedRound(revision, list(new), updated, snapshot, boundary, turn_records, rows)
 
     def replace_conversation(
         self,
@@ -504,18 +544,20 @@ class Store:
         boundary_seq: int = 0,
         index_rows: Sequence[dict[str, Any]] = (),
         turn_records: Mapping[str, Mapping[str, Any]] | None = None,
+        rows: Mapping[str, Any] | None = None,
     ) -> int:
         """Drop this store's copy of a conversation and write ``blocks`` (seq 0..n-1) instead.
 
         For a node that takes a conversation over from its durable copy elsewhere: blocks,
-        path rows, turn log, memsearch rows and the header are replaced in one transaction
-        (workspace files and turn records of other turns stay). Returns the new revision.
+        path rows, turn log, memsearch rows, header rows and the header are replaced
+        (workspace files and turn records of other turns stay); ``rows`` are every header
+        row of the copy. Returns the new revision.
         """
         check_id(cid)
         prefix = f"{cid}/".encode()
 
         def wipe(txn: lmdb.Transaction) -> None:
-            for name in ("blocks", "paths", "turnlog", "index"):
+            for name in ("blocks", "paths", "turnlog", "index", "hrows"):
                 cursor = txn.cursor(db=self.db[name])
                 if not cursor.set_range(prefix):
                     continue
@@ -533,6 +575,7 @@ class Store:
             boundary_seq=boundary_seq,
             index_rows=index_rows,
             turn_records=turn_records,
+            rows=rows,
         )
 
     def iter_blocks(self, cid: str, start: int = 0) -> Iterator[dict[str, Any]]:
@@ -561,16 +604,33 @@ class Store:
                         return
                     yield dict(unpack(value))
 
+    def _rows(self, txn: lmdb.Transaction, cid: str) -> dict[str, Any]:
+        prefix = f"{cid}/".encode()
+        cursor = txn.cursor(db=self.db["hrows"])
+        out: dict[str, Any] = {}
+        if cursor.set_range(prefix):
+            for key, value in cursor:
+                if not bytes(key).startswith(prefix):
+                    break
+                out[bytes(key)[len(prefix) :].decode()] = unpack(value)
+        return out
+
+    def header_rows(self, cid: str) -> dict[str, Any]:
+        """Every stored header row of a conversation (row key -> row), e.g. to publish it whole."""
+        check_id(cid)
+        return self.read(lambda txn: self._rows(txn, cid))
+
     def load(self, cid: str) -> Loaded:
         """The visible view (from the latest summary boundary), pool, plans and cursors."""
         check_id(cid)
 
-        def fn(txn: lmdb.Transaction) -> tuple[dict[str, Any], list[Any]]:
-            # Header and blocks from one MVCC snapshot, so they are of one revision.
+        def fn(txn: lmdb.Transaction) -> tuple[dict[str, Any], dict[str, Any], list[Any]]:
+            # Header, rows and blocks from one MVCC snapshot, so they are of one revision.
             raw = txn.get(cid.encode(), db=self.db["snapshots"])
             if raw is None:
                 raise NotStored("conversation", cid)
             header = dict(unpack(raw))
+            rows = self._rows(txn, cid)
             prefix = f"{cid}/".encode()
             cursor = txn.cursor(db=self.db["blocks"])
             blocks: list[Any] = []
@@ -579,10 +639,10 @@ class Store:
                     if not bytes(key).startswith(prefix):
                         break
                     blocks.append(unpack(value))
-            return header, blocks
+            return header, rows, blocks
 
-        header, blocks = self.read(fn)
-        return Loaded(Timeline.restore(header, blocks), header)
+        header, rows, blocks = self.read(fn)
+        return Loaded(Timeline.restore(header, blocks, rows=rows), header)
 
     def turn_log(self, cid: str, turn_id: str) -> dict[str, Any]:
         raw = self.read(lambda txn: txn.get(f"{cid}/{turn_id}".encode(), db=self.db["turnlog"]))
@@ -593,37 +653,9 @@ class Store:
     def read_path(self, cid: str, path: str) -> list[Block]:
         """Every block stored at a logical path, hidden and compacted ones included.
 
-        A ``fi:`` path with no block is looked up in the workspace and returned as one
-        ``workspace.file`` block (text when the bytes are UTF-8, base64 otherwise).
+        Only blocks: workspace files (``fi:``) are read through ``storage.Workspace``.
         """
-        blocks = self._read_blocks(cid, path)
-        if blocks or not path.startswith("fi:"):
-            return blocks
-        from .workspace import Workspace  # workspace builds on this module
-
-        workspace = Workspace(self, cid)
-        try:
-            stat = workspace.stat(path)
-            data = workspace.read(path)
-        except (NotStored, PathError):
-            return []
-        try:
-            fields: dict[str, Any] = {"text": data.decode("utf-8")}
-        except UnicodeDecodeError:
-            fields = {"base64": base64.b64encode(data).decode("ascii")}
-        turn = stat["turn_id"]
-        meta = {"sha256": stat["sha"], "size": stat["size"], "version": stat["version"]}
-        return [
-            Block.new(
-                "workspace.file",
-                turn,
-                stat["ts"] or 0.0,
-                path=path,
-                mime=stat["mime"] or "application/octet-stream",
-                meta=meta,
-                **fields,
-            )
-        ]
+        return self._read_blocks(cid, path)
 
     def _read_blocks(self, cid: str, path: str) -> list[Block]:
 

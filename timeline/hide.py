@@ -22,15 +22,16 @@ unsafe):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal
+from typing import Any, Literal, Protocol
 
-from .blocks import SUMMARY, TURN_HEADER
+from .blocks import SUMMARY, TURN_HEADER, Block
+from .cache import CachePoints
+from .config import TimelineConfig
 from .errors import PathError
 from .paths import parse_path
+from .timeline import Timeline
+from .tokens import TokenCounter
 from .view import label
-
-if TYPE_CHECKING:
-    from .render import Renderer
 
 HideStatus = Literal["ok", "not_found", "too_old", "invalid"]
 STRUCTURAL = frozenset({TURN_HEADER, SUMMARY})
@@ -77,7 +78,28 @@ def replacement_text(path: str, what: str, tokens: int, note: str) -> str:
     )
 
 
-def hide_path(renderer: Renderer, path: str, replacement: str) -> HideResult:
+class HideView(Protocol):
+    """What a hide reads of a synced renderer (``Renderer`` is one): its rendered entries."""
+
+    @property
+    def timeline(self) -> Timeline: ...
+
+    @property
+    def config(self) -> TimelineConfig: ...
+
+    @property
+    def counter(self) -> TokenCounter: ...
+
+    def entry_of(self, block: Block) -> int | None: ...
+
+    def points(self) -> CachePoints: ...
+
+    def block_entry_tokens(self, entry: int) -> int: ...
+
+    def tail_tokens_after(self, entry: int) -> int: ...
+
+
+def hide_path(renderer: HideView, path: str, replacement: str) -> HideResult:
     """Apply the hide rules to ``path`` on a synced renderer (see the module docstring)."""
     path = path.strip()
     limit = renderer.config.hide_max_tail_tokens

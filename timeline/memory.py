@@ -20,7 +20,7 @@ order rebuilds the same book. This module builds no blocks and does no I/O.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Final, Literal
 
@@ -222,6 +222,7 @@ class PlanBook:
     def __init__(self) -> None:
         self._plans: dict[str, Plan] = {}
         self._current: str | None = None
+        self._dirty: dict[str, None] = {}
 
     @property
     def current(self) -> Plan | None:
@@ -336,11 +337,28 @@ class PlanBook:
             if self._current is not None and self._current != pid:
                 previous = self._plans[self._current]
                 self._plans[self._current] = replace(previous, state="open")
+                self._dirty[self._current] = None
             self._current = pid
         elif self._current == pid:
             self._current = None
         self._plans[pid] = plan
+        self._dirty[pid] = None
         return plan
+
+    def take_dirty(self) -> list[tuple[int, Plan]]:
+        """Plans stored or demoted since the last take, with their creation position.
+
+        The position orders the plans when a book is rebuilt from these rows
+        (``from_rows``). A book from ``from_rows`` or ``from_dict`` starts clean.
+        """
+        dirty, self._dirty = self._dirty, {}
+        order = {pid: i for i, pid in enumerate(self._plans)}
+        return [(order[pid], self._plans[pid]) for pid in dirty if pid in self._plans]
+
+    def mark_dirty(self, plan_ids: Iterable[str] | None = None) -> None:
+        """Report ``plan_ids`` (every plan when None) again on the next ``take_dirty``."""
+        ids = self._plans if plan_ids is None else [p for p in plan_ids if p in self._plans]
+        self._dirty.update(dict.fromkeys(ids))
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-safe state: the current plan id and every plan's latest snapshot."""
@@ -356,6 +374,20 @@ class PlanBook:
             book.load(Plan.from_dict(raw))
         if d.get("current", book._current) != book._current:
             raise _bad(f"current {d.get('current')!r} does not match the plan states")
+        book._dirty = {}
+        return book
+
+    @classmethod
+    def from_rows(cls, rows: Iterable[tuple[int, Mapping[str, Any]]]) -> PlanBook:
+        """Rebuild a book from ``(position, plan dict)`` rows (see ``take_dirty``), any order.
+
+        Loading by position replays the plans in creation order; with every plan's
+        latest snapshot at most one is current. Raises ``PlanError("plan_steps")``.
+        """
+        book = cls()
+        for _, raw in sorted(rows, key=lambda row: row[0]):
+            book.load(Plan.from_dict(raw))
+        book._dirty = {}
         return book
 
 

@@ -225,7 +225,7 @@ class SourcesPool:
     once given, always points to the same key; new rows get ``next_sid`` and it grows.
     """
 
-    __slots__ = ("_by_key", "_by_sid", "_next_sid", "_revision")
+    __slots__ = ("_by_key", "_by_sid", "_dirty", "_next_sid", "_revision")
 
     def __init__(self, rows: Iterable[SourceRow] = (), next_sid: int = 1) -> None:
         """Restore a pool from rows that already have SIDs (copies are stored).
@@ -236,6 +236,7 @@ class SourcesPool:
         self._by_sid: dict[int, SourceRow] = {}
         self._by_key: dict[str, int] = {}
         self._revision = 0
+        self._dirty: set[int] = set()
         for row in rows:
             key = row.key()
             if not key or row.sid <= 0:
@@ -264,6 +265,7 @@ class SourcesPool:
                 existing = self._by_sid[sid]
                 if _merge(existing, row):
                     self._revision += 1
+                    self._dirty.add(sid)
                 result.append(existing)
                 continue
             added = _copy(row, self._next_sid)
@@ -271,6 +273,7 @@ class SourcesPool:
             self._by_key[key] = added.sid
             self._next_sid += 1
             self._revision += 1
+            self._dirty.add(added.sid)
             result.append(added)
         return result
 
@@ -319,6 +322,21 @@ class SourcesPool:
     @property
     def next_sid(self) -> int:
         return self._next_sid
+
+    def take_dirty(self) -> list[SourceRow]:
+        """Rows added or changed since the last take, sorted by SID (storage writes them).
+
+        A restored pool starts clean: its rows are stored already.
+        """
+        sids, self._dirty = sorted(self._dirty), set()
+        return [self._by_sid[s] for s in sids]
+
+    def mark_dirty(self, sids: Iterable[int] | None = None) -> None:
+        """Report ``sids`` (every row when None) again on the next ``take_dirty``.
+
+        For a write that failed after its take; unknown SIDs are ignored.
+        """
+        self._dirty.update(self._by_sid if sids is None else (s for s in sids if s in self._by_sid))
 
     def to_dict(self) -> dict[str, Any]:
         """``{"next_sid": n, "rows": [...]}``, JSON/msgpack-safe."""

@@ -22,9 +22,19 @@ from .blocks import PLAN, PLAN_ACK, SUMMARY, TURN_HEADER, Block
 from .errors import BlockError, PathError
 from .memory import AckUpdate, Plan, PlanBook, ack_text, parse_ack_lines
 from .paths import ar_path, parse_path
+from .snapshot import (
+    FULL_VERSION,
+    NEXT_SID,
+    PLAN_PREFIX,
+    SNAPSHOT_VERSION,
+    SOURCE_PREFIX,
+    check_version,
+    plan_rows,
+    restore_plans,
+    restore_pool,
+    source_rows,
+)
 from .sources import SourcesPool
-
-SNAPSHOT_VERSION = 1
 
 
 @dataclass(slots=True)
@@ -79,6 +89,8 @@ class Timeline:
         self._seqs_sorted = True
         self.sources = SourcesPool()
         self.plans = PlanBook()
+        self._rows_of: tuple[SourcesPool, PlanBook] = (self.sources, self.plans)
+        """The pool and book whose changes ``take_row_changes`` tracks (a new one is all new)."""
         self.cache = CacheState()
         self.notices = Notices()
         self.current_turn_id: str | None = None
@@ -257,6 +269,11 @@ class Timeline:
         changed, self._restyled = list(self._restyled.values()), {}
         return changed
 
+    def requeue_restyled(self, blocks: Iterable[Block]) -> None:
+        """Give blocks from ``take_restyled`` back after a write that failed."""
+        for block in blocks:
+            self._restyled.setdefault(block.id, block)
+
     # -- turns, notices and plans ------------------------------------------------------------------
 
     def begin_turn(self, turn_id: str, ts: float) -> Block:
@@ -324,19 +341,34 @@ class Timeline:
     # -- persistence ----------------------------------------------------------------------------
 
     def snapshot(self) -> dict[str, Any]:
-        """The state that is not in the blocks themselves (msgpack/JSON-safe).
+        """The small header: the state outside the blocks, minus the pool and plans.
 
-        With it, ``restore`` rebuilds an equal timeline from any suffix of the block
-        log that starts at or before the latest summary.
+        Its size does not grow with the conversation; the pool and plans are rows
+        (``take_row_changes``, see ``timeline.snapshot``). With it, the rows and any
+        suffix of the block log that starts at or before the latest summary,
+        ``restore`` rebuilds an equal timeline. msgpack/JSON-safe.
         """
+        header = self._header(SNAPSHOT_VERSION)
+        header[NEXT_SID] = self.sources.next_sid
+        return header
+
+    def full_snapshot(self) -> dict[str, Any]:
+        """The version 1 header: ``snapshot()`` with the whole pool and plans inline.
+
+        Costs O(pool + plans); for a caller that needs everything in one dict.
+        """
+        header = self._header(FULL_VERSION)
+        header["sources"] = self.sources.to_dict()
+        header["plans"] = self.plans.to_dict()
+        return header
+
+    def _header(self, version: int) -> dict[str, Any]:
         return {
-            "version": SNAPSHOT_VERSION,
+            "version": version,
             "conversation_id": self.conversation_id,
             "next_seq": self._next_seq,
             "current_turn_id": self.current_turn_id,
             "suppress_prev_turn_cache": self.suppress_prev_turn_cache,
-            "sources": self.sources.to_dict(),
-            "plans": self.plans.to_dict(),
             "cache": {
                 "last_touch_at": self.cache.last_touch_at,
                 "last_ttl_seconds": self.cache.last_ttl_seconds,
@@ -347,6 +379,35 @@ class Timeline:
                 "once": list(self.notices.once),
             },
         }
+
+    def take_row_changes(self) -> dict[str, Any]:
+        """``{row key: row}`` for source rows and plans added or changed since the last call.
+
+        Keys are ``src/<sid:06d>`` and ``plan/<plan_id>`` (``timeline.snapshot``); a pool
+        or plan book assigned in place of the tracked one reports all its rows. Storage
+        writes these with ``snapshot()``; give them back with ``requeue_row_changes``
+        when that write fails.
+        """
+        if self._rows_of[0] is not self.sources:
+            self.sources.mark_dirty()
+        if self._rows_of[1] is not self.plans:
+            self.plans.mark_dirty()
+        self._rows_of = (self.sources, self.plans)
+        rows = source_rows(self.sources.take_dirty())
+        rows.update(plan_rows(self.plans.take_dirty()))
+        return rows
+
+    def requeue_row_changes(self, rows: Iterable[str]) -> None:
+        """Report the rows with these keys again on the next ``take_row_changes``."""
+        sids: list[int] = []
+        plan_ids: list[str] = []
+        for key in rows:
+            if key.startswith(SOURCE_PREFIX) and key[len(SOURCE_PREFIX) :].isdigit():
+                sids.append(int(key[len(SOURCE_PREFIX) :]))
+            elif key.startswith(PLAN_PREFIX):
+                plan_ids.append(key[len(PLAN_PREFIX) :])
+        self.sources.mark_dirty(sids)
+        self.plans.mark_dirty(plan_ids)
 
     @property
     def boundary_seq(self) -> int:
@@ -370,16 +431,22 @@ class Timeline:
 
     @classmethod
     def restore(
-        cls, snapshot: Mapping[str, Any], blocks: Iterable[Block | Mapping[str, Any]]
+        cls,
+        snapshot: Mapping[str, Any],
+        blocks: Iterable[Block | Mapping[str, Any]],
+        *,
+        rows: Mapping[str, Any] | None = None,
     ) -> Timeline:
-        """Rebuild a timeline from ``snapshot`` and stored blocks (in any order).
+        """Rebuild a timeline from ``snapshot``, its ``rows`` and stored blocks (any order).
 
         The blocks may be any suffix of the log (by seq) that includes the latest
         summary's cut: blocks inserted before a cut that is not among them belong
-        to the compacted past and are left out.
+        to the compacted past and are left out. ``rows`` are every stored row
+        (``take_row_changes`` merged over time). A version 1 snapshot with the pool
+        and plans inline is read too; its rows then count as changed, so the next
+        persist stores them as rows.
         """
-        if snapshot.get("version") != SNAPSHOT_VERSION:
-            raise BlockError(f"unknown snapshot version {snapshot.get('version')!r}", "version")
+        check_version(snapshot)
         tl = cls(str(snapshot.get("conversation_id", "")))
         loaded = [b if isinstance(b, Block) else Block.from_dict(b) for b in blocks]
         loaded.sort(key=lambda b: b.seq)
@@ -395,8 +462,13 @@ class Timeline:
                 continue  # inserted before a block of the compacted past: not in this view
             tl.append(block)
         tl._next_seq = max(tl._next_seq, int(snapshot.get("next_seq", 0)))
-        tl.sources = SourcesPool.from_dict(snapshot.get("sources") or {})
-        tl.plans = PlanBook.from_dict(snapshot.get("plans") or {"current": None, "plans": []})
+        tl.sources, inline_sources = restore_pool(snapshot, rows or {})
+        tl.plans, inline_plans = restore_plans(snapshot, rows or {})
+        tl._rows_of = (tl.sources, tl.plans)
+        if inline_sources:
+            tl.sources.mark_dirty()
+        if inline_plans:
+            tl.plans.mark_dirty()
         cache = snapshot.get("cache") or {}
         tl.cache = CacheState(cache.get("last_touch_at"), cache.get("last_ttl_seconds"), True)
         notices = snapshot.get("notices") or {}

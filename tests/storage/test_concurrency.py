@@ -19,7 +19,15 @@ import pytest
 
 import storage.store as store_module
 from storage import Store
-from tests.storage.worker import SMALL_MAP, Worker, add_turn, check_whole, held_key, reader_pids
+from tests.storage.worker import (
+    SCRATCH_DB,
+    SMALL_MAP,
+    Worker,
+    add_turn,
+    check_whole,
+    held_key,
+    reader_pids,
+)
 from timeline import Timeline
 
 CID = "c1"
@@ -177,7 +185,7 @@ def test_a_load_sees_the_header_and_the_blocks_of_one_revision(
 def outgrow(store: Store, key: bytes) -> None:
     """Write one value as large as the whole map: the map must grow (in this thread)."""
     start = store.map_size
-    store.write(lambda txn: txn.put(key, bytes(start), db=store.db["leases"]))
+    store.write(lambda txn: txn.put(key, bytes(start), db=store.db[SCRATCH_DB]))
     assert store.map_size > start
 
 
@@ -208,7 +216,7 @@ def test_a_reader_thread_is_not_blocked_by_an_open_write_transaction(
         key = held_key(0)
 
         def hold(txn: lmdb.Transaction) -> None:
-            txn.put(key, b"", db=store.db["leases"])
+            txn.put(key, b"", db=store.db[SCRATCH_DB])
             inside.set()
             if not release.wait(WAIT):
                 raise TimeoutError("the reader never released the write transaction")
@@ -219,12 +227,12 @@ def test_a_reader_thread_is_not_blocked_by_an_open_write_transaction(
             assert store.header(CID) == header
             assert len(list(store.iter_blocks(CID))) == header["stored_seq"]
             assert store.load(CID).revision == header["revision"]
-            assert store.read(lambda txn: txn.get(key, db=store.db["leases"])) is None
+            assert store.read(lambda txn: txn.get(key, db=store.db[SCRATCH_DB])) is None
             assert not writer.done()
         finally:
             release.set()
         writer.result(timeout=WAIT)
-        assert store.read(lambda txn: txn.get(key, db=store.db["leases"])) == b""
+        assert store.read(lambda txn: txn.get(key, db=store.db[SCRATCH_DB])) == b""
 
 
 def test_two_threads_writing_different_conversations_through_one_store_both_finish_whole(
@@ -309,10 +317,10 @@ def test_a_reader_process_is_not_blocked_by_a_write_transaction_of_another_proce
             assert store.header(CID) == header
             assert len(list(store.iter_blocks(CID))) == header["stored_seq"]
             assert store.load(CID).revision == header["revision"]
-            assert store.read(lambda txn: txn.get(key, db=store.db["leases"])) is None
+            assert store.read(lambda txn: txn.get(key, db=store.db[SCRATCH_DB])) is None
             writer.send()
             assert writer.finish() == ["committed"]
-        assert store.read(lambda txn: txn.get(key, db=store.db["leases"])) == b""
+        assert store.read(lambda txn: txn.get(key, db=store.db[SCRATCH_DB])) == b""
 
 
 def test_blocks_iterate_in_a_process_whose_map_another_process_grew(tmp_path: Path) -> None:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from storage import Store
-from tests.storage.worker import SMALL_MAP, Worker, add_turn, check_whole, held_key
+from tests.storage.worker import SCRATCH_DB, SMALL_MAP, Worker, add_turn, check_whole, held_key
 from timeline import Timeline
 
 SEED = 20261122
@@ -125,4 +125,4 @@ def test_a_writer_killed_inside_its_write_transaction_does_not_block_the_next_wr
         with Store(store_dir, map_size=SMALL_MAP) as store:
             assert check_whole(store, CID) == 4
             key = held_key(holder.pid)
-            assert store.read(lambda txn: txn.get(key, db=store.db["leases"])) is None
+            assert store.read(lambda txn: txn.get(key, db=store.db[SCRATCH_DB])) is None

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 
 from storage import DiskFull, NotStored, RevisionConflict, SequenceGap, Store, StoreFull
+from storage.store import pack
 from tests.timeline.builders import Build, words
-from timeline import Block, Renderer, Timeline, TimelineConfig
+from timeline import Block, Renderer, SourceRow, Timeline, TimelineConfig
 
 CFG = TimelineConfig(max_tokens=3000, cache_ttl_seconds=0)
 ROOT = Path(__file__).resolve().parents[2]
@@ -221,22 +222,20 @@ def test_a_block_with_a_very_long_path_is_indexed_and_found(tmp_path: Path) -> N
         assert [b.text for b in store.read_path("c1", path)] == ["long"]
 
 
-def test_read_path_reopens_workspace_files_too(tmp_path: Path) -> None:
+def test_read_path_returns_only_blocks_and_leaves_workspace_files_to_the_workspace(
+    tmp_path: Path,
+) -> None:
     from storage import Workspace
 
     with Store(tmp_path) as store:
         workspace = Workspace(store, "c1")
         path = workspace.write("t1", "files", "app/main.py", b"print('hi')\n", mime="text/x-python")
-        (block,) = store.read_path("c1", path)
-        assert (block.type, block.text, block.mime) == (
-            "workspace.file",
-            "print('hi')\n",
-            "text/x-python",
-        )
-        binary = workspace.write("t1", "outputs", "logo.png", b"\x89PNG\x00\xff", mime="image/png")
-        (image,) = store.read_path("c1", binary)
-        assert image.base64 and not image.text
+        assert store.read_path("c1", path) == []
+        assert workspace.read(path) == b"print('hi')\n"
         assert store.read_path("c1", "fi:t1.files/missing.txt") == []
+        block = Block.new("react.tool.result", "t1", 1.0, path="fi:t1.files/note.md", seq=0)
+        store.append_turn("c1", [block], {"version": 2})
+        assert [b.id for b in store.read_path("c1", "fi:t1.files/note.md")] == [block.id]
 
 
 @pytest.mark.parametrize("cid", ["a/b", "", "has space", "nul\x00"])
@@ -290,3 +289,130 @@ def test_replace_conversation_drops_the_old_copy_and_writes_the_given_one(tmp_pa
         assert store.read_path("c1", ar_path("t1", "user.followup.1")) == []
         assert store.index_rows("c1") == [row]
         assert len(list(store.iter_blocks("c2"))) == 1  # other conversations untouched
+
+
+# --- header rows --------------------------------------------------------------------------------
+
+
+def web(n: int, title: str = "") -> SourceRow:
+    return SourceRow(0, url=f"https://example.com/{n:05d}", title=title or f"page {n:05d}")
+
+
+def a_round(tl: Timeline, n: int, *, sources: int = 5) -> None:
+    """Round ``n``: a notice block, ``sources`` new sources, one longer title, a new plan."""
+    tl.append(Block.new("react.notice", "t1", 2e9 + n, text=f"round {n}"))
+    tl.sources.add_rows(web(n * sources + i) for i in range(sources))
+    if n:
+        tl.sources.add_rows([web(n * sources - 1, f"page {n * sources - 1:05d} seen again")])
+    plan = tl.plans.apply("new", turn_id="t1", plan_id=f"p{n:04d}", steps=["look", "write"])
+    tl.record_plan(plan, turn_id="t1", ts=2e9 + n)
+
+
+def raw_header(store: Store, cid: str) -> bytes:
+    raw = store.read(lambda txn: txn.get(cid.encode(), db=store.db["snapshots"]))
+    assert raw is not None
+    return bytes(raw)
+
+
+def test_bytes_written_per_round_do_not_grow_with_the_pool_or_the_plans(tmp_path: Path) -> None:
+    tl = Timeline("c1")
+    tl.begin_turn("t1", 2e9)
+    sizes: list[tuple[int, int, int]] = []
+    with Store(tmp_path) as store:
+        for n in range(400):
+            a_round(tl, n)
+            done = store.persist_round(tl)
+            rows = sum(len(pack(value)) for value in done.rows.values())
+            sizes.append((len(raw_header(store, "c1")), len(done.rows), rows))
+        assert len(tl.sources) == 2_000 and len(tl.plans.plans()) == 400
+        assert {n for _, n, _ in sizes[1:]} == {5 + 1 + 2}  # new, lengthened, new and demoted plan
+        assert sizes[-1][0] - sizes[10][0] <= 8  # the header: wider integers only
+        assert max(h for h, _, _ in sizes) < 512
+        # Texts have one width; integers (SIDs, plan positions) take 1 to 3 bytes.
+        assert sizes[399][2] - sizes[10][2] <= 2 * 8
+        assert sizes[300][2] == sizes[399][2] < 1024  # pools of 1,500 and 2,000 rows
+        loaded = store.load("c1").timeline
+        assert loaded.full_snapshot() == tl.full_snapshot()
+        assert len(store.header_rows("c1")) == 2_000 + 400
+
+
+def test_a_round_reports_the_rows_it_wrote(tmp_path: Path) -> None:
+    tl = Timeline("c1")
+    tl.begin_turn("t1", 2e9)
+    with Store(tmp_path) as store:
+        a_round(tl, 0, sources=2)
+        first = store.persist_round(tl)
+        assert set(first.rows) == {"src/000001", "src/000002", "plan/p0000"}
+        assert store.persist_round(tl).rows == {}
+        assert store.header_rows("c1") == first.rows
+        assert "sources" not in first.snapshot and "plans" not in first.snapshot
+
+
+def test_a_header_stored_in_the_old_format_loads_and_moves_to_rows(tmp_path: Path) -> None:
+    tl = Timeline("c1")
+    tl.begin_turn("t1", 2e9)
+    a_round(tl, 0)
+    with Store(tmp_path) as store:
+        store.persist(tl)
+        old = {**tl.full_snapshot(), "revision": 1, "stored_seq": len(tl), "boundary_seq": 0}
+        store.write(lambda txn: txn.put(b"c1", pack(old), db=store.db["snapshots"]))
+        store.write(lambda txn: txn.drop(store.db["hrows"], delete=False))
+        assert store.header_rows("c1") == {}
+        loaded = store.load("c1").timeline
+        assert loaded.full_snapshot() == tl.full_snapshot()
+        store.persist(loaded)  # stores the inline pool and plans as rows
+        assert "sources" not in (store.header("c1") or {})
+        assert len(store.header_rows("c1")) == len(tl.sources) + 1
+        assert store.load("c1").timeline.full_snapshot() == tl.full_snapshot()
+
+
+def test_append_turn_stores_a_full_snapshot_as_a_small_header_and_rows(tmp_path: Path) -> None:
+    tl = Timeline("c1")
+    tl.begin_turn("t1", 2e9)
+    a_round(tl, 0, sources=3)
+    with Store(tmp_path) as store:
+        store.append_turn("c1", tl.blocks_since(0), tl.full_snapshot())
+        header = store.header("c1") or {}
+        assert "sources" not in header and "plans" not in header
+        assert set(store.header_rows("c1")) == {
+            "src/000001",
+            "src/000002",
+            "src/000003",
+            "plan/p0000",
+        }
+        assert store.load("c1").timeline.full_snapshot() == tl.full_snapshot()
+
+
+def test_rows_of_a_failed_write_are_written_by_the_next_persist(tmp_path: Path) -> None:
+    tl, _, b = conversation(1)
+    with Store(tmp_path, map_size=256 << 10, max_map_size=256 << 10) as store:
+        store.persist(tl)
+        a_round(tl, 0, sources=2)
+        b.turn("t9", "x" * 2_000_000)
+        with pytest.raises(StoreFull):
+            store.persist(tl)
+        assert store.header_rows("c1") == {}
+    with Store(tmp_path) as store:
+        store.persist(tl)
+        assert set(store.header_rows("c1")) == {"src/000001", "src/000002", "plan/p0000"}
+        assert store.load("c1").timeline.full_snapshot() == tl.full_snapshot()
+
+
+def test_replace_conversation_replaces_the_header_rows_too(tmp_path: Path) -> None:
+    tl = Timeline("c1")
+    tl.begin_turn("t1", 2e9)
+    with Store(tmp_path) as store:
+        a_round(tl, 0, sources=3)
+        store.persist(tl)
+        other = Timeline("c1")
+        other.begin_turn("t1", 2e9)
+        a_round(other, 7, sources=1)
+        rows = other.take_row_changes()
+        store.replace_conversation("c1", other.snapshot(), other.blocks_since(0), rows=rows)
+        assert store.header_rows("c1") == rows
+        assert store.load("c1").timeline.full_snapshot() == other.full_snapshot()
+
+
+def test_a_header_row_key_must_fit_in_a_key(tmp_path: Path) -> None:
+    with Store(tmp_path) as store, pytest.raises(ValueError, match="header row key"):
+        store.append_turn("c1", [], {"version": 2}, rows={"x" * 600: 1})

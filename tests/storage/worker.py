@@ -17,7 +17,7 @@ without sleeping. Modes:
     line before every further block, answering ``at <seq>``), then prints
     ``read <seqs as JSON>``.
 ``hold-write DIR``
-    Opens a write transaction, puts one key into ``leases``, prints ``holding`` and
+    Opens a write transaction, puts one key into ``SCRATCH_DB``, prints ``holding`` and
     commits only after a line arrives; then prints ``committed``.
 ``keep DIR``
     Keeps the environment open and answers each line with ``readers <pids as JSON>``:
@@ -48,11 +48,13 @@ import lmdb
 from storage import NotStored, Store
 from storage.store import unpack
 from tests.timeline.builders import T0, Build
-from timeline import Timeline
+from timeline import SourceRow, Timeline
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL_MAP = 256 << 10
 """A map small enough that the turns below make it grow several times."""
+SCRATCH_DB = "vectors"
+"""A named database the tests write stray keys into (its keys never look like these)."""
 
 # -- the turns a worker appends -------------------------------------------------------------
 
@@ -77,13 +79,27 @@ def last_text(turn_id: str) -> str:
     return f"end of {turn_id}"
 
 
+def source_of(n: int, title: str = "") -> SourceRow:
+    """The source turn ``t<n>`` adds to the pool (SID ``n``); the next turn lengthens its title."""
+    return SourceRow(0, url=f"https://example.com/t{n}", title=title or f"source of t{n}")
+
+
 def add_turn(tl: Timeline, n: int) -> str:
-    """Append turn ``t<n>``: header, prompt, call/result rounds, then the closing completion."""
+    """Append turn ``t<n>``: header, prompt, call/result rounds, then the closing completion.
+
+    The turn also adds source ``n`` to the pool, lengthens the title of source ``n - 1``
+    and makes a new plan ``p<n>`` current (``p<n - 1>`` becomes open): header rows that a
+    persist adds and changes.
+    """
     turn_id = f"t{n}"
     build = Build(tl, t0=T0 + 1000.0 * n)
     build.turn(turn_id, f"prompt of {turn_id}")
     for i, size in enumerate(result_sizes(n)):
         build.tool(f"c{i}", filler(f"{turn_id}.c{i}", size))
+    tl.sources.add_rows([source_of(n)])
+    if n > 1:
+        tl.sources.add_rows([source_of(n - 1, f"source of t{n - 1}, seen again")])
+    build.plan([f"step of {turn_id}"], plan_id=f"p{n}")
     build.completion(last_text(turn_id))
     return turn_id
 
@@ -154,7 +170,7 @@ def run_hold_write(args: argparse.Namespace) -> None:
     store = Store(args.dir, map_size=args.map_size)
 
     def hold(txn: lmdb.Transaction) -> None:
-        txn.put(held_key(os.getpid()), b"", db=store.db["leases"])
+        txn.put(held_key(os.getpid()), b"", db=store.db[SCRATCH_DB])
         say("holding")
         cue()
 
@@ -170,7 +186,7 @@ def run_keep(args: argparse.Namespace) -> None:
 
 
 def held_key(pid: int) -> bytes:
-    """The key ``hold-write`` puts into ``leases``."""
+    """The key ``hold-write`` puts into ``SCRATCH_DB``."""
     return f"held-by/{pid}".encode()
 
 
@@ -359,6 +375,11 @@ def check_whole(store: Store, cid: str) -> int:
     assert snapshot == {key: header[key] for key in snapshot}, f"{cid}: restored snapshot differs"
     assert [b.seq for b in loaded.timeline] == seqs, f"{cid}: load is not the whole log"
     assert loaded.revision == revision
+    expected_tl = Timeline(cid)
+    for n in range(1, revision + 1):
+        add_turn(expected_tl, n)
+    assert loaded.timeline.sources.to_dict() == expected_tl.sources.to_dict(), f"{cid}: pool"
+    assert loaded.timeline.plans.to_dict() == expected_tl.plans.to_dict(), f"{cid}: plans"
     return revision
 
 

@@ -100,7 +100,7 @@ def test_a_streamed_completion_sorts_by_when_it_started_not_when_it_was_appended
     answer = tl.append(Block.new(COMPLETION, "t1", T0 + 9, ts_first=T0 + 3, text="streamed"))
     assert [b.type for b in tl.blocks][-2:] == [COMPLETION, USER_FOLLOWUP]
     assert answer.seq > followup.seq
-    restored = Timeline.restore(tl.snapshot(), [b.to_dict() for b in tl.blocks])
+    restored = Timeline.restore(tl.full_snapshot(), [b.to_dict() for b in tl.blocks])
     assert [b.id for b in restored.blocks] == [b.id for b in tl.blocks]
 
 

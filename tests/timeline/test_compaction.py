@@ -576,7 +576,7 @@ def test_a_plan_on_another_timeline_is_refused() -> None:
     b = history(8)
     chosen = compaction.plan(b.tl, CFG, system_tokens=0, counter=DEFAULT_COUNTER)
     assert chosen is not None
-    other = Timeline.restore(b.tl.snapshot(), [x.to_dict() for x in b.tl.blocks])
+    other = Timeline.restore(b.tl.full_snapshot(), [x.to_dict() for x in b.tl.blocks])
     with pytest.raises(CompactionError):
         compaction.apply(other, chosen, summary="S", now=NOW)
 
@@ -610,7 +610,7 @@ def test_a_restore_reproduces_the_order_and_the_rendered_parts() -> None:
         b.rounds(3, size=200, prefix=f"c{n}x")
     assert renderer.render(now=NOW + 1).events.compaction is not None
     assert len(summaries(b.tl)) == 2
-    back = Timeline.restore(b.tl.snapshot(), [x.to_dict() for x in b.tl.blocks])
+    back = Timeline.restore(b.tl.full_snapshot(), [x.to_dict() for x in b.tl.blocks])
     assert [x.id for x in back.blocks] == [x.id for x in b.tl.blocks]
     assert layout(back.blocks) == layout(b.tl.blocks)
     assert back.latest_summary is not None
@@ -627,7 +627,7 @@ def test_a_restore_from_shuffled_blocks_gives_the_same_order() -> None:
     b = carried_history()
     compact(b.tl)
     stored = [x.to_dict() for x in b.tl.blocks]
-    back = Timeline.restore(b.tl.snapshot(), list(reversed(stored)))
+    back = Timeline.restore(b.tl.full_snapshot(), list(reversed(stored)))
     assert [x.id for x in back.blocks] == [x.id for x in b.tl.blocks]
 
 

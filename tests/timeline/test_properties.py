@@ -78,6 +78,8 @@ class TimelineMachine(RuleBasedStateMachine):
         self.sids: dict[int, str] = {}
         self.appended: list[Block] = []
         self.last: RenderResult | None = None
+        self.rows: dict[str, object] = {}
+        """Every header row taken so far, later takes winning: what a store holds."""
         self.new_turn()
 
     def tick(self, seconds: float = 1.0) -> float:
@@ -225,8 +227,17 @@ class TimelineMachine(RuleBasedStateMachine):
     @invariant()
     def restore_gives_the_same_order(self) -> None:
         dicts = [b.to_dict() for b in reversed(self.tl.blocks)]
-        restored = Timeline.restore(self.tl.snapshot(), dicts)
+        restored = Timeline.restore(self.tl.full_snapshot(), dicts)
         assert [b.id for b in restored.blocks] == [b.id for b in self.tl.blocks]
+
+    @invariant()
+    def restore_from_the_rows_taken_equals_the_full_restore(self) -> None:
+        self.rows.update(self.tl.take_row_changes())
+        dicts = [b.to_dict() for b in self.tl.blocks]
+        from_rows = Timeline.restore(self.tl.snapshot(), dicts, rows=self.rows)
+        full = Timeline.restore(self.tl.full_snapshot(), dicts)
+        assert from_rows.full_snapshot() == full.full_snapshot() == self.tl.full_snapshot()
+        assert from_rows.take_row_changes() == {}
 
     @invariant()
     def marks_are_few_stable_and_never_inside_a_path_run(self) -> None:

@@ -425,7 +425,7 @@ def test_the_rendered_stream_shows_the_pruned_views_and_the_message() -> None:
 
 
 def restored(tl: Timeline) -> Timeline:
-    return Timeline.restore(tl.snapshot(), [b.to_dict() for b in tl.blocks])
+    return Timeline.restore(tl.full_snapshot(), [b.to_dict() for b in tl.blocks])
 
 
 def test_the_first_render_after_a_restore_uses_the_stored_ttl() -> None:
