@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, get_args
 
@@ -31,31 +31,33 @@ from storage import NotStored
 from timeline import Block, Renderer, Timeline, TimelineConfig
 from timeline.blocks import (
     FEEDBACK,
-    STAGE_GATE,
-    USER_ATTACHMENT_META,
     USER_FOLLOWUP,
-    USER_PROMPT,
 )
 from timeline.paths import ar_path
 from timeline.tokens import DEFAULT_COUNTER
 from tools.embeddings import default_embedder
 from tools.memindex import MemIndex
-from tools.react import ReactContext, ReactOutcome, index_rows
+from tools.react import ReactContext, ReactOutcome
 from tools.workspace import LocalTree, TurnFiles, open_workspace, workspace_lines
 
+from . import commits
 from . import events as ev
 from .base import Actor
 from .decision import DecisionActor
 from .errors import ConversationLost
+from .intake import contribute
 from .mailbox import (
     Commit,
+    Durable,
     EndTurn,
     FollowupArrived,
     LateSignal,
+    ReactRan,
     Render,
     Rendered,
     RouteDone,
     RunTools,
+    ToolOutcome,
     TurnJob,
     UserInput,
     Writes,
@@ -68,7 +70,6 @@ from .turn_blocks import apply_writes
 log = logging.getLogger(__name__)
 
 FINAL = frozenset(get_args(TurnStatus))
-TITLE_WORDS = 8
 FILE_TOOLS = frozenset({"react.write", "react.patch", "react.checkout", "react.pull"})
 """react.* tools that change the workspace: serialised with code.exec_python."""
 CHANNELS = ["thinking", "decision", "answer", "followup", "canvas", "usage"]
@@ -106,6 +107,11 @@ class ConversationActor(Actor):
         self.local = LocalTree(self.workspace, root)
         self.files_lock = asyncio.Lock()
         self.memindex: MemIndex | None = None
+        self._committing: asyncio.Task[None] | None = None
+        """The commit of the last rendered round, while it becomes durable."""
+        self._workspace_lines: tuple[str, list[str]] | None = None
+        self._sources: tuple[tuple[int, int], list[dict[str, Any]]] | None = None
+        """ANNOUNCE's workspace lines of a turn, until a tool may have changed the files."""
 
     @classmethod
     async def load(cls, conversation_id: str, services: Services) -> ConversationActor:
@@ -136,8 +142,12 @@ class ConversationActor(Actor):
             case Render():
                 return await self._render(message)
             case RunTools():
+                await self._settled()
                 self._apply(message.turn_id, message.writes)
-                return await self._run_tools(message)
+                outcomes = await self._run_tools(message)
+                if self.current is not None and self.running_turn == message.turn_id:
+                    self.current.tell(ReactRan(message.round, outcomes))
+                return None
             case Commit():
                 self._apply(message.turn_id, message.writes)
                 return await self._persist({message.turn_id: message.record or {}})
@@ -158,6 +168,10 @@ class ConversationActor(Actor):
         raise TypeError(f"{self.name} does not take {type(message).__name__}")
 
     def _apply(self, turn_id: str, writes: Writes) -> None:
+        if any(
+            isinstance(w, ToolOutcome) and not w.tool.startswith("react.") for w in writes.items
+        ):
+            self._workspace_lines = None  # code.exec_python and the like may change files
         if writes:
             now = self.services.clock()
             apply_writes(self.tl, writes.items, turn_id=turn_id, running=self.running_turn, ts=now)
@@ -204,8 +218,9 @@ class ConversationActor(Actor):
             ),
         )
         await asyncio.to_thread(self.workspace.begin_turn, request.turn_id)
+        self._workspace_lines = None
         if record is None:
-            self._contribute(request)
+            contribute(self.tl, self.workspace, request)
             await self._persist(
                 {request.turn_id: {"status": "running", "turn_id": request.turn_id, "round": 0}}
             )
@@ -222,53 +237,6 @@ class ConversationActor(Actor):
         services.tasks.turn_started(RunningTurn(request.turn_id, self.cid, decision.ref()))
         decision.start()
         return True
-
-    def _contribute(self, request: messages.TurnRequest) -> None:
-        """The turn's header, prompt, attachments and (first turn) title gate."""
-        tid, ts = request.turn_id, request.ts.timestamp()
-        new_conversation = not self.tl.turn_ids()
-        self.tl.begin_turn(tid, ts)
-        self.tl.append(
-            Block.new(USER_PROMPT, tid, ts, path=ar_path(tid, "user.prompt"), text=request.text)
-        )
-        for attachment in request.attachments:
-            self.tl.append(self._attachment_block(tid, ts, attachment))
-        if new_conversation:
-            words = request.text.split()
-            title = " ".join(words[:TITLE_WORDS]) + (" …" if len(words) > TITLE_WORDS else "")
-            self.tl.append(
-                Block.new(
-                    STAGE_GATE,
-                    tid,
-                    ts,
-                    path=ar_path(tid, "stage.gate"),
-                    mime="application/json",
-                    data={"title": title or "(untitled)", "new_conversation": True},
-                )
-            )
-
-    def _attachment_block(self, tid: str, ts: float, attachment: messages.Attachment) -> Block:
-        """The attachment's meta block; its bytes go to the turn's workspace when inline."""
-        meta: dict[str, Any] = {"name": attachment.name, "mime": attachment.mime}
-        path = ""
-        if attachment.data is not None:
-            path = self.workspace.write(
-                tid, "user.attachments", attachment.name, attachment.data, mime=attachment.mime
-            )
-            meta["size"] = len(attachment.data)
-        elif attachment.ref:
-            meta["ref"] = attachment.ref
-        text = f"attachment {attachment.name} ({attachment.mime})"
-        if attachment.data is not None and attachment.mime.startswith("text/"):
-            text += ":\n" + attachment.data.decode("utf-8", "replace")
-        return Block.new(
-            USER_ATTACHMENT_META,
-            tid,
-            ts,
-            path=path or ar_path(tid, f"user.attachment.{len(self.tl.turn_blocks(tid))}"),
-            text=text,
-            meta=meta,
-        )
 
     async def _end_turn(self, end: EndTurn) -> None:
         """The one way a turn ends: its result persisted and published, or handed back."""
@@ -334,14 +302,49 @@ class ConversationActor(Actor):
 
     # -- rounds ------------------------------------------------------------------------------
     async def _render(self, message: Render) -> Rendered:
+        """Apply the writes, queue their commit with the checkpoint, render and answer at
+        once: the commit becomes durable while the model runs, and the decision acts on
+        the model's reply only after ``Durable`` (told when it is, with the ownership
+        seam's copy done too), so nothing the round does leaves the node before it."""
         self._apply(message.turn_id, message.writes)
+        await self._settled()
+        committing = message.record is not None
         if message.record is not None:
-            await self._persist({message.turn_id: message.record})
+            started = self._start_commit({message.turn_id: message.record})
+            self._committing = self.spawn(
+                self._durable(started, message.round), f"commit-{message.round}"
+            )
+        return Rendered(self._render_request(message), self.followups, committing)
+
+    async def _durable(self, started: commits.Started, round_: int) -> None:
+        """Await a round's commit, then tell the running turn how it went."""
+        try:
+            await self._commit(started)
+        except ConversationLost as exc:
+            outcome = Durable(round_, lost=exc.reason)
+        except Exception as exc:
+            log.exception("the commit of round %d of %s failed", round_, self.cid)
+            outcome = Durable(round_, error=f"{type(exc).__name__}: {exc}")
+        else:
+            outcome = Durable(round_)
+        if self.current is not None:
+            self.current.tell(outcome)
+
+    async def _settled(self) -> None:
+        """Wait for the commit in flight (its outcome went to the turn), before the next."""
+        committing, self._committing = self._committing, None
+        if committing is not None:
+            await asyncio.wait([committing])
+
+    def _render_request(self, message: Render) -> messages.GenerateRequest:
         services = self.services
         announce = message.announce
         if announce.timezone != self.timezone:
             announce = replace(announce, timezone=self.timezone)
-        workspace = workspace_lines(self.workspace, message.turn_id, self.local)
+        if self._workspace_lines is None or self._workspace_lines[0] != message.turn_id:
+            lines = workspace_lines(self.workspace, message.turn_id, self.local)
+            self._workspace_lines = (message.turn_id, lines)
+        workspace = self._workspace_lines[1]
         if workspace:
             announce = replace(announce, workspace=[*announce.workspace, *workspace])
         result = self.renderer.render(
@@ -351,7 +354,7 @@ class ConversationActor(Actor):
             force_compaction=message.force_compaction,
         )
         # Built from our own render: construct without re-validating thousands of parts.
-        request = messages.GenerateRequest.model_construct(
+        return messages.GenerateRequest.model_construct(
             conversation_id=self.cid,
             turn_id=message.turn_id,
             round=message.round,
@@ -361,15 +364,23 @@ class ConversationActor(Actor):
             cache_marks=list(result.marks),
             channels=CHANNELS,
             max_output_tokens=message.max_output_tokens,
-            sources=[
-                {"sid": r.sid, "title": r.title, "url": r.url} for r in self.tl.sources.rows()
-            ],
+            sources=self._citable(),
             seq_start=message.seq_start,
         )
-        return Rendered(request, self.followups)
+
+    def _citable(self) -> list[dict[str, Any]]:
+        """The pool as the streamer resolves citations against it (rebuilt when it changed)."""
+        pool = self.tl.sources
+        key = (id(pool), pool.revision)
+        if self._sources is None or self._sources[0] != key:
+            rows = [{"sid": r.sid, "title": r.title, "url": r.url} for r in pool.rows()]
+            self._sources = (key, rows)
+        return self._sources[1]
 
     async def _run_tools(self, message: RunTools) -> tuple[ReactOutcome, ...]:
         outcomes = []
+        if any(call.tool in FILE_TOOLS for call in message.calls):
+            self._workspace_lines = None
         for call in message.calls:
             outcomes.append(await self._run_react(call, message.turn_id))
         return tuple(outcomes)
@@ -419,23 +430,19 @@ class ConversationActor(Actor):
         return self.memindex
 
     async def _persist(self, records: Mapping[str, Mapping[str, Any]]) -> int:
-        """One LMDB transaction (blocks, header, index rows, turn records), then the
-        ownership seam (cluster mode: the durable copy, with a check-and-set on its head)."""
-        store = self.services.store
-        rows: list[dict[str, Any]] = []
+        """One write (blocks, header rows, index rows, turn records) in the node's next group
+        commit, then the ownership seam (cluster mode: the durable copy, check-and-set)."""
+        await self._settled()
+        return await self._commit(self._start_commit(records))
 
-        def index(blocks: Sequence[Block]) -> list[dict[str, Any]]:
-            rows.extend(index_rows(blocks))
-            return rows
+    def _start_commit(self, records: Mapping[str, Mapping[str, Any]]) -> commits.Started:
+        return commits.start(self.services, self.tl, records)
 
-        records = {k: v for k, v in records.items() if v}
-        persisted = await asyncio.to_thread(
-            store.persist_round, self.tl, turn_records=records, index=index
-        )
-        if rows and self.memindex is not None:
-            self.memindex.add(rows)
-        await self.services.ownership.committed(self.cid, persisted)
-        return persisted.revision
+    async def _commit(self, started: commits.Started) -> int:
+        revision = await commits.finish(self.services, self.cid, started)
+        if started.index_rows and self.memindex is not None:
+            self.memindex.add(started.index_rows)
+        return revision
 
     # -- input from outside ----------------------------------------------------------------------
     def _followup(self, msg: Followup) -> messages.Message:

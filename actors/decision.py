@@ -1,20 +1,16 @@
 """The DecisionActor: runs one turn's state machine and executes its effects.
 
-``actors.state.transition`` decides; this actor does. Everything that reaches it
-becomes an event (a model reply, a finished tool round, a DONE routed by the node,
-skip/cancel from ``al.turn.<tid>.control``, its wait timer) and the effects come back
-in order. Slow work runs in child tasks that post their outcome to the mailbox: the
-model call (``Render`` on the ConversationActor, then a StreamerActor), the tool round
-(react.* calls in one ``RunTools`` on the ConversationActor, the rest on the
-ToolExecutorActor pool), the wait timer, the followup grace. So a cancel or a DONE is
-handled at once whatever is in flight.
+``actors.state.transition`` decides; this actor does. What reaches it becomes an event
+(a model reply, tool outcomes, a DONE or skip/cancel routed by the node, its timers)
+and the effects run in order. Slow work runs in child tasks or other actors that post
+their outcome back, so a cancel or a DONE is handled at once whatever is in flight.
 
-What the turn puts on the timeline is collected as ``Writes`` and travels with the
-next exchange with the conversation (``actors.mailbox``): a round is at most three of
-them, and one LMDB commit. The checkpoint is committed before every model call and
-on entering Waiting, so a node that dies loses at most the round in flight; a
-``ResumeReAct`` continues it. Every way a turn ends (a result, a runtime failure, the
-conversation lost to another node) is one ``EndTurn`` told to the conversation.
+What the turn puts on the timeline is collected as ``Writes`` and travels with its next
+exchange with the conversation (``actors.mailbox``: a round is at most three, and one
+group commit). A round's commit becomes durable while its model call runs; the reply
+is acted on only after ``Durable``, so a node that dies loses at most the round in
+flight and ``ResumeReAct`` continues it. Every way a turn ends (a result, a runtime
+failure, the conversation lost to another node) is one ``EndTurn``.
 
 Cancellation: stopping the actor cancels its child tasks; an ask in flight to the
 conversation is abandoned (its answer, if any, is dropped).
@@ -23,24 +19,19 @@ conversation is abandoned (its answer, if any, is dropped).
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 from typing import Any, Literal
 
 import messages
-from bus import BusError, Subscription
+from bus import BusError
 from messages import (
-    AgentTask,
     CancelReAct,
     GenerateResult,
-    ReActProgress,
     ReActResult,
     SkipWaiting,
     TurnRequest,
-    Usage,
 )
 from timeline import AnnounceContext, Block
-from tools.react import ReactOutcome
 
 from . import events as ev
 from .base import Actor, ActorRef
@@ -50,23 +41,25 @@ from .mailbox import (
     ApplyDone,
     Commit,
     Control,
+    Durable,
     EndTurn,
+    ExternalRan,
     FollowupArrived,
     GraceOver,
     LateSignal,
     ModelReply,
     NotesAck,
+    ReactRan,
     Render,
     RunTools,
-    ToolOutcome,
-    ToolsDone,
     Write,
     Writes,
 )
-from .policy import AGENT_SEND, TurnSettings, classify_reply, parse_followups, verdict
-from .remote import call_tool, failed, generate
+from .policy import AGENT_SEND, TurnOutput, TurnSettings, classify_reply, verdict
+from .remote import call_tools, generate, publish_card, render_and_generate, send_task
 from .services import Services, TaskEntry
 from .state import DecisionState, checkpoint, resume_event, transition
+from .tool_round import ToolRound
 from .turn_blocks import call_block, final_blocks, notes_block, notice_block, signal_block
 
 log = logging.getLogger(__name__)
@@ -80,7 +73,7 @@ BEST_EFFORT_NOTICE = (
 
 
 class _Begin:
-    """First message: subscribe to control, start or resume the state machine."""
+    """First message: start or resume the state machine."""
 
 
 class DecisionActor(Actor):
@@ -107,24 +100,23 @@ class DecisionActor(Actor):
         self.turn = turn
         self.limits = turn.limits
         self.ledger = CallLedger()
-        self.usage = Usage()
-        self.seq = 0
+        self.out = TurnOutput(self.cid, self.tid)
         self.notices = 0
         self.pending: list[Write] = []
         """What goes on the timeline with the next exchange with the conversation."""
         self.followups_arrived = 0
         self.followups_rendered = 0
         self.best_effort: str | None = None
-        self.followups: list[str] = []
-        self.sources_used: list[int] = []
-        self.client_answers: dict[str, str] = {}
-        """Raw answer -> the text clients saw (citations resolved by the streamer)."""
         self._model_task: asyncio.Task[None] | None = None
         self._tools_task: asyncio.Task[None] | None = None
+        self._round_tools: ToolRound | None = None
         self._timer: asyncio.Task[None] | None = None
         self._grace: asyncio.Task[None] | None = None
-        self._control: Subscription | None = None
         self._finished = False
+        self._durable: set[int] = set()
+        """Rounds whose commit is durable."""
+        self._held: ModelReply | None = None
+        """A model reply waiting for its round's commit."""
 
     def start(self) -> None:
         super().start()
@@ -155,8 +147,19 @@ class DecisionActor(Actor):
         match message:
             case _Begin():
                 await self._begin()
+            case ModelReply(round=r) if message.gated and r not in self._durable:
+                self._held = message  # acted on once the round before it is stored
             case ModelReply():
                 await self._on_model_reply(message)
+            case Durable(lost=lost) if lost:
+                raise ConversationLost(self.cid, lost)
+            case Durable(error=error) if error:
+                await self._abort(f"the round could not be stored: {error}")
+            case Durable(round=r):
+                self._durable.add(r)
+                held, self._held = self._held, None
+                if held is not None and held.round == r:
+                    await self._on_model_reply(held)
             case GraceOver():
                 self._grace = None
                 await self._answer(message.round, message.answer, message.tokens, grace=False)
@@ -172,9 +175,8 @@ class DecisionActor(Actor):
                 await self.feed(ev.CancelReAct(cancel.turn_id, cancel.reason))
             case ApplyDone(signal=signal):
                 return verdict(signal, await self.feed(ev.event_from_message(signal)))
-            case ToolsDone():
-                self.pending.extend(message.outcomes)
-                await self.feed(ev.ToolsFinished(message.round, message.detail))
+            case ReactRan() | ExternalRan():
+                await self._tools_ran(message)
             case ev.WaitTimeout():
                 await self.feed(message)
             case ConversationLost():
@@ -190,14 +192,6 @@ class DecisionActor(Actor):
         return effects
 
     async def _begin(self) -> None:
-        bus = self.services.bus
-
-        async def on_control(msg: messages.Message, env: Any) -> None:
-            if isinstance(msg, SkipWaiting | CancelReAct) and msg.turn_id == self.tid:
-                if not self._finished:
-                    self.tell(Control(msg))
-
-        self._control = await bus.subscribe(bus.subjects.turn_control(self.tid), on_control)
         if self.resume is not None:
             await self.feed(resume_event(self.resume, self.limits))
         else:
@@ -254,14 +248,7 @@ class DecisionActor(Actor):
         return notice_block(self.tid, self.state.round, self.notices, code, text, self._now())
 
     async def _progress(self, phase: messages.Phase, round_: int, detail: str) -> None:
-        bus = self.services.bus
-        card = ReActProgress(
-            conversation_id=self.cid, turn_id=self.tid, phase=phase, round=round_, detail=detail
-        )
-        try:
-            await bus.publish(bus.subjects.stream(self.cid), card)
-        except BusError as exc:
-            log.warning("progress card of turn %s lost: %s", self.tid, exc)
+        await publish_card(self.services, self.cid, self.tid, phase, round_, detail)
 
     # -- the model ----------------------------------------------------------------------------
     def _render_message(
@@ -287,7 +274,7 @@ class DecisionActor(Actor):
             record=record,
             model=self.turn.model,
             max_output_tokens=self.services.settings.max_output_tokens,
-            seq_start=self.seq,
+            seq_start=self.out.seq,
             force_compaction=force,
         )
 
@@ -295,6 +282,7 @@ class DecisionActor(Actor):
         round_ = render.round
         try:
             rendered = await self.conv.ask(render, timeout=ASK_TIMEOUT_S)
+            gated = rendered.committing
             result = await generate(self.services, rendered.request)
             followups = rendered.followups
         except asyncio.CancelledError:
@@ -310,10 +298,11 @@ class DecisionActor(Actor):
                 round=round_,
                 error=f"{type(exc).__name__}: {exc}",
                 error_code="internal_error",
-                seq_end=self.seq,
+                seq_end=self.out.seq,
             )
             followups = self.followups_rendered
-        self.tell(ModelReply(round_, result, render.force_compaction, followups))
+            gated = False
+        self.tell(ModelReply(round_, result, render.force_compaction, followups, gated))
 
     async def _cancel_model(self) -> None:
         if self._model_task is not None:
@@ -335,9 +324,7 @@ class DecisionActor(Actor):
             return
         result = reply.result
         self.followups_rendered = reply.followups_rendered
-        self.usage = self.usage + result.usage
-        self.seq = max(self.seq, result.seq_end)
-        tokens = result.usage.total_input_tokens + result.usage.output_tokens
+        tokens = self.out.add(result)
         if result.error_code == "context_window" and not reply.forced:
             render = self._render_message(reply.round, force=True)
             self._model_task = self.spawn(self._model_round(render), f"model-{reply.round}-c")
@@ -367,9 +354,7 @@ class DecisionActor(Actor):
         if classified.event is not None:
             await self.feed(classified.event)
             return
-        self.followups = parse_followups(channels.get("followup", ""))
-        self.sources_used = list(result.used_sources)
-        self.client_answers[classified.answer] = result.answer_emitted.strip()
+        self.out.answered(result, classified.answer)
         await self._answer(reply.round, classified.answer, tokens, grace=True)
 
     async def _record_notices(self, notices: tuple[Notice, ...]) -> None:
@@ -406,106 +391,64 @@ class DecisionActor(Actor):
         if budget is not None and self.state.tokens_used >= budget:
             return fallback
         notice = BEST_EFFORT_NOTICE.format(reason=reason)
-        try:
-            render = self._render_message(self.state.round + 1, notices=(notice,))
-            rendered = await self.conv.ask(render, timeout=ASK_TIMEOUT_S)
-            result = await generate(self.services, rendered.request)
-        except (TimeoutError, BusError) as exc:
-            log.warning("best-effort answer of turn %s failed: %s", self.tid, exc)
+        render = self._render_message(self.state.round + 1, notices=(notice,))
+        result = await render_and_generate(self.services, self.conv, render, ASK_TIMEOUT_S)
+        if result is None:
             return fallback
-        self.usage = self.usage + result.usage
-        self.seq = max(self.seq, result.seq_end)
+        self.out.add(result)
         answer = result.channels.get("answer", "").strip()
         if answer:
-            self.followups = parse_followups(result.channels.get("followup", ""))
-            self.sources_used = list(result.used_sources)
-            self.client_answers[answer] = result.answer_emitted.strip()
+            self.out.answered(result, answer)
         return answer or fallback
 
     # -- tools ----------------------------------------------------------------------------------
     def _start_tools(self, round_: int, calls: tuple[ev.ToolSpec, ...]) -> None:
+        """React.* calls go to the conversation (told; ``ReactRan`` comes back), external
+        ones to the tool executors from a child task (``ExternalRan``), at the same time."""
         now = self._now()
         self.pending.extend(call_block(self.tid, c.call_id, c.tool, c.params, now) for c in calls)
-        react = tuple(c for c in calls if c.tool.startswith("react."))
-        run = RunTools(self.tid, react, self._writes()) if react else None
-        self._tools_task = self.spawn(self._tools_round(round_, calls, run), f"tools-{round_}")
+        tools = self._round_tools = ToolRound(round_, calls)
+        if tools.react:
+            self.conv.tell(RunTools(self.tid, round_, tools.react, self._writes()))
+        if tools.external:
+            self._tools_task = self.spawn(self._external(round_, tools.external), f"tools-{round_}")
 
-    async def _tools_round(
-        self, round_: int, calls: tuple[ev.ToolSpec, ...], run: RunTools | None
-    ) -> None:
-        external = [c for c in calls if not c.tool.startswith("react.")]
-        timeout = self.turn.tool_timeout_s
-        jobs = [
-            call_tool(
-                self.services, c, conversation_id=self.cid, turn_id=self.tid, timeout_s=timeout
-            )
-            for c in external
-        ]
-        react_outcomes: tuple[ReactOutcome, ...] = ()
-        try:
-            outside = asyncio.gather(*jobs)
-            if run is not None:
-                ask = self.conv.ask(run, timeout=timeout + ASK_TIMEOUT_S)
-                react_outcomes, outcomes = await asyncio.gather(ask, outside)
-            else:
-                outcomes = await outside
-        except asyncio.CancelledError:
-            raise
-        except ConversationLost as exc:
-            self.tell(exc)
+    async def _external(self, round_: int, calls: tuple[ev.ToolSpec, ...]) -> None:
+        outcomes = await call_tools(
+            self.services,
+            calls,
+            conversation_id=self.cid,
+            turn_id=self.tid,
+            timeout_s=self.turn.tool_timeout_s,
+        )
+        self.tell(ExternalRan(round_, outcomes))
+
+    async def _tools_ran(self, message: ReactRan | ExternalRan) -> None:
+        """One part of a round's tools is in; when all are, the round goes on."""
+        tools = self._round_tools
+        if tools is None or tools.round != message.round or self.state.round != message.round:
+            log.debug("stale tool outcomes of round %d", message.round)
             return
-        except Exception as exc:
-            log.exception("tool round %d of turn %s failed", round_, self.tid)
-            error = f"the tool failed inside the runtime: {type(exc).__name__}: {exc}"
-            self.tell(ToolsDone(round_, tuple(failed(c, error) for c in calls), "failed"))
-            return
-        by_id = {o.call_id: o for o in outcomes}
-        for call, outcome in zip(run.calls if run else (), react_outcomes, strict=True):
-            after = [
-                *outcome.blocks,
-                *(self._notice(n.full_code, n.message) for n in outcome.notices),
-            ]
-            by_id[call.call_id] = ToolOutcome(
-                call.call_id, call.tool, outcome.ok, outcome.result, (), tuple(after)
-            )
-        ordered = tuple(by_id[c.call_id] for c in calls)
-        bad = sum(not o.ok for o in ordered)
-        detail = f"{len(calls)} result(s)" + (f", {bad} failed" if bad else "")
-        self.tell(ToolsDone(round_, ordered, detail))
+        if isinstance(message, ReactRan):
+            tools.react_ran(message.outcomes, self._notice)
+        else:
+            tools.external_ran(message.outcomes)
+        complete = tools.complete()
+        if complete is not None:
+            self._round_tools = None
+            outcomes, detail = complete
+            self.pending.extend(outcomes)
+            await self.feed(ev.ToolsFinished(message.round, detail))
 
     # -- outside agents -------------------------------------------------------------------------
     async def _send_task(self, effect: ev.SendAgentTask) -> None:
-        services = self.services
-        bus = services.bus
         now = self._now()
+        services = self.services
         services.tasks.add(TaskEntry(effect.task_id, effect.agent, self.cid, self.tid, now))
-        text = (
-            f"{effect.text}\n\n---\nYou are the outside agent '{effect.agent}'. When the work "
-            f"is done, publish agent.done (agent={effect.agent}, turn_id={self.tid}, "
-            f"task_id={effect.task_id}, summary=...) on {bus.subjects.agent_done}, or run: "
-            f'actline done {effect.agent} "<summary>" --task {effect.task_id}'
-        )
-        task = AgentTask(
-            agent=effect.agent,
-            conversation_id=self.cid,
-            turn_id=self.tid,
-            task_id=effect.task_id,
-            text=text,
-            done_subject=bus.subjects.agent_done,
-        )
-        status: dict[str, Any] = {
-            "status": "sent",
-            "agent": effect.agent,
-            "task_id": effect.task_id,
-        }
-        try:
-            await bus.publish(bus.subjects.agent_inbox(effect.agent), task)
-        except BusError as exc:
-            status = {"status": "error", "error": f"could not send: {exc}"}
+        outcome = await send_task(services, effect, conversation_id=self.cid, turn_id=self.tid)
         params = {"name": effect.agent, "text": effect.text}
         self.pending.append(call_block(self.tid, effect.call_id, AGENT_SEND, params, now))
-        ok = status["status"] == "sent"
-        self.pending.append(ToolOutcome(effect.call_id, AGENT_SEND, ok, status))
+        self.pending.append(outcome)
 
     async def _wait(self, generation: int, seconds: float) -> None:
         await asyncio.sleep(seconds)
@@ -514,20 +457,9 @@ class DecisionActor(Actor):
     # -- the end --------------------------------------------------------------------------------
     async def _finish(self, effect: ev.Finish) -> None:
         answer = effect.answer if effect.answer is not None else (self.best_effort or "")
-        self.pending.extend(
-            final_blocks(self.tid, answer, effect.status, self.followups, self._now())
-        )
-        result = ReActResult(
-            conversation_id=self.cid,
-            turn_id=self.tid,
-            status=effect.status,
-            answer=self.client_answers.get(answer, answer),
-            followups=list(self.followups),
-            sources_used=list(self.sources_used),
-            usage=self.usage,
-            rounds=effect.rounds,
-            error=effect.error,
-        )
+        now = self._now()
+        self.pending.extend(final_blocks(self.tid, answer, effect.status, self.out.followups, now))
+        result = self.out.result(effect.status, answer, effect.rounds, effect.error)
         await self._end("result", result=result)
 
     async def _abort(self, error: str) -> None:
@@ -540,7 +472,7 @@ class DecisionActor(Actor):
             conversation_id=self.cid,
             turn_id=self.tid,
             status="failed",
-            usage=self.usage,
+            usage=self.out.usage,
             rounds=self.state.round,
             error=f"the runtime failed: {error}",
         )
@@ -563,9 +495,6 @@ class DecisionActor(Actor):
         for task in (self._tools_task, self._timer, self._grace):
             if task is not None:
                 task.cancel()
-        if self._control is not None:
-            with contextlib.suppress(BusError):
-                await self._control.unsubscribe()
         if how == "lost":
             log.warning("turn %s handed back: %s", self.tid, reason)
         self.conv.tell(EndTurn(self.tid, how, self.state, result, self._writes(), reason))

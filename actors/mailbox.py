@@ -9,11 +9,16 @@ A round of a turn is at most three exchanges with its conversation:
 1. ``Render``: apply the writes the decision collected since its last exchange,
    commit them to LMDB with the turn's checkpoint (one transaction), render the
    context. Answers ``Rendered``.
-2. ``RunTools``: apply the decision's writes (notes, notices, tool-call blocks), run
-   the round's react.* tools. Answers their ``ReactOutcome``s. Only when the round
-   calls a react.* tool.
+2. ``RunTools`` (told): apply the decision's writes (notes, notices, tool-call blocks),
+   run the round's react.* tools, tell the turn ``ReactRan``. Only when the round calls
+   a react.* tool (the external ones run meanwhile, on the tool executors).
 3. ``Commit``: apply writes and commit them with a record, when the turn enters
    Waiting (its checkpoint must be stored before it sleeps on a DONE).
+
+``Render`` answers as soon as the context is rendered; its commit becomes durable while
+the model runs and the conversation tells the turn ``Durable`` when it is. The turn
+acts on the model's reply only after that, so nothing a round does leaves the node
+before the round before it is stored.
 
 and the turn ends with one ``EndTurn`` (a result to persist and publish, or the turn
 handed back because another node owns the conversation now).
@@ -22,7 +27,7 @@ handed back because another node owns the conversation now).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import messages
@@ -90,10 +95,12 @@ class Writes:
 
 @dataclass(frozen=True, slots=True)
 class Rendered:
-    """A rendered model request and how many followups of the turn it includes."""
+    """A rendered model request and how many followups of the turn it includes;
+    ``committing``: the round's commit is on its way (a ``Durable`` follows)."""
 
     request: messages.GenerateRequest
     followups: int
+    committing: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -112,10 +119,12 @@ class Render(Request[Rendered]):
 
 
 @dataclass(frozen=True, slots=True)
-class RunTools(Request[tuple[ReactOutcome, ...]]):
-    """Apply ``writes``, then run these react.* calls in order."""
+class RunTools:
+    """Told: apply ``writes``, run these react.* calls in order, and tell the running turn
+    ``ReactRan`` with their outcomes."""
 
     turn_id: str
+    round: int
     calls: tuple[ev.ToolSpec, ...]
     writes: Writes = Writes()
 
@@ -176,6 +185,16 @@ class EndTurn:
 
 
 @dataclass(frozen=True, slots=True)
+class Durable:
+    """The commit of round ``round`` is durable (and copied, in cluster mode); or it
+    failed: ``lost`` (another node owns the conversation) or ``error``."""
+
+    round: int
+    lost: str = ""
+    error: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class ApplyDone(Request[messages.Message]):
     """A DONE routed to the running turn; answers ``Ack`` or ``ErrorReply``."""
 
@@ -204,6 +223,8 @@ class ModelReply:
     result: messages.GenerateResult
     forced: bool
     followups_rendered: int = 0
+    gated: bool = False
+    """Wait for ``Durable(round)`` before acting on it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -216,9 +237,16 @@ class GraceOver:
 
 
 @dataclass(frozen=True, slots=True)
-class ToolsDone:
-    """The tool calls of ``round`` have outcomes (their blocks go with the next exchange)."""
+class ReactRan:
+    """The react.* calls of ``round`` ran (told by the conversation, in call order)."""
 
     round: int
-    outcomes: tuple[ToolOutcome, ...] = field(default_factory=tuple)
-    detail: str = ""
+    outcomes: tuple[ReactOutcome, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ExternalRan:
+    """The external calls of ``round`` have outcomes (in call order)."""
+
+    round: int
+    outcomes: tuple[ToolOutcome, ...]

@@ -30,8 +30,19 @@ import messages
 from bus import Bus, Envelope, Subscription
 from llm.prompt import system_prompt
 from llm.protocol import Model
-from messages import Ack, DoneSignal, ErrorReply, Feedback, Followup, SubjectError, TurnRequest
+from messages import (
+    Ack,
+    CancelReAct,
+    DoneSignal,
+    ErrorReply,
+    Feedback,
+    Followup,
+    SkipWaiting,
+    SubjectError,
+    TurnRequest,
+)
 from storage import Store
+from storage.committer import Committer
 from tools import KnowledgeSpace
 from tools.builtin import BuiltinConfig, register_builtins
 from tools.react import ReactTools
@@ -39,11 +50,11 @@ from tools.workspace import TurnFiles
 
 from .conversation import ConversationActor
 from .errors import ActorStopped, AskTimeout, ConversationLost, NodeNotStarted
-from .mailbox import ApplyDone, RouteDone, TurnJob, UserInput
+from .mailbox import ApplyDone, Control, RouteDone, TurnJob, UserInput
 from .ownership import ClusterOwnership, LocalOwnership, Ownership
 from .services import Services, TaskBook
 from .settings import NodeSettings, load_mcp_config
-from .streamer import ContextShelf, StreamerActor, models_by_name
+from .streamer import StreamerActor, models_by_name
 from .tool_executor import ToolExecutorActor, ToolRegistry
 from .turn_queue import TurnQueue
 
@@ -83,6 +94,7 @@ class Node:
         self.executor: ToolExecutorActor | None = None
         self.services: Services | None = None
         self._mcp = contextlib.AsyncExitStack()
+        self._commits: Committer | None = None
         self.ownership: Ownership = LocalOwnership()
         self.queue = TurnQueue(
             bus, ack_wait_s=self.settings.ack_wait_s, max_active=self.settings.max_active_turns
@@ -134,7 +146,6 @@ class Node:
             self._store = await asyncio.to_thread(Store, settings.home, sync=settings.storage_sync)
         if self._knowledge is None and settings.knowledge_dir is not None:
             self._knowledge = await asyncio.to_thread(KnowledgeSpace, settings.knowledge_dir)
-        shelf = ContextShelf(self.node_id) if settings.streamers > 0 else None
         if settings.builtin_tools:
             hosts = [h.strip() for h in settings.http_allowed_hosts.split(",") if h.strip()]
             config = BuiltinConfig(
@@ -151,15 +162,17 @@ class Node:
             )
         await self.ownership.start()
         tools = {t["name"]: str(t.get("description") or "") for t in self.registry.describe()}
+        self._commits = Committer(self._store)
+        self._commits.start()
         self.services = Services(
             bus=self.bus,
             store=self._store,
+            commits=self._commits,
             settings=settings,
             react=ReactTools(),
             system_prompt=system_prompt(tools),
             knowledge=self._knowledge,
             external_tools=self.registry.names,
-            shelf=shelf,
             tasks=TaskBook(),
             local_tools=settings.tool_workers > 0,
             ownership=self.ownership,
@@ -169,11 +182,11 @@ class Node:
             self.streamer = StreamerActor(
                 self.bus,
                 models_by_name(self._default_model(), self._models),
-                shelf=shelf,
                 concurrency=settings.streamers,
                 timeout_s=settings.model_timeout_s,
             )
             await self.streamer.start()
+            self.services.streamer = self.streamer
         if settings.tool_workers > 0:
             self.executor = ToolExecutorActor(
                 self.bus,
@@ -185,6 +198,7 @@ class Node:
             await self.executor.start()
         subjects = self.bus.subjects
         self._subs.append(await self.bus.subscribe(subjects.agent_done, self._on_done))
+        self._subs.append(await self.bus.subscribe(subjects.turn_control_any, self._on_control))
         self._subs.append(await self.bus.subscribe(subjects.conv_any("followup"), self._on_input))
         self._subs.append(
             await self.bus.subscribe(
@@ -219,6 +233,9 @@ class Node:
         if self.executor is not None:
             await self.executor.stop()
         await self._mcp.aclose()
+        if self._commits is not None:
+            await asyncio.to_thread(self._commits.close)
+            self._commits = None
         if self._own_store and self._store is not None:
             self._store.close()
             self._store = None
@@ -375,6 +392,15 @@ class Node:
             )
         conv = await self.conversation(cid)
         return await conv.ask(RouteDone(signal), timeout=ASK_TIMEOUT_S)
+
+    async def _on_control(self, msg: messages.Message, env: Envelope) -> None:
+        """Skip-waiting or cancel: to the turn's DecisionActor when it runs here."""
+        if not isinstance(msg, SkipWaiting | CancelReAct) or self.services is None:
+            return
+        running = self.services.tasks.running(msg.turn_id)
+        if running is not None:
+            with contextlib.suppress(ActorStopped):
+                running.decision.tell(Control(msg))
 
     async def _on_input(self, msg: messages.Message, env: Envelope) -> messages.Message | None:
         if not isinstance(msg, Followup | Feedback):

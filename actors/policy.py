@@ -11,12 +11,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol
 
 import messages
 from channels import strip_fence
-from messages import Ack, ErrorReply, new_id
+from messages import Ack, ErrorReply, GenerateResult, ReActResult, TurnStatus, Usage, new_id
 from messages.ids import is_valid_name
 
 from . import events as ev
@@ -135,6 +135,48 @@ def classify_reply(
         first = notices.pop(0) if notices else Notice("empty_decision", "no usable call")
         event = ev.ProtocolViolation(round_, first.code, first.message, tokens)
     return Classified("event", checked.notes, tuple(notices), event=event)
+
+
+@dataclass(slots=True)
+class TurnOutput:
+    """What a turn gathers from its model calls for its ``turn.result``."""
+
+    conversation_id: str
+    turn_id: str
+    usage: Usage = field(default_factory=Usage)
+    seq: int = 0
+    """The next ``stream.delta`` seq of the turn."""
+    followups: list[str] = field(default_factory=list)
+    sources_used: list[int] = field(default_factory=list)
+    client_answers: dict[str, str] = field(default_factory=dict)
+    """Raw answer -> the text clients saw (citations resolved by the streamer)."""
+
+    def add(self, result: GenerateResult) -> int:
+        """Count one model call; returns the tokens it used."""
+        self.usage = self.usage + result.usage
+        self.seq = max(self.seq, result.seq_end)
+        return result.usage.total_input_tokens + result.usage.output_tokens
+
+    def answered(self, result: GenerateResult, answer: str) -> None:
+        """The answer of ``result`` is the turn's: its followups, citations, client text."""
+        self.followups = parse_followups(result.channels.get("followup", ""))
+        self.sources_used = list(result.used_sources)
+        self.client_answers[answer] = result.answer_emitted.strip()
+
+    def result(
+        self, status: TurnStatus, answer: str, rounds: int, error: str | None
+    ) -> ReActResult:
+        return ReActResult(
+            conversation_id=self.conversation_id,
+            turn_id=self.turn_id,
+            status=status,
+            answer=self.client_answers.get(answer, answer),
+            followups=list(self.followups),
+            sources_used=list(self.sources_used),
+            usage=self.usage,
+            rounds=rounds,
+            error=error,
+        )
 
 
 def parse_followups(raw: str) -> list[str]:

@@ -7,13 +7,29 @@ streamer or tool executor that is away never crashes a turn.
 
 from __future__ import annotations
 
+import asyncio
 import logging
+from collections.abc import Sequence
+from typing import Any
 
 from bus import BusError
-from messages import ErrorReply, GenerateRequest, GenerateResult, MessageError, ToolCall, ToolResult
+from messages import (
+    AgentTask,
+    ErrorReply,
+    GenerateRequest,
+    GenerateResult,
+    MessageError,
+    Phase,
+    ReActProgress,
+    ToolCall,
+    ToolResult,
+)
 
 from . import events as ev
-from .mailbox import ToolOutcome
+from .base import ActorRef
+from .errors import ActorError
+from .mailbox import Render, ToolOutcome
+from .policy import AGENT_SEND
 from .services import Services
 from .streamer import failed_result
 
@@ -21,33 +37,12 @@ log = logging.getLogger(__name__)
 
 
 async def generate(services: Services, request: GenerateRequest) -> GenerateResult:
-    """One model call on a streamer: this node's by reference (no copy of the context on
-    the wire), else the pool on ``al.llm.generate``."""
+    """One model call: this node's streamer in process (no copy of the context on the
+    wire), else the pool on ``al.llm.generate``."""
+    if services.streamer is not None:
+        return await services.streamer.call(request)
     bus = services.bus
     timeout = services.settings.model_timeout_s + 5.0
-    shelf = services.shelf
-    if shelf is not None:
-        ref = shelf.put(request)
-        small = GenerateRequest(
-            conversation_id=request.conversation_id,
-            turn_id=request.turn_id,
-            round=request.round,
-            context_ref=ref,
-        )
-        try:
-            reply = await bus.request(
-                bus.subjects.llm_generate_local(shelf.node_id),
-                small,
-                timeout=timeout,
-                raise_remote=False,
-            )
-            if isinstance(reply, GenerateResult):
-                return reply
-            log.warning("local streamer refused round %d: %s", request.round, reply)
-        except BusError as exc:
-            log.warning("local streamer unreachable (%s); using the pool", exc)
-        finally:
-            shelf.drop(ref)
     try:
         reply = await bus.request(
             bus.subjects.llm_generate, request, timeout=timeout, raise_remote=False
@@ -109,3 +104,96 @@ async def call_tool(
 def failed(call: ev.ToolSpec, error: str) -> ToolOutcome:
     """A call that produced no result, with the reason the model sees."""
     return ToolOutcome(call.call_id, call.tool, False, {"status": "error", "error": error})
+
+
+async def call_tools(
+    services: Services,
+    calls: Sequence[ev.ToolSpec],
+    *,
+    conversation_id: str,
+    turn_id: str,
+    timeout_s: float,
+) -> tuple[ToolOutcome, ...]:
+    """External calls at the same time, outcomes in call order; never raises but for
+    cancellation (a failure inside the runtime is every call's failed outcome)."""
+    try:
+        return tuple(
+            await asyncio.gather(
+                *(
+                    call_tool(
+                        services,
+                        c,
+                        conversation_id=conversation_id,
+                        turn_id=turn_id,
+                        timeout_s=timeout_s,
+                    )
+                    for c in calls
+                )
+            )
+        )
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:
+        log.exception("the tool calls of turn %s failed", turn_id)
+        error = f"the tool failed inside the runtime: {type(exc).__name__}: {exc}"
+        return tuple(failed(c, error) for c in calls)
+
+
+async def send_task(
+    services: Services, effect: ev.SendAgentTask, *, conversation_id: str, turn_id: str
+) -> ToolOutcome:
+    """Publish an ``agent.task`` on the agent's inbox; its outcome is the ``agent.send``
+    call's result (sent, or why not)."""
+    bus = services.bus
+    text = (
+        f"{effect.text}\n\n---\nYou are the outside agent '{effect.agent}'. When the work "
+        f"is done, publish agent.done (agent={effect.agent}, turn_id={turn_id}, "
+        f"task_id={effect.task_id}, summary=...) on {bus.subjects.agent_done}, or run: "
+        f'actline done {effect.agent} "<summary>" --task {effect.task_id}'
+    )
+    task = AgentTask(
+        agent=effect.agent,
+        conversation_id=conversation_id,
+        turn_id=turn_id,
+        task_id=effect.task_id,
+        text=text,
+        done_subject=bus.subjects.agent_done,
+    )
+    status: dict[str, Any] = {"status": "sent", "agent": effect.agent, "task_id": effect.task_id}
+    try:
+        await bus.publish(bus.subjects.agent_inbox(effect.agent), task)
+    except BusError as exc:
+        status = {"status": "error", "error": f"could not send: {exc}"}
+    return ToolOutcome(effect.call_id, AGENT_SEND, status["status"] == "sent", status)
+
+
+async def render_and_generate(
+    services: Services, conv: ActorRef, render: Render, timeout_s: float
+) -> GenerateResult | None:
+    """Render on the conversation and call the model, for an answer outside the round
+    loop (the best effort when the budget is spent); None when either failed."""
+    try:
+        rendered = await conv.ask(render, timeout=timeout_s)
+        return await generate(services, rendered.request)
+    except (TimeoutError, BusError, ActorError) as exc:
+        log.warning("best-effort answer of turn %s failed: %s", render.turn_id, exc)
+        return None
+
+
+async def publish_card(
+    services: Services,
+    conversation_id: str,
+    turn_id: str,
+    phase: Phase,
+    round_: int,
+    detail: str,
+) -> None:
+    """A ``react.progress`` card on the conversation's stream; a card lost is logged."""
+    bus = services.bus
+    card = ReActProgress(
+        conversation_id=conversation_id, turn_id=turn_id, phase=phase, round=round_, detail=detail
+    )
+    try:
+        await bus.publish(bus.subjects.stream(conversation_id), card)
+    except BusError as exc:
+        log.warning("progress card of turn %s lost: %s", turn_id, exc)

@@ -16,13 +16,14 @@ from typing import Protocol
 
 from bus import Bus
 from storage import Store
+from storage.committer import Committer
 from tools import KnowledgeSpace
 from tools.react import ReactTools
 
 from .base import ActorRef
 from .ownership import LocalOwnership, Ownership
 from .settings import NodeSettings
-from .streamer import ContextShelf
+from .streamer import StreamerActor
 
 
 class Settler(Protocol):
@@ -121,12 +122,15 @@ class Services:
 
     bus: Bus
     store: Store
+    commits: Committer
+    """Group commit of every round of this node's conversations (one fsync per batch)."""
     settings: NodeSettings
     react: ReactTools
     system_prompt: str
     knowledge: KnowledgeSpace | None = None
     external_tools: Callable[[], list[str]] = list
-    shelf: ContextShelf | None = None
+    streamer: StreamerActor | None = None
+    """This node's streamer pool, called in process (None: use the pool over NATS)."""
     tasks: TaskBook = field(default_factory=TaskBook)
     clock: Callable[[], float] = time.time
     ownership: Ownership = field(default_factory=LocalOwnership)

@@ -1,7 +1,7 @@
 """The StreamerActor pool: model calls, channel parsing, fanout of deltas to clients.
 
-A ``GenerateRequest`` on ``al.llm.generate`` (queue group ``streamers``) or on the
-node's own ``al.llm.generate.<node>`` is one model call. The streamer runs the model,
+A ``GenerateRequest`` on ``al.llm.generate`` (queue group ``streamers``), or a ``call``
+from a decision loop of the same node, is one model call. The streamer runs the model,
 feeds its text through ``channels.ChannelStream`` (citations resolved against the
 request's sources in what clients see, never in the raw text), publishes every
 client-facing delta as ``stream.delta`` on ``al.stream.<conversation_id>`` as it
@@ -9,10 +9,10 @@ becomes safe, and answers with a ``GenerateResult``: the raw text of each channe
 the SIDs the answer cited, and the usage. The decision channel is not streamed to
 clients; it is the loop's own business.
 
-A context rendered on this node travels by reference: the decision loop parks the
-full request in the node's ``ContextShelf`` and sends a small request naming it on the
-node's own subject (a 5,000-block context is megabytes of msgpack). A node without
-streamers sends the whole request to the pool instead.
+A context rendered on this node never crosses the wire: the decision loop calls its
+own node's streamer in process (``call``; a 5,000-block context is megabytes of
+msgpack), and only a node without streamers sends the whole request to the pool. The
+deltas go to clients over NATS either way.
 
 Model failures are results, not exceptions: ``error_code`` is ``model_unavailable``
 (retries spent), ``context_window`` (the caller re-renders with compaction),
@@ -28,7 +28,6 @@ call would block whatever was queued behind it.
 from __future__ import annotations
 
 import asyncio
-import itertools
 import logging
 from collections.abc import Callable, Mapping
 from typing import Any, Final
@@ -71,29 +70,6 @@ PRIVATE_CHANNELS: Final = frozenset({"decision"})
 ModelResolver = Callable[[str], Model]
 
 
-class ContextShelf:
-    """Node-local parking for rendered requests that travel to a local streamer by name."""
-
-    def __init__(self, node_id: str) -> None:
-        self.node_id = node_id
-        self._items: dict[str, GenerateRequest] = {}
-        self._ids = itertools.count(1)
-
-    def put(self, request: GenerateRequest) -> str:
-        ref = f"ctx:{self.node_id}:{next(self._ids)}"
-        self._items[ref] = request
-        return ref
-
-    def take(self, ref: str) -> GenerateRequest | None:
-        return self._items.pop(ref, None)
-
-    def drop(self, ref: str) -> None:
-        self._items.pop(ref, None)
-
-    def __len__(self) -> int:
-        return len(self._items)
-
-
 def models_by_name(default: Model, named: Mapping[str, Model] | None = None) -> ModelResolver:
     """A resolver: the model of that name, else ``default`` (an empty name is the default)."""
     table = dict(named or {})
@@ -114,14 +90,13 @@ class StreamerActor:
         bus: Bus,
         models: ModelResolver,
         *,
-        shelf: ContextShelf | None = None,
         concurrency: int = 32,
         timeout_s: float = 600.0,
     ) -> None:
         self.bus = bus
         self.models = models
-        self.shelf = shelf
         self.concurrency = concurrency
+        self._slots = asyncio.Semaphore(concurrency)
         self.timeout_s = timeout_s
         self.calls = 0
         self.failures = 0
@@ -140,14 +115,6 @@ class StreamerActor:
                 concurrency=self.concurrency,
             )
         )
-        if self.shelf is not None:
-            self._subs.append(
-                await self.bus.subscribe(
-                    subjects.llm_generate_local(self.shelf.node_id),
-                    self._on_generate,
-                    concurrency=self.concurrency,
-                )
-            )
         self._subs.append(await self.bus.subscribe(subjects.llm_cancel, self._on_cancel))
 
     async def stop(self) -> None:
@@ -169,17 +136,18 @@ class StreamerActor:
                 message=f"the streamers take llm.generate, not {msg.kind}",
                 subject=env.subject,
             )
-        request = msg
-        if msg.context_ref is not None:
-            parked = self.shelf.take(msg.context_ref) if self.shelf is not None else None
-            if parked is None:
-                return ErrorReply(
-                    code="context_missing",
-                    message=f"no rendered context {msg.context_ref} on this node; "
-                    "send the whole request to the pool",
-                    subject=env.subject,
-                )
-            request = parked
+        return await self._guarded(msg)
+
+    async def call(self, request: GenerateRequest) -> GenerateResult:
+        """One model call for a decision loop of this node, in process (no copy of the
+        context on the wire); at most ``concurrency`` at once, as on the subscription."""
+        async with self._slots:
+            # In the caller's task: the caller cancels it directly (al.llm.cancel is for
+            # calls that came over the wire).
+            return await self.generate(request)
+
+    async def _guarded(self, request: GenerateRequest) -> GenerateResult:
+        """``generate`` registered for ``al.llm.cancel`` of its turn."""
         task = asyncio.current_task()
         assert task is not None
         running = self._running.setdefault(request.turn_id, set())

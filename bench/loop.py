@@ -40,7 +40,10 @@ reported apart, as ``tool``).
    bytes under a new key), sampled after every batch too. The bytes are measured, not
    assumed: after each measured turn, the msgpack of the block dicts the turn appended
    (read back from the node's store above the cursor recorded before it) over its
-   rounds, plus the header row and the turn record that every round rewrites.
+   rounds, plus the msgpack of the header rows (sources pool, plans) the turn added or
+   changed (packed rows compared before and after it; a row changed by several rounds
+   counts once) over its rounds, plus the header row and the turn record that every
+   round rewrites.
    Durable floor = NATS floor p50 + commit p50 (likewise p90).
 3. Throughput. ``--conversations`` new conversations on one node each run turns of 2
    or 3 rounds, one after another, until ``--total-turns`` turns are done
@@ -87,7 +90,7 @@ import resource
 import statistics
 import tempfile
 import time
-from collections.abc import AsyncIterator, Iterator, Sequence
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection
 from pathlib import Path
@@ -119,6 +122,7 @@ from storage import StorageError, Store
 from timeline import Block, Timeline
 from timeline.blocks import COMPLETION, REACT_NOTES, TOOL_CALL, TOOL_RESULT, USER_PROMPT
 from timeline.paths import ar_path, tc_path
+from timeline.snapshot import split
 from timeline.tokens import DEFAULT_COUNTER
 from tools import KnowledgeSpace
 
@@ -441,12 +445,21 @@ async def measure_turn(case: Case, cid: str, rounds: int) -> None:
     tid = f"{cid}-measured"
     before = len(case.timeline(cid))
     since = stored_seq(case.store, cid)
+    rows_before = packed_rows(case.store, case.timeline(cid), cid)
     handle, elapsed, pickup = await run_turn(case.client, case.model, cid, tid, rounds)
     case.pickup.append(pickup)
     case.spans.append((before, len(case.timeline(cid))))
     since = before if since is None else since
     case.persisted.append(
-        persisted_bytes(case.store, case.timeline(cid), cid, tid, since=since, rounds=rounds)
+        persisted_bytes(
+            case.store,
+            case.timeline(cid),
+            cid,
+            tid,
+            since=since,
+            rounds=rounds,
+            rows_before=rows_before,
+        )
     )
     cards = handle.cards
     thinking = sorted((c for c in cards if c.phase == "thinking"), key=lambda c: c.round)
@@ -561,15 +574,44 @@ def stored_seq(store: Store, cid: str) -> int | None:
         return None
 
 
+def packed_rows(store: Store, tl: Timeline, cid: str) -> dict[str, bytes]:
+    """Every header row of ``cid`` (sources pool, plans: ``Store.header_rows``), packed.
+
+    From the timeline (its rows as ``Timeline.full_snapshot`` holds them) if the store's
+    read API no longer fits.
+    """
+    try:
+        rows: Mapping[str, Any] = store.header_rows(cid)
+    except _STORE_API_ERRORS:
+        rows = split(tl.full_snapshot())[1]
+    return {
+        str(key): msgpack.packb(value, use_bin_type=True, default=str)
+        for key, value in rows.items()
+    }
+
+
+def changed_rows(before: Mapping[str, bytes], after: Mapping[str, bytes]) -> dict[str, bytes]:
+    """The rows of ``after`` that are new or differ from ``before`` (what a turn wrote)."""
+    return {key: value for key, value in after.items() if before.get(key) != value}
+
+
 def persisted_bytes(
-    store: Store, tl: Timeline, cid: str, turn_id: str, *, since: int, rounds: int
+    store: Store,
+    tl: Timeline,
+    cid: str,
+    turn_id: str,
+    *,
+    since: int,
+    rounds: int,
+    rows_before: Mapping[str, bytes] | None = None,
 ) -> dict[str, Any]:
     """The bytes a round of turn ``turn_id`` persisted: the msgpack of the block dicts the
-    turn appended (seq >= ``since``) over its ``rounds``, plus the header row and the turn
-    record that every round rewrites.
+    turn appended (seq >= ``since``) and of the header rows it added or changed (against
+    ``rows_before``, from ``packed_rows`` before the turn; None: every row counts), each
+    over its ``rounds``, plus the header row and the turn record that every round rewrites.
 
     Read back from the store; if its read API no longer fits, from the node's timeline
-    (blocks and snapshot, no turn record) -- ``source`` says which.
+    (blocks, snapshot and rows, no turn record) -- ``source`` says which.
     """
     try:
         try:
@@ -587,27 +629,33 @@ def persisted_bytes(
         raise LoopCheckFailed(cid, f"turn {turn_id} persisted no blocks above seq {since}")
     block_bytes = sum(_packed(b) for b in blocks)
     per_round = round(block_bytes / max(1, rounds))
+    rows = changed_rows(rows_before or {}, packed_rows(store, tl, cid))
+    row_bytes = sum(len(value) for value in rows.values())
+    rows_per_round = round(row_bytes / max(1, rounds))
     header_bytes, record_bytes = _packed(header), _packed(record)
     return {
         "source": source,
         "turn_blocks": len(blocks),
         "turn_block_bytes": block_bytes,
         "blocks_per_round_bytes": per_round,
+        "turn_rows": len(rows),
+        "turn_row_bytes": row_bytes,
+        "rows_per_round_bytes": rows_per_round,
         "header_bytes": header_bytes,
         "turn_record_bytes": record_bytes,
-        "bytes": per_round + header_bytes + record_bytes,
+        "bytes": per_round + rows_per_round + header_bytes + record_bytes,
     }
 
 
 def floor_payloads() -> tuple[bytes, bytes, bytes]:
-    """The loop's encoded card, model request (by reference) and model reply of a tool round."""
+    """The loop's encoded card, a small model request and the model reply of a tool round
+    (today's main sent a request by reference to the node's own streamer; a node now calls
+    its own streamer in process, so this request/reply is a hop the round no longer makes)."""
     cid, tid = "c-loop", "t-loop-1"
     card = ReActProgress(
         conversation_id=cid, turn_id=tid, phase="thinking", round=2, detail="round 2"
     )
-    request = GenerateRequest(
-        conversation_id=cid, turn_id=tid, round=2, context_ref="ctx:n-100-sync:2"
-    )
+    request = GenerateRequest(conversation_id=cid, turn_id=tid, round=2, model="instant-x")
     text = InstantModel().output(request)
     call = text.split("<channel:decision>")[1].split("</channel:decision>")[0]
     reply = GenerateResult(
@@ -820,6 +868,9 @@ def _durable_figures(case: Case, floor: dict[str, Any], round_: dict[str, Any]) 
             "turn_blocks",
             "turn_block_bytes",
             "blocks_per_round_bytes",
+            "turn_rows",
+            "turn_row_bytes",
+            "rows_per_round_bytes",
             "header_bytes",
             "turn_record_bytes",
             "bytes",
@@ -1146,8 +1197,8 @@ def table(result: dict[str, Any]) -> Table:
             "to tool_call card (checkpoint, render, model call, decision); tools leg: tool_call "
             "to tool_result (blocks appended, react.search_knowledge run); NATS floor: nats-py "
             "publish + request/reply, no actline code; commit: one LMDB write txn of the bytes a "
-            "round persists (blocks/round + header + turn record), synced like the case; durable "
-            "floor: NATS floor + commit; targets on the sync rows"
+            "round persists (blocks/round + rows/round + header + turn record), synced like the "
+            "case; durable floor: NATS floor + commit; targets on the sync rows"
         ),
     )
     for column in ("measure", "p50", "p90", "p99", "x NATS", "x durable", "detail", "verdict"):
@@ -1187,8 +1238,9 @@ def table(result: dict[str, Any]) -> Table:
             _ms(commit["p99_ms"]),
             "",
             "",
-            f"{commit['bytes']:,} B = blocks {persisted['blocks_per_round_bytes']:,} + header "
-            f"{persisted['header_bytes']:,} + turn record {persisted['turn_record_bytes']:,}; "
+            f"{commit['bytes']:,} B = blocks {persisted['blocks_per_round_bytes']:,} + rows "
+            f"{persisted['rows_per_round_bytes']:,} + header {persisted['header_bytes']:,} + "
+            f"turn record {persisted['turn_record_bytes']:,}; "
             f"durable floor p50 {_ms(durable['p50_ms'])} p90 {_ms(durable['p90_ms'])}; "
             f"n={commit['n']}",
         )

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import html
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -86,6 +86,35 @@ def citation_map(sources: Iterable[Any] | Mapping[int, Any] | None) -> dict[int,
         url = get("url", None) or get("href", None) or ""
         result[sid] = CitationSource(sid, str(get("title", "") or ""), str(url))
     return result
+
+
+class LazyCitationMap(Mapping[int, CitationSource]):
+    """``citation_map(sources)`` built on first use: a model call whose channels cite
+    nothing (most tool rounds) never pays for indexing a large pool."""
+
+    __slots__ = ("_built", "_sources")
+
+    def __init__(self, sources: Iterable[Any] | Mapping[int, Any] | None) -> None:
+        self._sources = sources
+        self._built: dict[int, CitationSource] | None = None
+
+    def _map(self) -> dict[int, CitationSource]:
+        if self._built is None:
+            self._built = citation_map(self._sources)
+            self._sources = None
+        return self._built
+
+    def __getitem__(self, sid: int) -> CitationSource:
+        return self._map()[sid]
+
+    def __iter__(self) -> Iterator[int]:
+        return iter(self._map())
+
+    def __len__(self) -> int:
+        return len(self._map())
+
+    def __contains__(self, sid: object) -> bool:
+        return sid in self._map()
 
 
 def expand_ids(body: str) -> list[int]:

@@ -33,7 +33,7 @@ from typing import Any
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from .citations import CitationReplacer, citation_map
+from .citations import CitationReplacer, LazyCitationMap
 from .composite import CompositeJsonStreamer
 from .errors import ChannelSpecError
 from .spec import OUTSIDE, ChannelDelta, ChannelNotice, ChannelResult, ChannelSpec, StreamResult
@@ -63,7 +63,7 @@ class ChannelStream:
             if key in self._specs:
                 raise ChannelSpecError(spec.name, "declared twice (names are case-insensitive)")
             self._specs[key] = spec
-        self._cmap = citation_map(sources)
+        self._cmap = LazyCitationMap(sources)
         self._subs = subscribers if subscribers else None
         self._clock = clock
         self._results: dict[str, ChannelResult] = {

@@ -23,7 +23,6 @@ class GenerateRequest(WireModel):
     cache_marks: list[int] = Field(default_factory=list)
     channels: list[str] = Field(default_factory=list)
     max_output_tokens: int = 4096
-    context_ref: str | None = None
     sources: list[dict[str, Any]] = Field(default_factory=list)
     """The conversation's sources (sid, title, url): citations resolve against them."""
     seq_start: int = 0

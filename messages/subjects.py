@@ -66,6 +66,11 @@ class Subjects:
         """Skip-waiting and cancel for one running turn."""
         return f"{self.prefix}.turn.{_token(turn_id, 'turn id')}.control"
 
+    @property
+    def turn_control_any(self) -> str:
+        """Skip-waiting and cancel of every turn (wildcard): a node routes them to its turns."""
+        return f"{self.prefix}.turn.*.control"
+
     def turn_all(self, turn_id: str) -> str:
         """Every subject of one turn's DecisionActor (wildcard)."""
         return f"{self.prefix}.turn.{_token(turn_id, 'turn id')}.>"
@@ -92,10 +97,6 @@ class Subjects:
     def tools_exec_local(self, node: str) -> str:
         """One node's own tool executor: tools that need the conversation's workspace files."""
         return f"{self.prefix}.tools.exec.{_token(node, 'node id')}"
-
-    def llm_generate_local(self, node: str) -> str:
-        """One node's own streamers (a context rendered on that node travels by reference)."""
-        return f"{self.prefix}.llm.generate.{_token(node, 'node id')}"
 
     @property
     def llm_cancel(self) -> str:

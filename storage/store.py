@@ -52,7 +52,7 @@ import shutil
 import threading
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -160,6 +160,22 @@ class PersistedRound:
     boundary_seq: int
     turn_records: Mapping[str, Mapping[str, Any]] | None = None
     rows: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedRound:
+    """A round packed for one write transaction (``Store.prepare_round``)."""
+
+    write: Callable[[lmdb.Transaction], int]
+    """Puts the round; returns the new revision. Raises ``SequenceGap`` when the store moved."""
+    round: PersistedRound
+    """What it writes (``revision`` 0 until ``done``)."""
+    undo: Callable[[], None]
+    """Gives the timeline back its row and restyle changes after a failed write."""
+
+    def done(self, revision: int) -> PersistedRound:
+        """The round as written at ``revision``."""
+        return replace(self.round, revision=revision)
 
 
 class Gate:
@@ -402,6 +418,35 @@ class Store:
         A ``snapshot`` with the pool and plans inline (``Timeline.full_snapshot``) is
         stored as a small header plus rows (``rows`` win over its own).
         """
+        return self.write(
+            self.append_fn(
+                cid,
+                blocks,
+                snapshot,
+                updated=updated,
+                boundary_seq=boundary_seq,
+                index_rows=index_rows,
+                expect_revision=expect_revision,
+                turn_records=turn_records,
+                rows=rows,
+            )
+        )
+
+    def append_fn(
+        self,
+        cid: str,
+        blocks: Sequence[Block],
+        snapshot: dict[str, Any],
+        *,
+        updated: Sequence[Block] = (),
+        boundary_seq: int = 0,
+        index_rows: Sequence[dict[str, Any]] = (),
+        expect_revision: int | None = None,
+        turn_records: Mapping[str, Mapping[str, Any]] | None = None,
+        rows: Mapping[str, Any] | None = None,
+    ) -> Callable[[lmdb.Transaction], int]:
+        """``append_turn`` as a function of a write transaction: everything is packed now,
+        the transaction only puts bytes (a group commit runs many in one transaction)."""
         check_id(cid)
         snapshot, inline = split(snapshot)
         changed = self._row_items(cid, {**inline, **(rows or {})})
@@ -451,7 +496,7 @@ class Store:
             txn.put(cid.encode() + CURSOR_SUFFIX, cursor, db=self.db["snapshots"])
             return revision + 1
 
-        return self.write(txn_fn)
+        return txn_fn
 
     def _row_items(self, cid: str, rows: Mapping[str, Any]) -> list[tuple[bytes, bytes]]:
         """Keys and packed values of header rows; a key must fit in an LMDB key."""
@@ -509,6 +554,24 @@ class Store:
         persist of ``tl``; when the write fails they are given back to ``tl``, so the
         next persist writes them.
         """
+        prepared = self.prepare_round(tl, turn_records=turn_records, index=index)
+        try:
+            revision = self.write(prepared.write)
+        except BaseException:
+            prepared.undo()
+            raise
+        return prepared.done(revision)
+
+    def prepare_round(
+        self,
+        tl: Timeline,
+        *,
+        turn_records: Mapping[str, Mapping[str, Any]] | None = None,
+        index: Callable[[Sequence[Block]], Sequence[dict[str, Any]]] | None = None,
+    ) -> PreparedRound:
+        """What ``persist_round`` would write, packed, as a function of a write transaction
+        (``Committer.submit`` takes it). Takes the timeline's pending row and restyle
+        changes: call ``undo()`` when the write fails, so the next round writes them."""
         _, stored = self.cursor(tl.conversation_id)
         new = tl.blocks_since(stored)
         restyled = tl.take_restyled()
@@ -516,9 +579,8 @@ class Store:
         boundary = tl.boundary_seq
         rows = tl.take_row_changes()
         snapshot = tl.snapshot()
-        written = False
         try:
-            revision = self.append_turn(
+            write = self.append_fn(
                 tl.conversation_id,
                 new,
                 snapshot,
@@ -528,12 +590,17 @@ class Store:
                 turn_records=turn_records,
                 rows=rows,
             )
-            written = True
-        finally:
-            if not written:
-                tl.requeue_restyled(restyled)
-                tl.requeue_row_changes(rows)
-        return PersistedRound(revision, list(new), updated, snapshot, boundary, turn_records, rows)
+        except BaseException:
+            tl.requeue_restyled(restyled)
+            tl.requeue_row_changes(rows)
+            raise
+
+        def undo() -> None:
+            tl.requeue_restyled(restyled)
+            tl.requeue_row_changes(rows)
+
+        persisted = PersistedRound(0, list(new), updated, snapshot, boundary, turn_records, rows)
+        return PreparedRound(write, persisted, undo)
 
     def replace_conversation(
         self,

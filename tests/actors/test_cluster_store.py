@@ -21,13 +21,15 @@ from actors.cluster import (
     adopt,
     merge_rounds,
 )
+from actors.ownership import ClusterOwnership
 from bus import Bus, EmbeddedNats
 from messages import Subjects
 from storage import Store
-from storage.store import pack, unpack
+from storage.store import PersistedRound, pack, unpack
 from tests.timeline.builders import Build, words
-from timeline import Block, Timeline
+from timeline import Block, SourceRow, Timeline
 from timeline.blocks import NOTE, TOOL_RESULT
+from timeline.snapshot import plan_key, source_key, split
 
 CID = "conv:1"  # a ':' is valid in ids but not in KV keys
 
@@ -138,7 +140,8 @@ async def test_the_bucket_ttl_of_the_first_node_wins(bus: Bus, other_bus: Bus) -
 
 
 class Writer:
-    """A conversation persisted round by round the way a node does it."""
+    """A conversation persisted round by round the way a node does it: the round's new and
+    rewritten blocks, the small header and the header rows that changed."""
 
     def __init__(self, copy: JetStreamCopy, tl: Timeline) -> None:
         self.copy = copy
@@ -151,7 +154,13 @@ class Writer:
         updated = [b for b in self.tl.take_restyled() if 0 <= b.seq < self.stored]
         header = {**self.tl.snapshot(), "boundary_seq": self.tl.boundary_seq}
         self.expect = await self.copy.publish_round(
-            self.tl.conversation_id, new, updated, header, expect=self.expect, records=records
+            self.tl.conversation_id,
+            new,
+            updated,
+            header,
+            expect=self.expect,
+            records=records,
+            rows=self.tl.take_row_changes(),
         )
         self.stored += len(new)
         return self.expect
@@ -162,20 +171,58 @@ def dicts(blocks: list[Block]) -> list[dict[str, Any]]:
     return [unpack(pack(b.to_dict())) for b in sorted(blocks, key=lambda b: b.seq)]
 
 
+def cite(build: Build, *names: str, title: str = "") -> None:
+    """Sources a tool found: a new URL gets the next SID, a known one merges (a longer title
+    wins and the row changes)."""
+    build.tl.sources.add_rows(
+        SourceRow(0, url=f"https://docs.example.com/{n}", title=title or f"{n} doc", text=words(5))
+        for n in names
+    )
+
+
+def pool(tl: Timeline) -> list[tuple[int, str, str]]:
+    return [(row.sid, row.url, row.title) for row in tl.sources.rows()]
+
+
+def plans(tl: Timeline) -> tuple[str | None, list[dict[str, Any]]]:
+    current = tl.plans.current
+    return (None if current is None else current.plan_id), [p.to_dict() for p in tl.plans.plans()]
+
+
+def all_rows(tl: Timeline) -> dict[str, Any]:
+    """Every header row of ``tl`` as the wire gives it back."""
+    return dict(unpack(pack(split(tl.full_snapshot())[1])))
+
+
+def assert_same_rows(got: Timeline, want: Timeline) -> None:
+    """The same sources pool (SIDs, URLs, titles, next SID) and plans (current one included)."""
+    assert pool(want), "the original has no sources: nothing is compared"
+    assert pool(got) == pool(want)
+    assert [r.to_dict() for r in got.sources.rows()] == [r.to_dict() for r in want.sources.rows()]
+    assert got.sources.next_sid == want.sources.next_sid
+    assert plans(got) == plans(want)
+    assert got.full_snapshot() == unpack(pack(want.full_snapshot()))
+
+
 async def test_three_rounds_rebuild_with_the_hide_applied(bus: Bus) -> None:
     copy = await durable(bus, "node-a")
     build = Build(Timeline(CID))
     writer = Writer(copy, build.tl)
     build.turn("t1", "first question")
     build.tool("k1", words(30))
+    cite(build, "a", "b")
+    build.plan(["search", "answer"])
     await writer.round({"t1": {"status": "running", "round": 1}})
     build.completion("first answer")
+    build.tl.acknowledge("✓ 1. search", turn_id="t1", ts=build.at(), iteration=1)
     build.turn("t2", "second question")
+    cite(build, "c")
     await writer.round({"t1": {"status": "completed"}})
     result = [b for b in build.tl.blocks if b.call_id == "k1" and b.type == TOOL_RESULT]
     assert len(result) == 1
     build.tl.set_hidden(result, "[hidden: k1]")
     build.tool("k2", "small")
+    cite(build, "a", title="a doc, with the longer title of a second read")
     last = await writer.round({"t2": {"status": "running", "round": 1}})
 
     rebuilt = await copy.rebuild(CID)
@@ -190,8 +237,14 @@ async def test_three_rounds_rebuild_with_the_hide_applied(bus: Bus) -> None:
     assert {k: v for k, v in header.items() if k in build.tl.snapshot()} == unpack(
         pack(build.tl.snapshot())
     )
+    assert "sources" not in header and "plans" not in header  # rows, not in the head
     full = await copy.read(CID)
     assert isinstance(full, Rebuilt) and full.kv_revision == last
+    assert full.rows == all_rows(build.tl)
+    assert full.rows[source_key(1)]["title"] == "a doc, with the longer title of a second read"
+    restored = Timeline.restore(full.snapshot, full.blocks, rows=full.rows)
+    assert_same_rows(restored, build.tl)
+    assert [b.to_dict() for b in restored] == [unpack(pack(b.to_dict())) for b in build.tl]
     assert full.records == {
         "t1": {"status": "completed"},
         "t2": {"status": "running", "round": 1},
@@ -327,8 +380,14 @@ async def test_a_head_whose_rounds_are_gone_is_reported_broken(bus: Bus) -> None
 
 
 def grown(build: Build, turn: str) -> None:
+    """A turn of two tool rounds that cite sources (one already known, enriched), with a plan
+    made in its first round and acknowledged in its last."""
     build.turn(turn, words(20))
+    build.plan(["look it up", "answer"], plan_id=f"{turn}-plan")
     build.rounds(2, size=40, prefix=f"{turn}x")
+    cite(build, f"{turn}-1", f"{turn}-2")
+    cite(build, "shared", title="shared doc" + " (read again)" * len(build.tl.turn_ids()))
+    build.tl.acknowledge("✓ 1. looked", turn_id=turn, ts=build.at(), iteration=1)
     build.completion(words(10))
 
 
@@ -363,8 +422,10 @@ async def test_the_rebuilt_copy_loads_from_a_real_store_as_the_original(
             loaded = store.load(CID)
             assert [x.to_dict() for x in loaded.timeline] == [x.to_dict() for x in build.tl]
             assert loaded.timeline.snapshot() == build.tl.snapshot()
+            assert_same_rows(loaded.timeline, build.tl)
             assert store.turn_record(CID, "t3") == {"status": "completed"}
         assert list(theirs.iter_blocks(CID)) == list(mine.iter_blocks(CID))
+        assert theirs.header_rows(CID) == mine.header_rows(CID) == all_rows(build.tl)
 
 
 async def test_a_local_copy_that_diverged_is_replaced_by_the_durable_one(
@@ -380,16 +441,23 @@ async def test_a_local_copy_that_diverged_is_replaced_by_the_durable_one(
         assert rebuilt is not None
         await asyncio.to_thread(adopt, store, CID, rebuilt)
         # This node wrote a round locally that never made it into the durable copy ...
-        local = Timeline.restore(rebuilt.snapshot, rebuilt.blocks)
+        local = Timeline.restore(rebuilt.snapshot, rebuilt.blocks, rows=rebuilt.rows)
+        assert_same_rows(local, build.tl)
         local.append(Block.new(NOTE, "t1", 2e9, text="lost locally"))
+        cite(Build(local), "lost-locally")  # a source only this node's lost round has
         store.persist(local)
+        assert source_key(len(pool(build.tl)) + 1) in store.header_rows(CID)
         # ... while the durable copy moved on.
         build.completion("durable")
+        cite(build, "durable")
         await writer.round()
         rebuilt = await copy.read(CID)
         assert rebuilt is not None
         await asyncio.to_thread(adopt, store, CID, rebuilt)
-        assert [b.to_dict() for b in store.load(CID).timeline] == [b.to_dict() for b in build.tl]
+        loaded = store.load(CID).timeline
+        assert [b.to_dict() for b in loaded] == [b.to_dict() for b in build.tl]
+        assert_same_rows(loaded, build.tl)  # the lost round's source is gone with it
+        assert store.header_rows(CID) == all_rows(build.tl)
 
 
 async def test_rounds_that_could_not_be_published_go_out_merged(bus: Bus, tmp_path: Path) -> None:
@@ -414,8 +482,137 @@ async def test_rounds_that_could_not_be_published_go_out_merged(bus: Bus, tmp_pa
         assert full.blocks == list(store.iter_blocks(CID)) == dicts(build.tl.blocks)
         assert full.records == {"t1": {"status": "done"}, "t2": {"status": "done"}}
         assert full.header["revision"] == 2
+        assert full.rows == store.header_rows(CID) == all_rows(build.tl)
+        assert_same_rows(Timeline.restore(full.snapshot, full.blocks, rows=full.rows), build.tl)
     with pytest.raises(ValueError):
         merge_rounds([])
+
+
+# --- header rows: the sources pool and plans -----------------------------------------------
+
+
+async def test_a_pool_that_grows_round_by_round_comes_back_whole(
+    bus: Bus, other_bus: Bus, tmp_path: Path
+) -> None:
+    """Each round ships only the rows it changed; ``read`` merges them along the chain."""
+    a, b = await durable(bus, "node-a"), await durable(other_bus, "node-b")
+    build = Build(Timeline(CID))
+    writer = Writer(a, build.tl)
+    build.turn("t1", "what changed in pricing?")
+    build.plan(["search", "read", "answer"], plan_id="p1")
+    cite(build, "pricing", "tiers")
+    await writer.round({"t1": {"status": "running", "round": 1}})
+    build.tool("k1", words(20))
+    cite(build, "billing")
+    cite(build, "pricing", title="pricing doc, enriched by a read")
+    build.tl.acknowledge("✓ 1. search", turn_id="t1", ts=build.at(), iteration=1)
+    await writer.round({"t1": {"status": "running", "round": 2}})
+    build.tool("k2", words(20))
+    cite(build, "limits", "quotas")
+    build.tl.acknowledge("✓ 2. read\n… 3. answer", turn_id="t1", ts=build.at(), iteration=2)
+    await writer.round({"t1": {"status": "running", "round": 3}})
+    build.completion("the answer [[S:1]] [[S:3]]")
+    build.turn("t2", "and the limits?")
+    build.plan(["check limits"], plan_id="p2")  # demotes p1 to open
+    cite(build, "support")
+    await writer.round({"t1": {"status": "completed"}, "t2": {"status": "running"}})
+    assert [sid for sid, _, _ in pool(build.tl)] == [1, 2, 3, 4, 5, 6]
+    assert plans(build.tl)[0] == "p2"
+
+    rebuilt = await b.read(CID)
+    assert rebuilt is not None
+    assert rebuilt.rows == all_rows(build.tl)
+    assert rebuilt.rows[source_key(1)]["title"] == "pricing doc, enriched by a read"
+    p1 = rebuilt.rows[plan_key("p1")]
+    assert (p1["state"], p1["order"], [s["status"] for s in p1["steps"]]) == (
+        "open",
+        0,
+        ["done", "done", "in_progress"],
+    )
+    restored = Timeline.restore(rebuilt.snapshot, rebuilt.blocks, rows=rebuilt.rows)
+    assert_same_rows(restored, build.tl)
+    assert restored.take_row_changes() == {}  # what came from the copy is stored already
+
+    with Store(tmp_path / "node-b") as store:
+        await asyncio.to_thread(adopt, store, CID, rebuilt)
+        loaded = store.load(CID).timeline
+        assert_same_rows(loaded, build.tl)
+        assert store.header_rows(CID) == all_rows(build.tl)
+        # A later round on top of the adopted copy carries its rows in too.
+        build.tl.plans.apply("close", turn_id="t2", plan_id="p2")
+        cite(build, "roadmap")
+        await writer.round()
+        again = await b.read(CID)
+        assert again is not None
+        await asyncio.to_thread(adopt, store, CID, again)
+        assert_same_rows(store.load(CID).timeline, build.tl)
+        assert plans(store.load(CID).timeline)[0] is None
+
+
+async def test_merged_rounds_keep_the_latest_row_values(bus: Bus, tmp_path: Path) -> None:
+    copy = await durable(bus, "node-a")
+    build = Build(Timeline(CID))
+    with Store(tmp_path / "node-a") as store:
+        build.turn("t1", "first")
+        build.plan(["one", "two", "three"], plan_id="p1")
+        cite(build, "x", "y")
+        first = store.persist_round(build.tl)
+        expect = await copy.publish_persisted(CID, first, expect=None)
+        backlog: list[PersistedRound] = []  # NATS was away for these three rounds
+        for n, (title, ack) in enumerate(
+            [("x doc, read once more", "✓ 1."), ("x doc, read once more, and again", "✓ 2.")]
+        ):
+            build.tool(f"k{n}", words(10))
+            cite(build, "x", title=title)
+            cite(build, f"new{n}")
+            build.tl.acknowledge(ack, turn_id="t1", ts=build.at(), iteration=n + 1)
+            backlog.append(store.persist_round(build.tl))
+        build.completion("done")
+        build.tl.plans.apply("close", turn_id="t1", plan_id="p1")
+        backlog.append(store.persist_round(build.tl))
+        assert all(one.rows for one in backlog)  # each round changed rows
+        assert source_key(1) in backlog[0].rows and source_key(1) in backlog[1].rows
+        assert all(plan_key("p1") in one.rows for one in backlog)
+
+        merged = merge_rounds(backlog)
+        assert set(merged.rows) == set().union(*(one.rows for one in backlog))
+        assert merged.rows[source_key(1)]["title"] == "x doc, read once more, and again"
+        p1 = merged.rows[plan_key("p1")]
+        assert (p1["state"], p1["revision"]) == ("closed", build.tl.plans.plans()[0].revision)
+        assert [s["status"] for s in p1["steps"]] == ["done", "done", "pending"]
+        assert unpack(pack(merged.rows)) == {
+            k: v for k, v in all_rows(build.tl).items() if k in merged.rows
+        }
+
+        await copy.publish_persisted(CID, merged, expect=expect)
+        full = await copy.read(CID)
+        assert full is not None
+        assert full.rows == store.header_rows(CID) == all_rows(build.tl)
+        assert_same_rows(Timeline.restore(full.snapshot, full.blocks, rows=full.rows), build.tl)
+
+
+async def test_a_conversation_never_copied_goes_out_whole_with_its_rows(
+    bus: Bus, other_bus: Bus, tmp_path: Path
+) -> None:
+    """``ClusterOwnership.prepare`` publishes a local-only conversation with every row, and
+    another node's ``prepare`` adopts it, pool and plans included."""
+    build = Build(Timeline(CID))
+    with Store(tmp_path / "node-a") as mine, Store(tmp_path / "node-b") as theirs:
+        for turn in ("t1", "t2"):
+            grown(build, turn)
+            mine.persist(build.tl)
+        a = ClusterOwnership(bus, "node-a", lease_ttl_s=15.0)
+        b = ClusterOwnership(other_bus, "node-b", lease_ttl_s=15.0)
+        await a.start()
+        await b.start()
+        await a.prepare(CID, mine)
+        rebuilt = await b.durable.read(CID)
+        assert rebuilt is not None
+        assert rebuilt.rows == mine.header_rows(CID) == all_rows(build.tl)
+        await b.prepare(CID, theirs)
+        loaded = theirs.load(CID).timeline
+        assert [x.to_dict() for x in loaded] == [x.to_dict() for x in build.tl]
+        assert_same_rows(loaded, build.tl)
 
 
 def test_cluster_errors_pickle() -> None:

@@ -1,0 +1,62 @@
+"""A conversation's commits: packed on the event loop, written by the node's group commit.
+
+``start`` packs what changed on the timeline since the last commit (new and restyled
+blocks, header rows, memsearch rows, turn records) and queues it on the node's
+``Committer``; the timeline is free again at once (a render may run while the disk
+syncs). ``finish`` awaits durability, then hands the round to the ownership seam (in
+cluster mode, the durable copy in JetStream, which may raise ``ConversationLost``). A
+commit that fails gives its row and restyle changes back to the timeline, so the next
+one writes them. Commits of one conversation never overlap: its actor awaits one before
+starting the next.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from storage.store import PreparedRound
+from timeline import Block, Timeline
+from tools.react import index_rows
+
+from .services import Services
+
+
+@dataclass(frozen=True, slots=True)
+class Started:
+    """A commit on its way: what it writes, its future, the memsearch rows it adds."""
+
+    prepared: PreparedRound
+    future: asyncio.Future[int]
+    index_rows: list[dict[str, Any]]
+
+
+def start(services: Services, tl: Timeline, records: Mapping[str, Mapping[str, Any]]) -> Started:
+    """Pack what changed since the last commit and queue it on the group commit."""
+    rows: list[dict[str, Any]] = []
+
+    def index(blocks: Sequence[Block]) -> list[dict[str, Any]]:
+        rows.extend(index_rows(blocks))
+        return rows
+
+    records = {k: v for k, v in records.items() if v}
+    prepared = services.store.prepare_round(tl, turn_records=records, index=index)
+    try:
+        future = services.commits.submit(prepared.write)
+    except BaseException:
+        prepared.undo()
+        raise
+    return Started(prepared, future, rows)
+
+
+async def finish(services: Services, conversation_id: str, started: Started) -> int:
+    """The store revision once the commit is durable and the ownership seam has it."""
+    try:
+        revision = await started.future
+    except BaseException:
+        started.prepared.undo()
+        raise
+    await services.ownership.committed(conversation_id, started.prepared.done(revision))
+    return revision

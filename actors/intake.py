@@ -1,0 +1,68 @@
+"""What a turn request puts on its conversation's timeline before the loop starts.
+
+The turn's header, the user's prompt, one meta block per attachment (an inline
+attachment's bytes go to the turn's workspace, ``fi:<turn>.user.attachments/<name>``)
+and, for the first turn of a conversation, a ``stage.gate`` with its title (seed 000).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import messages
+from timeline import Block, Timeline
+from timeline.blocks import STAGE_GATE, USER_ATTACHMENT_META, USER_PROMPT
+from timeline.paths import ar_path
+from tools.workspace import WorkspaceBackend
+
+TITLE_WORDS = 8
+"""Words of the first prompt that title a new conversation."""
+
+
+def contribute(tl: Timeline, workspace: WorkspaceBackend, request: messages.TurnRequest) -> None:
+    """The turn's header, prompt, attachments and (first turn) title gate."""
+    tid, ts = request.turn_id, request.ts.timestamp()
+    new_conversation = not tl.turn_ids()
+    tl.begin_turn(tid, ts)
+    tl.append(Block.new(USER_PROMPT, tid, ts, path=ar_path(tid, "user.prompt"), text=request.text))
+    for attachment in request.attachments:
+        tl.append(attachment_block(tl, workspace, tid, ts, attachment))
+    if new_conversation:
+        words = request.text.split()
+        title = " ".join(words[:TITLE_WORDS]) + (" …" if len(words) > TITLE_WORDS else "")
+        tl.append(
+            Block.new(
+                STAGE_GATE,
+                tid,
+                ts,
+                path=ar_path(tid, "stage.gate"),
+                mime="application/json",
+                data={"title": title or "(untitled)", "new_conversation": True},
+            )
+        )
+
+
+def attachment_block(
+    tl: Timeline, workspace: WorkspaceBackend, tid: str, ts: float, attachment: messages.Attachment
+) -> Block:
+    """The attachment's meta block; its bytes go to the turn's workspace when inline."""
+    meta: dict[str, Any] = {"name": attachment.name, "mime": attachment.mime}
+    path = ""
+    if attachment.data is not None:
+        path = workspace.write(
+            tid, "user.attachments", attachment.name, attachment.data, mime=attachment.mime
+        )
+        meta["size"] = len(attachment.data)
+    elif attachment.ref:
+        meta["ref"] = attachment.ref
+    text = f"attachment {attachment.name} ({attachment.mime})"
+    if attachment.data is not None and attachment.mime.startswith("text/"):
+        text += ":\n" + attachment.data.decode("utf-8", "replace")
+    return Block.new(
+        USER_ATTACHMENT_META,
+        tid,
+        ts,
+        path=path or ar_path(tid, f"user.attachment.{len(tl.turn_blocks(tid))}"),
+        text=text,
+        meta=meta,
+    )
