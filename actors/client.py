@@ -164,7 +164,10 @@ class Client:
         self._handles[request.turn_id] = handle
         await self._follow(request.conversation_id)
         subject = self.bus.subjects.result(request.turn_id)
-        self._results[request.turn_id] = await self.bus.subscribe(subject, self._on_result)
+        # The result follows the request sent below on this connection: no confirmation.
+        self._results[request.turn_id] = await self.bus.subscribe(
+            subject, self._on_result, confirm=False
+        )
         try:
             await self.bus.publish_stored(self.bus.subjects.turn_submit, request, timeout=5.0)
         except NoStream:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any, get_args
 
@@ -203,7 +203,7 @@ class ConversationActor(Actor):
         """Start (or resume, or answer again) a turn; False when nothing runs."""
         request = job.request
         services = self.services
-        record = await asyncio.to_thread(services.store.turn_record, self.cid, request.turn_id)
+        record = services.store.turn_record(self.cid, request.turn_id)  # one small LMDB read
         if record is not None and record.get("status") in FINAL:
             await self._publish_result(ReActResult.model_validate(record["result"], strict=False))
             log.info("turn %s already has a result; answered again", request.turn_id)
@@ -217,13 +217,12 @@ class ConversationActor(Actor):
                 node=services.settings.node_id,
             ),
         )
-        await asyncio.to_thread(self.workspace.begin_turn, request.turn_id)
+        await self._files(self.workspace.begin_turn, request.turn_id)
         self._workspace_lines = None
         if record is None:
+            # Stored with the first round's checkpoint: a crash before it leaves no record,
+            # and the redelivered request starts the turn afresh.
             contribute(self.tl, self.workspace, request)
-            await self._persist(
-                {request.turn_id: {"status": "running", "turn_id": request.turn_id, "round": 0}}
-            )
         else:
             self.tl.begin_turn(request.turn_id, request.ts.timestamp())
             log.info("resuming turn %s after round %s", request.turn_id, record.get("round"))
@@ -289,10 +288,17 @@ class ConversationActor(Actor):
         """End the turn in the workspace (git: its commit) and clear its folders on disk."""
         async with self.files_lock:
             try:
-                await asyncio.to_thread(self.workspace.end_turn, turn_id)
-                await asyncio.to_thread(self.local.clear)
+                await self._files(self.workspace.end_turn, turn_id)
+                await self._files(self.local.clear)
             except Exception:
                 log.exception("could not close the workspace of turn %s of %s", turn_id, self.cid)
+
+    async def _files(self, fn: Callable[..., object], *args: object) -> None:
+        """A workspace call: off the event loop when the workspace is slow (git)."""
+        if self.workspace.slow:
+            await asyncio.to_thread(fn, *args)
+        else:
+            fn(*args)
 
     def turn_files(self, turn_id: str) -> TurnFiles | None:
         """The running turn's workspace for the tools of this node (None: not running here)."""

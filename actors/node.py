@@ -234,7 +234,7 @@ class Node:
             await self.executor.stop()
         await self._mcp.aclose()
         if self._commits is not None:
-            await asyncio.to_thread(self._commits.close)
+            self._commits.close()
             self._commits = None
         if self._own_store and self._store is not None:
             self._store.close()

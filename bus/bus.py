@@ -358,6 +358,7 @@ class Bus:
         *,
         queue: str | None = None,
         concurrency: int = 1,
+        confirm: bool = True,
     ) -> Subscription:
         """Deliver decoded messages on ``subject`` to ``handler`` (queue group if given).
 
@@ -367,7 +368,10 @@ class Bus:
         in the client until one finishes. ``unsubscribe`` cancels the ones running.
 
         Returns once the server has registered the interest, so a request sent
-        from any connection after this returns finds the subscriber.
+        from any connection after this returns finds the subscriber. With
+        ``confirm=False`` it returns at once: enough when what the subscriber waits for
+        is caused by a message sent afterwards on this same connection (the server
+        handles one connection's commands in order), and one round trip cheaper.
         """
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
@@ -389,7 +393,7 @@ class Bus:
             task.add_done_callback(finished)
 
         sub = await self._nc.subscribe(subject, queue=queue or "", cb=on_msg)
-        if self._nc.is_connected:
+        if confirm and self._nc.is_connected:
             await self.flush()
         return Subscription(sub, subject, queue, running)
 

@@ -278,6 +278,8 @@ class Store:
         sync: bool = True,
     ) -> None:
         self.path = Path(path)
+        self.synced = sync
+        """Commits are fsync-ed (``sync=False`` risks the last commits on an OS crash)."""
         self.path.mkdir(parents=True, exist_ok=True)
         self.max_map_size = max(max_map_size, map_size)
         try:

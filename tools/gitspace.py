@@ -283,6 +283,7 @@ class GitWorkspace:
     """The ``fi:`` files of one conversation as a git history; the open turn is a work tree."""
 
     mode = "git"
+    slow = True
 
     def __init__(self, root: str | os.PathLike[str], conversation_id: str) -> None:
         if not conversation_id or "\x00" in conversation_id:

@@ -59,6 +59,8 @@ class WorkspaceBackend(Protocol):
     """What the tools need of a workspace (``storage.Workspace`` is the reference)."""
 
     mode: str
+    slow: bool
+    """Its calls run a process or touch many files (git): run them off the event loop."""
     conversation_id: str
 
     def begin_turn(self, turn_id: str) -> int: ...
@@ -96,6 +98,7 @@ class CustomWorkspace(Workspace):
     """The custom mode: versions in the LMDB store; a turn needs no closing."""
 
     mode = "custom"
+    slow = False
 
     def end_turn(self, turn_id: str) -> str:
         """Nothing to commit: every write was its own LMDB transaction."""
