@@ -41,6 +41,7 @@ selectors (written by ``format_sids``).
 
 from __future__ import annotations
 
+import functools
 import re
 import unicodedata
 from collections.abc import Callable, Iterable
@@ -228,7 +229,14 @@ def parse_path(text: str, *, lenient: bool = False) -> LogicalPath:
     """Parse a logical path, or raise ``PathError`` naming the broken rule.
 
     With ``lenient=True`` the bare ``sources_pool[...]`` (no ``so:``) is accepted too.
+    Valid paths are remembered (a block's path is built, then checked again when it is
+    appended); errors are raised afresh each time.
     """
+    return _parse_cached(text, lenient)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_cached(text: str, lenient: bool) -> LogicalPath:
     s = text.strip()
     if not s:
         _fail("empty_path", text, "write a logical path such as ar:<turn>.user.prompt")
