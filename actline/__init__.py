@@ -11,7 +11,15 @@ try:
 except PackageNotFoundError:  # running from a source tree that is not installed
     __version__ = "0.0.0+source"
 
-from .config import Config, ConfigError
+from .config import Config
+from .errors import ActlineError, ConfigError, RuntimeNotStarted
 from .runtime import Runtime
 
-__all__ = ["Config", "ConfigError", "Runtime", "__version__"]
+__all__ = [
+    "ActlineError",
+    "Config",
+    "ConfigError",
+    "Runtime",
+    "RuntimeNotStarted",
+    "__version__",
+]

@@ -23,6 +23,8 @@ from typing import Any
 from actors.settings import ENV_VARS, NodeSettings
 from llm import LLMSettings, ModelConfigError
 
+from .errors import ConfigError
+
 __all__ = ["NATS_SCHEMES", "Config", "ConfigError", "check_nats_url"]
 
 NATS_SCHEMES = ("nats://", "tls://", "ws://", "wss://")
@@ -33,10 +35,6 @@ LLM_KEYS = frozenset(
     {"max_retries", "backoff_base", "backoff_max", "timeout", "max_output_tokens"}
     | {"temperature", "cache_ttl", "system_cache_ttl", "cache_system", "base_url"}
 )
-
-
-class ConfigError(ValueError):
-    """A setting that cannot work; the message says which and what to do."""
 
 
 def check_nats_url(url: str) -> str:

@@ -21,7 +21,8 @@ from typing import Any
 
 import messages
 from actors import Node
-from actors.client import Client, NoTurnQueue, TurnHandle
+from actors.client import Client, TurnHandle
+from actors.errors import NoTurnQueue
 from actors.tool_executor import ToolRegistry
 from bus import Bus, BusError, EmbeddedNats
 from llm.protocol import Model
@@ -30,6 +31,7 @@ from storage import StorageError, Store
 from tools import KnowledgeError, KnowledgeSpace
 
 from .config import Config, ConfigError
+from .errors import RuntimeNotStarted
 
 __all__ = ["Runtime", "follow"]
 
@@ -93,13 +95,13 @@ class Runtime:
     @property
     def bus(self) -> Bus:
         if self._bus is None:
-            raise RuntimeError("start the runtime first (async with Runtime() as rt)")
+            raise RuntimeNotStarted("Runtime.bus")
         return self._bus
 
     @property
     def client(self) -> Client:
         if self._client is None:
-            raise RuntimeError("start the runtime first (async with Runtime() as rt)")
+            raise RuntimeNotStarted("Runtime.client")
         return self._client
 
     async def start(self) -> Runtime:
@@ -261,4 +263,3 @@ def _open_knowledge(path: Path) -> KnowledgeSpace:
         return KnowledgeSpace(path)
     except KnowledgeError as exc:
         raise ConfigError(f"the knowledge folder {path} cannot be used: {exc}") from None
-

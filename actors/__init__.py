@@ -11,9 +11,10 @@
 - ``Client``: the turn protocol from the outside.
 """
 
-from .client import Client, NoTurnQueue, TurnHandle
+from .client import Client, TurnHandle
 from .conversation import ConversationActor
 from .decision import DecisionActor
+from .errors import NoTurnQueue
 from .events import Effect, Event, Limits, event_from_message
 from .node import Node
 from .settings import NodeSettings

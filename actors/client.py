@@ -36,16 +36,7 @@ from messages import (
     new_id,
 )
 
-
-class NoTurnQueue(RuntimeError):
-    """No node ever created the turn queue on this NATS: start a node first."""
-
-    def __init__(self, subject: str) -> None:
-        self.subject = subject
-        super().__init__(
-            f"nothing stores turn requests on {subject}: start a node "
-            "(actline serve, or actors.node) against this NATS, then submit again"
-        )
+from .errors import NoTurnQueue as NoTurnQueue  # raised by submit; re-exported
 
 
 @dataclass

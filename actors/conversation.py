@@ -44,7 +44,7 @@ from . import commits
 from . import events as ev
 from .base import Actor
 from .decision import DecisionActor
-from .errors import ConversationLost
+from .errors import ConversationLost, UnexpectedMessage
 from .intake import contribute
 from .mailbox import (
     Commit,
@@ -165,7 +165,7 @@ class ConversationActor(Actor):
                 return self._followup(followup)
             case UserInput(message=Feedback() as feedback):
                 return await self._feedback(feedback)
-        raise TypeError(f"{self.name} does not take {type(message).__name__}")
+        raise UnexpectedMessage(self.name, type(message).__name__)
 
     def _apply(self, turn_id: str, writes: Writes) -> None:
         if any(

@@ -36,7 +36,7 @@ from timeline import AnnounceContext, Block
 from . import events as ev
 from .base import Actor, ActorRef
 from .decision_protocol import CallLedger, Notice
-from .errors import ActorStopped, ConversationLost
+from .errors import ActorStopped, ConversationLost, UnexpectedMessage
 from .mailbox import (
     ApplyDone,
     Commit,
@@ -182,7 +182,7 @@ class DecisionActor(Actor):
             case ConversationLost():
                 raise message
             case _:
-                raise TypeError(f"{self.name} does not take {type(message).__name__}")
+                raise UnexpectedMessage(self.name, type(message).__name__)
         return None
 
     async def feed(self, event: ev.Event) -> tuple[ev.Effect, ...]:

@@ -7,6 +7,11 @@
     ├── AskTimeout          an ask got no answer in time (actor, message, timeout_s)
     ├── NodeNotStarted      a node's resource was used before ``start()`` (what)
     ├── McpConfigError      the MCP servers file cannot be used (path, reason)
+    ├── SettingsError       an ``ACTLINE_*`` setting cannot work (name, value, reason)
+    ├── RequestsFileError   a line of a Ray job's requests file is not a turn.request
+    │                       (path, line, reason)
+    ├── UnexpectedMessage   an actor was sent a message it does not take (actor, kind)
+    ├── NoTurnQueue         nothing stores turn requests on this NATS (subject)
     └── ClusterError
         ├── ConversationLost  this node no longer owns the conversation (conversation_id,
         │                     reason): the running turn goes back to the queue
@@ -77,6 +82,58 @@ class McpConfigError(ActorError, ValueError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.path, self.reason))
+
+
+class SettingsError(ActorError, ValueError):
+    """The setting ``name`` (an environment variable or field) cannot take ``value``."""
+
+    def __init__(self, name: str, value: str, reason: str) -> None:
+        self.name = name
+        self.value = value
+        self.reason = reason
+        super().__init__(reason)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.name, self.value, self.reason))
+
+
+class RequestsFileError(ActorError, ValueError):
+    """Line ``line`` of the requests file ``path`` is not a turn request."""
+
+    def __init__(self, path: str, line: int, reason: str) -> None:
+        self.path = path
+        self.line = line
+        self.reason = reason
+        super().__init__(f"{path}:{line}: {reason}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.path, self.line, self.reason))
+
+
+class UnexpectedMessage(ActorError, TypeError):
+    """``actor`` was sent a ``kind`` it does not take (a bug in the sender)."""
+
+    def __init__(self, actor: str, kind: str) -> None:
+        self.actor = actor
+        self.kind = kind
+        super().__init__(f"{actor} does not take {kind}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.actor, self.kind))
+
+
+class NoTurnQueue(ActorError, RuntimeError):
+    """No node ever created the turn queue on this NATS: start a node first."""
+
+    def __init__(self, subject: str) -> None:
+        self.subject = subject
+        super().__init__(
+            f"nothing stores turn requests on {subject}: start a node "
+            "(actline serve, or actors.node) against this NATS, then submit again"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.subject,))
 
 
 class ClusterError(ActorError):

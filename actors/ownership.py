@@ -43,10 +43,15 @@ NOT_MINE = frozenset({"unknown_task", "unknown_turn", "no_outstanding_task"})
 class Ownership(Protocol):
     """How a node holds conversations (see the module docstring)."""
 
-    input_queue: str | None
-    """The queue group of the feedback subscription (None: every node hears it)."""
-    renew_every_s: float
-    """How often ``renew`` runs."""
+    @property
+    def input_queue(self) -> str | None:
+        """The queue group of the feedback subscription (None: every node hears it)."""
+        ...
+
+    @property
+    def renew_every_s(self) -> float:
+        """How often ``renew`` runs."""
+        ...
 
     async def start(self) -> None: ...
     async def stop(self) -> None: ...

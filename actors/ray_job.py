@@ -38,6 +38,7 @@ from bus import Bus
 from messages import ReActResult, TurnRequest
 
 from .client import Client
+from .errors import RequestsFileError
 from .settings import NodeSettings
 
 __all__ = ["NodeActor", "load_requests", "main", "run_requests"]
@@ -142,9 +143,9 @@ def load_requests(path: Path) -> list[TurnRequest]:
             data.setdefault("kind", "turn.request")
             message = messages.from_dict(data)
         except (ValueError, messages.DecodeError) as exc:
-            raise ValueError(f"{path}:{number}: not a turn.request: {exc}") from None
+            raise RequestsFileError(str(path), number, f"not a turn.request: {exc}") from None
         if not isinstance(message, TurnRequest):
-            raise ValueError(f"{path}:{number}: a {message.kind}, not a turn.request")
+            raise RequestsFileError(str(path), number, f"a {message.kind}, not a turn.request")
         out.append(message)
     return out
 

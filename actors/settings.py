@@ -17,7 +17,7 @@ from typing import Any
 from messages import new_id
 from tools.workspace import WORKSPACE_MODES
 
-from .errors import McpConfigError
+from .errors import McpConfigError, SettingsError
 
 
 def _default_node_id() -> str:
@@ -91,8 +91,10 @@ class NodeSettings:
     def __post_init__(self) -> None:
         if self.workspace_mode not in WORKSPACE_MODES:
             modes = " or ".join(WORKSPACE_MODES)
-            raise ValueError(
-                f"workspace mode {self.workspace_mode!r} is unknown: set ACTLINE_WORKSPACE={modes}"
+            raise SettingsError(
+                "ACTLINE_WORKSPACE",
+                self.workspace_mode,
+                f"workspace mode {self.workspace_mode!r} is unknown: set ACTLINE_WORKSPACE={modes}",
             )
 
     @property
@@ -112,8 +114,8 @@ class NodeSettings:
             try:
                 values[name] = _convert(kind, raw)
             except ValueError:
-                raise ValueError(
-                    f"{var}={raw!r} is not a valid {kind.__name__}; fix or unset it"
+                raise SettingsError(
+                    var, raw, f"{var}={raw!r} is not a valid {kind.__name__}; fix or unset it"
                 ) from None
         values.update(overrides)
         return replace(cls(), **values)
