@@ -28,12 +28,7 @@ from typing import Any, get_args
 import messages
 from messages import Ack, ErrorReply, Feedback, Followup, ReActResult, TurnAccepted, TurnStatus
 from storage import NotStored
-from timeline import Block, Renderer, Timeline, TimelineConfig
-from timeline.blocks import (
-    FEEDBACK,
-    USER_FOLLOWUP,
-)
-from timeline.paths import ar_path
+from timeline import Renderer, Timeline, TimelineConfig
 from timeline.tokens import DEFAULT_COUNTER
 from tools.embeddings import default_embedder
 from tools.memindex import MemIndex
@@ -45,7 +40,7 @@ from . import events as ev
 from .base import Actor
 from .decision import DecisionActor
 from .errors import ConversationLost, UnexpectedMessage
-from .intake import contribute
+from .intake import add_feedback, add_followup, contribute
 from .mailbox import (
     Commit,
     Durable,
@@ -460,10 +455,7 @@ class ConversationActor(Actor):
                 "send the text as a new turn.request",
             )
         self.followups += 1
-        path = ar_path(running, f"user.followup.{self.followups}")
-        self.tl.append(
-            Block.new(USER_FOLLOWUP, running, msg.ts.timestamp(), path=path, text=msg.text)
-        )
+        add_followup(self.tl, running, self.followups, msg)
         self.current.tell(FollowupArrived(self.followups))
         return Ack(ref=running, detail="joined the running turn; the model sees it next round")
 
@@ -473,21 +465,7 @@ class ConversationActor(Actor):
             return ErrorReply(
                 code="unknown_turn", message=f"conversation {self.cid} has no turn {msg.turn_id}"
             )
-        anchor = self.running_turn or turns[-1]
-        label = {1: "positive", -1: "negative"}.get(msg.rating, "neutral")
-        text = f"feedback on turn {msg.turn_id} ({label}): {msg.text}".rstrip(": ")
-        count = sum(1 for b in self.tl.turn_blocks(anchor) if b.type == FEEDBACK)
-        self.tl.append(
-            Block.new(
-                FEEDBACK,
-                anchor,
-                msg.ts.timestamp(),
-                path=ar_path(anchor, f"stage.feedback.{count + 1}"),
-                text=text,
-                meta={"for_turn": msg.turn_id, "rating": msg.rating},
-            )
-        )
-        self.tl.notices.next.append(text)
+        add_feedback(self.tl, self.running_turn or turns[-1], msg)
         if self.current is None:
             await self._persist({})
         return Ack(ref=msg.turn_id, detail="feedback recorded; announced next turn")

@@ -198,8 +198,8 @@ class DecisionActor(Actor):
             await self.feed(ev.StartReAct(self.tid, self.limits))
 
     def _writes(self) -> Writes:
-        items, self.pending = tuple(self.pending), []
-        return Writes(items)
+        writes, self.pending = Writes(tuple(self.pending)), []
+        return writes
 
     # -- effects --------------------------------------------------------------------------------
     async def _execute(self, effect: ev.Effect) -> None:
@@ -401,7 +401,7 @@ class DecisionActor(Actor):
             self.out.answered(result, answer)
         return answer or fallback
 
-    # -- tools ----------------------------------------------------------------------------------
+    # -- tools and outside agents ---------------------------------------------------------------
     def _start_tools(self, round_: int, calls: tuple[ev.ToolSpec, ...]) -> None:
         """React.* calls go to the conversation (told; ``ReactRan`` comes back), external
         ones to the tool executors from a child task (``ExternalRan``), at the same time."""
@@ -440,7 +440,6 @@ class DecisionActor(Actor):
             self.pending.extend(outcomes)
             await self.feed(ev.ToolsFinished(message.round, detail))
 
-    # -- outside agents -------------------------------------------------------------------------
     async def _send_task(self, effect: ev.SendAgentTask) -> None:
         now = self._now()
         services = self.services

@@ -1,8 +1,10 @@
-"""What a turn request puts on its conversation's timeline before the loop starts.
+"""What user input puts on a conversation's timeline.
 
-The turn's header, the user's prompt, one meta block per attachment (an inline
-attachment's bytes go to the turn's workspace, ``fi:<turn>.user.attachments/<name>``)
-and, for the first turn of a conversation, a ``stage.gate`` with its title (seed 000).
+A turn request, before the loop starts: the turn's header, the user's prompt, one meta
+block per attachment (an inline attachment's bytes go to the turn's workspace,
+``fi:<turn>.user.attachments/<name>``) and, for the first turn of a conversation, a
+``stage.gate`` with its title (seed 000). A followup joins the running turn; feedback
+is recorded under the latest turn and announced next turn.
 """
 
 from __future__ import annotations
@@ -11,7 +13,7 @@ from typing import Any
 
 import messages
 from timeline import Block, Timeline
-from timeline.blocks import STAGE_GATE, USER_ATTACHMENT_META, USER_PROMPT
+from timeline.blocks import FEEDBACK, STAGE_GATE, USER_ATTACHMENT_META, USER_FOLLOWUP, USER_PROMPT
 from timeline.paths import ar_path
 from tools.workspace import WorkspaceBackend
 
@@ -66,3 +68,27 @@ def attachment_block(
         text=text,
         meta=meta,
     )
+
+
+def add_followup(tl: Timeline, turn_id: str, number: int, msg: messages.Followup) -> None:
+    """The ``number``-th followup of the running turn ``turn_id``."""
+    path = ar_path(turn_id, f"user.followup.{number}")
+    tl.append(Block.new(USER_FOLLOWUP, turn_id, msg.ts.timestamp(), path=path, text=msg.text))
+
+
+def add_feedback(tl: Timeline, anchor: str, msg: messages.Feedback) -> None:
+    """Feedback on ``msg.turn_id``, under turn ``anchor``; announced next turn."""
+    label = {1: "positive", -1: "negative"}.get(msg.rating, "neutral")
+    text = f"feedback on turn {msg.turn_id} ({label}): {msg.text}".rstrip(": ")
+    count = sum(1 for b in tl.turn_blocks(anchor) if b.type == FEEDBACK)
+    tl.append(
+        Block.new(
+            FEEDBACK,
+            anchor,
+            msg.ts.timestamp(),
+            path=ar_path(anchor, f"stage.feedback.{count + 1}"),
+            text=text,
+            meta={"for_turn": msg.turn_id, "rating": msg.rating},
+        )
+    )
+    tl.notices.next.append(text)

@@ -459,17 +459,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 
 async def _serve(args: argparse.Namespace) -> int:
-    overrides: dict[str, Any] = {}
-    for key, value in (
-        ("home", args.home),
-        ("knowledge_dir", args.docs),
-        ("model", args.model),
-        ("node_id", args.node_id),
-        ("ack_wait_s", args.ack_wait),
-        ("followup_grace_s", args.grace),
-    ):
-        if value is not None:
-            overrides[key] = value
+    given = {"home": args.home, "knowledge_dir": args.docs, "model": args.model}
+    given |= {"node_id": args.node_id, "ack_wait_s": args.ack_wait, "followup_grace_s": args.grace}
+    overrides: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
     settings = NodeSettings.from_env(**overrides)
     model: Model | None = None
     if settings.model == "extractive":
