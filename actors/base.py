@@ -176,8 +176,9 @@ class Actor:
                 return
             try:
                 answer = await self.receive(message.body)
-            except asyncio.CancelledError:
-                message.reply.cancel()
+            except asyncio.CancelledError:  # killed while handling it: the asker is told so
+                if not message.reply.done():
+                    message.reply.set_exception(ActorStopped(self.name))
                 raise
             except Exception as exc:
                 if not message.reply.done():

@@ -28,10 +28,11 @@ from __future__ import annotations
 
 import logging
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import nats.errors
 import nats.js.errors
+from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.js.api import (
     AckPolicy,
@@ -58,8 +59,15 @@ from .errors import (
     WrongRevision,
 )
 
-if TYPE_CHECKING:
-    from .bus import Bus
+
+class Bus(Protocol):
+    """What this module needs of ``bus.Bus`` (a protocol: ``bus.bus`` imports this module)."""
+
+    @property
+    def nc(self) -> Client: ...
+
+    url: str
+
 
 log = logging.getLogger(__name__)
 

@@ -44,6 +44,18 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+BATCH_ERRORS = (
+    lmdb.MapFullError,
+    lmdb.MapResizedError,
+    lmdb.DiskError,
+    lmdb.PanicError,
+    lmdb.CorruptedError,
+    lmdb.InvalidError,
+    lmdb.VersionMismatchError,
+)
+"""LMDB errors about the environment, not one write: they fail (or retry) the whole batch."""
+
+
 @dataclass(slots=True)
 class _Job(Generic[T]):
     fn: Callable[[lmdb.Transaction], T]
@@ -145,7 +157,7 @@ class Committer:
                 try:
                     with env.begin(write=True, parent=txn) as child:
                         out.append((True, job.fn(child)))
-                except lmdb.Error:
+                except BATCH_ERRORS:
                     raise  # the map or the disk: the whole batch (Store.write grows and retries)
                 except Exception as exc:  # this write's own error: rolled back alone
                     out.append((False, exc))

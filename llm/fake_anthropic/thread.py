@@ -5,10 +5,24 @@ from __future__ import annotations
 import asyncio
 import threading
 from types import TracebackType
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from .server import FakeAnthropicServer
+
+class FakeAnthropicServer(Protocol):
+    """What the thread runs (``server.FakeAnthropicServer``; a protocol, since that module
+    imports this one)."""
+
+    @property
+    def base_url(self) -> str: ...
+
+    async def __aenter__(self) -> object: ...
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> object: ...
 
 
 class ServerThread:
