@@ -219,3 +219,48 @@ async def test_a_rounds_reply_is_acted_on_only_after_the_round_is_stored(
         if record["status"] == "running":
             assert record["round"] >= round_ - 1, (round_, record)
         assert results >= round_ - 1, (round_, results)
+
+
+async def test_a_reply_waits_for_its_rounds_commit_when_the_disk_is_slow(
+    running: Running, bus: Bus, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A slow disk (the group commit held back): the model of round 1 answers, its thinking
+    reaches the client, but no tool runs and no tool_call card goes out until the round's
+    commit is durable; then the turn goes on and completes."""
+    from storage.committer import Committer
+
+    gate = asyncio.Event()
+    flush = Committer._flush
+
+    def held(self: Committer) -> None:
+        if gate.is_set():
+            flush(self)
+            return
+        self._scheduled = False
+        asyncio.get_running_loop().create_task(_after(gate, self))
+
+    async def _after(event: asyncio.Event, committer: Committer) -> None:
+        await event.wait()
+        committer._scheduled = True
+        flush(committer)
+
+    cards: list[str] = []
+    thinking = asyncio.Event()
+
+    async def on_event(msg: Message, env: Envelope) -> None:
+        if isinstance(msg, ReActProgress):
+            cards.append(msg.phase)
+        elif getattr(msg, "channel", "") == "thinking":
+            thinking.set()
+
+    await bus.subscribe(bus.subjects.stream("c1"), on_event)
+    running.model.script("c1", THREE_TOOL_ROUNDS)
+    monkeypatch.setattr(Committer, "_flush", held)
+    handle = await running.client.submit("What plans are there?", conversation_id="c1")
+    await asyncio.wait_for(thinking.wait(), TIMEOUT)  # round 1's model has answered
+    await bus.flush()
+    assert "tool_call" not in cards and "tool_result" not in cards
+    gate.set()
+    result = await handle.wait(TIMEOUT)
+    assert result.status == "completed", result.error
+    assert cards.count("tool_call") == 3
