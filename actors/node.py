@@ -312,10 +312,13 @@ class Node:
             for cid in await self.ownership.renew():
                 log.warning("lease of %s lapsed: dropping it here", cid)
                 conv = self._conversations.pop(cid, None)
-                if conv is not None:
-                    await conv.kill()
+                if conv is None:
+                    continue
+                await conv.kill()
+                if conv.running_turn is not None and self.services is not None:
+                    self.services.tasks.turn_ended(conv.running_turn)
                 for tid in self.queue.running():
-                    if conv is not None and conv.has_turn(tid):
+                    if conv.has_turn(tid):
                         await self.queue.requeue(tid)
 
     async def _evict_idle(self) -> None:
