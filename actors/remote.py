@@ -190,7 +190,8 @@ async def publish_card(
 ) -> None:
     """A ``react.progress`` card on the conversation's stream; a card lost is logged."""
     bus = services.bus
-    card = ReActProgress(
+    # Built from the turn's own validated ids and the state machine's phase: no re-validation.
+    card = ReActProgress.model_construct(
         conversation_id=conversation_id, turn_id=turn_id, phase=phase, round=round_, detail=detail
     )
     try:

@@ -173,17 +173,21 @@ class StreamerActor:
         seq = request.seq_start
         usage = Usage(model=model.name)
         subject = self.bus.subjects.stream(request.conversation_id)
+        spoke: set[str] = set()
+        """Channels that streamed text in this call: only they get a completion delta."""
 
         async def emit(deltas: list[Any]) -> None:
             nonlocal seq
             for delta in deltas:
                 if delta.channel in PRIVATE_CHANNELS or delta.key is not None:
                     continue
-                if not delta.text and not delta.completed:
+                if delta.text:
+                    spoke.add(delta.channel)
+                elif not delta.completed or delta.channel not in spoke:
                     continue
                 await self.bus.publish(
                     subject,
-                    StreamDelta(
+                    StreamDelta.model_construct(
                         conversation_id=request.conversation_id,
                         turn_id=request.turn_id,
                         channel=delta.channel,

@@ -36,7 +36,8 @@ class StreamDelta(WireModel):
     seq: int
     round: int = 0
     completed: bool = False
-    """True on the last delta of a channel in one model call (its text is empty)."""
+    """True on the last delta of a channel that streamed text in one model call (its text
+    is empty); a channel the call never wrote gets none."""
     ts: UtcDatetime = Field(default_factory=utcnow)
 
 
