@@ -367,6 +367,7 @@ class ConversationActor(Actor):
             max_output_tokens=message.max_output_tokens,
             sources=self._citable(),
             seq_start=message.seq_start,
+            ts=messages.utcnow(),  # every field given: no default factory to inspect
         )
 
     def _citable(self) -> list[dict[str, Any]]:

@@ -191,7 +191,7 @@ async def publish_card(
     """A ``react.progress`` card on the conversation's stream; a card lost is logged."""
     bus = services.bus
     # Built from the turn's own validated ids and the state machine's phase: no re-validation.
-    card = ReActProgress.model_construct(
+    card = ReActProgress(
         conversation_id=conversation_id, turn_id=turn_id, phase=phase, round=round_, detail=detail
     )
     try:

@@ -187,7 +187,7 @@ class StreamerActor:
                     continue
                 await self.bus.publish(
                     subject,
-                    StreamDelta.model_construct(
+                    StreamDelta(
                         conversation_id=request.conversation_id,
                         turn_id=request.turn_id,
                         channel=delta.channel,
