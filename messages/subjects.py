@@ -71,18 +71,10 @@ class Subjects:
         """Skip-waiting and cancel of every turn (wildcard): a node routes them to its turns."""
         return f"{self.prefix}.turn.*.control"
 
-    def turn_all(self, turn_id: str) -> str:
-        """Every subject of one turn's DecisionActor (wildcard)."""
-        return f"{self.prefix}.turn.{_token(turn_id, 'turn id')}.>"
-
     def conv(self, conversation_id: str, verb: str) -> str:
         """One verb of a ConversationActor, e.g. ``render``."""
         cid = _token(conversation_id, "conversation id")
         return f"{self.prefix}.conv.{cid}.{_token(verb, 'verb')}"
-
-    def conv_all(self, conversation_id: str) -> str:
-        """Every subject of a ConversationActor (wildcard)."""
-        return f"{self.prefix}.conv.{_token(conversation_id, 'conversation id')}.>"
 
     @property
     def tools_exec(self) -> str:
