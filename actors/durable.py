@@ -5,7 +5,7 @@ one message per persisted round, msgpack::
 
     {"cid", "revision", "round", "prev_seq", "part", "parts",
      "blocks": [new block dicts], "updated": [rewritten block dicts],
-     "records": {turn_id: record}, "boundary_seq"}
+     "records": {turn_id: record}, "boundary_seq", "rows": {row key: row}}
 
 A round too large for one message is packed once and cut into ``parts`` messages
 carrying ``"body"`` (bytes of that msgpack body) instead of the four body fields.
