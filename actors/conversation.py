@@ -88,7 +88,6 @@ class ConversationActor(Actor):
         self.timezone = "UTC"
         self.followups = 0
         self.last_active = services.clock()
-        self.turns_done = 0
         self.lost = False
         """Another node owns the conversation now: this actor stops and is dropped."""
         settings = services.settings
@@ -243,7 +242,6 @@ class ConversationActor(Actor):
             await self._lose(job, end.reason)
             return
         self.decision_state, _ = transition(end.state, ev.Reset())
-        self.turns_done += 1
         assert end.result is not None
         self._apply(end.turn_id, end.writes)
         record = {

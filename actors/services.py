@@ -21,7 +21,7 @@ from tools import KnowledgeSpace
 from tools.react import ReactTools
 
 from .base import ActorRef
-from .ownership import LocalOwnership, Ownership
+from .ownership import Ownership
 from .settings import NodeSettings
 from .streamer import StreamerActor
 
@@ -36,16 +36,6 @@ class Settler(Protocol):
     async def requeue(self, turn_id: str) -> None:
         """Hand the request back to the queue at once (another node owns it now)."""
         ...
-
-
-class NoQueue:
-    """A ``Settler`` for turns that did not come from a queue (tests, embedding)."""
-
-    async def settle(self, turn_id: str) -> None:
-        return None
-
-    async def requeue(self, turn_id: str) -> None:
-        return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,16 +117,16 @@ class Services:
     settings: NodeSettings
     react: ReactTools
     system_prompt: str
+    queue: Settler
+    """Settles each turn's queue message once its result is out (or hands it back)."""
+    ownership: Ownership
+    """Where conversations live: this node only, or leased with a durable copy."""
     knowledge: KnowledgeSpace | None = None
     external_tools: Callable[[], list[str]] = list
     streamer: StreamerActor | None = None
     """This node's streamer pool, called in process (None: use the pool over NATS)."""
     tasks: TaskBook = field(default_factory=TaskBook)
     clock: Callable[[], float] = time.time
-    ownership: Ownership = field(default_factory=LocalOwnership)
-    """Where conversations live: this node only, or leased with a durable copy."""
-    queue: Settler = field(default_factory=NoQueue)
-    """Settles each turn's queue message once its result is out (or hands it back)."""
     local_tools: bool = False
     """This node runs a tool executor: external calls go to ``al.tools.exec.<node>``, where
     the conversation's workspace is (``ToolContext.files``)."""

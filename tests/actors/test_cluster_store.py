@@ -12,15 +12,9 @@ from typing import Any
 import pytest
 
 import messages
-from actors.cluster import (
-    CopyBroken,
-    HeadConflict,
-    JetStreamCopy,
-    KvLeases,
-    Rebuilt,
-    adopt,
-    merge_rounds,
-)
+from actors.durable import JetStreamCopy, Rebuilt, adopt, merge_rounds
+from actors.errors import CopyBroken, HeadConflict
+from actors.leases import KvLeases
 from actors.ownership import ClusterOwnership
 from bus import Bus, EmbeddedNats
 from messages import Subjects

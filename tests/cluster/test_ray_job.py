@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from actors.cluster import JetStreamCopy
+from actors.durable import JetStreamCopy
 from actors.ray_job import load_requests, main, node_actor_class, run_requests
 from bus import Bus, EmbeddedNats
 from storage import Store

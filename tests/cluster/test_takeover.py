@@ -7,30 +7,12 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from actors import Node, NodeSettings
+from actors import Node
 from actors.client import Client
 from actors.ownership import ClusterOwnership
 from bus import Bus, EmbeddedNats
-from llm import ExtractiveModel
-from tools import KnowledgeSpace
 
-KB = Path(__file__).resolve().parents[2] / "examples" / "kb"
-
-
-async def start(url: str, home: Path, node_id: str) -> Node:
-    bus = await Bus.connect(url)
-    settings = NodeSettings(
-        home=home / node_id,
-        node_id=node_id,
-        cluster=True,
-        lease_ttl_s=30.0,
-        ack_wait_s=5.0,
-        followup_grace_s=0.0,
-        storage_sync=False,
-    )
-    node = Node(bus, settings, model=ExtractiveModel(), knowledge=KnowledgeSpace(KB))
-    await node.start()
-    return node
+from .harness import start
 
 
 async def test_a_lost_check_and_set_hands_the_turn_to_the_new_owner(

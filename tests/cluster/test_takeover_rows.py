@@ -7,33 +7,15 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from actors import Node, NodeSettings
+from actors import Node
 from actors.client import Client
 from actors.ownership import ClusterOwnership
 from bus import Bus, EmbeddedNats
-from llm import ExtractiveModel
 from timeline import Timeline
-from tools import KnowledgeSpace
 
-KB = Path(__file__).resolve().parents[2] / "examples" / "kb"
+from .harness import start
+
 CID = "c-rows"
-
-
-async def start(url: str, home: Path, node_id: str) -> Node:
-    """A cluster-mode node with the extractive model over ``examples/kb`` (as test_takeover)."""
-    bus = await Bus.connect(url)
-    settings = NodeSettings(
-        home=home / node_id,
-        node_id=node_id,
-        cluster=True,
-        lease_ttl_s=30.0,
-        ack_wait_s=5.0,
-        followup_grace_s=0.0,
-        storage_sync=False,
-    )
-    node = Node(bus, settings, model=ExtractiveModel(), knowledge=KnowledgeSpace(KB))
-    await node.start()
-    return node
 
 
 def pool(tl: Timeline) -> list[tuple[int, str, str]]:

@@ -4,6 +4,7 @@ rolled back alone when it raises, writes queued behind a thread commit, close, r
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
@@ -28,9 +29,9 @@ class Group:
     committer: Committer
 
 
-@pytest.fixture(params=[True, False], ids=["synced", "unsynced"])
-async def group(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Group]:
-    store = Store(tmp_path / "db", sync=request.param)
+@contextlib.asynccontextmanager
+async def opened(path: Path, *, sync: bool) -> AsyncIterator[Group]:
+    store = Store(path, sync=sync)
     committer = Committer(store)
     committer.start()
     try:
@@ -38,19 +39,19 @@ async def group(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator
     finally:
         committer.close()
         store.close()
+
+
+@pytest.fixture(params=[True, False], ids=["synced", "unsynced"])
+async def group(request: pytest.FixtureRequest, tmp_path: Path) -> AsyncIterator[Group]:
+    async with opened(tmp_path / "db", sync=request.param) as opened_group:
+        yield opened_group
 
 
 @pytest.fixture
 async def synced(tmp_path: Path) -> AsyncIterator[Group]:
     """A synced store: a batch commits on the writer thread."""
-    store = Store(tmp_path / "db", sync=True)
-    committer = Committer(store)
-    committer.start()
-    try:
-        yield Group(store, committer)
-    finally:
-        committer.close()
-        store.close()
+    async with opened(tmp_path / "db", sync=True) as opened_group:
+        yield opened_group
 
 
 def put(store: Store, key: str, value: bytes = b"v") -> Callable[[lmdb.Transaction], str]:
