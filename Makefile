@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test bench lint clean cluster-demo
+.PHONY: demo test bench soak fuzz lint clean cluster-demo sandbox-deps
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,12 +22,39 @@ demo: $(STAMP)
 cluster-demo: $(STAMP)
 	RAY_USAGE_STATS_ENABLED=0 RAY_AUTH_MODE=disabled $(BIN)/python -m actors.cluster_demo
 
-test: $(STAMP)
+test: $(STAMP) sandbox-deps
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest --timeout=120
 
+# code.exec_python runs under Landlock or bubblewrap (ACTLINE_SANDBOX); the tests run both.
+# Installs bubblewrap when it is missing and root or passwordless sudo can; never fails.
+sandbox-deps:
+	@command -v bwrap >/dev/null 2>&1 && exit 0; \
+	hint="install bubblewrap (apt-get install bubblewrap, dnf install bubblewrap or apk add bubblewrap); until then its sandbox tests are skipped"; \
+	if [ "$$(id -u)" = 0 ]; then su=""; elif sudo -n true 2>/dev/null; then su="sudo -n"; \
+	else echo "bwrap is missing and this user cannot install it: $$hint"; exit 0; fi; \
+	if command -v apt-get >/dev/null 2>&1; then \
+		$$su env DEBIAN_FRONTEND=noninteractive apt-get install -y -q bubblewrap >/dev/null 2>&1 || \
+		{ $$su apt-get update -q >/dev/null 2>&1 && \
+		  $$su env DEBIAN_FRONTEND=noninteractive apt-get install -y -q bubblewrap >/dev/null; }; \
+	elif command -v dnf >/dev/null 2>&1; then $$su dnf install -y -q bubblewrap; \
+	elif command -v apk >/dev/null 2>&1; then $$su apk add -q bubblewrap; fi; \
+	command -v bwrap >/dev/null 2>&1 && echo "installed $$(bwrap --version)" || \
+		echo "bwrap could not be installed: $$hint"
+
 bench: $(STAMP)
 	$(BIN)/python -m bench
+
+# SIGKILLed node processes (single and cluster mode) against the same batch without kills.
+soak: $(STAMP)
+	$(BIN)/python -m bench.resume --soak
+
+# Hypothesis over messages.decode, the channel parser, logical paths and turn configs:
+# 100,000 inputs per kind, fresh randomness; the tally goes to bench/results/fuzz.json
+# (`make test` runs the same tests with 300 inputs per kind).
+fuzz: $(STAMP)
+	ACTLINE_FUZZ_EXAMPLES=100000 ACTLINE_FUZZ_REPORT=bench/results/fuzz.json \
+		$(BIN)/python -m pytest tests/fuzz -q --timeout=3600
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

@@ -19,6 +19,7 @@ from pathlib import Path
 from rich.console import Console
 
 from actline import __version__
+from actors.errors import DoneNotStored
 from bus import BusError
 from llm import ModelConfigError
 from storage import StorageError
@@ -27,7 +28,13 @@ from .config import ConfigError
 
 __all__ = ["main"]
 
-FAILURES: tuple[type[Exception], ...] = (ConfigError, BusError, ModelConfigError, StorageError)
+FAILURES: tuple[type[Exception], ...] = (
+    ConfigError,
+    BusError,
+    ModelConfigError,
+    StorageError,
+    DoneNotStored,
+)
 """Errors that mean "fix the setup": reported in one line, exit code 2."""
 DEFAULT_WAIT_S = 300.0
 DEFAULT_AGENT_TIMEOUT_S = 600.0
@@ -133,6 +140,14 @@ def _parser() -> argparse.ArgumentParser:
         "--timeout", metavar="S", type=float, default=DEFAULT_WAIT_S, help="wait this long"
     )
 
+    result = command("result", "print a turn's stored result (kept ACTLINE_RESULT_RETENTION)")
+    result.add_argument("turn", metavar="TURN_ID", help="the turn's id")
+    _nats(result, "default: NATS_URL; unset: the embedded server's store under --home")
+    result.add_argument(
+        "--home", metavar="DIR", type=Path, default=None, help="the node's store (ACTLINE_HOME)"
+    )
+    result.add_argument("--json", action="store_true", help="print the result as JSON")
+
     chat = command("chat", "an interactive conversation in the terminal")
     chat.add_argument("--conversation", metavar="ID", default=None, help="continue this one")
     _nats(chat, "default: NATS_URL, else an embedded one")
@@ -184,6 +199,10 @@ def _dispatch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             from .cmd_turns import run_ask
 
             return asyncio.run(run_ask(args, console))
+        case "result":
+            from .cmd_turns import run_result
+
+            return asyncio.run(run_result(args, console))
         case "chat":
             from .cmd_turns import run_chat
 

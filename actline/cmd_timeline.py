@@ -3,7 +3,8 @@
 No NATS is needed: the store at ``ACTLINE_HOME`` (or ``--home``) is opened read-mostly next to
 any node using it (LMDB readers never block the writer). Views: the stored blocks as a table
 (default) or as JSON lines (``--json``), the context the model would see next with its cache
-marks (``--rendered``), and the stored conversations (``--list``).
+marks (``--rendered``), and the stored conversations (``--list``). Below the table, what the
+conversation holds against its quotas (``storage.quota``).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from storage import NotStored, StorageError, Store
+from storage import NotStored, StorageError, Store, quota
 from storage.store import unpack
 from timeline import Block, Renderer, TimelineConfig
 
@@ -119,8 +120,9 @@ def _blocks(store: Store, cid: str) -> list[Block]:
     return [Block.from_dict(d) for d in list(store.iter_blocks(cid))]
 
 
-def _table(console: Console, cid: str, blocks: list[Block]) -> None:
-    table = Table(title=f"timeline {cid} ({len(blocks)} blocks)", header_style="bold")
+def _table(console: Console, cid: str, blocks: list[Block], stored: str = "") -> None:
+    title = f"timeline {cid} ({len(blocks)} blocks)"
+    table = Table(title=title, header_style="bold")
     table.add_column("seq", justify="right", no_wrap=True, min_width=4)
     table.add_column("type", no_wrap=True, overflow="ellipsis", max_width=24)
     table.add_column("path", no_wrap=True, overflow="ellipsis", max_width=72)
@@ -136,6 +138,8 @@ def _table(console: Console, cid: str, blocks: list[Block]) -> None:
             style="dim" if b.hidden else None,
         )
     _print_wide(console, table)
+    if stored:
+        console.print(Text(stored, "dim"), soft_wrap=True)
 
 
 def _rendered(console: Console, store: Store, cid: str, max_tokens: int) -> None:
@@ -184,7 +188,8 @@ async def run_timeline(args: argparse.Namespace, console: Console) -> int:
             for block in _blocks(store, cid):
                 print(json.dumps(block.to_dict(), ensure_ascii=False, default=str), flush=True)
         else:
-            _table(console, cid, _blocks(store, cid))
+            stored = "stored: " + quota.summary(store.usage(cid), config.node.quota)
+            _table(console, cid, _blocks(store, cid), stored)
     except NotStored:
         raise ConfigError(
             f"conversation {cid!r} does not exist in {home}; list the stored conversations "

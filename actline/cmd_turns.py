@@ -1,7 +1,8 @@
-"""``actline serve``, ``actline ask`` and ``actline chat``: thin layers over ``Runtime``.
+"""``actline serve``, ``ask``, ``result`` and ``chat``: thin layers over ``Runtime``.
 
-``serve`` runs a node until SIGINT/SIGTERM; ``ask`` submits one turn and streams it; ``chat``
-hands a configured ``Config`` to ``actline.chat``. Start-up problems surface as
+``serve`` runs a node until SIGINT/SIGTERM; ``ask`` submits one turn and streams it;
+``result`` prints a turn's stored result; ``chat`` hands a configured ``Config`` to
+``actline.chat``. Start-up problems surface as
 ``ConfigError`` (one line naming the fix), which ``actline.cli.main`` turns into exit code 2.
 
 Cancellation: Ctrl-C during ``ask`` cancels the turn on the node (best effort) and the
@@ -22,6 +23,7 @@ from typing import Any
 from rich.console import Console
 from rich.text import Text
 
+from bus import StreamMissing
 from messages import ReActResult
 from messages.ids import is_valid_id
 
@@ -29,7 +31,7 @@ from .config import Config, ConfigError
 from .console import TurnPrinter
 from .runtime import Runtime, follow
 
-__all__ = ["load_config", "run_ask", "run_chat", "run_serve"]
+__all__ = ["load_config", "run_ask", "run_chat", "run_result", "run_serve"]
 
 DEFAULT_DOCS = Path("examples") / "kb"
 """The knowledge folder used when neither ``--docs`` nor ``ACTLINE_DOCS`` names one."""
@@ -147,6 +149,52 @@ async def run_ask(args: argparse.Namespace, console: Console) -> int:
             "bold" if result.status == "completed" else "bold red",
         )
         _say(console, f'continue: actline ask --conversation {result.conversation_id} "..."')
+    return 0 if result.status == "completed" else 1
+
+
+# -- result ----------------------------------------------------------------------------------------
+
+
+async def run_result(args: argparse.Namespace, console: Console) -> int:
+    """Print a turn's stored result; 0 when it completed, 1 when it did not or is unknown."""
+    config = load_config(args)
+    turn_id: str = args.turn
+    if not is_valid_id(turn_id):
+        raise ConfigError(f"{turn_id!r} is not a turn id (letters, digits, _ : -)")
+    async with Runtime(config, node=False) as rt:
+        try:
+            result = await rt.result(turn_id)
+        except StreamMissing:
+            print(
+                f"actline result: no results are stored on {rt.nats_url}: no node has "
+                "published a turn result there yet (or the results stream was deleted)",
+                file=sys.stderr,
+            )
+            return 1
+    if result is None:
+        days = config.node.result_retention_s / 86400
+        print(
+            f"actline result: turn {turn_id} is unknown, still running, or its result "
+            f"expired (results are kept {days:g} days: ACTLINE_RESULT_RETENTION)",
+            file=sys.stderr,
+        )
+        return 1
+    if args.json:
+        print(json.dumps(result.model_dump(mode="json"), ensure_ascii=False), flush=True)
+    else:
+        TurnPrinter(console).show(result)
+        usage = result.usage
+        _say(
+            console,
+            f"conversation {result.conversation_id} · turn {result.turn_id} · {result.status}",
+            "bold" if result.status == "completed" else "bold red",
+        )
+        _say(
+            console,
+            f"rounds {result.rounds} · tokens in {usage.input_tokens:,} · out "
+            f"{usage.output_tokens:,} · cache read {usage.cache_read_tokens:,}",
+            "dim",
+        )
     return 0 if result.status == "completed" else 1
 
 

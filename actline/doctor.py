@@ -4,8 +4,8 @@ Checks: versions, NATS (the ``NATS_URL`` server and its JetStream, or the embedd
 nats-server binary), the LMDB home (writable), the model (a claude model needs
 ``ANTHROPIC_API_KEY``), memsearch ranking (hybrid with the ``embeddings`` extra, BM25 alone
 otherwise), the workspace mode (git needs the git binary) and the code.exec_python sandbox
-(a real run, and whether the kernel adds Landlock). Exit code 0 when nothing is broken, 2 when
-a check failed; a warning (say BM25 only) does not fail.
+(a real run under the ``ACTLINE_SANDBOX`` layer: Landlock, bubblewrap or none). Exit code 0
+when nothing is broken, 2 when a check failed; a warning (say BM25 only) does not fail.
 """
 
 from __future__ import annotations
@@ -104,20 +104,23 @@ def _workspace(mode: str) -> Check:
     return Check("workspace", OK, f"{mode} mode (file versions in LMDB)")
 
 
-async def _sandbox() -> Check:
+async def _sandbox(mode: str) -> Check:
+    from tools.confinement import choose
     from tools.sandbox import run_python
 
+    layer = choose(mode)
+    if not layer.usable:  # auto: the tool is off by design; a named mode: misconfigured
+        return Check("sandbox", WARN if mode == "auto" else FAIL, layer.detail)
     with tempfile.TemporaryDirectory(prefix="actline-doctor-") as tmp:
         try:
-            result = await run_python("print(6 * 7)", cwd=Path(tmp), timeout_s=15.0)
+            result = await run_python("print(6 * 7)", cwd=Path(tmp), timeout_s=15.0, sandbox=layer)
         except Exception as exc:
             return Check("sandbox", FAIL, f"code.exec_python cannot start Python: {exc}")
     if not result.ok or result.stdout.strip() != "42":
         return Check("sandbox", FAIL, f"code.exec_python failed: {result.stderr.strip()[:200]}")
-    if result.landlock_abi:
-        layer = f"audit hook + Landlock ABI {result.landlock_abi}"
-        return Check("sandbox", OK, layer)
-    return Check("sandbox", WARN, "audit hook only (this kernel has no Landlock)")
+    if layer.mode == "unconfined":
+        return Check("sandbox", WARN, layer.detail)
+    return Check("sandbox", OK, f"audit hook + {layer.detail}")
 
 
 async def run_doctor(console: Console | None = None) -> int:
@@ -142,7 +145,7 @@ async def run_doctor(console: Console | None = None) -> int:
         _model(settings.model),
         _memsearch(settings.embeddings),
         _workspace(settings.workspace_mode),
-        await _sandbox(),
+        await _sandbox(settings.sandbox),
     ]
     table = Table(title="actline doctor", show_lines=False)
     table.add_column("check")

@@ -40,20 +40,32 @@ DEFAULT_TIMEOUT = 300.0
 
 
 async def follow(handle: TurnHandle, *, timeout: float = DEFAULT_TIMEOUT) -> AsyncIterator[Any]:
-    """Every event of a submitted turn in arrival order, then its ``ReActResult``."""
+    """Every event of a submitted turn in arrival order, then its ``ReActResult``.
+
+    Raises ``TimeoutError`` when no result came within ``timeout`` and none is stored in
+    the results stream either (one read when the time is up)."""
     seen = 0
-    async with asyncio.timeout(timeout):
-        while True:
-            while seen < len(handle.events):
-                yield handle.events[seen]
-                seen += 1
-            if handle.result.done():
-                yield handle.result.result()
-                return
-            handle.changed.clear()
-            if seen < len(handle.events) or handle.result.done():
-                continue
-            await handle.changed.wait()
+    try:
+        async with asyncio.timeout(timeout):
+            while True:
+                while seen < len(handle.events):
+                    yield handle.events[seen]
+                    seen += 1
+                if handle.result.done():
+                    yield handle.result.result()
+                    return
+                handle.changed.clear()
+                if seen < len(handle.events) or handle.result.done():
+                    continue
+                await handle.changed.wait()
+    except TimeoutError:
+        try:
+            stored = await handle.fetch()
+        except BusError:
+            stored = None
+        if stored is None:
+            raise
+    yield stored
 
 
 class Runtime:
@@ -207,6 +219,12 @@ class Runtime:
         handle = await self.submit(text, conversation_id, **kwargs)
         async for event in follow(handle, timeout=timeout):
             yield event
+
+    async def result(self, turn_id: str) -> ReActResult | None:
+        """The stored result of any turn (the results stream keeps each for
+        ``ACTLINE_RESULT_RETENTION``); None when it is unknown, unfinished or expired.
+        Raises ``StreamMissing`` when this NATS has no results stream."""
+        return await self.client.fetch_result(turn_id)
 
     async def followup(self, handle: TurnHandle, text: str) -> Ack | ErrorReply:
         """A user message that joins the running turn."""

@@ -6,18 +6,38 @@ to ``al.turn.submit`` (through JetStream, so the submit is confirmed stored),
 ``turn.result`` on ``al.result.<tid>``, ``react.skip_waiting`` / ``react.cancel`` on
 ``al.turn.<tid>.control``, followups and feedback on ``al.conv.<cid>.followup|feedback``
 and ``agent.done`` on ``al.agent.done``. The facade (``actline.Runtime``) builds on it.
+
+Results are durable (``actors.results``): besides the core subscription on
+``al.result.<tid>``, a pending turn's result is read from the results stream after the
+connection comes back from a disconnect (whatever was published meanwhile), when
+``TurnHandle.wait`` runs out of time, and on ``fetch_result``. A result seen twice (on
+the subscription and in the stream) is delivered once: a handle's result is set once.
+
+Cancellation: ``close`` cancels a recovery still running (nothing is lost: ``wait`` or
+``fetch_result`` reads the stream again).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
+from collections import Counter
 from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import messages
-from bus import Bus, Envelope, NoStream, RequestTimeout, Subscription
+from bus import (
+    Bus,
+    BusError,
+    Envelope,
+    JetStreamUnavailable,
+    NoStream,
+    NotConnected,
+    RequestTimeout,
+    Subscription,
+)
 from messages import (
     Ack,
     ArtifactRef,
@@ -36,7 +56,12 @@ from messages import (
     new_id,
 )
 
+from .done_queue import REPLY_HEADER, STORED
+from .errors import DoneNotStored
 from .errors import NoTurnQueue as NoTurnQueue  # raised by submit; re-exported
+from .results import ResultLog
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -49,6 +74,8 @@ class TurnHandle:
         default_factory=lambda: asyncio.get_running_loop().create_future()
     )
     changed: asyncio.Event = field(default_factory=asyncio.Event)
+    client: Client | None = field(default=None, repr=False, compare=False)
+    """The client that follows the turn: it reads a missed result from the results stream."""
 
     @property
     def turn_id(self) -> str:
@@ -59,11 +86,30 @@ class TurnHandle:
         return self.request.conversation_id
 
     async def wait(self, timeout: float = 60.0) -> ReActResult:
-        """The result; ``RequestTimeout`` when it does not come within ``timeout``."""
+        """The result; ``RequestTimeout`` when it does not come within ``timeout``.
+
+        When nothing came on the subscription in time, the results stream is read once
+        (up to ``actors.results.READ_TIMEOUT_S`` more): a result published while this
+        client was not listening is returned from there.
+        """
         try:
             return await asyncio.wait_for(asyncio.shield(self.result), timeout)
         except TimeoutError:
-            raise RequestTimeout(f"result of turn {self.turn_id}", timeout) from None
+            pass
+        with contextlib.suppress(BusError):
+            stored = await self.fetch()
+            if stored is not None:
+                return stored
+        raise RequestTimeout(f"result of turn {self.turn_id}", timeout)
+
+    async def fetch(self) -> ReActResult | None:
+        """The result if known: delivered already, or read now from the results stream
+        (None: not there yet). Raises ``BusError`` when the stream cannot be read."""
+        if self.result.done():
+            return self.result.result()
+        if self.client is None:
+            return None
+        return await self.client.fetch_result(self.turn_id)
 
     async def wait_for(
         self, phase: str, *, detail: str = "", timeout: float = 30.0
@@ -117,8 +163,19 @@ class Client:
         self._streams: dict[str, Subscription] = {}
         self._results: dict[str, Subscription] = {}
         self._cleanup: set[asyncio.Task[None]] = set()
+        self._stored = ResultLog.bind(bus)
+        self._recovering: asyncio.Task[int] | None = None
+        self._unhook = bus.on_reconnect(self._on_reconnect)
+        self.counters: Counter[str] = Counter()
+        """``results`` delivered to handles, ``results_fetched`` of them read from the
+        results stream, ``results_duplicate`` seen again and dropped, ``recoveries`` run."""
 
     async def close(self) -> None:
+        self._unhook()
+        if self._recovering is not None:
+            self._recovering.cancel()
+            await asyncio.gather(self._recovering, return_exceptions=True)
+            self._recovering = None
         if self._cleanup:
             await asyncio.gather(*self._cleanup)
         for sub in [*self._streams.values(), *self._results.values()]:
@@ -151,7 +208,7 @@ class Client:
         return await self.submit_request(request)
 
     async def submit_request(self, request: TurnRequest) -> TurnHandle:
-        handle = TurnHandle(request)
+        handle = TurnHandle(request, client=self)
         self._handles[request.turn_id] = handle
         await self._follow(request.conversation_id)
         subject = self.bus.subjects.result(request.turn_id)
@@ -182,17 +239,84 @@ class Client:
             handle.changed.set()
 
     async def _on_result(self, msg: messages.Message, env: Envelope) -> None:
-        if not isinstance(msg, ReActResult):
-            return
-        handle = self._handles.get(msg.turn_id)
-        if handle is not None and not handle.result.done():
-            handle.result.set_result(msg)
-            handle.changed.set()
-        sub = self._results.pop(msg.turn_id, None)
-        if sub is not None:  # not from inside its own handler: a task, kept until it ends
+        if isinstance(msg, ReActResult):
+            self._deliver(msg)
+
+    def _deliver(self, result: ReActResult, *, fetched: bool = False) -> bool:
+        """Hand ``result`` to its turn's handle once; False when it had one already (or
+        the turn is not this client's)."""
+        handle = self._handles.get(result.turn_id)
+        if handle is None:
+            return False
+        if handle.result.done():
+            self.counters["results_duplicate"] += 1
+            return False
+        handle.result.set_result(result)
+        handle.changed.set()
+        self.counters["results"] += 1
+        if fetched:
+            self.counters["results_fetched"] += 1
+        sub = self._results.pop(result.turn_id, None)
+        if sub is not None:  # maybe from inside its own handler: a task, kept until it ends
             task = asyncio.get_running_loop().create_task(_quietly(sub.unsubscribe()))
             self._cleanup.add(task)
             task.add_done_callback(self._cleanup.discard)
+        return True
+
+    # -- durable results --------------------------------------------------------------------------
+    async def fetch_result(self, turn_id: str) -> ReActResult | None:
+        """The stored result of ``turn_id`` from the results stream (any turn, not only this
+        client's); None when the turn is unknown, still running, or its result expired.
+
+        A turn this client follows gets the result as if it had arrived. Raises
+        ``StreamMissing`` when no results stream exists, or another ``BusError``.
+        """
+        result = await self._stored.get(turn_id)
+        if result is not None:
+            self._deliver(result, fetched=True)
+        return result
+
+    @property
+    def pending(self) -> list[TurnHandle]:
+        """The handles still waiting for their result."""
+        return [h for h in self._handles.values() if not h.result.done()]
+
+    async def recover(self) -> int:
+        """Read every pending turn's result from the results stream; returns how many were
+        found. Run after each reconnect; stops at the first read that fails (logged)."""
+        self.counters["recoveries"] += 1
+        found = 0
+        for handle in self.pending:
+            if handle.result.done():  # arrived on the subscription meanwhile
+                continue
+            try:
+                result = await self._stored.get(handle.turn_id)
+            except BusError as exc:
+                log.info("results not recovered after a reconnect: %s", exc)
+                break
+            if result is not None and self._deliver(result, fetched=True):
+                found += 1
+        if found:
+            log.info("recovered %d results from %s", found, self._stored.name)
+        return found
+
+    def _on_reconnect(self) -> None:
+        """Back from a disconnect: read what was published meanwhile (a recovery still
+        running from an earlier reconnect is replaced)."""
+        if not self.pending:
+            return
+        if self._recovering is not None and not self._recovering.done():
+            self._recovering.cancel()
+        self._recovering = asyncio.get_running_loop().create_task(
+            self._recover_logged(), name="client:recover"
+        )
+
+    async def _recover_logged(self) -> int:
+        try:
+            return await self.recover()
+        except Exception:
+            log.exception("recovering results after a reconnect failed")
+            return 0
 
     # -- controls ---------------------------------------------------------------------------------
     async def skip_waiting(self, turn_id: str, reason: str = "") -> None:
@@ -233,8 +357,17 @@ class Client:
         signal_id: str | None = None,
         artifacts: Sequence[ArtifactRef] = (),
         timeout: float = 5.0,
+        store_within: float = 30.0,
     ) -> Ack | ErrorReply:
-        """Answer an outside agent's task; the node says whether it was applied."""
+        """Answer an outside agent's task.
+
+        The signal is stored in the DONE stream first (retried with backoff for up to
+        ``store_within`` seconds while nothing stores it: NATS restarting, no node ever
+        started); then the verdict is awaited for ``timeout`` seconds: an ``Ack`` when a
+        node applied it, an ``ErrorReply`` when it refused it, or an ``Ack`` whose detail
+        starts with ``stored`` when no node has applied it yet (it will be, when a node
+        runs its turn). Raises ``DoneNotStored`` when the signal could not be stored.
+        """
         msg = DoneSignal(
             agent=agent,
             turn_id=turn_id,
@@ -243,7 +376,57 @@ class Client:
             summary=summary,
             artifacts=list(artifacts),
         )
-        return await self._ask(self.bus.subjects.agent_done, msg, timeout)
+        verdicts: asyncio.Queue[Ack | ErrorReply] = asyncio.Queue()
+
+        async def on_verdict(reply: messages.Message, env: Envelope) -> None:
+            if isinstance(reply, Ack | ErrorReply):
+                verdicts.put_nowait(reply)
+
+        inbox = self.bus.nc.new_inbox()
+        sub = await self.bus.subscribe(inbox, on_verdict)
+        try:
+            await self._store_done(msg, inbox, store_within)
+            pending = Ack(
+                ref=msg.signal_id,
+                detail=f"stored; no node answered within {timeout:g} s: it is applied when "
+                "a node runs its turn",
+            )
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + timeout
+            while (left := deadline - loop.time()) > 0:
+                try:
+                    verdict = await asyncio.wait_for(verdicts.get(), left)
+                except TimeoutError:
+                    break
+                if isinstance(verdict, Ack) and verdict.detail.startswith(STORED):
+                    pending = verdict  # held by a node: the final word may still come
+                    continue
+                return verdict
+            return pending
+        finally:
+            await _quietly(sub.unsubscribe())
+
+    async def _store_done(self, msg: DoneSignal, inbox: str, within: float) -> None:
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within
+        delay = 0.1
+        while True:
+            try:
+                await self.bus.publish_stored(
+                    self.bus.subjects.agent_done,
+                    msg,
+                    msg_id=msg.signal_id,
+                    headers={REPLY_HEADER: inbox},
+                )
+                return
+            except (NoStream, RequestTimeout, NotConnected, JetStreamUnavailable) as exc:
+                if loop.time() + delay > deadline:
+                    raise DoneNotStored(msg.agent, within, str(exc)) from None
+                log.info(
+                    "DONE of %s not stored yet (%s); retrying in %.1f s", msg.agent, exc, delay
+                )
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
 
     async def _ask(self, subject: str, msg: messages.Message, timeout: float) -> Ack | ErrorReply:
         reply = await self.bus.request(subject, msg, timeout=timeout, raise_remote=False)

@@ -39,8 +39,9 @@ from . import commits
 from . import events as ev
 from .base import Actor
 from .decision import DecisionActor
-from .errors import ConversationLost, UnexpectedMessage
+from .errors import ConversationLost, InputRefused, UnexpectedMessage
 from .intake import add_feedback, add_followup, contribute
+from .limits import refused_turn, validate_request
 from .mailbox import (
     Commit,
     Durable,
@@ -58,6 +59,7 @@ from .mailbox import (
     Writes,
 )
 from .policy import TurnSettings, verdict
+from .results import publish_result
 from .services import RunningTurn, Services
 from .state import DecisionState, transition
 from .turn_blocks import apply_writes
@@ -97,6 +99,7 @@ class ConversationActor(Actor):
             store=services.store,
             root=root,
             conversation_id=conversation_id,
+            quota=settings.quota,
         )
         self.local = LocalTree(self.workspace, root)
         self.files_lock = asyncio.Lock()
@@ -202,6 +205,13 @@ class ConversationActor(Actor):
             await self._publish_result(ReActResult.model_validate(record["result"], strict=False))
             log.info("turn %s already has a result; answered again", request.turn_id)
             return False
+        try:  # before anything is announced or stored; False: settled, holds no slot
+            request = validate_request(request, services.settings, services.clock())
+            turn = TurnSettings.parse(request.config, services.settings)
+        except InputRefused as exc:
+            log.warning("turn %s of %s refused: %s", request.turn_id, self.cid, exc.field)
+            await self._publish_result(refused_turn(request, exc))
+            return False
         self.timezone = request.timezone
         await services.bus.publish(
             services.bus.subjects.stream(self.cid),
@@ -219,10 +229,10 @@ class ConversationActor(Actor):
             contribute(self.tl, self.workspace, request)
         else:
             self.tl.begin_turn(request.turn_id, request.ts.timestamp())
+            services.tasks.recover([(self.cid, record)])  # its open agent tasks
             log.info("resuming turn %s after round %s", request.turn_id, record.get("round"))
         self.followups = 0
         self.current_job = job
-        turn = TurnSettings.parse(request.config, services.settings)
         decision = DecisionActor(
             self.ref(), services, request, self.decision_state, turn, resume=record
         )
@@ -274,8 +284,8 @@ class ConversationActor(Actor):
         self.request_stop()
 
     async def _publish_result(self, result: ReActResult) -> None:
-        bus = self.services.bus
-        await bus.publish(bus.subjects.result(result.turn_id), result)
+        """Stored before the turn's request is acked (``actors.results``: failure rules)."""
+        await publish_result(self.services.bus, result, self.services.settings)
 
     async def _close_files(self, turn_id: str) -> None:
         """End the turn in the workspace (git: its commit) and clear its folders on disk."""

@@ -59,7 +59,7 @@ from .policy import AGENT_SEND, TurnOutput, TurnSettings, classify_reply, verdic
 from .remote import call_tools, generate, publish_card, render_and_generate, send_task
 from .services import Services, TaskEntry
 from .state import DecisionState, checkpoint, resume_event, transition
-from .tool_round import ToolRound
+from .tool_round import BlockBudget, ToolRound
 from .turn_blocks import call_block, final_blocks, notes_block, notice_block, signal_block
 
 log = logging.getLogger(__name__)
@@ -433,7 +433,7 @@ class DecisionActor(Actor):
             tools.react_ran(message.outcomes, self._notice)
         else:
             tools.external_ran(message.outcomes)
-        complete = tools.complete()
+        complete = tools.complete(BlockBudget.read(self.services, self.cid))  # the block quota
         if complete is not None:
             self._round_tools = None
             outcomes, detail = complete

@@ -8,10 +8,12 @@
     ├── NodeNotStarted      a node's resource was used before ``start()`` (what)
     ├── McpConfigError      the MCP servers file cannot be used (path, reason)
     ├── SettingsError       an ``ACTLINE_*`` setting cannot work (name, value, reason)
+    │   └── InputRefused    a turn's config or a text over its limit (field, value, limit)
     ├── RequestsFileError   a line of a Ray job's requests file is not a turn.request
     │                       (path, line, reason)
     ├── UnexpectedMessage   an actor was sent a message it does not take (actor, kind)
     ├── NoTurnQueue         nothing stores turn requests on this NATS (subject)
+    ├── DoneNotStored       an ``agent.done`` could not be stored (agent, within_s, reason)
     └── ClusterError
         ├── ConversationLost  this node no longer owns the conversation (conversation_id,
         │                     reason): the running turn goes back to the queue
@@ -97,6 +99,19 @@ class SettingsError(ActorError, ValueError):
         return (type(self), (self.name, self.value, self.reason))
 
 
+class InputRefused(SettingsError):
+    """``field`` cannot take ``value`` (a short description of it): ``limit`` says what it
+    may be. A ``SettingsError`` whose ``name`` is ``field``."""
+
+    def __init__(self, field: str, value: str, limit: str) -> None:
+        self.field = field
+        self.limit = limit
+        super().__init__(field, value, f"{field} is {value}; the limit is {limit}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.field, self.value, self.limit))
+
+
 class RequestsFileError(ActorError, ValueError):
     """Line ``line`` of the requests file ``path`` is not a turn request."""
 
@@ -134,6 +149,23 @@ class NoTurnQueue(ActorError, RuntimeError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.subject,))
+
+
+class DoneNotStored(ActorError):
+    """An ``agent.done`` could not be stored in the DONE stream, even after retrying."""
+
+    def __init__(self, agent: str, within_s: float, reason: str) -> None:
+        self.agent = agent
+        self.within_s = within_s
+        self.reason = reason
+        super().__init__(
+            f"the DONE of {agent} could not be stored within {within_s:g} s ({reason}): "
+            "start a node (actline serve) against this NATS, or check NATS_URL, and send it "
+            "again"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.agent, self.within_s, self.reason))
 
 
 class ClusterError(ActorError):

@@ -4,7 +4,9 @@ A turn request, before the loop starts: the turn's header, the user's prompt, on
 block per attachment (an inline attachment's bytes go to the turn's workspace,
 ``fi:<turn>.user.attachments/<name>``) and, for the first turn of a conversation, a
 ``stage.gate`` with its title (seed 000). A followup joins the running turn; feedback
-is recorded under the latest turn and announced next turn.
+is recorded under the latest turn and announced next turn. Everything here was checked
+by ``actors.limits`` first (sizes, timestamps); a timestamp the node replaced keeps the
+sender's in its block's meta as ``client_ts``.
 """
 
 from __future__ import annotations
@@ -17,16 +19,20 @@ from timeline.blocks import FEEDBACK, STAGE_GATE, USER_ATTACHMENT_META, USER_FOL
 from timeline.paths import ar_path
 from tools.workspace import WorkspaceBackend
 
+from .limits import client_ts
+
 TITLE_WORDS = 8
 """Words of the first prompt that title a new conversation."""
 
 
 def contribute(tl: Timeline, workspace: WorkspaceBackend, request: messages.TurnRequest) -> None:
-    """The turn's header, prompt, attachments and (first turn) title gate."""
+    """The turn's header, prompt (with ``client_ts`` in its meta when the node replaced
+    the request's timestamp), attachments and (first turn) title gate."""
     tid, ts = request.turn_id, request.ts.timestamp()
     new_conversation = not tl.turn_ids()
     tl.begin_turn(tid, ts)
-    tl.append(Block.new(USER_PROMPT, tid, ts, path=ar_path(tid, "user.prompt"), text=request.text))
+    path = ar_path(tid, "user.prompt")
+    tl.append(Block.new(USER_PROMPT, tid, ts, path=path, text=request.text, meta=_stamp(request)))
     for attachment in request.attachments:
         tl.append(attachment_block(tl, workspace, tid, ts, attachment))
     if new_conversation:
@@ -73,7 +79,8 @@ def attachment_block(
 def add_followup(tl: Timeline, turn_id: str, number: int, msg: messages.Followup) -> None:
     """The ``number``-th followup of the running turn ``turn_id``."""
     path = ar_path(turn_id, f"user.followup.{number}")
-    tl.append(Block.new(USER_FOLLOWUP, turn_id, msg.ts.timestamp(), path=path, text=msg.text))
+    ts = msg.ts.timestamp()
+    tl.append(Block.new(USER_FOLLOWUP, turn_id, ts, path=path, text=msg.text, meta=_stamp(msg)))
 
 
 def add_feedback(tl: Timeline, anchor: str, msg: messages.Feedback) -> None:
@@ -88,7 +95,13 @@ def add_feedback(tl: Timeline, anchor: str, msg: messages.Feedback) -> None:
             msg.ts.timestamp(),
             path=ar_path(anchor, f"stage.feedback.{count + 1}"),
             text=text,
-            meta={"for_turn": msg.turn_id, "rating": msg.rating},
+            meta={"for_turn": msg.turn_id, "rating": msg.rating, **_stamp(msg)},
         )
     )
     tl.notices.next.append(text)
+
+
+def _stamp(msg: messages.Message) -> dict[str, Any]:
+    """``client_ts`` (the sender's timestamp) when the node replaced it (``actors.limits``)."""
+    original = client_ts(msg)
+    return {} if original is None else {"client_ts": original}

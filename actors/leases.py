@@ -9,6 +9,13 @@ s); no marker is left, so a plain create succeeds afterwards. A lease that lapse
 lost even when nobody took it yet: ``renew`` then returns False, because another node
 may have owned and written the conversation in between.
 
+Dead owners are found fast: every node keeps a key alive in the nodes bucket
+(``Subjects.nodes_bucket``, TTL ``node_ttl_s``, a beat every quarter of it). A lease
+whose owner's key is gone is taken over at once (an update with ``last=`` its
+revision), so a killed node's conversations move within ``node_ttl_s`` (2 s), not the
+lease TTL. A node that was only stalled finds its lease's revision changed at its
+next renewal and drops the conversation (the lapsed path above).
+
 Cancellation: every method is one or two KV requests; cancelling one propagates.
 """
 
@@ -35,13 +42,27 @@ class KvLeases:
     after its TTL.
     """
 
-    def __init__(self, bus: Bus, node_id: str, *, ttl_s: float = 15.0, replicas: int = 1) -> None:
+    def __init__(
+        self,
+        bus: Bus,
+        node_id: str,
+        *,
+        ttl_s: float = 15.0,
+        node_ttl_s: float = 2.0,
+        replicas: int = 1,
+    ) -> None:
         self.bus = bus
         self.replicas = replicas
         self.node_id = node_id
         self.ttl_s = ttl_s
+        self.node_ttl_s = node_ttl_s
         self.bucket = bus.subjects.leases_bucket
         self._kv: KvBucket | None = None
+        self._nodes: KvBucket | None = None
+        self._beat_revision: int | None = None
+        self._beating: asyncio.Task[None] | None = None
+        self.taken_over = 0
+        """Leases taken from nodes found dead (their beat gone)."""
         self._revisions: dict[str, int] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         """One operation at a time per conversation (a release racing a renewal)."""
@@ -71,6 +92,62 @@ class KvLeases:
         if ttl and abs(ttl - self.ttl_s) > 1e-3:
             log.warning("lease bucket %s has ttl %.3fs, not %.3fs", self.bucket, ttl, self.ttl_s)
             self.ttl_s = ttl
+        self._nodes = await KvBucket.open(
+            self.bus,
+            name=self.bus.subjects.nodes_bucket,
+            ttl_s=self.node_ttl_s,
+            history=1,
+            replicas=self.replicas,
+        )
+        self.node_ttl_s = self._nodes.ttl_s or self.node_ttl_s
+        await self._beat()
+        self._beating = asyncio.create_task(self._beat_forever(), name="leases:beat")
+
+    async def stop(self) -> None:
+        """Stop the beat and remove this node's key (its leases are released apart)."""
+        if self._beating is not None:
+            self._beating.cancel()
+            await asyncio.gather(self._beating, return_exceptions=True)
+            self._beating = None
+        if self._nodes is not None and self._beat_revision is not None:
+            try:
+                await self._nodes.delete(self.bus.subjects.kv_key(self.node_id))
+            except BusError as exc:
+                log.info("node key of %s not removed: %s", self.node_id, exc)
+            self._beat_revision = None
+
+    async def _beat(self) -> None:
+        nodes = self._nodes
+        assert nodes is not None
+        key = self.bus.subjects.kv_key(self.node_id)
+        if self._beat_revision is not None:
+            try:
+                self._beat_revision = await nodes.update(
+                    key, self._value(), last=self._beat_revision
+                )
+                return
+            except WrongRevision:
+                pass  # aged out (a stall longer than the TTL) or rewritten: take it again
+        try:
+            self._beat_revision = await nodes.create(key, self._value())
+        except KeyExists:
+            entry = await nodes.get(key)
+            last = int(entry.revision or 0) if entry is not None else 0
+            self._beat_revision = await nodes.update(key, self._value(), last=last)
+
+    async def _beat_forever(self) -> None:
+        while True:
+            await asyncio.sleep(self.node_ttl_s / 4)
+            try:
+                await self._beat()
+            except (BusError, TimeoutError) as exc:
+                log.warning("node beat of %s failed: %s", self.node_id, exc)
+
+    async def alive(self, node: str) -> bool:
+        """Whether ``node`` beats (its key in the nodes bucket is there)."""
+        if self._nodes is None:
+            return True
+        return await self._nodes.get(self.bus.subjects.kv_key(node)) is not None
 
     async def _entry(self, cid: str) -> tuple[str, int] | None:
         """(owner, KV revision) of the live lease, or None."""
@@ -105,13 +182,16 @@ class KvLeases:
             if current is None:
                 continue  # expired or released between create and get
             owner, revision = current
-            if owner != self.node_id:
+            if owner != self.node_id and await self.alive(owner):
                 return False
             try:
                 self._revisions[cid] = await kv.update(key, self._value(), last=revision)
-                return True
             except WrongRevision:
                 continue
+            if owner != self.node_id:
+                self.taken_over += 1
+                log.warning("lease of %s taken over from %s: its node is gone", cid, owner)
+            return True
         return False
 
     async def owner(self, cid: str) -> str | None:

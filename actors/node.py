@@ -33,7 +33,6 @@ from llm.protocol import Model
 from messages import (
     Ack,
     CancelReAct,
-    DoneSignal,
     ErrorReply,
     Feedback,
     Followup,
@@ -49,9 +48,13 @@ from tools.react import ReactTools
 from tools.workspace import TurnFiles
 
 from .conversation import ConversationActor
-from .errors import ActorStopped, AskTimeout, ConversationLost, NodeNotStarted
-from .mailbox import ApplyDone, Control, RouteDone, TurnJob, UserInput
+from .done_queue import DoneQueue
+from .done_routing import ASK_TIMEOUT_S, DoneRouter
+from .errors import ActorStopped, InputRefused, NodeNotStarted
+from .limits import refusal, validate_input
+from .mailbox import Control, TurnJob, UserInput
 from .ownership import ClusterOwnership, LocalOwnership, Ownership
+from .results import open_results
 from .services import Services, TaskBook
 from .settings import NodeSettings, load_mcp_config
 from .streamer import StreamerActor, models_by_name
@@ -60,8 +63,8 @@ from .turn_queue import TurnQueue
 
 log = logging.getLogger(__name__)
 
-ASK_TIMEOUT_S = 30.0
-"""How long a DONE, followup or feedback waits for its conversation or turn."""
+DONE_HORIZON_S = 30.0
+"""A DONE that no node could route for this long gets its refusal (at least 4 ack waits)."""
 
 
 class Node:
@@ -99,6 +102,7 @@ class Node:
         self.queue = TurnQueue(
             bus, ack_wait_s=self.settings.ack_wait_s, max_active=self.settings.max_active_turns
         )
+        self.dones = DoneQueue(bus, horizon_s=max(DONE_HORIZON_S, 4 * self.settings.ack_wait_s))
         self._started = False
 
     # -- lifecycle -------------------------------------------------------------------------------
@@ -151,6 +155,7 @@ class Node:
             config = BuiltinConfig(
                 exec_timeout_s=settings.exec_timeout_s,
                 exec_memory_mb=settings.exec_memory_mb,
+                exec_sandbox=settings.sandbox,
                 http_allowed_hosts=hosts or None,
             )
             register_builtins(self.registry, config)
@@ -158,7 +163,10 @@ class Node:
             await self._start_mcp(settings.mcp_config)
         if settings.cluster:
             self.ownership = ClusterOwnership(
-                self.bus, self.node_id, lease_ttl_s=settings.lease_ttl_s
+                self.bus,
+                self.node_id,
+                lease_ttl_s=settings.lease_ttl_s,
+                node_ttl_s=settings.node_ttl_s,
             )
         await self.ownership.start()
         tools = {t["name"]: str(t.get("description") or "") for t in self.registry.describe()}
@@ -197,7 +205,6 @@ class Node:
             )
             await self.executor.start()
         subjects = self.bus.subjects
-        self._subs.append(await self.bus.subscribe(subjects.agent_done, self._on_done))
         self._subs.append(await self.bus.subscribe(subjects.turn_control_any, self._on_control))
         self._subs.append(await self.bus.subscribe(subjects.conv_any("followup"), self._on_input))
         self._subs.append(
@@ -205,7 +212,14 @@ class Node:
                 subjects.conv_any("feedback"), self._on_input, queue=self.ownership.input_queue
             )
         )
+        recovered = self.services.tasks.recover(
+            await asyncio.to_thread(self._store.unfinished_turns)
+        )
+        if recovered:
+            log.info("%d open agent task(s) of unfinished turns wait for their DONE", recovered)
+        await open_results(self.bus, settings)
         await self.queue.start(self._take)
+        await self.dones.start(DoneRouter(self.services, self.ownership, self.conversation).route)
         self._tasks.append(asyncio.create_task(self._evict_idle(), name="node:evict"))
         self._tasks.append(asyncio.create_task(self._renew(), name="node:ownership"))
         log.info("node %s serving %s", self.node_id, subjects.turn_submit)
@@ -226,6 +240,7 @@ class Node:
         for conv in list(self._conversations.values()):
             await conv.kill()
         self._conversations.clear()
+        await self.dones.stop()
         await self.queue.stop()
         await self.ownership.stop()
         if self.streamer is not None:
@@ -333,69 +348,7 @@ class Node:
                     await conv.stop()
                     await self.ownership.release(cid)
 
-    # -- DONE, followups, feedback ----------------------------------------------------------------
-    async def _on_done(self, msg: messages.Message, env: Envelope) -> messages.Message | None:
-        if not isinstance(msg, DoneSignal):
-            return ErrorReply(
-                code="unexpected_message", message=f"expected agent.done, got {msg.kind}"
-            )
-        try:
-            verdict = await self._route_done(msg)
-        except ConversationLost:
-            return ErrorReply(
-                code="retry", message="the conversation moved to another node; send the DONE again"
-            )
-        except AskTimeout as exc:
-            return ErrorReply(code="retry", message=f"{exc}; send the DONE again")
-        return None if self.ownership.quiet(verdict) else verdict
-
-    async def _route_done(self, msg: DoneSignal) -> messages.Message:
-        """A running turn's DecisionActor answers; a DONE for an ended turn goes to its
-        conversation (late, duplicate or refused)."""
-        if self.services is None:
-            raise NodeNotStarted("DONE routing")
-        book = self.services.tasks
-        signal = msg
-        entry = book.get(msg.task_id) if msg.task_id is not None else None
-        turn_id = entry.turn_id if entry is not None else msg.turn_id
-        if msg.task_id is None and msg.turn_id is None:
-            open_tasks = book.open_tasks(msg.agent)
-            turns = sorted({t.turn_id for t in open_tasks})
-            if not open_tasks:
-                return ErrorReply(
-                    code="no_outstanding_task",
-                    message=f"{msg.agent} has no outstanding task; nothing was applied",
-                )
-            if len(turns) > 1:
-                ids = ", ".join(t.task_id for t in open_tasks)
-                return ErrorReply(
-                    code="ambiguous_done",
-                    message=f"{msg.agent} has open tasks in {len(turns)} turns ({ids}); "
-                    "name one with --task ID",
-                )
-            turn_id = open_tasks[0].turn_id
-            signal = msg.model_copy(update={"turn_id": turn_id})
-        running = book.running(turn_id)
-        if running is not None:
-            with contextlib.suppress(ActorStopped):  # it just ended: its conversation answers
-                return await running.decision.ask(ApplyDone(signal), timeout=ASK_TIMEOUT_S)
-        cid = entry.conversation_id if entry is not None else None
-        if cid is None and running is not None:
-            cid = running.conversation_id
-        if cid is None:
-            if msg.task_id is not None:
-                return ErrorReply(
-                    code="unknown_task",
-                    message=f"no task {msg.task_id} is known here; check the id, or send the "
-                    f"DONE without ids to answer {msg.agent}'s oldest open task",
-                )
-            return ErrorReply(
-                code="unknown_turn",
-                message=f"turn {msg.turn_id} is not running here; nothing was applied",
-            )
-        conv = await self.conversation(cid)
-        return await conv.ask(RouteDone(signal), timeout=ASK_TIMEOUT_S)
-
+    # -- control, followups, feedback -------------------------------------------------------------
     async def _on_control(self, msg: messages.Message, env: Envelope) -> None:
         """Skip-waiting or cancel: to the turn's DecisionActor when it runs here."""
         if not isinstance(msg, SkipWaiting | CancelReAct) or self.services is None:
@@ -431,6 +384,10 @@ class Node:
                 message=f"turn {msg.turn_id} is not running; send the text as a new turn.request",
             )
         conv = await self.conversation(cid)
+        try:
+            msg = validate_input(msg, self.settings, conv.services.clock())
+        except InputRefused as exc:
+            return refusal(exc)
         answer = await conv.ask(UserInput(msg), timeout=ASK_TIMEOUT_S)
         assert isinstance(answer, Ack | ErrorReply)
         return answer

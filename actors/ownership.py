@@ -123,9 +123,11 @@ class ClusterOwnership:
 
     input_queue: str | None = None
 
-    def __init__(self, bus: Bus, node_id: str, *, lease_ttl_s: float) -> None:
+    def __init__(
+        self, bus: Bus, node_id: str, *, lease_ttl_s: float, node_ttl_s: float = 2.0
+    ) -> None:
         self.node_id = node_id
-        self.leases = KvLeases(bus, node_id, ttl_s=lease_ttl_s)
+        self.leases = KvLeases(bus, node_id, ttl_s=lease_ttl_s, node_ttl_s=node_ttl_s)
         self.durable = JetStreamCopy(bus, writer=node_id)
         self._heads: dict[str, int | None] = {}
         """The KV revision of each conversation's durable head as this node last wrote it."""
@@ -147,6 +149,7 @@ class ClusterOwnership:
                 await self.leases.release(cid)
             except BusError as exc:
                 log.warning("lease of %s not released: %s", cid, exc)
+        await self.leases.stop()
 
     async def claim(self, cid: str) -> bool:
         return await self.leases.acquire(cid)

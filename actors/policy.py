@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import Any, Literal, Protocol, TypeVar
 
 import messages
 from channels import strip_fence
@@ -21,9 +21,16 @@ from messages.ids import is_valid_name
 
 from . import events as ev
 from .decision_protocol import CallLedger, Notice, check_decision
+from .limits import check_config, check_defaults
 
 AGENT_SEND = "agent.send"
 MAX_FOLLOWUPS = 5
+MAX_CALLS = 5
+"""Tool calls one decision may make unless the turn's config says otherwise."""
+MAX_REFUSALS = 3
+"""Refused decisions in a row that fail a turn unless its config says otherwise."""
+
+T = TypeVar("T")
 
 
 class TurnDefaults(Protocol):
@@ -48,28 +55,32 @@ class TurnSettings:
     """Everything a turn's ``config`` may set, resolved against the node's defaults."""
 
     limits: ev.Limits
-    max_calls: int = 5
+    max_calls: int = MAX_CALLS
     grace_s: float = 0.75
     model: str = "extractive"
     tool_timeout_s: float = 60.0
 
     @classmethod
-    def parse(cls, config: Mapping[str, Any], defaults: TurnDefaults) -> TurnSettings:
-        """The settings of a turn (``max_tokens`` 0: no token budget); values of a wrong
-        type fall back to the node's defaults."""
-        budget = _int(config.get("max_tokens"), defaults.token_budget)
+    def parse(cls, config: Mapping[Any, Any], defaults: TurnDefaults) -> TurnSettings:
+        """The settings of a turn: ``config``'s values, else the node's (``max_tokens`` 0:
+        no token budget). Every value is of its type, finite and within its bound
+        (``actors.limits.CONFIG``, docs/limits.md); ``InputRefused`` (a ``SettingsError``)
+        names the first key that is not, an unknown key, or a default out of bounds."""
+        given = check_config(config)
+        check_defaults(defaults)
+        budget = _pick(given.max_tokens, defaults.token_budget)
         limits = ev.Limits(
-            max_iterations=_int(config.get("max_iterations"), defaults.max_iterations),
+            max_iterations=_pick(given.max_iterations, defaults.max_iterations),
             token_budget=budget if budget > 0 else None,
-            max_consecutive_refusals=_int(config.get("max_consecutive_refusals"), 3),
-            wait_timeout_s=_float(config.get("wait_timeout_s"), defaults.wait_timeout_s),
+            max_consecutive_refusals=_pick(given.max_consecutive_refusals, MAX_REFUSALS),
+            wait_timeout_s=float(_pick(given.wait_timeout_s, defaults.wait_timeout_s)),
         )
         return cls(
             limits=limits,
-            max_calls=_int(config.get("max_tool_calls_per_decision"), 5),
-            grace_s=_float(config.get("followup_grace_s"), defaults.followup_grace_s),
-            model=str(config.get("model") or defaults.model),
-            tool_timeout_s=_float(config.get("tool_timeout_s"), 0.0) or defaults.tool_timeout_s,
+            max_calls=_pick(given.max_tool_calls_per_decision, MAX_CALLS),
+            grace_s=float(_pick(given.followup_grace_s, defaults.followup_grace_s)),
+            model=_pick(given.model, defaults.model),
+            tool_timeout_s=float(_pick(given.tool_timeout_s, defaults.tool_timeout_s)),
         )
 
 
@@ -222,11 +233,5 @@ def _agent_problem(call: ev.ToolSpec) -> Notice | None:
     return None
 
 
-def _int(value: object, default: int) -> int:
-    return value if isinstance(value, int) and not isinstance(value, bool) else default
-
-
-def _float(value: object, default: float) -> float:
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return float(value)
-    return default
+def _pick(given: T | None, default: T) -> T:
+    return default if given is None else given

@@ -9,10 +9,12 @@ These are services handed down to the actors, never callbacks into the node.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from bus import Bus
 from storage import Store
@@ -62,22 +64,46 @@ class TaskEntry:
 class TaskBook:
     """The agent tasks sent by this node's turns, for routing DONE signals.
 
-    A task is *open* while unanswered and its turn runs. A DONE without ids goes to
-    the agent's oldest open task; when the agent has open tasks in more than one
-    turn the signal is ambiguous. Entries of ended turns stay (``keep`` of them) so a
-    late DONE still finds its conversation.
+    A task is *open* while unanswered and its turn runs (or is about to resume here).
+    A DONE without ids goes to the agent's oldest open task; when the agent has open
+    tasks in more than one turn the signal is ambiguous. Entries of ended turns stay
+    (``keep`` of them) so a late DONE still finds its conversation.
+
+    Durable: the tasks of a running turn are in its checkpoint (``actors.state``), so a
+    node that starts ``recover``s the open tasks of the turns a killed node left
+    mid-way; those turns are *resuming* until their queue message comes back and they
+    run again (``turn_started``), and a DONE for them waits for that (``wait_running``).
     """
 
     def __init__(self, keep: int = 10_000) -> None:
         self.keep = keep
         self._tasks: dict[str, TaskEntry] = {}
         self._running: dict[str, RunningTurn] = {}
+        self._resuming: dict[str, str] = {}
+        """Turns left mid-way in this node's store (turn id -> conversation id)."""
+        self._started: dict[str, asyncio.Event] = {}
 
     def add(self, entry: TaskEntry) -> None:
         self._tasks[entry.task_id] = entry
         while len(self._tasks) > self.keep:
             oldest = next(iter(self._tasks))
             del self._tasks[oldest]
+
+    def recover(self, unfinished: Iterable[tuple[str, Mapping[str, Any]]]) -> int:
+        """Take in the open tasks of turns stored ``running`` (``Store.unfinished_turns``);
+        returns how many tasks are open."""
+        count = 0
+        for cid, record in unfinished:
+            tid = str(record.get("turn_id") or "")
+            if not tid or tid in self._running:
+                continue
+            self._resuming[tid] = cid
+            for task in record.get("tasks", ()):
+                task_id, agent, answered = str(task[0]), str(task[1]), bool(task[3])
+                if task_id not in self._tasks:
+                    self.add(TaskEntry(task_id, agent, cid, tid, 0.0, answered))
+                count += not answered
+        return count
 
     def get(self, task_id: str) -> TaskEntry | None:
         return self._tasks.get(task_id)
@@ -89,20 +115,43 @@ class TaskBook:
 
     def turn_started(self, turn: RunningTurn) -> None:
         self._running[turn.turn_id] = turn
+        self._resuming.pop(turn.turn_id, None)
+        started = self._started.pop(turn.turn_id, None)
+        if started is not None:
+            started.set()
 
     def turn_ended(self, turn_id: str) -> None:
         self._running.pop(turn_id, None)
+        self._resuming.pop(turn_id, None)
+        started = self._started.pop(turn_id, None)
+        if started is not None:
+            started.set()
 
     def running(self, turn_id: str | None) -> RunningTurn | None:
         """The turn ``turn_id`` when it runs on this node."""
         return None if turn_id is None else self._running.get(turn_id)
 
+    def resuming(self, turn_id: str | None) -> bool:
+        """True when ``turn_id`` was left mid-way here and has not run again yet."""
+        return turn_id is not None and turn_id in self._resuming
+
+    async def wait_running(self, turn_id: str, timeout: float) -> RunningTurn | None:
+        """The turn once it runs here (within ``timeout`` seconds), else None."""
+        if turn_id in self._running:
+            return self._running[turn_id]
+        started = self._started.setdefault(turn_id, asyncio.Event())
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(started.wait(), timeout)
+        return self._running.get(turn_id)
+
     def open_tasks(self, agent: str) -> list[TaskEntry]:
-        """The agent's unanswered tasks of running turns, oldest first."""
+        """The agent's unanswered tasks of running (or resuming) turns, oldest first."""
         return [
             t
             for t in self._tasks.values()
-            if t.agent == agent and not t.answered and t.turn_id in self._running
+            if t.agent == agent
+            and not t.answered
+            and (t.turn_id in self._running or t.turn_id in self._resuming)
         ]
 
 

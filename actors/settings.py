@@ -15,9 +15,15 @@ from pathlib import Path
 from typing import Any
 
 from messages import new_id
+from storage import Quota
+from tools.confinement import SANDBOX_MODES
 from tools.workspace import WORKSPACE_MODES
 
 from .errors import McpConfigError, SettingsError
+from .limits import check_settings
+
+QUOTAS = ("quota_workspace_bytes", "quota_block_bytes", "quota_artifacts", "quota_artifact_bytes")
+"""The quota fields, each ``ACTLINE_QUOTA_*``."""
 
 
 def _default_node_id() -> str:
@@ -52,8 +58,9 @@ class NodeSettings:
     """``ACTLINE_TOOL_TIMEOUT``: one external tool call."""
     model_timeout_s: float = 600.0
     """``ACTLINE_MODEL_TIMEOUT``: one model call, first chunk to last."""
-    ack_wait_s: float = 30.0
-    """``ACTLINE_ACK_WAIT``: a turn request not marked in progress this long is redelivered."""
+    ack_wait_s: float = 2.0
+    """``ACTLINE_ACK_WAIT``: a turn request not marked in progress this long is redelivered
+    (a live turn is marked every quarter of it, so only a dead node's turns come back)."""
     max_active_turns: int = 64
     """``ACTLINE_MAX_TURNS``: turns (queued or running) one node takes at once."""
     streamers: int = 32
@@ -75,8 +82,23 @@ class NodeSettings:
     """``ACTLINE_EXEC_TIMEOUT``: wall-clock limit of one code.exec_python run."""
     exec_memory_mb: int = 512
     """``ACTLINE_EXEC_MEMORY_MB``: address-space limit of one code.exec_python run."""
+    sandbox: str = "auto"
+    """``ACTLINE_SANDBOX``: the kernel layer under code.exec_python: ``auto`` (Landlock, else
+    bubblewrap, else code.exec_python is refused), ``landlock``, ``bwrap`` (refused when not
+    available, never replaced) or ``unconfined`` (audit hook only: code can reach the store)."""
     http_allowed_hosts: str = ""
     """``ACTLINE_HTTP_ALLOW``: comma-separated hosts http.fetch may reach ("" = any)."""
+    quota_workspace_bytes: int = 256 << 20
+    """``ACTLINE_QUOTA_WORKSPACE_BYTES``: bytes of ``files/`` versions one conversation may
+    store, history included (0: no limit; ``storage.quota`` says what each quota counts)."""
+    quota_block_bytes: int = 256 << 20
+    """``ACTLINE_QUOTA_BLOCK_BYTES``: bytes of stored blocks one conversation may reach through
+    tool results (a result past it is replaced by an error; 0: no limit)."""
+    quota_artifacts: int = 10_000
+    """``ACTLINE_QUOTA_ARTIFACTS``: stored ``outputs/`` and attachment versions of one
+    conversation (0: no limit)."""
+    quota_artifact_bytes: int = 1 << 30
+    """``ACTLINE_QUOTA_ARTIFACT_BYTES``: their bytes (0: no limit)."""
     cluster: bool = False
     """``ACTLINE_CLUSTER``: several nodes share this NATS: each conversation is leased to one
     node (a JetStream KV bucket) and every persisted round is copied to JetStream, so another
@@ -84,9 +106,32 @@ class NodeSettings:
     lease_ttl_s: float = 15.0
     """``ACTLINE_LEASE_TTL``: a conversation lease lapses this long after its node stops
     renewing it (renewed every third of it)."""
+    node_ttl_s: float = 2.0
+    """``ACTLINE_NODE_TTL``: cluster mode: a node whose beat (every quarter of this) stops for
+    this long is dead, and another node takes its conversations at once."""
+    result_retention_s: float = 7 * 24 * 3600.0
+    """``ACTLINE_RESULT_RETENTION``: how long the results stream keeps a ``turn.result`` (a
+    client that was disconnected fetches it until then; ``actline result TURN_ID``)."""
+    result_max_bytes: int = 0
+    """``ACTLINE_RESULT_MAX_BYTES``: a cap on the results stream's bytes, oldest dropped first
+    (0: none; nats-server reserves the cap on its JetStream storage when the stream is made)."""
     mcp_config: Path | None = None
     """``ACTLINE_MCP_CONFIG``: a JSON file of MCP servers (``{"mcpServers": {name: {command,
     args, env}}}``) whose tools join the registry."""
+    max_text_bytes: int = 262_144
+    """``ACTLINE_MAX_TEXT_BYTES``: a turn's or followup's text (UTF-8), docs/limits.md."""
+    max_feedback_bytes: int = 16_384
+    """``ACTLINE_MAX_FEEDBACK_BYTES``: a feedback's text (it is announced next turn)."""
+    max_attachment_bytes: int = 2_097_152
+    """``ACTLINE_MAX_ATTACHMENT_BYTES``: one inline attachment's data."""
+    max_attachments: int = 16
+    """``ACTLINE_MAX_ATTACHMENTS``: attachments of one turn request or followup."""
+    max_attachments_bytes: int = 4_194_304
+    """``ACTLINE_MAX_ATTACHMENTS_BYTES``: the inline data of one message's attachments."""
+    max_summary_bytes: int = 65_536
+    """``ACTLINE_MAX_SUMMARY_BYTES``: a DONE's summary and its artifacts' texts together."""
+    max_artifacts: int = 32
+    """``ACTLINE_MAX_ARTIFACTS``: artifacts of one DONE."""
 
     def __post_init__(self) -> None:
         if self.workspace_mode not in WORKSPACE_MODES:
@@ -96,6 +141,30 @@ class NodeSettings:
                 self.workspace_mode,
                 f"workspace mode {self.workspace_mode!r} is unknown: set ACTLINE_WORKSPACE={modes}",
             )
+        if self.sandbox not in SANDBOX_MODES:
+            raise SettingsError(
+                "ACTLINE_SANDBOX",
+                self.sandbox,
+                f"sandbox {self.sandbox!r} is unknown: set ACTLINE_SANDBOX="
+                + " or ".join(SANDBOX_MODES),
+            )
+        check_settings(self)  # turn defaults and size limits within docs/limits.md's bounds
+        for name in QUOTAS:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                var = _ENV[name][0]
+                reason = f"{var}={value!r} must be a whole number >= 0 (0: no limit)"
+                raise SettingsError(var, str(value), reason)
+
+    @property
+    def quota(self) -> Quota:
+        """The per-conversation limits of ``storage.quota`` (0: none)."""
+        return Quota(
+            workspace_bytes=self.quota_workspace_bytes,
+            block_bytes=self.quota_block_bytes,
+            artifacts=self.quota_artifacts,
+            artifact_bytes=self.quota_artifact_bytes,
+        )
 
     @property
     def workspaces_dir(self) -> Path:
@@ -162,10 +231,25 @@ _ENV: dict[str, tuple[str, type]] = {
     "builtin_tools": ("ACTLINE_BUILTIN_TOOLS", bool),
     "exec_timeout_s": ("ACTLINE_EXEC_TIMEOUT", float),
     "exec_memory_mb": ("ACTLINE_EXEC_MEMORY_MB", int),
+    "sandbox": ("ACTLINE_SANDBOX", str),
     "http_allowed_hosts": ("ACTLINE_HTTP_ALLOW", str),
+    "quota_workspace_bytes": ("ACTLINE_QUOTA_WORKSPACE_BYTES", int),
+    "quota_block_bytes": ("ACTLINE_QUOTA_BLOCK_BYTES", int),
+    "quota_artifacts": ("ACTLINE_QUOTA_ARTIFACTS", int),
+    "quota_artifact_bytes": ("ACTLINE_QUOTA_ARTIFACT_BYTES", int),
     "mcp_config": ("ACTLINE_MCP_CONFIG", Path),
+    "result_retention_s": ("ACTLINE_RESULT_RETENTION", float),
+    "result_max_bytes": ("ACTLINE_RESULT_MAX_BYTES", int),
     "cluster": ("ACTLINE_CLUSTER", bool),
     "lease_ttl_s": ("ACTLINE_LEASE_TTL", float),
+    "node_ttl_s": ("ACTLINE_NODE_TTL", float),
+    "max_text_bytes": ("ACTLINE_MAX_TEXT_BYTES", int),
+    "max_feedback_bytes": ("ACTLINE_MAX_FEEDBACK_BYTES", int),
+    "max_attachment_bytes": ("ACTLINE_MAX_ATTACHMENT_BYTES", int),
+    "max_attachments": ("ACTLINE_MAX_ATTACHMENTS", int),
+    "max_attachments_bytes": ("ACTLINE_MAX_ATTACHMENTS_BYTES", int),
+    "max_summary_bytes": ("ACTLINE_MAX_SUMMARY_BYTES", int),
+    "max_artifacts": ("ACTLINE_MAX_ARTIFACTS", int),
 }
 
 

@@ -3,12 +3,29 @@
 All nodes share one work-queue stream capturing ``al.turn.submit`` and one durable
 pull consumer (``bus.WorkQueue``). A node pulls one request at a time while it has
 room (``max_active_turns``), keeps each message *in progress* while its turn waits or
-runs (a heartbeat every ``ack_wait / 3``), acks it once the result is published
+runs (a heartbeat every ``ack_wait / 4``), acks it once the result is published
 (``settle``) and hands it back at once when another node owns the conversation
-(``requeue``, or ``defer`` for a moment while that node holds the lease). A node that
-dies leaves its messages unacked: after ``ack_wait`` they go to another node, which
-resumes each turn from the persisted timeline. An undecodable request becomes a
-dead letter and is terminated (never redelivered).
+(``requeue``, or ``defer`` for a moment while that node holds the lease). An
+undecodable request becomes a dead letter and is terminated (never redelivered).
+
+Order (issue 18): a conversation's turns run in the order they were submitted, once,
+whatever crashes. The queue is the record of unfinished turns: a message leaves the
+stream only when its turn's result is stored and published. So before a request is
+handed to its conversation, the node looks at the unsettled messages stored before
+it (from the stream's first sequence up to the request's own): when one of them is a
+turn of the same conversation that does not run (or wait) on this node, the request
+is deferred, and it is taken only once that earlier turn has settled or runs here.
+Requests read for that check are remembered by sequence (a settled one never comes
+back), so the check costs one stream-info request plus a read of each unsettled
+message this node has not seen yet. An earlier turn running here is fine: the
+conversation actor runs its turns in arrival order.
+
+Crashes: a node that dies leaves its messages unacked: after ``ack_wait`` (2 s by
+default) they are redelivered (to the restarted node or another), and each turn
+resumes from its own persisted rounds, before any later turn of its conversation.
+
+Self-healing: a stream or consumer deleted under a running node is recreated (with
+a warning) on the next failed pull, or within ``CHECK_EVERY_S`` when pulls go quiet.
 
 Cancellation: ``stop`` cancels the pull loop and the heartbeat and naks what is in
 flight; the handler passed to ``start`` runs in the pull loop's task.
@@ -20,6 +37,7 @@ import asyncio
 import contextlib
 import logging
 import random
+import time
 from collections.abc import Awaitable, Callable
 
 import messages
@@ -29,7 +47,9 @@ from messages import DeadLetter, DecodeError, TurnRequest
 log = logging.getLogger(__name__)
 
 DEFER_S = 0.2
-"""How long a turn of a conversation leased to another node stays out of the queue."""
+"""How long a deferred request (leased elsewhere, or behind an earlier turn) stays out."""
+CHECK_EVERY_S = 5.0
+"""How often a quiet pull loop checks that its stream and consumer still exist."""
 
 Take = Callable[[TurnRequest], Awaitable[bool]]
 """Hands a request to its conversation; False when it must be deferred (leased elsewhere)."""
@@ -46,18 +66,29 @@ class TurnQueue:
         self._inflight: dict[str, list[QueueItem]] = {}
         self._room = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
+        self._seen: dict[str, dict[int, str]] = {}
+        """Requests read and not known settled: conversation id -> stream sequence -> turn."""
+        self._seen_upto = 0
+        """Every sequence below this one was read (those not in ``_seen`` are settled)."""
+        self._conversation: dict[str, str] = {}
+        """The conversation of each turn in flight here."""
+        self._checks = 0
         self.taken = 0
         self.settled = 0
         self.deferred = 0
         """Turn requests handed back because another node held the conversation's lease."""
+        self.ordered = 0
+        """Turn requests held back behind an unfinished earlier turn of their conversation."""
+        self.healed = 0
+        """Times the stream or consumer was found missing and recreated."""
 
     @property
     def active(self) -> int:
         return len(self._inflight)
 
-    async def start(self, take: Take) -> None:
+    async def _open(self) -> WorkQueue:
         subjects = self.bus.subjects
-        self._queue = await WorkQueue.open(
+        return await WorkQueue.open(
             self.bus,
             name=subjects.turn_stream,
             subject=subjects.turn_submit,
@@ -65,6 +96,9 @@ class TurnQueue:
             ack_wait_s=self.ack_wait_s,
             max_msg_size=messages.MAX_PAYLOAD,
         )
+
+    async def start(self, take: Take) -> None:
+        self._queue = await self._open()
         self._room.set()
         self._tasks.append(asyncio.create_task(self._pull(take), name="queue:pull"))
         self._tasks.append(asyncio.create_task(self._heartbeat(), name="queue:heartbeat"))
@@ -80,12 +114,15 @@ class TurnQueue:
                 with contextlib.suppress(BusError):
                     await item.nak()
         self._inflight.clear()
+        self._conversation.clear()
         if self._queue is not None:
             await self._queue.close()
             self._queue = None
 
     async def settle(self, turn_id: str) -> None:
+        cid = self._conversation.pop(turn_id, "")
         for item in self._inflight.pop(turn_id, []):
+            self._forget(cid, item.stream_seq)
             try:
                 await item.ack()
             except BusError as exc:
@@ -94,6 +131,7 @@ class TurnQueue:
         self._room.set()
 
     async def requeue(self, turn_id: str) -> None:
+        self._conversation.pop(turn_id, None)
         for item in self._inflight.pop(turn_id, []):
             with contextlib.suppress(BusError):
                 await item.nak()
@@ -103,20 +141,29 @@ class TurnQueue:
         return list(self._inflight)
 
     async def _pull(self, take: Take) -> None:
-        assert self._queue is not None
+        checked = time.monotonic()
         while True:
             if self.max_active - len(self._inflight) <= 0:
                 self._room.clear()
                 await self._room.wait()
                 continue
             try:
-                item = await self._queue.pull(timeout=1.0)
+                queue = self._queue or await self._heal("it was not open")
+                if time.monotonic() - checked > CHECK_EVERY_S:
+                    checked = time.monotonic()
+                    if not await queue.healthy():
+                        queue = await self._heal("its stream or consumer is gone")
+                item = await queue.pull(timeout=1.0)
             except BusError as exc:
-                log.warning("turn queue fetch failed (%s); retrying", exc)
+                log.warning("turn queue fetch failed (%s); checking the stream", exc)
                 await asyncio.sleep(0.5)
+                with contextlib.suppress(BusError):
+                    if self._queue is None or not await self._queue.healthy():
+                        await self._heal(str(exc))
                 continue
             if item is None:
                 continue
+            checked = time.monotonic()
             try:
                 deferred = await self._take(item, take)
             except Exception:
@@ -127,30 +174,61 @@ class TurnQueue:
                 # the owner gets it, instead of this node fetching it back at once.
                 await asyncio.sleep(DEFER_S * (1.5 + random.random()))
 
+    async def _heal(self, why: str) -> WorkQueue:
+        """Recreate the stream and the consumer (their messages, if deleted, are gone)."""
+        log.warning(
+            "turn queue %s: %s; recreating it (submit again any turn sent meanwhile)",
+            self.bus.subjects.turn_stream,
+            why,
+        )
+        old, self._queue = self._queue, None
+        if old is not None:
+            await old.close()
+        self._queue = await self._open()
+        self._seen.clear()
+        self._seen_upto = 0
+        self.healed += 1
+        return self._queue
+
     async def _take(self, item: QueueItem, take: Take) -> bool:
         try:
             request = messages.decode(item.data)
         except DecodeError as exc:
-            await self._dead_letter(item, exc.reason)
+            await dead_letter(self.bus, item, exc.reason)
             return False
         if not isinstance(request, TurnRequest):
-            await self._dead_letter(item, f"expected turn.request, got {request.kind}")
+            await dead_letter(self.bus, item, f"expected turn.request, got {request.kind}")
             return False
         tid = request.turn_id
         if tid in self._inflight:  # a redelivery of a turn this node already runs
             self._inflight[tid].append(item)
             await item.in_progress()
             return False
+        self._note(item.stream_seq, request.conversation_id, tid)
+        earlier = await self._earlier(item.stream_seq, request.conversation_id, tid)
+        if earlier is not None:
+            self.ordered += 1
+            log.info(
+                "turn %s waits: turn %s of conversation %s came before it and is unfinished",
+                tid,
+                earlier,
+                request.conversation_id,
+            )
+            await item.nak(delay=DEFER_S)
+            return True
         self._inflight[tid] = [item]
+        self._conversation[tid] = request.conversation_id
         try:
             taken = await take(request)
         except BaseException:
             self._inflight.pop(tid, None)
+            self._conversation.pop(tid, None)
             with contextlib.suppress(BusError):
                 await item.nak()
             raise
         if not taken:
             self._inflight.pop(tid, None)
+            self._conversation.pop(tid, None)
             self.deferred += 1
             log.debug("turn %s deferred: its conversation is leased elsewhere", tid)
             await item.nak(delay=DEFER_S)
@@ -158,8 +236,61 @@ class TurnQueue:
         self.taken += 1
         return False
 
+    def _note(self, seq: int, cid: str, tid: str) -> None:
+        self._seen.setdefault(cid, {})[seq] = tid
+
+    def _forget(self, cid: str, seq: int) -> None:
+        seqs = self._seen.get(cid)
+        if seqs is not None:
+            seqs.pop(seq, None)
+            if not seqs:
+                del self._seen[cid]
+
+    def _prune(self, first: int) -> None:
+        """Drop what was read below the stream's first sequence (all of it settled)."""
+        for cid, seqs in list(self._seen.items()):
+            for at in [at for at in seqs if at < first]:
+                del seqs[at]
+            if not seqs:
+                del self._seen[cid]
+
+    async def _earlier(self, seq: int, cid: str, tid: str) -> str | None:
+        """The turn id of an unsettled request of ``cid`` stored before ``seq`` that does
+        not run here (None: nothing holds this request back)."""
+        assert self._queue is not None
+        first = await self._queue.first_seq()
+        self._checks += 1
+        if self._checks % 1000 == 0:
+            self._prune(first)
+        for at in range(max(first, self._seen_upto), seq):  # requests not read here yet
+            got = await self._queue.get(at)
+            if got is None:
+                continue
+            try:
+                other = messages.decode(got[1])
+            except DecodeError:
+                continue  # a dead letter on its way out
+            if isinstance(other, TurnRequest):
+                self._note(at, other.conversation_id, other.turn_id)
+        self._seen_upto = max(self._seen_upto, seq + 1)
+        seqs = self._seen.get(cid, {})
+        for at in sorted(seqs):
+            other_tid = seqs[at]
+            if at >= seq:
+                break
+            if at < first:  # settled: the stream's first sequence moved past it
+                del seqs[at]
+                continue
+            if other_tid == tid or other_tid in self._inflight:
+                continue
+            if await self._queue.get(at) is None:  # settled since it was read
+                del seqs[at]
+                continue
+            return other_tid
+        return None
+
     async def _heartbeat(self) -> None:
-        period = max(self.ack_wait_s / 3.0, 0.05)
+        period = max(self.ack_wait_s / 4.0, 0.05)
         while True:
             await asyncio.sleep(period)
             for items in list(self._inflight.values()):
@@ -167,15 +298,17 @@ class TurnQueue:
                     with contextlib.suppress(BusError):
                         await item.in_progress()
 
-    async def _dead_letter(self, item: QueueItem, reason: str) -> None:
-        log.warning("undecodable turn request (%d bytes): %s", len(item.data), reason)
-        letter = DeadLetter(
-            subject=item.subject,
-            reason=reason,
-            raw=bytes(item.data[:65536]),
-            raw_size=len(item.data),
-        )
-        with contextlib.suppress(BusError):
-            await self.bus.publish(self.bus.subjects.deadletter, letter)
-        with contextlib.suppress(BusError):
-            await item.term()
+
+async def dead_letter(bus: Bus, item: QueueItem, reason: str) -> None:
+    """Republish an undecodable queue message on ``deadletter`` and drop it for good."""
+    log.warning("undecodable message on %s (%d bytes): %s", item.subject, len(item.data), reason)
+    letter = DeadLetter(
+        subject=item.subject,
+        reason=reason,
+        raw=bytes(item.data[:65536]),
+        raw_size=len(item.data),
+    )
+    with contextlib.suppress(BusError):
+        await bus.publish(bus.subjects.deadletter, letter)
+    with contextlib.suppress(BusError):
+        await item.term()

@@ -5,7 +5,17 @@ from __future__ import annotations
 import importlib
 import sys
 
-BENCHMARKS = ["cluster", "bus", "cache", "channels", "loop", "memsearch", "render", "storage"]
+BENCHMARKS = [
+    "cluster",
+    "bus",
+    "cache",
+    "channels",
+    "loop",
+    "memsearch",
+    "render",
+    "resume",
+    "storage",
+]
 
 
 def main(argv: list[str]) -> int:

@@ -23,6 +23,7 @@ publishes meanwhile) and re-subscribes everything when it comes back.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import os
 from collections import Counter
@@ -135,6 +136,7 @@ class Bus:
         self.counters: Counter[str] = Counter()
         self._connected = asyncio.Event()
         self._reconnected = asyncio.Condition()
+        self._reconnect_hooks: list[Callable[[], None]] = []
         if nc.is_connected:
             self._connected.set()
 
@@ -193,6 +195,23 @@ class Bus:
         self._connected.set()
         async with self._reconnected:
             self._reconnected.notify_all()
+        for hook in list(self._reconnect_hooks):
+            try:
+                hook()
+            except Exception:
+                log.exception("a reconnect hook failed")
+
+    def on_reconnect(self, hook: Callable[[], None]) -> Callable[[], None]:
+        """Call ``hook()`` after each reconnect (subscriptions are back by then); returns
+        the function that removes it. A hook must not block: it starts a task if it
+        has work to do (what was published while disconnected, say)."""
+        self._reconnect_hooks.append(hook)
+
+        def remove() -> None:
+            with contextlib.suppress(ValueError):
+                self._reconnect_hooks.remove(hook)
+
+        return remove
 
     async def close(self) -> None:
         """Drain subscriptions and close the connection."""
@@ -288,6 +307,7 @@ class Bus:
         *,
         timeout: float = 2.0,
         msg_id: str | None = None,
+        headers: dict[str, str] | None = None,
     ) -> int:
         """Publish ``msg`` to the stream that captures ``subject`` and wait until it is
         stored; returns its stream sequence.
@@ -295,9 +315,10 @@ class Bus:
         Raises ``NoStream`` when no stream captures the subject, ``RequestTimeout``,
         ``NotConnected`` or another ``JetStreamError``. With ``msg_id``, a repeat within
         the stream's duplicate window is stored once (the first sequence is returned).
+        ``headers`` are stored with the message.
         """
         return await self.publish_stored_bytes(
-            subject, self._encode(msg), timeout=timeout, msg_id=msg_id
+            subject, self._encode(msg), timeout=timeout, msg_id=msg_id, headers=headers
         )
 
     async def publish_stored_bytes(
@@ -307,14 +328,17 @@ class Bus:
         *,
         timeout: float = 2.0,
         msg_id: str | None = None,
+        headers: dict[str, str] | None = None,
     ) -> int:
         """``publish_stored`` of bytes already encoded (or deliberately malformed, in tests)."""
         if self._nc.is_closed:
             raise NotConnected("publish after close()")
-        headers = {"Nats-Msg-Id": msg_id} if msg_id else None
+        sent = dict(headers or {})
+        if msg_id:
+            sent["Nats-Msg-Id"] = msg_id
         try:
             ack = await self._nc.jetstream(timeout=timeout).publish(
-                subject, data, timeout=timeout, headers=headers
+                subject, data, timeout=timeout, headers=sent or None
             )
         except nats.js.errors.NoStreamResponseError:
             raise NoStream(subject) from None

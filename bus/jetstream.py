@@ -13,8 +13,9 @@ consumers come from ``messages.Subjects``.
   and aged-out keys read as None; ``create`` succeeds over a delete marker (and
   over a key aged out by the bucket TTL, which leaves no marker).
 - ``EventLog``: a LIMITS stream, one subject per conversation; ``append`` may
-  dedupe by message id (within the server's duplicate window) and
-  ``next_after`` walks one subject with direct gets.
+  dedupe by message id (within the server's duplicate window),
+  ``next_after`` walks one subject and ``last`` reads its newest message, with
+  direct gets.
 
 Errors: every method raises ``bus.errors`` types only: ``JetStreamError``
 subclasses, ``RequestTimeout`` (no answer within the timeout) or
@@ -143,6 +144,10 @@ class QueueItem:
     deliveries: int
     stream_seq: int
     _msg: Msg = field(repr=False, compare=False)
+    headers: dict[str, str] = field(default_factory=dict, compare=False)
+    """The message's NATS headers (the JetStream ones included)."""
+    stored_at: float = 0.0
+    """When the stream stored the message (epoch seconds)."""
 
     async def _send(self, action: str, *, delay: float | None = None) -> None:
         if getattr(self._msg, "_ackd", False):
@@ -208,6 +213,7 @@ class WorkQueue:
         psub: JetStreamContext.PullSubscription,
         ack_wait_s: float,
         timeout: float,
+        js: JetStreamContext | None = None,
     ) -> None:
         self.name = name
         self.subject = subject
@@ -215,6 +221,7 @@ class WorkQueue:
         self.ack_wait_s = ack_wait_s
         self._psub = psub
         self._timeout = timeout
+        self._js = js
 
     @classmethod
     async def open(
@@ -266,7 +273,41 @@ class WorkQueue:
                 actual,
                 ack_wait_s,
             )
-        return cls(name, subject, consumer, psub, actual, timeout)
+        return cls(name, subject, consumer, psub, actual, timeout, js)
+
+    async def healthy(self) -> bool:
+        """False when the stream or the consumer is gone (deleted by someone): reopen it."""
+        try:
+            await self._psub.consumer_info()
+        except nats.js.errors.NotFoundError:
+            return False
+        except nats.errors.Error as exc:
+            raise translate(exc, "consumer info", target=self.name, timeout=self._timeout) from None
+        return True
+
+    async def first_seq(self) -> int:
+        """The lowest stream sequence still held: every message below it was acked (or
+        terminated); messages from it on are unsettled or already settled out of order."""
+        js = self._js
+        assert js is not None
+        try:
+            info = await js.stream_info(self.name)
+        except nats.errors.Error as exc:
+            raise translate(exc, "stream info", target=self.name, timeout=self._timeout) from None
+        return int(info.state.first_seq or 0)
+
+    async def get(self, seq: int) -> tuple[str, bytes] | None:
+        """The message at stream sequence ``seq`` as ``(subject, data)`` (None: settled)."""
+        js = self._js
+        assert js is not None
+        try:
+            msg = await js.get_msg(self.name, seq=seq)
+        except nats.js.errors.NotFoundError:
+            return None
+        except nats.errors.Error as exc:
+            what = f"read seq {seq}"
+            raise translate(exc, what, target=self.name, timeout=self._timeout) from None
+        return str(msg.subject), bytes(msg.data or b"")
 
     async def pull(self, timeout: float = 1.0) -> QueueItem | None:
         """The next message, or None when none came within ``timeout`` seconds."""
@@ -286,6 +327,8 @@ class WorkQueue:
                 int(meta.num_delivered),
                 int(meta.sequence.stream),
                 msg,
+                dict(msg.headers or {}),
+                meta.timestamp.timestamp() if meta.timestamp is not None else 0.0,
             )
         return None
 
@@ -453,9 +496,18 @@ class EventLog:
         subjects: str,
         max_msg_size: int,
         replicas: int = 1,
+        max_age_s: float | None = None,
+        max_bytes: int | None = None,
+        max_msgs_per_subject: int | None = None,
         timeout: float = DEFAULT_TIMEOUT,
     ) -> EventLog:
-        """Create the stream on ``subjects`` (file storage, direct gets) if missing."""
+        """Create the stream on ``subjects`` (file storage, direct gets) if missing.
+
+        ``max_age_s``, ``max_bytes`` and ``max_msgs_per_subject`` are LIMITS retention's
+        limits (None: none); the oldest messages go first. The server reserves
+        ``max_bytes`` of its JetStream storage for the stream. An existing stream keeps
+        its own limits.
+        """
         js = _context(bus, timeout)
         config = StreamConfig(
             name=name,
@@ -465,9 +517,20 @@ class EventLog:
             max_msg_size=max_msg_size,
             allow_direct=True,
             num_replicas=replicas,
+            max_age=max_age_s,
+            max_bytes=max_bytes,
+            max_msgs_per_subject=max_msgs_per_subject or -1,
+            # The duplicate window may not be longer than the age limit (0: 2 min).
+            duplicate_window=min(120.0, max_age_s) if max_age_s else 0,
         )
         await _ensure_stream(js, config, timeout)
         return cls(name, js, timeout)
+
+    @classmethod
+    def bind(cls, bus: Bus, *, name: str, timeout: float = DEFAULT_TIMEOUT) -> EventLog:
+        """A reader of the stream ``name`` that never creates it: reads of a stream that
+        does not exist raise ``StreamMissing``."""
+        return cls(name, _context(bus, timeout), timeout)
 
     def _error(self, exc: Exception, operation: str) -> BusError:
         if isinstance(exc, nats.js.errors.NoStreamResponseError | nats.errors.NoRespondersError):
@@ -506,6 +569,17 @@ class EventLog:
         if at < start:
             return None
         return at, bytes(msg.data or b"")
+
+    async def last(self, subject: str) -> tuple[int, bytes] | None:
+        """The last message on ``subject`` as ``(seq, data)``; None when there is none
+        (one direct get)."""
+        try:
+            msg = await self._js.get_msg(self.name, subject=subject, direct=True)
+        except nats.js.errors.NotFoundError:
+            return None
+        except nats.errors.Error as exc:
+            raise self._error(exc, f"read last of {subject}") from None
+        return int(msg.seq or 0), bytes(msg.data or b"")
 
     async def get(self, seq: int) -> tuple[str, bytes] | None:
         """The message at stream sequence ``seq`` as ``(subject, data)``; None when absent."""

@@ -174,7 +174,7 @@ class CompositeJsonStreamer:
                 self._esc = "\\"
                 continue
             if is_key:  # the closing quote
-                self._key = "".join(self._key_parts)
+                self._key = _pairs("".join(self._key_parts))
                 self._state = "colon"
             else:
                 self._end_value()
@@ -250,6 +250,11 @@ class CompositeJsonStreamer:
             self._end_value()
         self._state = "done"
         return self._out
+
+
+def _pairs(key: str) -> str:
+    """A key with ``\\uXXXX`` surrogate pairs joined and lone surrogates as U+FFFD, as in values."""
+    return key.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
 def _has_surrogate(text: str) -> bool:

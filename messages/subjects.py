@@ -51,6 +51,11 @@ class Subjects:
         """The ``turn.result`` of one turn."""
         return f"{self.prefix}.result.{_token(turn_id, 'turn id')}"
 
+    @property
+    def results_all(self) -> str:
+        """Every turn's ``turn.result``: the subjects of the results stream (wildcard)."""
+        return f"{self.prefix}.result.>"
+
     def agent_inbox(self, agent: str) -> str:
         """Where an outside agent receives its ``agent.task``."""
         if not is_valid_name(agent):
@@ -149,6 +154,11 @@ class Subjects:
         return self._resource("LEASES")
 
     @property
+    def nodes_bucket(self) -> str:
+        """The KV bucket of live nodes: one key per node, kept alive by its beat (``AL_NODES``)."""
+        return self._resource("NODES")
+
+    @property
     def heads_bucket(self) -> str:
         """The KV bucket of the durable copy's heads (``AL_HEADS``)."""
         return self._resource("HEADS")
@@ -157,6 +167,21 @@ class Subjects:
     def blocks_stream(self) -> str:
         """The stream of persisted rounds on ``blocks_all`` (``AL_BLOCKS``)."""
         return self._resource("BLOCKS")
+
+    @property
+    def done_stream(self) -> str:
+        """The work-queue stream that stores ``agent_done`` signals (``AL_DONES``)."""
+        return self._resource("DONES")
+
+    @property
+    def done_consumer(self) -> str:
+        """The durable pull consumer all nodes share on the DONE stream."""
+        return "nodes"
+
+    @property
+    def results_stream(self) -> str:
+        """The stream that keeps every ``turn.result`` on ``results_all`` (``AL_RESULTS``)."""
+        return self._resource("RESULTS")
 
     @staticmethod
     def kv_key(conversation_id: str) -> str:

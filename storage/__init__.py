@@ -3,15 +3,17 @@
 See ``storage.store`` for the layout, the transaction and locking rules.
 """
 
-from . import artifacts
+from . import artifacts, quota
 from .errors import (
     DiskFull,
     NotStored,
+    QuotaExceeded,
     RevisionConflict,
     SequenceGap,
     StorageError,
     StoreFull,
 )
+from .quota import Quota, Usage
 from .store import Loaded, Store
 from .workspace import FileStat, Workspace
 
@@ -20,11 +22,15 @@ __all__ = [
     "FileStat",
     "Loaded",
     "NotStored",
+    "Quota",
+    "QuotaExceeded",
     "RevisionConflict",
     "SequenceGap",
     "StorageError",
     "Store",
     "StoreFull",
+    "Usage",
     "Workspace",
     "artifacts",
+    "quota",
 ]

@@ -7,7 +7,9 @@ Hierarchy::
     ├── DiskFull           the file system has no room left (path)
     ├── SequenceGap        blocks that would leave a gap or overlap (expected, got)
     ├── RevisionConflict   a check-and-set write against a newer revision (expected, actual)
-    └── NotStored          nothing stored under a key or path (kind, key)
+    ├── NotStored          nothing stored under a key or path (kind, key)
+    └── QuotaExceeded      a write would take a conversation past a quota
+                           (conversation_id, quota, usage, limit, needed)
 
 Every error keeps its fields and pickles. A failed write transaction commits
 nothing: what was committed before it is intact.
@@ -93,3 +95,43 @@ class NotStored(StorageError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.kind, self.key))
+
+
+class QuotaExceeded(StorageError):
+    """A write would take conversation ``conversation_id`` past its quota ``quota``.
+
+    ``quota`` names the counter (``workspace_bytes``, ``block_bytes``, ``artifacts``,
+    ``artifact_bytes``; the setting is ``quota_<name>``), ``usage`` is what the conversation
+    holds, ``limit`` the quota and ``needed`` what the write would add. Nothing was written.
+    """
+
+    def __init__(
+        self, conversation_id: str, quota: str, usage: int, limit: int, needed: int
+    ) -> None:
+        self.conversation_id = conversation_id
+        self.quota = quota
+        self.usage = usage
+        self.limit = limit
+        self.needed = needed
+        unit = "" if quota == "artifacts" else " bytes"
+        super().__init__(
+            f"quota_{quota} exceeded in conversation {conversation_id}: this write needs "
+            f"{needed:,}{unit} more, {usage:,} of {limit:,}{unit} are used; nothing was written "
+            "(make the output smaller, or delete files to make room)"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (
+            type(self),
+            (self.conversation_id, self.quota, self.usage, self.limit, self.needed),
+        )
+
+    def as_dict(self) -> dict[str, Any]:
+        """The fields, for a tool result the model and programs read."""
+        return {
+            "code": "quota_exceeded",
+            "quota": f"quota_{self.quota}",
+            "usage": self.usage,
+            "limit": self.limit,
+            "needed": self.needed,
+        }

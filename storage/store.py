@@ -20,6 +20,8 @@ One LMDB environment per node with named databases (keys are bytes)::
     index      <cid>/<revision>/<i:06d>    -> msgpack memsearch row, written with its blocks
     vectors    <model>:<sha256 of a text>  -> float16 embedding of that text (a cache shared
                                               by every conversation of the node)
+    usage      <cid>                       -> msgpack per-conversation counters, written with
+                                              what they count (see ``storage.quota``)
     artifacts, artrefs, workspace: see their modules.
 
 Persisting a turn (``append_turn``) is one write transaction that writes only
@@ -63,6 +65,7 @@ from messages.ids import is_valid_id
 from timeline import Block, Timeline
 from timeline.snapshot import split
 
+from . import quota
 from .errors import (
     DiskFull,
     NotStored,
@@ -85,6 +88,7 @@ DATABASES = (
     "hrows",
     "turns",
     "vectors",
+    "usage",
 )
 DEFAULT_MAP_SIZE = 64 << 20
 DEFAULT_MAX_MAP_SIZE = 1 << 40
@@ -471,15 +475,20 @@ class Store:
             for i, seq in enumerate(seqs):
                 if seq != next_seq + i:
                     raise SequenceGap(cid, next_seq + i, seq)
+            grown = 0  # the conversation's stored block bytes, counted with the blocks
             for seq, path, data in payloads:
                 txn.put(block_key(cid, seq), data, db=self.db["blocks"], overwrite=False)
+                grown += len(data)
                 if path:
                     txn.put(path_key(cid, path, seq), b"", db=self.db["paths"])
             for seq, data in updates:
                 key = block_key(cid, seq)
-                if txn.get(key, db=self.db["blocks"]) is None:
+                old = txn.get(key, db=self.db["blocks"])
+                if old is None:
                     raise NotStored("block", key.decode())
+                grown += len(data) - len(old)
                 txn.put(key, data, db=self.db["blocks"])
+            quota.add_txn(self, txn, cid, quota.Usage(block_bytes=grown))
             for turn, of_turn in by_turn.items():
                 self._log_turn(txn, cid, turn, of_turn)
             for i, row in enumerate(memsearch):
@@ -635,6 +644,8 @@ class Store:
                         break
             txn.delete(cid.encode(), db=self.db["snapshots"])
             txn.delete(cid.encode() + CURSOR_SUFFIX, db=self.db["snapshots"])
+            held = quota.usage_txn(self, txn, cid)
+            quota.set_txn(self, txn, cid, replace(held, block_bytes=0))
 
         self.write(wipe)
         return self.append_turn(
@@ -713,6 +724,12 @@ class Store:
         header, rows, blocks = self.read(fn)
         return Loaded(Timeline.restore(header, blocks, rows=rows), header)
 
+    def usage(self, cid: str) -> quota.Usage:
+        """What ``cid`` holds against its quotas: block, workspace and artifact counters
+        (one read; ``storage.quota`` says what each counts)."""
+        check_id(cid)
+        return self.read(lambda txn: quota.usage_txn(self, txn, cid))
+
     def turn_log(self, cid: str, turn_id: str) -> dict[str, Any]:
         raw = self.read(lambda txn: txn.get(f"{cid}/{turn_id}".encode(), db=self.db["turnlog"]))
         if raw is None:
@@ -749,6 +766,21 @@ class Store:
         key = f"{check_id(cid)}/{check_id(turn_id)}".encode()
         raw = self.read(lambda txn: txn.get(key, db=self.db["turns"]))
         return None if raw is None else dict(unpack(raw))
+
+    def unfinished_turns(self) -> list[tuple[str, dict[str, Any]]]:
+        """``(conversation id, checkpoint)`` of every turn whose record says ``running``:
+        turns a killed node left mid-way (their open agent tasks are in the checkpoint)."""
+
+        def fn(txn: lmdb.Transaction) -> list[tuple[str, dict[str, Any]]]:
+            out: list[tuple[str, dict[str, Any]]] = []
+            for key, raw in txn.cursor(db=self.db["turns"]):
+                record = unpack(raw)
+                if isinstance(record, dict) and record.get("status") == "running":
+                    cid = bytes(key).decode().rsplit("/", 1)[0]
+                    out.append((cid, dict(record)))
+            return out
+
+        return self.read(fn)
 
     def get_vectors(self, keys: Sequence[str]) -> dict[str, bytes]:
         """Cached embeddings by key (``<model>:<sha256 of the text>``); absent keys left out."""

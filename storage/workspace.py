@@ -36,6 +36,12 @@ for a tombstone. Resolving one file is one cursor seek to ``<rel>\\x00<ordinal>`
 of a rel are contiguous and in turn order; a folder is a key range. LMDB keys hold at most 511
 bytes, so a rel whose key would be longer (rels reach 1024 characters) is keyed by its digest
 under ``h`` and found by scanning that (rarely used) range.
+
+Quotas (``storage.quota``): every write and delete updates the conversation's counters in its
+own transaction; a ``files/`` or ``outputs/`` write that would take a counter past the
+workspace's ``Quota`` raises ``QuotaExceeded`` before anything is put (attachments are counted,
+never refused). ``check_room`` checks a batch of writes at once, so a tool stores it whole or
+not at all.
 """
 
 from __future__ import annotations
@@ -43,7 +49,7 @@ from __future__ import annotations
 import hashlib
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypedDict, TypeVar
 
 import lmdb
@@ -53,12 +59,15 @@ from timeline.paths import FI_AREAS, FOLLOWUP_AREA, LogicalPath, fi_path, format
 
 from . import artifacts
 from .errors import NotStored
+from .quota import Quota, Usage, add_txn, usage_txn
 from .store import Store, pack, unpack
 
 __all__ = ["DURABLE_AREAS", "FileStat", "Workspace"]
 
 T = TypeVar("T")
 DURABLE_AREAS = ("files",)
+ENFORCED_AREAS = ("files", "outputs")
+"""Areas whose writes a quota may refuse (the ones tools write); attachments are only counted."""
 ORD_DIGITS = 8
 _SEP = b"\x00"
 _DRIVE_RE = re.compile(r"[A-Za-z]:[\\/]")
@@ -120,6 +129,16 @@ def _refuse_absolute(turn_id: str, area: str, rel: str) -> None:
         raise PathError("absolute_path", f"fi:{turn_id}.{area}/{rel}", detail)
 
 
+def _delta(area: str, size: int | None, old: dict[str, Any] | None) -> Usage:
+    """How the counters change when a version of ``size`` bytes (None: a tombstone) replaces
+    ``old``, the version of the same turn (None when there is none)."""
+    was = None if old is None or old.get("deleted") else int(old.get("size", 0))
+    grow = (size or 0) - (was or 0)
+    if area == "files":
+        return Usage(workspace_bytes=grow)
+    return Usage(artifacts=(size is not None) - (was is not None), artifact_bytes=grow)
+
+
 def _refuse_folder(path: str, rel: str) -> None:
     if rel.endswith("/"):
         raise PathError("bad_segment", path, "a folder is not a file; end the path with a name")
@@ -128,11 +147,13 @@ def _refuse_folder(path: str, rel: str) -> None:
 class Workspace:
     """The ``fi:`` files of one conversation, every version kept, addressed by turn."""
 
-    def __init__(self, store: Store, conversation_id: str) -> None:
+    def __init__(self, store: Store, conversation_id: str, *, quota: Quota | None = None) -> None:
         if not conversation_id or "\x00" in conversation_id:
             raise ValueError(f"conversation id must be non-empty without NUL: {conversation_id!r}")
         self.store = store
         self.conversation_id = conversation_id
+        self.quota = quota if quota is not None else Quota()
+        """The conversation's limits (``Quota()``: the documented defaults)."""
         self._db = store.db["workspace"]
         self._cid = conversation_id.encode()
         self._max_key = store.env.max_key_size()
@@ -270,12 +291,52 @@ class Workspace:
                 current = self._version_txn(txn, area, rel, ordinal)
                 if current is None or current.get("deleted"):
                     raise NotStored("file", path)
-            else:
+            delta = _delta(
+                area, None if data is None else len(data), self._same_turn(txn, area, rel, ordinal)
+            )
+            if area in ENFORCED_AREAS:  # before the bytes are put: a refused write costs nothing
+                self.quota.check(self.conversation_id, self._usage_txn(txn), delta)
+            if data is not None:
                 full["sha"] = artifacts.put_txn(self.store, txn, data)
             self._replace_txn(txn, area, rel, ordinal, full)
+            add_txn(self.store, txn, self.conversation_id, delta)
             return path
 
         return self.store.write(fn)
+
+    def _same_turn(
+        self, txn: lmdb.Transaction, area: str, rel: str, ordinal: int
+    ) -> dict[str, Any] | None:
+        """The version of ``rel`` written in the turn of ``ordinal`` itself, or None."""
+        raw = txn.get(self._file_prefix(area, rel) + self._ord(ordinal), db=self._db)
+        return None if raw is None else dict(unpack(raw))
+
+    def _usage_txn(self, txn: lmdb.Transaction) -> Usage:
+        return usage_txn(self.store, txn, self.conversation_id)
+
+    def usage(self) -> Usage:
+        """What the conversation holds against its quotas (``Store.usage``)."""
+        return self.store.read(self._usage_txn)
+
+    def check_room(self, turn_id: str, changes: Iterable[tuple[str, str, int | None]]) -> Usage:
+        """``QuotaExceeded`` unless every change fits at once: ``(area, rel, size)`` writes
+        a version of ``size`` bytes in ``turn_id``, ``(area, rel, None)`` deletes one.
+
+        Returns what the changes would add. A check, not a reservation: the writes that
+        follow are each checked again (serialise them with the conversation's file lock).
+        """
+        items = list(changes)
+
+        def fn(txn: lmdb.Transaction) -> Usage:
+            ordinal = self._ordinal_txn(txn, turn_id, create=False)
+            delta = Usage()
+            for area, rel, size in items:
+                old = None if ordinal is None else self._same_turn(txn, area, rel, ordinal)
+                delta += _delta(area, size, old)
+            self.quota.check(self.conversation_id, self._usage_txn(txn), delta)
+            return delta
+
+        return self.store.read(fn)
 
     def write(
         self,

@@ -1,29 +1,35 @@
 """Child side of ``tools.sandbox``: confine this interpreter, then run the code read from stdin.
 
 ``tools.sandbox.run_python`` starts ``python -I -B -u -X utf8 _sandbox_runner.py CONFIG`` with
-a clean environment and the workspace as its working directory. This module is stdlib only and
-the parent never imports it (tests do, to inspect the hook). In order, the runner:
+a clean environment and the workspace as its working directory, directly or inside bubblewrap
+(``tools.confinement``). This module is stdlib only; the parent imports it for
+``landlock_abi``, ``python_dirs`` and the path lists, tests to inspect the hook. In order, the
+runner:
 
 1. reads the code from stdin (so nothing is written into the workspace);
-2. applies Landlock when the kernel has it: the kernel then refuses, whatever the Python code
-   does, reads outside the allowed trees, writes outside the workspace and its temp dir,
-   executing any file, TCP bind/connect (ABI 4+) and signalling processes outside (ABI 6+);
+2. applies Landlock when the configuration says so (``"landlock": true``; it refuses to run
+   the code, reporting ``F<why>``, when the kernel cannot apply it): the kernel then refuses,
+   whatever the Python code does, reads outside the allowed trees, writes outside the
+   workspace and its temp dir, executing any file, TCP bind/connect (ABI 4+) and signalling
+   processes outside (ABI 6+);
 3. sets resource limits (address space, CPU seconds, file size, open files, no core dumps);
 4. narrows ``sys.path`` and ``sys.meta_path`` to the workspace and the Python installation;
 5. installs an audit hook (``sys.addaudithook``) that refuses, with a ``PermissionError`` that
    says why, writes outside the workspace, reads outside the allowed trees, new processes,
-   network calls, ctypes and the few interpreter features that could switch the hook off;
+   network calls, ctypes and the few interpreter features that could switch the hook off
+   (unless ``"audit_hook": false``: tests show what the kernel layer stops alone);
 6. runs the code as ``__main__`` (file name ``<code>``).
 
 Report channel: the runner writes lines to the inherited fd ``report_fd``: ``L<abi>`` once (the
-Landlock ABI applied, 0 for none), ``R<message>`` per refusal, ``M`` on a ``MemoryError``.
+Landlock ABI applied, 0 for none), ``R<message>`` per refusal, ``M`` on a ``MemoryError``,
+``F<message>`` when it did not run the code because its confinement could not be applied.
 
 The hook is built so that the code it guards cannot change what it checks: every function and
 value it uses is captured in closures when it is built (no global or builtin is looked up while
 it runs), paths are resolved with ``posix.lstat``/``readlink`` directly, and it never calls back
 into Python code the guarded code could have replaced. It is still an audit hook inside the
 guarded process, not a kernel boundary: C code (an extension module, SQLite's ``ATTACH``) does
-file I/O without audit events. Landlock is what stops those.
+file I/O without audit events. Landlock or bubblewrap is what stops those.
 """
 
 from __future__ import annotations
@@ -468,6 +474,34 @@ _NET_TCP = (1 << 0) | (1 << 1)  # bind and connect, ABI 4
 _SCOPE_ALL = (1 << 0) | (1 << 1)  # abstract unix sockets and signals, ABI 6
 
 
+def _libc() -> tuple[Any, Any] | None:
+    """libc's ``syscall`` and ``prctl`` through ctypes; None without ctypes."""
+    try:
+        import ctypes
+    except ImportError:
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        syscall = libc.syscall
+        syscall.restype = ctypes.c_long
+        prctl = libc.prctl
+    except (OSError, AttributeError):
+        return None
+    return syscall, prctl
+
+
+def landlock_abi() -> int:
+    """The Landlock ABI version this kernel offers, 0 when it has none; restricts nothing."""
+    found = _libc()
+    if found is None:
+        return 0
+    import ctypes
+
+    c_long = ctypes.c_long
+    abi = int(found[0](c_long(_SYS_LANDLOCK_CREATE_RULESET), None, c_long(0), c_long(1)))
+    return max(abi, 0)
+
+
 def apply_landlock(
     *,
     writable_dirs: Iterable[str],
@@ -476,17 +510,12 @@ def apply_landlock(
     writable_files: Iterable[str],
 ) -> int:
     """Restrict this process with Landlock; the ABI version applied, or 0 when unavailable."""
-    try:
-        import ctypes
-    except ImportError:
+    found = _libc()
+    if found is None:
         return 0
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        syscall = libc.syscall
-        syscall.restype = ctypes.c_long
-        prctl = libc.prctl
-    except (OSError, AttributeError):
-        return 0
+    import ctypes
+
+    syscall, prctl = found
     c_long = ctypes.c_long
     abi = int(syscall(c_long(_SYS_LANDLOCK_CREATE_RULESET), None, c_long(0), c_long(1)))
     if abi < 1:
@@ -674,15 +703,20 @@ def main(argv: Sequence[str]) -> int:
     interpreter = python_dirs()
     zones = zoneinfo_dirs()
 
-    abi = apply_landlock(
-        writable_dirs=(workspace, scratch),
-        readable_dirs=(*read_roots, *interpreter, *zones, *SYSTEM_LIBRARY_DIRS),
-        readable_files=(runner_file, *READABLE_DEVICES, *SYSTEM_LIBRARY_FILES),
-        writable_files=WRITABLE_DEVICES,
-    )
+    abi = 0
+    if config["landlock"]:
+        abi = apply_landlock(
+            writable_dirs=(workspace, scratch),
+            readable_dirs=(*read_roots, *interpreter, *zones, *SYSTEM_LIBRARY_DIRS),
+            readable_files=(runner_file, *READABLE_DEVICES, *SYSTEM_LIBRARY_FILES),
+            writable_files=WRITABLE_DEVICES,
+        )
     for name in [m for m in sys.modules if m == "ctypes" or m.startswith(("ctypes.", "_ctypes"))]:
         del sys.modules[name]
     os.write(report_fd, f"L{abi}\n".encode())
+    if config["landlock"] and abi == 0:
+        os.write(report_fd, b"FLandlock was chosen but this kernel did not apply it\n")
+        return 70
 
     _set_limits(
         int(config["memory_mb"]),
@@ -699,16 +733,17 @@ def main(argv: Sequence[str]) -> int:
     sys.argv = [CODE_FILENAME]
     linecache.cache[CODE_FILENAME] = (len(source), None, source.splitlines(True), CODE_FILENAME)
 
-    sys.addaudithook(
-        build_hook(
-            workspace=workspace,
-            writable_dirs=(workspace, scratch),
-            readable_dirs=(*read_roots, *interpreter, *zones),
-            readable_files=(runner_file, *READABLE_DEVICES),
-            writable_files=WRITABLE_DEVICES,
-            report_fd=report_fd,
+    if config["audit_hook"]:
+        sys.addaudithook(
+            build_hook(
+                workspace=workspace,
+                writable_dirs=(workspace, scratch),
+                readable_dirs=(*read_roots, *interpreter, *zones),
+                readable_files=(runner_file, *READABLE_DEVICES),
+                writable_files=WRITABLE_DEVICES,
+                report_fd=report_fd,
+            )
         )
-    )
     try:
         exec(compile(source, CODE_FILENAME, "exec"), module.__dict__)
     except MemoryError:

@@ -8,7 +8,12 @@ ToolExecutorActor of the node that serves the conversation (the decision loop se
   (``tools.sandbox``) whose working directory is the turn root: ``files/`` holds the active
   workspace, ``outputs/`` is for produced artifacts, pulled refs are read-only at
   ``../<turn>/...``. Writes anywhere else are refused. What the run wrote becomes ``fi:``
-  versions of the turn (files elsewhere in the root land in ``outputs/exec/``).
+  versions of the turn (files elsewhere in the root land in ``outputs/exec/``). A run whose
+  files would take the conversation past a quota stores none of them: the result is an error
+  naming the quota (``data["code"] == "quota_exceeded"``), with the run's output. The
+  kernel layer under it is ``BuiltinConfig.exec_sandbox`` (``ACTLINE_SANDBOX``, see
+  ``tools.confinement``); when that layer is unavailable every call is refused
+  (``data["code"] == "sandbox_unavailable"``) with what to install or set.
 - ``files.read(path)`` / ``files.write(path, content)``: text files of the workspace by logical
   path; writes only in the current turn's ``files/`` or ``outputs/``.
 - ``http.fetch(url)``: a page as text. Its ``data["sources"]`` row joins the conversation's
@@ -25,10 +30,11 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 from messages import ArtifactRef
-from storage import NotStored
+from storage import NotStored, QuotaExceeded
 from timeline.errors import PathError
 from timeline.paths import fi_path, parse_path
 
+from .confinement import choose
 from .http_fetch import FetchError, fetch
 from .react_files import current_target
 from .react_types import Notice
@@ -49,6 +55,8 @@ class BuiltinConfig:
 
     exec_timeout_s: float = 30.0
     exec_memory_mb: int = 512
+    exec_sandbox: str = "auto"
+    """The ``ACTLINE_SANDBOX`` mode: auto, landlock, bwrap or unconfined."""
     http_allowed_hosts: Collection[str] | None = None
     """None: any host."""
     http_timeout_s: float = 20.0
@@ -81,6 +89,12 @@ def register_builtins(registry: ToolRegistry, config: BuiltinConfig | None = Non
         files = ctx.files
         if files is None:
             return _no_files("code.exec_python")
+        confinement = await asyncio.to_thread(choose, cfg.exec_sandbox)
+        if not confinement.usable:
+            return ToolOutput(
+                error=confinement.detail,
+                data={"code": "sandbox_unavailable", "sandbox": cfg.exec_sandbox},
+            )
         timeout = min(float(params.get("timeout_s") or cfg.exec_timeout_s), cfg.exec_timeout_s)
         timeout = max(0.1, min(timeout, ctx.time_left() - 1.0))
         memory = min(int(params.get("memory_mb") or cfg.exec_memory_mb), cfg.exec_memory_mb)
@@ -93,14 +107,20 @@ def register_builtins(registry: ToolRegistry, config: BuiltinConfig | None = Non
                 timeout_s=timeout,
                 memory_mb=memory,
                 read_roots=[local.root],
+                sandbox=confinement,
             )
-            written = await asyncio.to_thread(local.collect, snapshot, ts=time.time())
+            over: QuotaExceeded | None = None
+            try:
+                written = await asyncio.to_thread(local.collect, snapshot, ts=time.time())
+            except QuotaExceeded as exc:  # checked before anything is read or stored
+                written, over = [], exc
         data: dict[str, Any] = {
             "exit_code": result.exit_code,
             "timed_out": result.timed_out,
             "memory_exceeded": result.memory_exceeded,
             "refused": list(result.refused),
             "duration_s": round(result.duration_s, 3),
+            "sandbox": result.confinement,
             "files": written,
         }
         lines = [f"exit code {result.exit_code} in {result.duration_s:.2f}s"]
@@ -111,7 +131,10 @@ def register_builtins(registry: ToolRegistry, config: BuiltinConfig | None = Non
         if written:
             lines.append("files written: " + ", ".join(written))
         error = None
-        if result.timed_out:
+        if over is not None:
+            error = f"{over}. The files this run wrote were not kept."
+            data.update(over.as_dict())
+        elif result.timed_out:
             error = f"the code ran past {timeout:g}s and was killed"
             data["code"] = "exec_timeout"
         elif result.memory_exceeded:
@@ -179,9 +202,12 @@ def register_builtins(registry: ToolRegistry, config: BuiltinConfig | None = Non
             return _refused(Notice("too_large", f"content over {MAX_WRITE_BYTES:,} bytes"))
         mime = mimetypes.guess_type(rel)[0] or "text/plain"
         async with files.lock:
-            written = await asyncio.to_thread(
-                files.workspace.write, files.turn_id, area, rel, data, mime=mime, ts=time.time()
-            )
+            try:
+                written = await asyncio.to_thread(
+                    files.workspace.write, files.turn_id, area, rel, data, mime=mime, ts=time.time()
+                )
+            except QuotaExceeded as exc:
+                return ToolOutput(error=str(exc), data=exc.as_dict())
         return ToolOutput(
             content=f"wrote {written} ({len(data)} bytes)",
             data={"path": written, "size": len(data)},

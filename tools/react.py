@@ -29,7 +29,7 @@ import re
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any, Final
 
-from storage import NotStored
+from storage import NotStored, QuotaExceeded
 from timeline import Block
 from timeline.blocks import (
     COMPLETION,
@@ -441,7 +441,12 @@ class ReactTools:
             return refuse(tool, "tool_unavailable", message)
         if not isinstance(params, Mapping):
             return refuse(tool, "bad_params", f"{tool}: params must be an object.")
-        return handler(params, ctx)
+        try:
+            return handler(params, ctx)
+        except QuotaExceeded as exc:  # react.write, patch, checkout: nothing was written
+            outcome = refuse(tool, "quota_exceeded", str(exc))
+            outcome.result.update(exc.as_dict())
+            return outcome
 
     # -- react.search_knowledge ------------------------------------------------------------------
 

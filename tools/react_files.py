@@ -15,7 +15,8 @@ goes through the ``WorkspaceBackend`` and, for pulled refs, the ``LocalTree``.
   not apply is a notice with the hunk; nothing is written.
 - ``react.checkout(paths, mode)``: ordered ``fi:<turn>.files/...`` refs (files or folders, later
   entries win) build the current turn's ``files/``: ``replace`` starts clean, ``overlay`` keeps
-  the files the refs do not name. A missing ref refuses the whole checkout.
+  the files the refs do not name. A missing ref refuses the whole checkout, and so does one
+  that would take the conversation past a quota (``QuotaExceeded``, checked before any write).
 - ``react.search_files(root, name_regex, content_regex, max_bytes, max_hits)``: lists files of
   the current turn (``files``/``workdir`` or ``outputs``/``outdir``, optionally ``/<sub>``) with
   sizes and logical paths, never content.
@@ -34,7 +35,7 @@ from timeline.paths import LogicalPath, fi_path, parse_path
 
 from .patching import PatchError, apply_patch, is_unified_diff
 from .react_types import Notice, ReactContext, ReactOutcome, failed, refuse
-from .workspace import WorkspaceBackend
+from .workspace import WorkspaceBackend, check_room
 
 __all__ = ["CHECKOUT_MODES", "SEARCH_ROOTS", "checkout", "current_target", "patch", "pull"]
 
@@ -325,6 +326,13 @@ def checkout(params: Mapping[str, Any], ctx: ReactContext) -> ReactOutcome:
         return ReactOutcome(failure, [], [Notice("checkout_missing_paths", message, tool)])
     workspace.begin_turn(ctx.turn_id)
     before = workspace.tree(ctx.turn_id, "files")
+    plan: list[tuple[str, str, int | None]] = []
+    if mode == "replace":
+        plan += [("files", rel, None) for rel in before if rel not in chosen]
+    for rel, (source, sha) in chosen.items():
+        if not (rel in before and before[rel]["sha"] == sha):
+            plan.append(("files", rel, workspace.stat(source)["size"]))
+    check_room(workspace, ctx.turn_id, plan)  # all of it fits, or nothing is changed
     removed: list[str] = []
     if mode == "replace":
         for rel in before:

@@ -3,13 +3,23 @@
 ``run_python`` starts ``python -I -B -u -X utf8 tools/_sandbox_runner.py`` in its own session
 (process group), with the workspace as working directory, a clean environment (``PATH``,
 ``LANG``, ``HOME`` = the workspace, ``TMPDIR`` = a private temp dir removed afterwards, plus the
-caller's ``env``; nothing of the parent's, so no API keys) and the code on stdin. The runner
-confines itself before the code runs (see ``tools/_sandbox_runner.py``):
+caller's ``env``; nothing of the parent's, so no API keys) and the code on stdin. A kernel
+layer, chosen once per process by ``tools.confinement`` (``ACTLINE_SANDBOX``, reported in
+``ExecResult.confinement``), sits under the runner's own confinement:
 
-- Landlock, when the kernel has it (``ExecResult.landlock_abi`` > 0): a kernel rule set that
-  allows reading only the workspace, the read roots, the Python installation and the system
-  libraries, writing only the workspace and the temp dir, executing nothing, and (ABI 4+) no
-  TCP, (ABI 6+) no signals to processes outside.
+- ``landlock`` (``ExecResult.landlock_abi`` > 0): a kernel rule set that allows reading only the
+  workspace, the read roots, the Python installation and the system libraries, writing only
+  the workspace and the temp dir, executing nothing, and (ABI 4+) no TCP, (ABI 6+) no signals
+  to processes outside.
+- ``bwrap``: the runner starts inside bubblewrap, whose mount namespace holds only those same
+  trees (the workspace and the temp dir the only writable ones, a private ``/tmp``), with no
+  network, its own pids and no capabilities. Exit statuses above 128 are read as signals (the
+  convention bubblewrap reports them with).
+- ``unconfined``: only what follows. Asked for explicitly, never a fallback: without Landlock
+  or bubblewrap, ``auto`` refuses to run code (``SandboxError("sandbox_unavailable")``).
+
+The runner then confines itself before the code runs (see ``tools/_sandbox_runner.py``):
+
 - Resource limits: address space ``memory_mb``, CPU seconds ``timeout_s + 1``, 256 MB per file,
   256 open files, no core dumps.
 - An audit hook that refuses, with a ``PermissionError`` naming the path or event, writes
@@ -20,9 +30,11 @@ confines itself before the code runs (see ``tools/_sandbox_runner.py``):
 Known limits: the audit hook lives inside the process it guards. It resists the easy ways of
 switching it off (it looks up no global or builtin while it runs, and the interpreter features
 that could reach into it are refused), but C code does file I/O without audit events: SQLite's
-``ATTACH``, any compiled extension in the environment, ``os.mknod``. Without Landlock those are
-not confined, and there is no limit on the total disk space written into the workspace. UDP is
-refused by the hook only. Running as root weakens everything but Landlock.
+``ATTACH``, any compiled extension in the environment, ``os.mknod``. Only the kernel layer
+confines those: under ``unconfined`` nothing does. There is no limit on the total disk space
+written into the workspace. UDP is refused by the hook only under Landlock (bubblewrap has no
+network at all). Running as root weakens everything but the kernel layer; bubblewrap also
+drops every capability.
 
 Timeouts: after ``timeout_s`` of wall-clock time the whole process group gets SIGKILL and the
 result says ``timed_out``. Output is read concurrently (a chatty child cannot block on a full
@@ -49,13 +61,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from .confinement import Confinement, bwrap_command, choose
 from .errors import ToolError
 
 __all__ = ["ExecResult", "SandboxError", "run_python"]
 
 log = logging.getLogger(__name__)
 
-RUNNER = Path(__file__).with_name("_sandbox_runner.py")
+RUNNER = Path(__file__).resolve().with_name("_sandbox_runner.py")
 FILE_SIZE_LIMIT_MB = 256
 OPEN_FILES_LIMIT = 256
 MIN_MEMORY_MB = 64
@@ -68,8 +81,10 @@ _CHILD_PATH = "/usr/local/bin:/usr/bin:/bin"
 class SandboxError(ToolError):
     """The sandbox could not run the code at all (a bad argument or a failed start).
 
-    ``code`` is ``bad_cwd``, ``bad_read_root``, ``bad_limit`` or ``start_failed``. Code that
-    runs and fails is not an error: it is an ``ExecResult`` with a non-zero exit code.
+    ``code`` is ``bad_cwd``, ``bad_read_root``, ``bad_limit``, ``start_failed`` or
+    ``sandbox_unavailable`` (no kernel layer as ``ACTLINE_SANDBOX`` asks; the message says what
+    to install or set). Code that runs and fails is not an error: it is an ``ExecResult`` with
+    a non-zero exit code.
     """
 
     def __init__(self, code: str, message: str) -> None:
@@ -84,7 +99,8 @@ class SandboxError(ToolError):
 @dataclass(frozen=True, slots=True)
 class ExecResult:
     """What one run did. ``exit_code`` is None when the sandbox killed the run (timeout);
-    a negative value is the signal that ended it. ``refused`` lists what the sandbox blocked."""
+    a negative value is the signal that ended it. ``refused`` lists what the sandbox blocked;
+    ``confinement`` is the kernel layer it ran under (``landlock``, ``bwrap``, ``unconfined``)."""
 
     exit_code: int | None
     stdout: str
@@ -95,6 +111,7 @@ class ExecResult:
     refused: tuple[str, ...] = ()
     truncated: bool = False
     landlock_abi: int = 0
+    confinement: str = "unconfined"
 
     @property
     def ok(self) -> bool:
@@ -111,11 +128,16 @@ async def run_python(
     read_roots: Sequence[Path] = (),
     max_output_chars: int = 50_000,
     env: Mapping[str, str] | None = None,
+    sandbox: str | Confinement = "auto",
+    audit_hook: bool = True,
 ) -> ExecResult:
     """Run ``code`` as ``__main__`` in a confined child whose working directory is ``cwd``.
 
-    Raises ``SandboxError`` when ``cwd`` or a read root is not an existing directory, a limit
-    is out of range, or the interpreter cannot start.
+    ``sandbox`` is an ``ACTLINE_SANDBOX`` mode or a ``Confinement`` already chosen.
+    ``audit_hook=False`` leaves the kernel layer alone in charge: tests use it to show what
+    that layer stops by itself. Raises ``SandboxError`` when ``cwd`` or a read root is not an
+    existing directory, a limit is out of range, the kernel layer asked for is unavailable, or
+    the interpreter cannot start.
     """
     workspace = _existing_dir(cwd, "bad_cwd", "the workspace")
     roots = [_existing(root) for root in read_roots]
@@ -131,7 +153,10 @@ async def run_python(
         )
     if not sys.executable:
         raise SandboxError("start_failed", "no Python interpreter to run (sys.executable is empty)")
-    scratch = tempfile.mkdtemp(prefix="actline-sandbox-")
+    confinement = await asyncio.to_thread(choose, sandbox) if isinstance(sandbox, str) else sandbox
+    if not confinement.usable:
+        raise SandboxError("sandbox_unavailable", confinement.detail)
+    scratch = _new_scratch()
     try:
         config = {
             "cwd": str(workspace),
@@ -141,6 +166,8 @@ async def run_python(
             "cpu_s": math.ceil(timeout_s) + 1,
             "file_mb": FILE_SIZE_LIMIT_MB,
             "nofile": OPEN_FILES_LIMIT,
+            "landlock": confinement.mode == "landlock",
+            "audit_hook": audit_hook,
         }
         child_env = {
             "PATH": _CHILD_PATH,
@@ -150,7 +177,9 @@ async def run_python(
             "MALLOC_ARENA_MAX": "2",  # glibc reserves 64 MB of address space per arena
             **(env or {}),
         }
-        return await _run(code, workspace, config, child_env, timeout_s, max_output_chars)
+        return await _run(
+            code, confinement, workspace, config, child_env, timeout_s, max_output_chars
+        )
     finally:
         await asyncio.to_thread(shutil.rmtree, scratch, True)
 
@@ -180,6 +209,7 @@ class _Capture:
 
 async def _run(
     code: str,
+    confinement: Confinement,
     workspace: Path,
     config: dict[str, Any],
     child_env: dict[str, str],
@@ -190,7 +220,16 @@ async def _run(
     read_fd, write_fd = os.pipe()
     report_pipe = os.fdopen(read_fd, "rb", buffering=0)
     config["report_fd"] = write_fd
-    argv = [sys.executable, "-I", "-B", "-u", "-X", "utf8", str(RUNNER), json.dumps(config)]
+    prefix: list[str] = []
+    python = sys.executable
+    if confinement.mode == "bwrap":
+        prefix, python = bwrap_command(
+            confinement,
+            workspace=str(workspace),
+            scratch=config["scratch"],
+            read_roots=config["read_roots"],
+        )
+    argv = [*prefix, python, "-I", "-B", "-u", "-X", "utf8", str(RUNNER), json.dumps(config)]
     started = loop.time()
     try:
         proc = await asyncio.create_subprocess_exec(
@@ -205,7 +244,7 @@ async def _run(
         )
     except OSError as exc:
         report_pipe.close()
-        raise SandboxError("start_failed", f"cannot start {sys.executable}: {exc}") from exc
+        raise SandboxError("start_failed", f"cannot start {argv[0]}: {exc}") from exc
     finally:
         os.close(write_fd)
     assert proc.stdin is not None and proc.stdout is not None and proc.stderr is not None
@@ -237,7 +276,11 @@ async def _run(
         report_pipe.close()
     duration = loop.time() - started
     returncode = proc.returncode
-    refused, memory, abi = _parse_report(bytes(report.data))
+    if confinement.mode == "bwrap" and returncode is not None and 128 < returncode < 160:
+        returncode = 128 - returncode  # bubblewrap's "128 + signal" of the child
+    refused, memory, abi, failure = _parse_report(bytes(report.data))
+    if failure:
+        raise SandboxError("sandbox_unavailable", f"{confinement.mode}: {failure}")
     timed_out = timed_out or returncode == -signal.SIGXCPU
     stdout, out_cut = out.text(max_chars)
     stderr, err_cut = err.text(max_chars)
@@ -251,10 +294,12 @@ async def _run(
         refused=refused,
         truncated=out_cut or err_cut,
         landlock_abi=abi,
+        confinement=confinement.mode,
     )
     log.info(
-        "sandbox run: exit %s in %.3fs, timed_out=%s memory_exceeded=%s, %d refusals, "
+        "sandbox run (%s): exit %s in %.3fs, timed_out=%s memory_exceeded=%s, %d refusals, "
         "stdout %d chars, stderr %d chars, landlock %d",
+        confinement.mode,
         result.exit_code,
         duration,
         timed_out,
@@ -292,13 +337,17 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
-def _parse_report(data: bytes) -> tuple[tuple[str, ...], bool, int]:
+def _parse_report(data: bytes) -> tuple[tuple[str, ...], bool, int, str]:
     refused: list[str] = []
     seen: set[str] = set()
     extra = 0
     memory = False
     abi: int | None = None
-    for line in data.split(b"\n"):
+    failure = ""
+    lines = data.split(b"\n")
+    if len(lines) > 1 and lines[0].startswith(b"L") and lines[1].startswith(b"F"):
+        failure = lines[1][1:].decode("utf-8", "replace")  # the runner's, before the code ran
+    for line in lines:
         if line.startswith(b"R"):
             message = line[1:].decode("utf-8", "replace")
             if message in seen:
@@ -315,7 +364,12 @@ def _parse_report(data: bytes) -> tuple[tuple[str, ...], bool, int]:
                 abi = int(line[1:])
     if extra:
         refused.append(f"... and {extra} more refusals")
-    return tuple(refused), memory, abi or 0
+    return tuple(refused), memory, abi or 0, failure
+
+
+def _new_scratch() -> str:
+    """A private temp dir, by its resolved name (bubblewrap binds it under that name)."""
+    return os.path.realpath(tempfile.mkdtemp(prefix="actline-sandbox-"))
 
 
 def _existing(path: Path) -> Path:

@@ -14,6 +14,11 @@ conversation) the open turn's root ``<root>/<turn>/`` holds ``files/`` (the acti
 historical refs read-only under their own turn roots ``<root>/<old turn>/...``, so they never
 change the active workspace; a file is "pulled" exactly when its read-only copy is on disk.
 ``end_turn`` clears the folders of the turn (in custom mode the store holds everything).
+
+Quotas: in custom mode what ``collect`` would store is sized on disk and checked against the
+conversation's quotas (``check_room``) before one byte is read: a run over a quota stores
+nothing and raises ``QuotaExceeded``. Git mode keeps its history in a repository on disk,
+outside the store's counters.
 """
 
 from __future__ import annotations
@@ -28,9 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Protocol
 
-from storage import FileStat, NotStored, Store, Workspace
+from storage import FileStat, NotStored, Quota, Store, Workspace
 from timeline.errors import PathError
-from timeline.paths import FI_AREAS, FOLLOWUP_AREA, LogicalPath, parse_path
+from timeline.paths import FI_AREAS, FOLLOWUP_AREA, LogicalPath, fi_path, parse_path
 
 __all__ = [
     "EXEC_OUTPUTS",
@@ -41,6 +46,7 @@ __all__ = [
     "Snapshot",
     "TurnFiles",
     "WorkspaceBackend",
+    "check_room",
     "open_workspace",
     "workspace_lines",
 ]
@@ -106,19 +112,34 @@ class CustomWorkspace(Workspace):
 
 
 def open_workspace(
-    mode: str, *, store: Store, root: str | os.PathLike[str], conversation_id: str
+    mode: str,
+    *,
+    store: Store,
+    root: str | os.PathLike[str],
+    conversation_id: str,
+    quota: Quota | None = None,
 ) -> WorkspaceBackend:
     """The workspace of ``conversation_id`` in ``mode`` (``custom`` or ``git``).
 
     ``root`` is the conversation's folder on disk (git mode keeps its repository there).
+    ``quota`` limits what the conversation stores (custom mode; ``Quota()`` by default).
     """
     if mode == "custom":
-        return CustomWorkspace(store, conversation_id)
+        return CustomWorkspace(store, conversation_id, quota=quota)
     if mode == "git":
         from .gitspace import GitWorkspace  # runs git; not needed in custom mode
 
         return GitWorkspace(root, conversation_id)
     raise ValueError(f"workspace mode {mode!r} is unknown; use one of {', '.join(WORKSPACE_MODES)}")
+
+
+def check_room(
+    workspace: WorkspaceBackend, turn_id: str, changes: list[tuple[str, str, int | None]]
+) -> None:
+    """``QuotaExceeded`` unless the changes fit the conversation's quotas all at once
+    (``storage.Workspace.check_room``); git mode stores outside the store and is not counted."""
+    if changes and isinstance(workspace, Workspace):
+        workspace.check_room(turn_id, changes)
 
 
 def _sha(data: bytes) -> str:
@@ -153,6 +174,8 @@ class Snapshot:
 
     turn_id: str
     files: dict[str, str] = field(default_factory=dict)
+    sizes: dict[str, int] = field(default_factory=dict)
+    """``area/rel`` -> size: a file whose size changed changed, without reading it."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -215,6 +238,7 @@ class LocalTree:
                     path.parent.mkdir(parents=True, exist_ok=True)
                     path.write_bytes(self.workspace.read(info["path"]))
                 snapshot.files[f"{area}/{rel}"] = info["sha"]
+                snapshot.sizes[f"{area}/{rel}"] = info["size"]
         return snapshot
 
     def collect(self, snapshot: Snapshot, *, ts: float | None = None) -> list[str]:
@@ -222,6 +246,7 @@ class LocalTree:
 
         New and changed files under files/ and outputs/ become versions of the turn, removed
         ones tombstones. Files written elsewhere in the turn root move to ``outputs/exec/``.
+        Sizes are checked against the quotas first: ``QuotaExceeded`` stores nothing.
         """
         turn_id = snapshot.turn_id
         base = self.turn_root(turn_id)
@@ -235,23 +260,35 @@ class LocalTree:
         for entry in sorted(base.iterdir()) if base.is_dir() else ():
             if entry.is_dir() and entry.name not in (*FI_AREAS, *HIDDEN_NAMES):
                 shutil.rmtree(entry, ignore_errors=True)
-        written: list[str] = []
+        changed: list[tuple[str, str, Path]] = []
         seen: set[str] = set()
         for area in TURN_AREAS:
             folder = base / area
             for path in _walk(folder):
                 key = f"{area}/{path.relative_to(folder).as_posix()}"
                 seen.add(key)
-                data = path.read_bytes()
-                if snapshot.files.get(key) == _sha(data):
-                    continue
+                if key in snapshot.files and snapshot.sizes.get(key) == path.stat().st_size:
+                    if snapshot.files[key] == _file_sha(path):
+                        continue
                 rel = key.split("/", 1)[1]
                 try:
-                    written.append(self.workspace.write(turn_id, area, rel, data, ts=ts))
+                    fi_path(turn_id, area, rel)
                 except PathError:
                     continue  # a name the path grammar refuses stays on disk only
-        for key in sorted(set(snapshot.files) - seen):
-            area, rel = key.split("/", 1)
+                changed.append((area, rel, path))
+        gone = [key.split("/", 1) for key in sorted(set(snapshot.files) - seen)]
+        plan: list[tuple[str, str, int | None]] = [
+            (area, rel, path.stat().st_size) for area, rel, path in changed
+        ]
+        check_room(self.workspace, turn_id, plan + [(area, rel, None) for area, rel in gone])
+        written: list[str] = []
+        for area, rel, path in changed:
+            data = path.read_bytes()
+            try:
+                written.append(self.workspace.write(turn_id, area, rel, data, ts=ts))
+            except PathError:
+                continue
+        for area, rel in gone:
             try:
                 self.workspace.delete(turn_id, area, rel, ts=ts)
             except NotStored:

@@ -3,7 +3,10 @@
 It uses plain nats-py and msgpack (no actline import) so that it proves an outside
 program can answer tasks with nothing but DESIGN.md §3.1: it listens on
 ``<prefix>.agent.<name>.inbox`` for ``agent.task`` maps and answers each one with
-``agent.done`` maps, by request, on the task's ``done_subject``.
+``agent.done`` maps on the task's ``done_subject``: published to JetStream (the DONE
+stream stores them; its acknowledgement says so) with the ``Actline-Reply`` header
+naming an inbox, where the node's verdict arrives (an ``ack`` whose detail starts
+with ``stored;`` means held until its turn runs: the final verdict follows).
 
     python tests/actors/agent_process.py --nats URL --prefix PREFIX --name reviewer \
         --mode normal|late|duplicate|wrong_agent|no_ids [--delay S]
@@ -59,17 +62,31 @@ def plan(task: dict[str, Any], name: str, mode: str) -> list[dict[str, Any]]:
     return [right]
 
 
+async def verdict_of(nc: Any, subject: str, payload: bytes, timeout: float) -> dict[str, Any]:
+    """Store one DONE and wait for the node's final verdict on a private inbox."""
+    inbox = nc.new_inbox()
+    sub = await nc.subscribe(inbox)
+    try:
+        await nc.jetstream().publish(subject, payload, headers={"Actline-Reply": inbox})
+        while True:
+            msg = await sub.next_msg(timeout=timeout)
+            reply = msgpack.unpackb(msg.data, raw=False, strict_map_key=False)
+            if not str(reply.get("detail") or "").startswith("stored;"):
+                return dict(reply)
+    finally:
+        await sub.unsubscribe()
+
+
 async def answer(nc: Any, task: dict[str, Any], args: argparse.Namespace) -> None:
     if args.mode == "late" and args.delay > 0:
         await asyncio.sleep(args.delay)
     for signal in plan(task, args.name, args.mode):
         payload = msgpack.packb(signal)
         try:
-            msg = await nc.request(str(task["done_subject"]), payload, timeout=args.timeout)
+            reply = await verdict_of(nc, str(task["done_subject"]), payload, args.timeout)
         except Exception as exc:  # report it to the test rather than dying silently
             emit({"event": "reply", "agent": signal["agent"], "error": repr(exc)})
             continue
-        reply = msgpack.unpackb(msg.data, raw=False, strict_map_key=False)
         emit(
             {
                 "event": "reply",
@@ -125,7 +142,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--name", required=True, help="the agent's name (its routing key)")
     parser.add_argument("--mode", choices=MODES, default="normal")
     parser.add_argument("--delay", type=float, default=1.0, help="seconds to wait in late mode")
-    parser.add_argument("--timeout", type=float, default=10.0, help="request timeout")
+    parser.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for a verdict")
     args = parser.parse_args(argv)
     try:
         asyncio.run(serve(args))

@@ -24,7 +24,9 @@ from actors.errors import (
     ClusterError,
     ConversationLost,
     CopyBroken,
+    DoneNotStored,
     HeadConflict,
+    InputRefused,
     McpConfigError,
     NodeNotStarted,
     NoTurnQueue,
@@ -54,6 +56,16 @@ CASES: list[tuple[type[Exception], tuple[Any, ...], dict[str, Any]]] = [
         SettingsError,
         ("ACTLINE_STREAMERS", "-1", "must be >= 0"),
         {"name": "ACTLINE_STREAMERS", "value": "-1", "reason": "must be >= 0"},
+    ),
+    (
+        InputRefused,
+        ("config.wait_timeout_s", "inf", "a finite number of seconds"),
+        {"field": "config.wait_timeout_s", "value": "inf", "limit": "a finite number of seconds"},
+    ),
+    (
+        DoneNotStored,
+        ("reviewer", 30.0, "no stream"),
+        {"agent": "reviewer", "within_s": 30.0, "reason": "no stream"},
     ),
     (
         RequestsFileError,

@@ -16,6 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import messages
+from actors.errors import InputRefused
 from actors.events import (
     AgentCall,
     AnswerDeferred,
@@ -694,12 +695,15 @@ def test_wire_messages_become_events() -> None:
     )
 
 
-def test_turn_limits_take_a_token_budget_and_valid_overrides_only() -> None:
-    config = {"max_tokens": 5000, "wait_timeout_s": 30, "max_consecutive_refusals": "many"}
+def test_turn_limits_take_a_token_budget_and_refuse_a_bad_override() -> None:
+    config = {"max_tokens": 5000, "wait_timeout_s": 30}
     parsed = TurnSettings.parse(config, NodeSettings())
     assert parsed.limits == Limits(
         max_iterations=15, token_budget=5000, wait_timeout_s=30.0, max_consecutive_refusals=3
     )
+    with pytest.raises(InputRefused) as refused:
+        TurnSettings.parse({**config, "max_consecutive_refusals": "many"}, NodeSettings())
+    assert refused.value.field == "config.max_consecutive_refusals"
     assert TurnSettings.parse({"max_iterations": 4}, NodeSettings()).limits == Limits(
         max_iterations=4, wait_timeout_s=600.0
     )

@@ -402,7 +402,7 @@ async def test_a_full_store_fails_the_turn_with_a_clear_error_and_the_node_serve
 ) -> None:
     store = Store(tmp_path / "small", map_size=1 << 20, max_map_size=1 << 20)
     model = Scripted({"big": [say("a", answer="never")], "small": [say("b", answer="Fine.")]})
-    node = await start_node(bus, tmp_path / "home", model, store=store)
+    node = await start_node(bus, tmp_path / "home", model, store=store, max_text_bytes=4 << 20)
     try:
         big = await run_turn(client, "x " * 1_500_000, "big")
         small = await run_turn(client, "hello", "small")

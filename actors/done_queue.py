@@ -1,0 +1,201 @@
+"""DONE signals from a durable stream: none is lost while no node runs (issue 18).
+
+A work-queue stream (``Subjects.done_stream``) captures ``al.agent.done``: an outside
+agent's DONE is stored the moment it is published (``Client.send_done`` waits for the
+stream's acknowledgement, retrying with backoff), and every node pulls from one
+durable consumer. A node hands each signal to ``route`` (the node's DONE routing):
+
+- a verdict (``Ack`` applied, or an ``ErrorReply`` such as ``no_outstanding_task``)
+  settles the signal: it is acked and the verdict sent to the sender's reply inbox,
+  named in the ``Actline-Reply`` header (a sender that is gone misses nothing: the
+  signal was applied or refused for good);
+- ``Later`` hands it back for a moment: its turn is resuming on this node after a
+  crash, or (cluster mode) another node may hold its task. The sender hears once that
+  the signal is stored and waits. A signal nobody takes within ``horizon_s`` gets
+  its verdict.
+
+An undecodable payload is a dead letter and is terminated. A signal being routed is
+kept *in progress*; a node that dies mid-way leaves it to be redelivered.
+
+Cancellation: ``stop`` cancels the pull loop and the signals being routed; those are
+redelivered after the consumer's ack wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+
+import messages
+from bus import Bus, BusError, QueueItem, WorkQueue
+from messages import Ack, DecodeError, DoneSignal, ErrorReply
+
+from .turn_queue import dead_letter
+
+log = logging.getLogger(__name__)
+
+REPLY_HEADER = "Actline-Reply"
+"""The header naming the inbox where the sender of a DONE waits for its verdict."""
+ACK_WAIT_S = 10.0
+"""The DONE consumer's ack wait (a signal being routed is marked every third of it)."""
+STORED = "stored;"
+"""How the detail of an ``Ack`` starts when the DONE is stored but not applied yet."""
+CONCURRENCY = 16
+"""DONE signals one node routes at once."""
+
+
+@dataclass(frozen=True, slots=True)
+class Later:
+    """Not yet: hand the signal back for ``delay_s`` seconds (``reason`` says why)."""
+
+    reason: str
+    delay_s: float = 1.0
+
+
+Route = Callable[[DoneSignal, float], Awaitable[messages.Message | Later]]
+"""Routes one signal (and its age in seconds since it was stored) to its turn."""
+
+
+class DoneQueue:
+    """Pulls DONE signals for one node and settles them."""
+
+    def __init__(self, bus: Bus, *, horizon_s: float) -> None:
+        self.bus = bus
+        self.horizon_s = horizon_s
+        self._queue: WorkQueue | None = None
+        self._task: asyncio.Task[None] | None = None
+        self._handling: set[asyncio.Task[None]] = set()
+        self._room = asyncio.Semaphore(CONCURRENCY)
+        self.applied = 0
+        self.refused = 0
+        self.held = 0
+
+    async def _open(self) -> WorkQueue:
+        subjects = self.bus.subjects
+        return await WorkQueue.open(
+            self.bus,
+            name=subjects.done_stream,
+            subject=subjects.agent_done,
+            consumer=subjects.done_consumer,
+            ack_wait_s=ACK_WAIT_S,
+            max_msg_size=messages.MAX_PAYLOAD,
+        )
+
+    async def start(self, route: Route) -> None:
+        self._queue = await self._open()
+        self._task = asyncio.create_task(self._pull(route), name="dones:pull")
+
+    async def stop(self) -> None:
+        tasks = [t for t in (self._task, *self._handling) if t is not None]
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        self._task = None
+        self._handling.clear()
+        if self._queue is not None:
+            await self._queue.close()
+            self._queue = None
+
+    async def _pull(self, route: Route) -> None:
+        while True:
+            await self._room.acquire()
+            try:
+                queue = self._queue or await self._heal("it was not open")
+                item = await queue.pull(timeout=1.0)
+            except BusError as exc:
+                self._room.release()
+                log.warning("DONE queue fetch failed (%s); checking the stream", exc)
+                await asyncio.sleep(0.5)
+                with contextlib.suppress(BusError):
+                    if self._queue is None or not await self._queue.healthy():
+                        await self._heal(str(exc))
+                continue
+            if item is None:
+                self._room.release()
+                continue
+            task = asyncio.create_task(self._handle(item, route), name="dones:route")
+            self._handling.add(task)
+            task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Task[None]) -> None:
+        self._handling.discard(task)
+        self._room.release()
+        if not task.cancelled() and task.exception() is not None:
+            log.error("routing a DONE failed", exc_info=task.exception())
+
+    async def _heal(self, why: str) -> WorkQueue:
+        log.warning("DONE stream %s: %s; recreating it", self.bus.subjects.done_stream, why)
+        old, self._queue = self._queue, None
+        if old is not None:
+            await old.close()
+        self._queue = await self._open()
+        return self._queue
+
+    async def _handle(self, item: QueueItem, route: Route) -> None:
+        reply = item.headers.get(REPLY_HEADER, "")
+        try:
+            signal = messages.decode(item.data)
+        except DecodeError as exc:
+            await dead_letter(self.bus, item, exc.reason)
+            await self._reply(reply, ErrorReply(code="decode_error", message=exc.reason))
+            return
+        if not isinstance(signal, DoneSignal):
+            reason = f"expected agent.done, got {signal.kind}"
+            await dead_letter(self.bus, item, reason)
+            await self._reply(reply, ErrorReply(code="unexpected_message", message=reason))
+            return
+        age = max(0.0, time.time() - item.stored_at)
+        beat = asyncio.create_task(self._beat(item), name="dones:beat")
+        try:
+            outcome = await route(signal, age)
+        except Exception as exc:
+            log.exception("DONE %s of %s could not be routed", signal.signal_id, signal.agent)
+            outcome = Later(f"{type(exc).__name__}: {exc}", 1.0)
+        finally:
+            beat.cancel()
+            await asyncio.gather(beat, return_exceptions=True)
+        if isinstance(outcome, Later) and age >= self.horizon_s:
+            outcome = ErrorReply(
+                code="no_outstanding_task",
+                message=f"no node took this DONE of {signal.agent} within "
+                f"{self.horizon_s:.0f} s ({outcome.reason}); nothing was applied",
+            )
+        if isinstance(outcome, Later):
+            self.held += 1
+            log.info("DONE %s of %s held: %s", signal.signal_id, signal.agent, outcome.reason)
+            if item.deliveries == 1:
+                await self._reply(
+                    reply,
+                    Ack(
+                        ref=signal.task_id or signal.turn_id or signal.agent,
+                        detail=f"{STORED} it is applied when its turn runs ({outcome.reason})",
+                    ),
+                )
+            with contextlib.suppress(BusError):
+                await item.nak(delay=outcome.delay_s)
+            return
+        if isinstance(outcome, ErrorReply):
+            self.refused += 1
+        else:
+            self.applied += 1
+        with contextlib.suppress(BusError):
+            await item.ack()
+        await self._reply(reply, outcome)
+
+    async def _beat(self, item: QueueItem) -> None:
+        while True:
+            await asyncio.sleep(ACK_WAIT_S / 3)
+            with contextlib.suppress(BusError):
+                await item.in_progress()
+
+    async def _reply(self, inbox: str, verdict: messages.Message) -> None:
+        if not inbox:
+            return
+        try:
+            await self.bus.publish(inbox, verdict)
+        except BusError as exc:
+            log.warning("could not send a DONE verdict to %s: %s", inbox, exc)

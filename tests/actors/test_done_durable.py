@@ -1,0 +1,171 @@
+"""DONEs and open agent tasks survive a node restart (issue 18): a real node process whose
+turn waits on the outside agent ``reviewer`` is SIGKILLed.
+
+A: the DONE (with its task id) is sent while no node runs: the sender is told it was stored
+and will be applied, and once the node is back the turn completes with the review.
+B: the node is restarted first, then ``actline done reviewer "..."`` (no ids) is run: it finds
+the open task, is applied, and the turn completes with the review.
+
+Every wait is on an event (the task on the agent's inbox, the ``waiting`` card, the ready
+line, the result) with a generous bound; none is a timing assertion.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+import messages
+from actors.client import Client
+from bus import Bus, EmbeddedNats, Envelope
+from messages import AgentTask, ErrorReply
+from storage import Store
+from timeline.blocks import SIGNAL_DONE
+
+from .killloop import ROOT, NodeOptions, NodeProcess
+
+pytestmark = pytest.mark.timeout(300)
+
+REVIEWER = "reviewer"
+QUESTION = "Check the retention settings and ask reviewer to review them"
+RESULT_S = 120.0
+"""Upper bound for the resumed turn's result (today's ack_wait is 30 s)."""
+
+
+class Inbox:
+    """The tasks sent to ``reviewer`` (this test plays the outside agent)."""
+
+    def __init__(self) -> None:
+        self.tasks: list[AgentTask] = []
+        self.changed = asyncio.Event()
+
+    async def on_task(self, msg: messages.Message, env: Envelope) -> None:
+        if isinstance(msg, AgentTask):
+            self.tasks.append(msg)
+            self.changed.set()
+
+    async def first(self, timeout: float = 60.0) -> AgentTask:
+        async with asyncio.timeout(timeout):
+            while not self.tasks:
+                self.changed.clear()
+                await self.changed.wait()
+        return self.tasks[0]
+
+
+def node(nats: EmbeddedNats, bus: Bus, home: Path) -> NodeProcess:
+    return NodeProcess(
+        nats.url,
+        bus.subjects.prefix,
+        home,
+        home.parent / "logs",
+        NodeOptions(model_delay_s=0.0),
+    )
+
+
+async def waiting_turn(
+    bus: Bus, client: Client, cid: str
+) -> tuple[AgentTask, asyncio.Future[messages.ReActResult]]:
+    """Submit the question; return once its task reached the reviewer and the turn waits
+    (the ``waiting`` card follows the commit of the round that sent the task)."""
+    inbox = Inbox()
+    await bus.subscribe(bus.subjects.agent_inbox(REVIEWER), inbox.on_task)
+    handle = await client.submit(QUESTION, conversation_id=cid)
+    task = await inbox.first()
+    await handle.wait_for("waiting", detail=REVIEWER, timeout=60)
+    assert task.turn_id == handle.turn_id and task.conversation_id == cid
+    return task, handle.result
+
+
+def applied(home: Path, cid: str) -> list[str]:
+    """The task ids of the conversation's stored ``signal.done`` blocks (DONEs applied)."""
+    with Store(home) as store:
+        return [
+            str((b.get("meta") or {}).get("task_id"))
+            for b in store.iter_blocks(cid)
+            if b["type"] == SIGNAL_DONE
+        ]
+
+
+async def actline_done(nats: EmbeddedNats, bus: Bus, home: Path, summary: str) -> tuple[int, str]:
+    """``actline done reviewer SUMMARY`` as a user runs it (no ids); exit code and output."""
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if k not in ("NATS_URL", "ANTHROPIC_API_KEY") and not k.startswith("ACTLINE_")
+    }
+    env |= {
+        "ACTLINE_HOME": str(home),
+        "ACTLINE_EMBEDDINGS": "off",
+        "ACTLINE_SUBJECT_PREFIX": bus.subjects.prefix,
+        "PYTHONPATH": str(ROOT),
+        "COLUMNS": "200",
+    }
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "actline",
+        "done",
+        REVIEWER,
+        summary,
+        "--nats",
+        nats.url,
+        cwd=ROOT,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await asyncio.wait_for(proc.communicate(), 120)
+    return int(proc.returncode or 0), out.decode(errors="replace")
+
+
+async def test_a_done_sent_while_no_node_runs_completes_the_turn_after_restart(
+    bus: Bus, nats_server: EmbeddedNats, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    proc = node(nats_server, bus, home)
+    client = Client(bus)
+    try:
+        await proc.start()
+        task, result = await waiting_turn(bus, client, "c-done-a")
+        await proc.kill()
+
+        verdict = await client.send_done(
+            REVIEWER, "retention is right", task_id=task.task_id, turn_id=task.turn_id
+        )
+        assert not isinstance(verdict, ErrorReply), verdict  # stored, to be applied
+
+        await proc.start()
+        answer = await asyncio.wait_for(asyncio.shield(result), RESULT_S)
+    finally:
+        await client.close()
+        await proc.stop()
+    assert answer.status == "completed", answer.error
+    assert f"{REVIEWER} reviewed this: retention is right" in answer.answer, answer.answer
+    assert applied(home, "c-done-a") == [task.task_id]  # the task outlived the node
+
+
+async def test_actline_done_without_ids_after_a_restart_finds_the_open_task(
+    bus: Bus, nats_server: EmbeddedNats, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    proc = node(nats_server, bus, home)
+    client = Client(bus)
+    try:
+        await proc.start()
+        _, result = await waiting_turn(bus, client, "c-done-b")
+        await proc.kill()
+        await proc.start()
+
+        code, out = await actline_done(nats_server, bus, tmp_path / "cli", "backups are fine")
+        assert code == 0 and "accepted" in out, out
+        answer = await asyncio.wait_for(asyncio.shield(result), RESULT_S)
+    finally:
+        await client.close()
+        await proc.stop()
+    assert answer.status == "completed", answer.error
+    assert f"{REVIEWER} reviewed this: backups are fine" in answer.answer, answer.answer
+    assert len(applied(home, "c-done-b")) == 1, applied(home, "c-done-b")

@@ -1,0 +1,46 @@
+"""Repeated SIGKILLs of a real node process during a batch of multi-turn conversations, compared
+with the same batch run without kills (issue 18): every conversation's turns are stored in the
+order they were submitted, each turn once and contiguous, and every turn is answered exactly
+once with the answer and status of the run without kills. Nothing is lost.
+
+The kill-to-result times are printed (``-s``), never asserted. See ``killloop`` for the batch,
+the pacings and where the kills land, ``killreport`` for the comparison.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from bus import EmbeddedNats
+
+from .killloop import KillPlan, plan_batch, run_batch
+from .killreport import Report, order_problems
+
+pytestmark = pytest.mark.timeout(600)
+
+CONVERSATIONS = 4
+TURNS = 3
+KILLS = 4
+
+
+async def test_turns_keep_their_order_and_answers_across_repeated_node_kills(
+    nats_server: EmbeddedNats, tmp_path: Path
+) -> None:
+    plans = plan_batch(CONVERSATIONS, TURNS)
+    reference = await run_batch(nats_server.url, tmp_path / "reference", plans)
+    assert not [t for t in reference.traces.values() if not t.results], "reference incomplete"
+    assert order_problems(reference) == []
+
+    run = await run_batch(
+        nats_server.url, tmp_path / "killed", plans, kills=KillPlan(kills=KILLS, seed=18)
+    )
+    report = Report.of(reference, run)
+    print("\n" + report.describe())  # the figures for the closing note (kill to result, ...)
+
+    assert report.kills >= 2 and report.kills_mid_turn >= 1, report.describe()
+    assert report.lost == [], report.describe()
+    assert report.answered_twice_differently == [], report.describe()
+    assert report.conversations_out_of_order == [], report.describe()
+    assert report.mismatches == [], report.describe()

@@ -1,0 +1,137 @@
+"""A conversation's turns run in submission order whatever holds an earlier one, and the
+queue heals when its stream is deleted under a running node (issue 18)."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import nats
+
+from actors.client import Client
+from bus import Bus, WorkQueue
+from messages import Subjects, TurnRequest
+from storage import Store
+
+from .harness import Scripted, say, start_node
+
+
+async def until(check: object, timeout: float = 20.0) -> None:
+    """Wait for ``check()`` to become true (polling: the condition is on the server)."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + timeout
+    while not await check():  # type: ignore[operator]
+        assert loop.time() < deadline, "the condition did not come true in time"
+        await asyncio.sleep(0.05)
+
+
+def turn_order(home: Path, cid: str) -> list[str]:
+    with Store(home) as store:
+        return [str(b["turn_id"]) for b in store.iter_blocks(cid) if b.get("type") == "turn.header"]
+
+
+async def test_a_later_turn_waits_while_an_earlier_one_is_held_by_a_dead_taker(
+    bus: Bus, subject_names: Subjects, tmp_path: Path
+) -> None:
+    model = Scripted({"c1": [say("one", answer="First."), say("two", answer="Second.")]})
+    node = await start_node(bus, tmp_path / "home", model, ack_wait_s=1.0)
+    await node.stop()  # the queue exists; the node is gone
+    # A taker that dies holding t1: it pulls t1 and never settles it (as a SIGKILL leaves it).
+    dead = await WorkQueue.open(
+        bus,
+        name=subject_names.turn_stream,
+        subject=subject_names.turn_submit,
+        consumer=subject_names.turn_consumer,
+        ack_wait_s=1.0,
+        max_msg_size=1 << 20,
+    )
+    client = Client(bus)
+    try:
+        first = await client.submit("first question", conversation_id="c1", turn_id="t1")
+        held = await dead.pull(timeout=5.0)
+        assert held is not None and held.stream_seq > 0
+        await dead.close()
+        second = await client.submit("second question", conversation_id="c1", turn_id="t2")
+        node = await start_node(bus, tmp_path / "home", model, ack_wait_s=1.0)
+        try:
+            r2 = await second.wait(30)
+            r1 = await first.wait(30)
+        finally:
+            await node.stop()
+        held_back = node.queue.ordered
+    finally:
+        await client.close()
+    assert (r1.answer, r2.answer) == ("First.", "Second.")
+    assert turn_order(tmp_path / "home", "c1") == ["t1", "t2"]
+    assert held_back >= 1  # t2 came first and was held back behind t1
+
+
+async def test_back_to_back_turns_of_one_conversation_are_not_held_back(
+    bus: Bus, tmp_path: Path
+) -> None:
+    outputs = [say(f"t{i}", answer=f"Answer {i}.") for i in range(4)]
+    model = Scripted({"c1": outputs})
+    node = await start_node(bus, tmp_path / "home", model)
+    client = Client(bus)
+    try:
+        handles = [
+            await client.submit(f"question {i}", conversation_id="c1", turn_id=f"t{i}")
+            for i in range(4)
+        ]
+        results = [await h.wait(30) for h in handles]
+    finally:
+        await client.close()
+        await node.stop()
+    assert [r.answer for r in results] == [f"Answer {i}." for i in range(4)]
+    assert turn_order(tmp_path / "home", "c1") == [f"t{i}" for i in range(4)]
+    assert node.queue.ordered == 0  # earlier turns ran here: no round trip to the queue
+
+
+async def test_a_deleted_turn_stream_is_recreated_and_serves_again(
+    bus: Bus, subject_names: Subjects, tmp_path: Path, caplog: object
+) -> None:
+    model = Scripted({"c1": [say("a", answer="Before.")], "c2": [say("b", answer="After.")]})
+    node = await start_node(bus, tmp_path / "home", model)
+    client = Client(bus)
+    try:
+        assert (await (await client.submit("q", conversation_id="c1")).wait(30)).answer == "Before."
+        nc = await nats.connect(bus.url)
+        js = nc.jetstream()
+        await js.delete_stream(subject_names.turn_stream)
+
+        async def back() -> bool:
+            try:
+                await js.stream_info(subject_names.turn_stream)
+            except nats.js.errors.NotFoundError:
+                return False
+            return True
+
+        await until(back, timeout=30)
+        await nc.close()
+        after = await client.submit("q", conversation_id="c2")
+        result = await after.wait(30)
+    finally:
+        await client.close()
+        await node.stop()
+    assert result.answer == "After."
+    assert node.queue.healed >= 1
+
+
+async def test_a_redelivered_request_of_a_finished_turn_is_answered_again_not_rerun(
+    bus: Bus, subject_names: Subjects, tmp_path: Path
+) -> None:
+    model = Scripted({"c1": [say("a", answer="Once.")]})
+    node = await start_node(bus, tmp_path / "home", model)
+    client = Client(bus)
+    try:
+        first = await (await client.submit("q", conversation_id="c1", turn_id="t1")).wait(30)
+        again = await client.submit_request(
+            TurnRequest(conversation_id="c1", turn_id="t1", text="q")
+        )
+        second = await again.wait(30)
+    finally:
+        await client.close()
+        await node.stop()
+    assert first.answer == second.answer == "Once."
+    assert model.models["c1"].calls == 1
+    assert turn_order(tmp_path / "home", "c1") == ["t1"]

@@ -1,0 +1,68 @@
+"""Dead owners are found by their beat: a killed node's conversations move within the node
+TTL, a live node's never do, and a node that was only stalled loses its lease cleanly."""
+
+from __future__ import annotations
+
+import asyncio
+
+from actors.leases import KvLeases
+from bus import Bus, EmbeddedNats
+
+
+async def leases(url: str, node: str) -> tuple[Bus, KvLeases]:
+    bus = await Bus.connect(url)
+    lease = KvLeases(bus, node, ttl_s=30.0, node_ttl_s=1.0)
+    await lease.start()
+    return bus, lease
+
+
+async def test_a_dead_node_s_lease_is_taken_over_and_a_live_one_s_is_not(
+    fresh_nats: EmbeddedNats,
+) -> None:
+    bus_a, a = await leases(fresh_nats.url, "a")
+    bus_b, b = await leases(fresh_nats.url, "b")
+    try:
+        assert await a.acquire("c1")
+        # b asks again and again over several node TTLs: a beats, so its lease holds
+        loop = asyncio.get_running_loop()
+        until = loop.time() + 2.5
+        while loop.time() < until:
+            assert not await b.acquire("c1")
+            await asyncio.sleep(0.1)
+        assert b.taken_over == 0
+        # a dies as a SIGKILL leaves it: no release, no goodbye, its beat just stops
+        assert a._beating is not None
+        a._beating.cancel()
+        await bus_a.close()
+        deadline = loop.time() + 10
+        while not await b.acquire("c1"):
+            assert loop.time() < deadline, "the dead node's lease was never taken over"
+            await asyncio.sleep(0.05)
+        assert b.taken_over == 1
+        assert await b.owner("c1") == "b"
+    finally:
+        await b.stop()
+        await bus_b.close()
+
+
+async def test_a_stalled_node_finds_its_lease_gone_at_its_next_renewal(
+    fresh_nats: EmbeddedNats,
+) -> None:
+    bus_a, a = await leases(fresh_nats.url, "a")
+    bus_b, b = await leases(fresh_nats.url, "b")
+    try:
+        assert await a.acquire("c1")
+        assert a._beating is not None
+        a._beating.cancel()  # a stalls: its beat stops but its connection stays
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + 10
+        while not await b.acquire("c1"):
+            assert loop.time() < deadline
+            await asyncio.sleep(0.05)
+        assert not await a.renew("c1")  # the revision moved: a drops the conversation
+        assert "c1" not in a.held
+        assert await b.renew("c1")
+    finally:
+        for lease, bus in ((a, bus_a), (b, bus_b)):
+            await lease.stop()
+            await bus.close()
