@@ -84,6 +84,9 @@ class Actor:
         self._task: asyncio.Task[None] | None = None
         self._children: set[asyncio.Task[Any]] = set()
         self._stopping = False
+        self._killed = False
+        """Set by ``kill``: the loop ends after the message at hand even if a handler
+        swallowed the cancellation (``asyncio.wait_for`` in Python 3.11 can)."""
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
@@ -116,6 +119,7 @@ class Actor:
     async def kill(self) -> None:
         """End now: queued messages are dropped (asks fail with ``ActorStopped``)."""
         self._stopping = True
+        self._killed = True
         if self._task is not None and not self._task.done():
             self._task.cancel()
             try:
@@ -166,6 +170,8 @@ class Actor:
                 if message is _STOP:
                     break
                 await self._handle(message)
+                if self._killed:
+                    break
         finally:
             await self._cancel_children()
             self._fail_queued()

@@ -5,16 +5,19 @@ Real parts: an embedded nats-server, ``python -m actors.node`` processes with th
 settings (the offline extractive model with a small per-chunk delay, ``examples/kb``), one
 node restarted on its home after each kill (single mode) or two or three cluster-mode nodes
 each restarted under its id (cluster mode), turns submitted by ``actors.client.Client``.
-The driver is ``tests/actors/killloop.py``; a run goes on batch after batch (fresh
-conversations each) until it has made the kills asked for.
+The driver is ``tests/actors/killloop.py``; a mode runs batch after batch (a fresh subject
+prefix and fresh homes each) until it has made the kills asked for.
 
-Reported per mode: kills survived (and how many landed while turns ran), turns compared,
-mismatches against the batch without kills (turns whose order, answer or status differ:
-must be 0), lost turns (must be 0), duplicate results, turns answered twice differently,
-conversations stored out of order, and the times from a kill to the next ``turn.accepted``
-of a turn that ran on the killed node (resume), to its result, and from the restarted node's
-ready line to that result; node process start times apart (Python imports, 2 shared cores).
-Exit status 1 when anything was lost or mismatched.
+The reference is the batch on one node without kills; cluster mode is also run without
+kills against it. Reported per mode: kills survived (and how many landed while turns ran),
+turns compared, mismatches (turns answered otherwise: lost, another status, answer or
+stored record, answered twice differently; plus conversations whose stored turns are out
+of submission order or interleaved: must be 0), lost turns (must be 0), duplicate results,
+and the times from a kill to the next ``turn.accepted`` of a turn that ran on the killed
+process (resume), to its result, and from the restarted node's ready line to that result;
+node process start times apart (Python imports, 2 shared cores). Exit status 1 when
+anything was lost or mismatched; the homes, node logs and each run's ``trace.json`` (the
+client's view) are then kept and their folder printed.
 
 ``python -m bench.resume --soak``: 60 kills per mode over 40 conversations of 4 turns.
 """
@@ -163,6 +166,7 @@ def _merge(
         "answered_twice_differently": total("answered_twice_differently"),
         "kill_to_resume": _stats(joined("kill_to_resume_s")),
         "kill_to_result": _stats(joined("kill_to_result_s")),
+        "quiet_kill_to_result": _stats(joined("quiet_kill_to_result_s")),
         "restart_to_result": _stats(joined("restart_to_result_s")),
         "node_start": _stats(joined("node_start_s")),
         "without_kills": calm.summary() if calm is not None else None,
@@ -177,7 +181,7 @@ def _merge(
 def _s(stats: dict[str, Any]) -> str:
     if not stats["n"]:
         return "-"
-    return f"{stats['p50_s']:.2f} / {stats['max_s']:.2f}"
+    return f"{stats['p50_s']:.2f} / {stats['max_s']:.2f} (n {stats['n']})"
 
 
 def _calm(summary: dict[str, Any] | None) -> str:
@@ -209,6 +213,7 @@ def _table(rows: list[dict[str, Any]], args: argparse.Namespace) -> Table:
         ("mismatches without kills", lambda r: _calm(r["without_kills"])),
         ("kill to resume p50 / max s", lambda r: _s(r["kill_to_resume"])),
         ("kill to result p50 / max s", lambda r: _s(r["kill_to_result"])),
+        ("  no other kill before it", lambda r: _s(r["quiet_kill_to_result"])),
         ("restart to result p50 / max s", lambda r: _s(r["restart_to_result"])),
         ("node start p50 / max s", lambda r: _s(r["node_start"])),
         (
@@ -218,7 +223,7 @@ def _table(rows: list[dict[str, Any]], args: argparse.Namespace) -> Table:
     ]
     for label, cell in lines:
         table.add_row(label, *(cell(r) for r in rows))
-    table.caption = f"{os.cpu_count()} cores (shared); times are p50 / max"
+    table.caption = f"{os.cpu_count()} cores (shared); times are p50 / max (samples)"
     return table
 
 

@@ -628,11 +628,14 @@ class Store:
 
         For a node that takes a conversation over from its durable copy elsewhere: blocks,
         path rows, turn log, memsearch rows, header rows and the header are replaced
-        (workspace files and turn records of other turns stay); ``rows`` are every header
-        row of the copy. Returns the new revision.
+        (workspace files and final turn records of other turns stay; the record of a
+        turn left running whose rounds the copy lacks is dropped, so the turn starts
+        again from its prompt); ``rows`` are every header row of the copy. Returns the
+        new revision.
         """
         check_id(cid)
         prefix = f"{cid}/".encode()
+        kept = set(turn_records or {})
 
         def wipe(txn: lmdb.Transaction) -> None:
             for name in ("blocks", "paths", "turnlog", "index", "hrows"):
@@ -644,6 +647,21 @@ class Store:
                         break
             txn.delete(cid.encode(), db=self.db["snapshots"])
             txn.delete(cid.encode() + CURSOR_SUFFIX, db=self.db["snapshots"])
+            # A turn this store saw running whose rounds the copy does not hold starts
+            # again from its prompt: its checkpoint here is ahead of the blocks now.
+            cursor = txn.cursor(db=self.db["turns"])
+            stale: list[bytes] = []
+            if cursor.set_range(prefix):
+                for key, value in cursor:
+                    if not bytes(key).startswith(prefix):
+                        break
+                    tid = bytes(key)[len(prefix) :].decode()
+                    record = unpack(value)
+                    if tid not in kept and isinstance(record, dict):
+                        if record.get("status") == "running":
+                            stale.append(bytes(key))
+            for key in stale:
+                txn.delete(key, db=self.db["turns"])
             held = quota.usage_txn(self, txn, cid)
             quota.set_txn(self, txn, cid, replace(held, block_bytes=0))
 

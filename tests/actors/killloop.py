@@ -6,7 +6,7 @@ test_kill_loop_cluster.py`` (cluster mode) and ``bench/resume.py`` (``make soak`
 
 A run (``run_batch``):
 
-- **nodes**: ``python -m actors.node`` processes (``NodeProcess``). Single mode: one process
+- **nodes**: ``python -m actors.node`` processes (``nodeprocs``). Single mode: one process
   on one home, restarted on the same home after each kill without ``--node-id`` (a new id
   each start, as ``actline serve`` with default settings). Cluster mode (``ACTLINE_CLUSTER``):
   two or three processes ``n1``.. each on its own home, a killed one restarted under the
@@ -36,10 +36,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
+import json
 import random
-import signal
-import sys
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Sequence
@@ -55,10 +53,7 @@ from messages import ReActResult, Subjects, TurnAccepted, TurnRequest, new_id
 from storage import Store
 from timeline.blocks import TURN_HEADER, USER_PROMPT
 
-ROOT = Path(__file__).resolve().parents[2]
-KB = ROOT / "examples" / "kb"
-READY_S = 60.0
-"""Upper bound for a node process to print its ready line (not a timing assertion)."""
+from .nodeprocs import Fleet, NodeOptions, NodeProcess
 
 Mode = Literal["single", "cluster"]
 Pacing = Literal["all_at_once", "after_accepted", "after_result"]
@@ -132,17 +127,6 @@ def plan_batch(conversations: int, turns: int) -> list[ConversationPlan]:
 
 
 @dataclass(frozen=True, slots=True)
-class NodeOptions:
-    """How the node processes run: everything not named here is the node's default."""
-
-    model_delay_s: float = 0.01
-    grace_s: float = 0.0
-    ack_wait_s: float | None = None
-    """None: the node's default (the figure issue 18 is about)."""
-    env: tuple[tuple[str, str], ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
 class KillPlan:
     """``kills`` SIGKILLs, seeded: the first right after the first turn of an "after
     accepted" conversation is accepted, then each either right after a ``turn.accepted``
@@ -152,108 +136,6 @@ class KillPlan:
     seed: int = 1
     after_accepted: float = 0.4
     delay_s: tuple[float, float] = (0.3, 2.0)
-
-
-# --- node processes -----------------------------------------------------------------------------
-
-
-class NodeProcess:
-    """One ``python -m actors.node`` process, started again on the same home after a kill."""
-
-    def __init__(
-        self,
-        url: str,
-        prefix: str,
-        home: Path,
-        logs: Path,
-        options: NodeOptions,
-        *,
-        node_id: str | None = None,
-        cluster: bool = False,
-    ) -> None:
-        self.url = url
-        self.prefix = prefix
-        self.home = home
-        self.logs = logs
-        self.options = options
-        self.fixed_id = node_id
-        self.cluster = cluster
-        self.proc: asyncio.subprocess.Process | None = None
-        self.node_id = node_id or ""
-        self.starts = 0
-        self.ready_at = 0.0
-        self._stdout: asyncio.Task[None] | None = None
-        """Reads what the node prints after its ready line, so that the pipe never fills."""
-
-    @property
-    def alive(self) -> bool:
-        return self.proc is not None and self.proc.returncode is None
-
-    async def start(self) -> float:
-        """Start the process; returns the seconds from spawn to its ready line."""
-        env = {  # the defaults: nothing of the caller's actline settings
-            k: v
-            for k, v in os.environ.items()
-            if not k.startswith("ACTLINE_") and k not in ("NATS_URL", "ANTHROPIC_API_KEY")
-        }
-        env |= {"ACTLINE_SUBJECT_PREFIX": self.prefix, "PYTHONPATH": str(ROOT)}
-        env |= {"ACTLINE_EMBEDDINGS": "0", "ACTLINE_CLUSTER": "1" if self.cluster else "0"}
-        env |= dict(self.options.env)
-        args = ["--nats", self.url, "--home", str(self.home), "--docs", str(KB)]
-        args += ["--model-delay", str(self.options.model_delay_s)]
-        args += ["--grace", str(self.options.grace_s)]
-        if self.options.ack_wait_s is not None:
-            args += ["--ack-wait", str(self.options.ack_wait_s)]
-        if self.fixed_id is not None:
-            args += ["--node-id", self.fixed_id]
-        self.logs.mkdir(parents=True, exist_ok=True)
-        name = self.fixed_id or self.home.name
-        log_path = self.logs / f"{name}-{self.starts}.log"
-        self.starts += 1
-        began = time.monotonic()
-        with log_path.open("wb") as log_file:  # the child keeps its own descriptor
-            self.proc = await asyncio.create_subprocess_exec(
-                sys.executable,
-                "-m",
-                "actors.node",
-                *args,
-                cwd=ROOT,
-                env=env,
-                stdout=asyncio.subprocess.PIPE,
-                stderr=log_file,
-            )
-        assert self.proc.stdout is not None
-        line = await asyncio.wait_for(self.proc.stdout.readline(), READY_S)
-        if b"ready" not in line:
-            raise RuntimeError(f"node did not start ({line!r}); see {log_path}")
-        self.node_id = line.decode().split()[1]
-        self.ready_at = time.monotonic()
-        self._stdout = asyncio.create_task(_discard(self.proc.stdout), name=f"stdout:{name}")
-        return self.ready_at - began
-
-    async def kill(self) -> float:
-        """SIGKILL; returns the moment it was sent (``time.monotonic``)."""
-        assert self.proc is not None
-        at = time.monotonic()
-        self.proc.send_signal(signal.SIGKILL)
-        await self.proc.wait()
-        return at
-
-    async def stop(self) -> None:
-        """SIGTERM (the node hands its unfinished turns back), SIGKILL if it hangs."""
-        if self.proc is None or self.proc.returncode is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            await asyncio.wait_for(self.proc.wait(), 20)
-        except TimeoutError:
-            self.proc.kill()
-            await self.proc.wait()
-
-
-async def _discard(stream: asyncio.StreamReader) -> None:
-    while await stream.read(65536):
-        pass
 
 
 # --- what the client sees -----------------------------------------------------------------------
@@ -348,28 +230,6 @@ class KillEvent:
     start_s: float
 
 
-class Fleet:
-    """The node processes of one run; ``up`` is clear while one is killed and restarting."""
-
-    def __init__(self, nodes: Sequence[NodeProcess], workdir: Path) -> None:
-        self.nodes = list(nodes)
-        self.workdir = workdir
-        """Homes and node logs."""
-        self.up = asyncio.Event()
-        self.start_s: list[float] = []
-
-    async def start(self) -> None:
-        for node in self.nodes:
-            self.start_s.append(await node.start())
-        self.up.set()
-
-    async def stop(self) -> None:
-        await asyncio.gather(*(n.stop() for n in self.nodes))
-
-    def by_id(self, node_id: str) -> NodeProcess | None:
-        return next((n for n in self.nodes if n.node_id == node_id and n.alive), None)
-
-
 class Killer:
     """Carries out a ``KillPlan`` on a fleet while the batch runs."""
 
@@ -443,10 +303,13 @@ class Killer:
     async def _kill(self, node: NodeProcess, how: str) -> None:
         self.fleet.up.clear()
         killed_id = node.node_id
-        running = tuple(  # single mode: every unfinished turn waits for this node
+        running = tuple(  # the turns this incarnation of the process took and runs
             t.plan.turn_id
             for t in self.observer.traces.values()
-            if t.accepted and not t.results and (not node.cluster or t.accepted[-1][1] == killed_id)
+            if t.accepted
+            and not t.results
+            and t.accepted[-1][1] == killed_id
+            and t.accepted[-1][0] > node.spawned_at
         )
         at = await node.kill()
         start_s = await node.start()
@@ -471,6 +334,8 @@ class StoredConversation:
 
 @dataclass
 class RunRecord:
+    """One run: what the client saw, what was stored, the kills; times are ``monotonic``."""
+
     mode: Mode
     plans: list[ConversationPlan]
     traces: dict[str, TurnTrace]
@@ -480,6 +345,32 @@ class RunRecord:
     wall_s: float
     drained: bool | None
     workdir: Path
+
+    def timeline(self) -> dict[str, Any]:
+        """The run as seen by the client, in seconds from its first kill (or first submit):
+        for the post-mortem of a mismatch (``run_batch`` writes it to ``trace.json``)."""
+        submits = [t.submitted_at for t in self.traces.values() if t.submitted_at is not None]
+        t0 = self.kills[0].at if self.kills else min(submits, default=0.0)
+        turns = {
+            tid: {
+                "submitted": None if t.submitted_at is None else round(t.submitted_at - t0, 3),
+                "accepted": [[round(at - t0, 3), node] for at, node in t.accepted],
+                "results": [[round(at - t0, 3), r.status] for at, r in t.results],
+            }
+            for tid, t in self.traces.items()
+        }
+        kills = [
+            {
+                "at": round(k.at - t0, 3),
+                "node": k.node,
+                "how": k.how,
+                "running": list(k.running),
+                "ready": round(k.ready_at - t0, 3),
+            }
+            for k in self.kills
+        ]
+        stored = {cid: list(c.runs) for cid, c in self.stored.items()}
+        return {"mode": self.mode, "kills": kills, "turns": turns, "stored_order": stored}
 
 
 def _stored(blocks: Iterable[dict[str, Any]], records: dict[str, str]) -> StoredConversation:
@@ -655,7 +546,7 @@ async def _run(
         stored = await asyncio.to_thread(read_home, fleet.nodes[0].home, plans)
     else:
         stored = await read_durable(bus, plans)
-    return RunRecord(
+    record = RunRecord(
         mode=mode,
         plans=plans,
         traces=observer.traces,
@@ -666,17 +557,17 @@ async def _run(
         drained=drained,
         workdir=fleet.workdir,
     )
+    trace = json.dumps(record.timeline(), indent=1)
+    await asyncio.to_thread((fleet.workdir / "trace.json").write_text, trace)
+    return record
 
 
 __all__ = [
-    "KB",
-    "ROOT",
     "ConversationPlan",
     "KillEvent",
     "KillPlan",
     "Mode",
     "NodeOptions",
-    "NodeProcess",
     "RunRecord",
     "StoredConversation",
     "TurnPlan",

@@ -122,6 +122,9 @@ class Report:
     conversations_out_of_order: list[str]
     kill_to_resume_s: list[float]
     kill_to_result_s: list[float]
+    """From the last kill that interrupted a turn to its result, later kills included."""
+    quiet_kill_to_result_s: list[float]
+    """The same, for kills that no other kill followed before the result."""
     restart_to_result_s: list[float]
     node_start_s: list[float]
     wall_s: float
@@ -132,7 +135,7 @@ class Report:
     @classmethod
     def of(cls, reference: RunRecord, run: RunRecord) -> Report:
         mismatches = compare(reference, run)
-        resume, result, restart = _kill_times(run)
+        resume, result, quiet, restart = _kill_times(run)
         return cls(
             mode=run.mode,
             kills=len(run.kills),
@@ -151,6 +154,7 @@ class Report:
             ),
             kill_to_resume_s=resume,
             kill_to_result_s=result,
+            quiet_kill_to_result_s=quiet,
             restart_to_result_s=restart,
             node_start_s=list(run.start_s),
             wall_s=run.wall_s,
@@ -185,6 +189,7 @@ class Report:
             "conversations_out_of_order": len(self.conversations_out_of_order),
             "kill_to_resume": stats(self.kill_to_resume_s),
             "kill_to_result": stats(self.kill_to_result_s),
+            "quiet_kill_to_result": stats(self.quiet_kill_to_result_s),
             "restart_to_result": stats(self.restart_to_result_s),
             "node_start": stats(self.node_start_s),
             "wall_s": self.wall_s,
@@ -207,33 +212,48 @@ class Report:
             f"({s['mismatched_turns']} turns answered otherwise, "
             f"{s['conversations_out_of_order']} of {s['conversations_compared']} conversations "
             f"out of order), {s['lost']} lost, {s['duplicates']} duplicate results",
-            f"kill to resume {secs('kill_to_resume')}; kill to result {secs('kill_to_result')}; "
+            f"kill to resume {secs('kill_to_resume')}; kill to result {secs('kill_to_result')} "
+            f"(no other kill before the result: {secs('quiet_kill_to_result')}); "
             f"restart to result {secs('restart_to_result')}; node start {secs('node_start')}",
-            f"node logs in {self.workdir}",
+            f"node logs and trace.json (the client's view) in {self.workdir}",
             *s["examples"],
         ]
         return "\n".join(lines)
 
 
-def _kill_times(run: RunRecord) -> tuple[list[float], list[float], list[float]]:
-    """Per kill and per turn running on the killed node: seconds from the kill to the turn's
-    next ``turn.accepted`` and to its result, and from the restart's ready line to the result.
-    A sample cut short by the next kill is left out."""
+def _kill_times(
+    run: RunRecord,
+) -> tuple[list[float], list[float], list[float], list[float]]:
+    """Seconds, per kill and per turn it interrupted (last accepted by the killed process):
+
+    - resume: from the kill to the turn's next ``turn.accepted``;
+    - result: from the kill to the turn's result, unless a later kill interrupted the turn
+      again first (that kill's sample counts instead); later kills that only delayed it
+      (the process that would resume it killed too) are included;
+    - quiet: the results that no other kill came before;
+    - restart: from the restarted node's ready line to the result, when the result came
+      after it (in cluster mode another node may finish first).
+    """
     resume: list[float] = []
     result: list[float] = []
+    quiet: list[float] = []
     restart: list[float] = []
     for i, kill in enumerate(run.kills):
-        until = run.kills[i + 1].at if i + 1 < len(run.kills) else float("inf")
+        later = run.kills[i + 1 :]
         for tid in kill.running:
             trace = run.traces[tid]
             again = next((at for at, _ in trace.accepted if at > kill.at), None)
-            if again is not None and again < until:
+            if again is not None:
                 resume.append(again - kill.at)
             answered = next((at for at, _ in trace.results if at > kill.at), None)
-            if answered is not None and answered < until:
-                result.append(answered - kill.at)
+            if answered is None or any(tid in k.running and k.at < answered for k in later):
+                continue
+            result.append(answered - kill.at)
+            if not later or later[0].at > answered:
+                quiet.append(answered - kill.at)
+            if answered > kill.ready_at:
                 restart.append(answered - kill.ready_at)
-    return resume, result, restart
+    return resume, result, quiet, restart
 
 
 __all__ = ["Mismatch", "Report", "compare", "order_problems", "percentile"]

@@ -26,7 +26,7 @@ from messages import AgentTask, ErrorReply
 from storage import Store
 from timeline.blocks import SIGNAL_DONE
 
-from .killloop import ROOT, NodeOptions, NodeProcess
+from .nodeprocs import ROOT, NodeOptions, NodeProcess
 
 pytestmark = pytest.mark.timeout(300)
 

@@ -288,3 +288,28 @@ async def test_the_ask_being_handled_when_the_actor_is_killed_fails_with_actor_s
     outcome = (await asyncio.gather(busy, return_exceptions=True))[0]
     assert not busy.cancelled(), "the asker got a CancelledError it did not ask for"
     assert isinstance(outcome, ActorStopped), outcome
+
+
+class Stubborn(Actor):
+    """A handler that swallows its cancellation (as ``asyncio.wait_for`` in 3.11 may)."""
+
+    def __init__(self) -> None:
+        super().__init__("stubborn")
+        self.entered = asyncio.Event()
+
+    async def receive(self, message: object) -> object:
+        self.entered.set()
+        try:
+            await asyncio.Event().wait()
+        except asyncio.CancelledError:
+            return None
+        return None
+
+
+async def test_kill_ends_an_actor_whose_handler_swallowed_the_cancellation() -> None:
+    actor = Stubborn()
+    actor.start()
+    actor.tell("work")
+    await actor.entered.wait()
+    await asyncio.wait_for(actor.kill(), 5)
+    assert not actor.running

@@ -65,8 +65,9 @@ def pytest_terminal_summary(terminalreporter: Any) -> None:
             f"{name:<22}{row['inputs']:>10}{outcomes.get('accepted', 0):>10}"
             f"{row['target_seconds']:>10.1f}{row['max_ms_per_input']:>10.1f}  {others}"
         )
-    for name, seconds in report["wall_seconds_by_test"].items():
-        write(f"  {name}: {seconds:.1f} s")
+    if FULL:
+        for name, seconds in report["wall_seconds_by_test"].items():
+            write(f"  {name}: {seconds:.1f} s")
     if report["below_target"]:
         write(f"below the budget of {EXAMPLES}: {', '.join(report['below_target'])}")
     target = os.environ.get("ACTLINE_FUZZ_REPORT")

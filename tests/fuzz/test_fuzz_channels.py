@@ -97,28 +97,27 @@ json_objects = st.dictionaries(
 )
 
 
-@st.composite
-def json_texts(draw: st.DrawFn) -> str:
-    """A JSON object as a model writes it: any layout, escaped or not, maybe fenced."""
-    obj = draw(json_objects)
+def _layout(rnd: random.Random, obj: dict[str, Any]) -> str:
+    """``obj`` as a model writes it: any layout, escaped or not, maybe fenced."""
     text = json.dumps(
         obj,
-        ensure_ascii=draw(st.booleans()),
-        indent=draw(st.sampled_from([None, 0, 2])),
-        separators=draw(st.sampled_from([None, (",", ":"), (" , ", " : ")])),
+        ensure_ascii=rnd.random() < 0.5,
+        indent=rnd.choice([None, 0, 2]),
+        separators=rnd.choice([None, (",", ":"), (" , ", " : ")]),
     )
-    if draw(st.booleans()):
-        text = f"```json\n{text}\n```"
-    return text
+    return f"```json\n{text}\n```" if rnd.random() < 0.3 else text
+
+
+json_texts = st.builds(_layout, st.randoms(use_true_random=False), json_objects)
 
 
 pieces = st.one_of(
     tags(),
     tokens(),
     st.sampled_from(["`", "``", "```", "````", "```json\n", "\n", "   ", "<", ">", "</", "\\"]),
-    json_texts(),
-    st.builds(lambda name, body: f"<channel:{name}>{body}</channel:{name}>", names, json_texts()),
-    json_texts().map(lambda body: f"<channel:canvas>{body}</channel:canvas>"),
+    json_texts,
+    st.builds(lambda name, body: f"<channel:{name}>{body}</channel:{name}>", names, json_texts),
+    json_texts.map(lambda body: f"<channel:canvas>{body}</channel:canvas>"),
     st.text(alphabet=INVISIBLES, min_size=1, max_size=3),
     st.text(max_size=8),
 )
@@ -224,16 +223,6 @@ def _feed_composite(streamer: CompositeJsonStreamer, chunks: list[str]) -> dict[
     for key, _fmt, text, done in events:
         out[key].append(True if done else text)
     return out
-
-
-def _layout(rnd: random.Random, obj: dict[str, Any]) -> str:
-    text = json.dumps(
-        obj,
-        ensure_ascii=rnd.random() < 0.5,
-        indent=rnd.choice([None, 0, 2]),
-        separators=rnd.choice([None, (",", ":"), (" , ", " : ")]),
-    )
-    return f"```json\n{text}\n```" if rnd.random() < 0.3 else text
 
 
 def _damage(rnd: random.Random, text: str) -> str:

@@ -291,6 +291,28 @@ def test_replace_conversation_drops_the_old_copy_and_writes_the_given_one(tmp_pa
         assert len(list(store.iter_blocks("c2"))) == 1  # other conversations untouched
 
 
+def test_replace_conversation_drops_running_records_the_copy_does_not_hold(tmp_path: Path) -> None:
+    from timeline import Timeline
+
+    with Store(tmp_path / "db") as store:
+        tl = Timeline("c1")
+        tl.begin_turn("t1", 1.0)
+        records = {
+            "t1": {"status": "completed", "turn_id": "t1"},
+            "t2": {"status": "running", "turn_id": "t2", "round": 3},
+            "t3": {"status": "running", "turn_id": "t3", "round": 1},
+        }
+        store.persist(tl, turn_records=records)
+        store.persist(Timeline("c2"), turn_records={"t2": {"status": "running"}})
+        copy = {"t3": {"status": "running", "turn_id": "t3", "round": 0}}
+        store.replace_conversation("c1", tl.snapshot(), [], turn_records=copy)
+        assert store.turn_record("c1", "t1") == records["t1"]  # final: answered again
+        assert store.turn_record("c1", "t2") is None  # ahead of the copy: starts again
+        assert store.turn_record("c1", "t3") == copy["t3"]
+        assert store.turn_record("c2", "t2") == {"status": "running"}
+        assert [cid for cid, _ in store.unfinished_turns()] == ["c1", "c2"]
+
+
 # --- header rows --------------------------------------------------------------------------------
 
 
