@@ -16,9 +16,10 @@ it (from the stream's first sequence up to the request's own): when one of them 
 turn of the same conversation that does not run (or wait) on this node, the request
 is deferred, and it is taken only once that earlier turn has settled or runs here.
 Requests read for that check are remembered by sequence (a settled one never comes
-back), so the check costs one stream-info request plus a read of each unsettled
-message this node has not seen yet. An earlier turn running here is fine: the
-conversation actor runs its turns in arrival order.
+back), so the check costs nothing while this node took every request before it, and
+otherwise one stream-info request plus a read of each message it has not seen yet. An
+earlier turn running here is fine: the conversation actor runs its turns in arrival
+order.
 
 Crashes: a node that dies leaves its messages unacked: after ``ack_wait`` (2 s by
 default) they are redelivered (to the restarted node or another), and each turn
@@ -256,31 +257,33 @@ class TurnQueue:
 
     async def _earlier(self, seq: int, cid: str, tid: str) -> str | None:
         """The turn id of an unsettled request of ``cid`` stored before ``seq`` that does
-        not run here (None: nothing holds this request back)."""
+        not run here (None: nothing holds this request back).
+
+        Requests below ``_seen_upto`` were read already; those still in ``_seen`` may be
+        unsettled. Only a gap (sequences another node or an earlier run of this one
+        took) costs requests: the stream's first sequence, then a read of each."""
         assert self._queue is not None
-        first = await self._queue.first_seq()
-        self._checks += 1
-        if self._checks % 1000 == 0:
-            self._prune(first)
-        for at in range(max(first, self._seen_upto), seq):  # requests not read here yet
-            got = await self._queue.get(at)
-            if got is None:
-                continue
-            try:
-                other = messages.decode(got[1])
-            except DecodeError:
-                continue  # a dead letter on its way out
-            if isinstance(other, TurnRequest):
-                self._note(at, other.conversation_id, other.turn_id)
+        if self._seen_upto < seq:
+            first = await self._queue.first_seq()
+            self._checks += 1
+            if self._checks % 100 == 0:
+                self._prune(first)
+            for at in range(max(first, self._seen_upto), seq):
+                got = await self._queue.get(at)
+                if got is None:
+                    continue
+                try:
+                    other = messages.decode(got[1])
+                except DecodeError:
+                    continue  # a dead letter on its way out
+                if isinstance(other, TurnRequest):
+                    self._note(at, other.conversation_id, other.turn_id)
         self._seen_upto = max(self._seen_upto, seq + 1)
         seqs = self._seen.get(cid, {})
         for at in sorted(seqs):
             other_tid = seqs[at]
             if at >= seq:
                 break
-            if at < first:  # settled: the stream's first sequence moved past it
-                del seqs[at]
-                continue
             if other_tid == tid or other_tid in self._inflight:
                 continue
             if await self._queue.get(at) is None:  # settled since it was read

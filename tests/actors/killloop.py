@@ -302,16 +302,17 @@ class Killer:
 
     async def _kill(self, node: NodeProcess, how: str) -> None:
         self.fleet.up.clear()
-        killed_id = node.node_id
-        running = tuple(  # the turns this incarnation of the process took and runs
+        killed_id, spawned_at = node.node_id, node.spawned_at
+        at = await node.kill()
+        # After the process is reaped: a result it published just before is in by now.
+        running = tuple(  # the turns this incarnation of the process took and ran
             t.plan.turn_id
             for t in self.observer.traces.values()
             if t.accepted
             and not t.results
             and t.accepted[-1][1] == killed_id
-            and t.accepted[-1][0] > node.spawned_at
+            and spawned_at < t.accepted[-1][0] < at
         )
-        at = await node.kill()
         start_s = await node.start()
         self.fleet.start_s.append(start_s)
         self.events.append(KillEvent(at, killed_id, how, running, node.ready_at, start_s))
