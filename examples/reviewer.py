@@ -4,9 +4,11 @@
 
 It listens on ``al.agent.<name>.inbox``; for each task it "reviews" the text (counts the cited
 sources and the points, picks the first point), waits ``--delay`` seconds as a person or a tool
-would, then publishes ``agent.done`` with the turn and task ids the task carries, and prints the
-node's verdict. It runs until SIGINT/SIGTERM. Any program that can publish msgpack on NATS can
-play this part; ``actline agent NAME -- CMD`` wraps a shell command the same way.
+would, then sends ``agent.done`` with the turn and task ids the task carries
+(``Client.send_done``: stored by JetStream, then the node's verdict on a private inbox) and
+prints the verdict. It runs until SIGINT/SIGTERM. Any program that can publish msgpack on NATS
+can play this part (a plain publish on the task's ``done_subject`` is stored too);
+``actline agent NAME -- CMD`` wraps a shell command the same way.
 """
 
 from __future__ import annotations
@@ -17,8 +19,9 @@ import re
 import signal
 import sys
 
+from actors.client import Client
 from bus import Bus, Envelope
-from messages import AgentTask, DoneSignal, Message, new_id
+from messages import AgentTask, Message, new_id
 
 CITATION = re.compile(r"\[\[S:(\d+)\]\]|\[S:(\d+)\]")
 
@@ -40,6 +43,7 @@ async def main(argv: list[str]) -> int:
     parser.add_argument("--delay", type=float, default=1.5, help="seconds before answering")
     args = parser.parse_args(argv)
     bus = await Bus.connect(args.nats, name=f"agent-{args.name}")
+    client = Client(bus)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
@@ -50,19 +54,20 @@ async def main(argv: list[str]) -> int:
             return
         print(f"[{args.name}] task {msg.task_id} of turn {msg.turn_id} received", flush=True)
         await asyncio.sleep(args.delay)
-        done = DoneSignal(
-            agent=args.name,
+        reply = await client.send_done(
+            args.name,
+            review(msg.text),
             turn_id=msg.turn_id,
             task_id=msg.task_id,
             signal_id=new_id("sig-"),
-            summary=review(msg.text),
+            timeout=10.0,
         )
-        reply = await bus.request(msg.done_subject, done, timeout=10.0, raise_remote=False)
         print(f"[{args.name}] DONE sent for {msg.task_id}: {reply.kind}", flush=True)
 
     await bus.subscribe(bus.subjects.agent_inbox(args.name), on_task)
     print(f"[{args.name}] listening on {bus.subjects.agent_inbox(args.name)}", flush=True)
     await stop.wait()
+    await client.close()
     await bus.close()
     return 0
 

@@ -52,6 +52,7 @@ def test_demo_shows_every_capability_once(tmp_path: Path) -> None:
         "[reviewer] task",
         "waiting  waiting for reviewer",
         "tool result  DONE from reviewer",
+        "DONE sent for task-",  # the reviewer heard the node's verdict
         "https://docs.lumen-relay.example/",  # citations resolved to links
         "follow-ups:",
     ):
@@ -66,6 +67,7 @@ def test_demo_shows_every_capability_once(tmp_path: Path) -> None:
     assert "cache read" in out and "timeline stored in" in out
     assert re.search(r"actline timeline demo-\w+ --rendered", out)
     assert (tmp_path / ".actline" / "data.mdb").exists()
+    assert "Traceback" not in out + result.stderr
 
 
 def test_demo_against_an_unreachable_server_says_what_to_do() -> None:
