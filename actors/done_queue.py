@@ -11,8 +11,8 @@ durable consumer. A node hands each signal to ``route`` (the node's DONE routing
   signal was applied or refused for good);
 - ``Later`` hands it back for a moment: its turn is resuming on this node after a
   crash, or (cluster mode) another node may hold its task. The sender hears once that
-  the signal is stored and waits. A signal nobody takes within ``horizon_s`` gets
-  its verdict.
+  the signal is stored and waits. A signal nobody takes within ``horizon_s`` (from when
+  it was stored, or this node started if later) gets its verdict.
 
 An undecodable payload is a dead letter and is terminated. A signal being routed is
 kept *in progress*; a node that dies mid-way leaves it to be redelivered.
@@ -70,6 +70,7 @@ class DoneQueue:
         self._task: asyncio.Task[None] | None = None
         self._handling: set[asyncio.Task[None]] = set()
         self._room = asyncio.Semaphore(CONCURRENCY)
+        self._started_at = 0.0
         self.applied = 0
         self.refused = 0
         self.held = 0
@@ -86,6 +87,7 @@ class DoneQueue:
         )
 
     async def start(self, route: Route) -> None:
+        self._started_at = time.time()
         self._queue = await self._open()
         self._task = asyncio.create_task(self._pull(route), name="dones:pull")
 
@@ -148,7 +150,9 @@ class DoneQueue:
             await dead_letter(self.bus, item, reason)
             await self._reply(reply, ErrorReply(code="unexpected_message", message=reason))
             return
-        age = max(0.0, time.time() - item.stored_at)
+        # Its age counts from when it was stored or this node started, whichever is later:
+        # a DONE sent while no node ran gets the whole horizon once one is back.
+        age = max(0.0, time.time() - max(item.stored_at, self._started_at))
         beat = asyncio.create_task(self._beat(item), name="dones:beat")
         try:
             outcome = await route(signal, age)

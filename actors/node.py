@@ -237,10 +237,10 @@ class Node:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
         self._subs.clear()
+        await self.dones.stop()  # before the turns a DONE being routed may ask
         for conv in list(self._conversations.values()):
             await conv.kill()
         self._conversations.clear()
-        await self.dones.stop()
         await self.queue.stop()
         await self.ownership.stop()
         if self.streamer is not None:
