@@ -89,7 +89,7 @@ class TurnQueue:
 
     async def _open(self) -> WorkQueue:
         subjects = self.bus.subjects
-        return await WorkQueue.open(
+        queue = await WorkQueue.open(
             self.bus,
             name=subjects.turn_stream,
             subject=subjects.turn_submit,
@@ -97,6 +97,20 @@ class TurnQueue:
             ack_wait_s=self.ack_wait_s,
             max_msg_size=messages.MAX_PAYLOAD,
         )
+        if abs(queue.ack_wait_s - self.ack_wait_s) > 1e-3:
+            log.warning(
+                "the turn consumer %s keeps its ack wait of %.1f s (ACTLINE_ACK_WAIT is %.1f s): "
+                "a killed node's turns resume after %.1f s; to change it, stop every node and "
+                "delete the consumer (nats consumer rm %s %s)",
+                subjects.turn_consumer,
+                queue.ack_wait_s,
+                self.ack_wait_s,
+                queue.ack_wait_s,
+                subjects.turn_stream,
+                subjects.turn_consumer,
+            )
+            self.ack_wait_s = queue.ack_wait_s  # the heartbeat follows the consumer's
+        return queue
 
     async def start(self, take: Take) -> None:
         self._queue = await self._open()

@@ -7,8 +7,10 @@ import asyncio
 from pathlib import Path
 
 import nats
+import pytest
 
 from actors.client import Client
+from actors.turn_queue import TurnQueue
 from bus import Bus, WorkQueue
 from messages import Subjects, TurnRequest
 from storage import Store
@@ -88,7 +90,7 @@ async def test_back_to_back_turns_of_one_conversation_are_not_held_back(
 
 
 async def test_a_deleted_turn_stream_is_recreated_and_serves_again(
-    bus: Bus, subject_names: Subjects, tmp_path: Path, caplog: object
+    bus: Bus, subject_names: Subjects, tmp_path: Path
 ) -> None:
     model = Scripted({"c1": [say("a", answer="Before.")], "c2": [say("b", answer="After.")]})
     node = await start_node(bus, tmp_path / "home", model)
@@ -135,3 +137,28 @@ async def test_a_redelivered_request_of_a_finished_turn_is_answered_again_not_re
     assert first.answer == second.answer == "Once."
     assert model.models["c1"].calls == 1
     assert turn_order(tmp_path / "home", "c1") == ["t1"]
+
+
+async def test_the_heartbeat_follows_the_ack_wait_of_an_existing_consumer(
+    bus: Bus, subject_names: Subjects, caplog: pytest.LogCaptureFixture
+) -> None:
+    older = await WorkQueue.open(
+        bus,
+        name=subject_names.turn_stream,
+        subject=subject_names.turn_submit,
+        consumer=subject_names.turn_consumer,
+        ack_wait_s=7.0,
+        max_msg_size=1 << 20,
+    )
+    await older.close()
+    queue = TurnQueue(bus, ack_wait_s=2.0, max_active=1)
+
+    async def take(request: TurnRequest) -> bool:
+        return True
+
+    await queue.start(take)
+    try:
+        assert queue.ack_wait_s == 7.0
+    finally:
+        await queue.stop()
+    assert "keeps its ack wait of 7.0 s (ACTLINE_ACK_WAIT is 2.0 s)" in caplog.text
