@@ -34,7 +34,7 @@ import messages
 from bus import Bus, BusError, QueueItem, WorkQueue
 from messages import Ack, DecodeError, DoneSignal, ErrorReply
 
-from .turn_queue import dead_letter
+from .turn_queue import CHECK_EVERY_S, dead_letter
 
 log = logging.getLogger(__name__)
 
@@ -74,6 +74,8 @@ class DoneQueue:
         self.applied = 0
         self.refused = 0
         self.held = 0
+        self.healed = 0
+        """Times the stream or consumer was found missing and recreated."""
 
     async def _open(self) -> WorkQueue:
         subjects = self.bus.subjects
@@ -103,10 +105,15 @@ class DoneQueue:
             self._queue = None
 
     async def _pull(self, route: Route) -> None:
+        checked = time.monotonic()
         while True:
             await self._room.acquire()
             try:
                 queue = self._queue or await self._heal("it was not open")
+                if time.monotonic() - checked > CHECK_EVERY_S:
+                    checked = time.monotonic()
+                    if not await queue.healthy():
+                        queue = await self._heal("its stream or consumer is gone")
                 item = await queue.pull(timeout=1.0)
             except BusError as exc:
                 self._room.release()
@@ -135,6 +142,7 @@ class DoneQueue:
         if old is not None:
             await old.close()
         self._queue = await self._open()
+        self.healed += 1
         return self._queue
 
     async def _handle(self, item: QueueItem, route: Route) -> None:

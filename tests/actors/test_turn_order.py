@@ -12,7 +12,7 @@ import pytest
 from actors.client import Client
 from actors.turn_queue import TurnQueue
 from bus import Bus, WorkQueue
-from messages import Subjects, TurnRequest
+from messages import ErrorReply, Subjects, TurnRequest
 from storage import Store
 
 from .harness import Scripted, say, start_node
@@ -89,7 +89,7 @@ async def test_back_to_back_turns_of_one_conversation_are_not_held_back(
     assert node.queue.ordered == 0  # earlier turns ran here: no round trip to the queue
 
 
-async def test_a_deleted_turn_stream_is_recreated_and_serves_again(
+async def test_deleted_turn_and_done_streams_are_recreated_and_serve_again(
     bus: Bus, subject_names: Subjects, tmp_path: Path
 ) -> None:
     model = Scripted({"c1": [say("a", answer="Before.")], "c2": [say("b", answer="After.")]})
@@ -100,10 +100,12 @@ async def test_a_deleted_turn_stream_is_recreated_and_serves_again(
         nc = await nats.connect(bus.url)
         js = nc.jetstream()
         await js.delete_stream(subject_names.turn_stream)
+        await js.delete_stream(subject_names.done_stream)
 
         async def back() -> bool:
             try:
                 await js.stream_info(subject_names.turn_stream)
+                await js.stream_info(subject_names.done_stream)
             except nats.js.errors.NotFoundError:
                 return False
             return True
@@ -112,11 +114,13 @@ async def test_a_deleted_turn_stream_is_recreated_and_serves_again(
         await nc.close()
         after = await client.submit("q", conversation_id="c2")
         result = await after.wait(30)
+        verdict = await client.send_done("reviewer", "nothing asked")
     finally:
         await client.close()
         await node.stop()
     assert result.answer == "After."
-    assert node.queue.healed >= 1
+    assert node.queue.healed >= 1 and node.dones.healed >= 1
+    assert isinstance(verdict, ErrorReply) and verdict.code == "no_outstanding_task"
 
 
 async def test_a_redelivered_request_of_a_finished_turn_is_answered_again_not_rerun(
