@@ -173,7 +173,7 @@ def _merge(
         "without_kills": calm.summary() if calm is not None else None,
         "reference_wall_s": reference_s,
         "wall_s": sum(r.wall_s for r in reports),
-        "drained": all(r.drained is not False for r in reports),
+        "drained": all(r.drained for r in reports),
         "examples": [str(m) for r in reports for m in r.mismatches][:20],
         "logs": [r.workdir for r in reports],
     }

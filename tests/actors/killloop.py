@@ -51,6 +51,7 @@ from actors.durable import JetStreamCopy
 from bus import Bus, Envelope, Subscription
 from messages import ReActResult, Subjects, TurnAccepted, TurnRequest, new_id
 from storage import Store
+from tests.waiting import until
 from timeline.blocks import TURN_HEADER, USER_PROMPT
 
 from .nodeprocs import Fleet, NodeOptions, NodeProcess
@@ -344,7 +345,7 @@ class RunRecord:
     kills: list[KillEvent]
     start_s: list[float]
     wall_s: float
-    drained: bool | None
+    drained: bool
     workdir: Path
 
     def timeline(self) -> dict[str, Any]:
@@ -440,21 +441,20 @@ async def _submit(client: Client, observer: Observer, fleet: Fleet, conv: Conver
         previous = trace
 
 
-async def _drain(bus: Bus, timeout: float) -> bool | None:
+async def _drain(bus: Bus, timeout: float) -> bool:
     """Wait until the turn queue holds no message (every turn acked), so that a late
-    redelivery (a second answer) is seen. None when the queue cannot be inspected."""
+    redelivery (a second answer) is seen; False when it still holds some after ``timeout``."""
     js = bus.nc.jetstream()
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            info = await js.stream_info(bus.subjects.turn_stream)
-        except Exception:  # the queue is named or built differently: cannot tell
-            return None
-        if int(info.state.messages) == 0:
-            return True
-        if time.monotonic() > deadline:
-            return False
-        await asyncio.sleep(0.2)
+
+    async def empty() -> bool:
+        info = await js.stream_info(bus.subjects.turn_stream)
+        return int(info.state.messages) == 0
+
+    try:
+        await until(empty, timeout)
+    except TimeoutError:
+        return False
+    return True
 
 
 async def run_batch(

@@ -131,7 +131,7 @@ class Report:
     node_start_s: list[float]
     wall_s: float
     reference_wall_s: float
-    drained: bool | None
+    drained: bool
     workdir: str
 
     @classmethod

@@ -21,6 +21,7 @@ from messages import Subjects
 from storage import Store
 from storage.store import PersistedRound, pack, unpack
 from tests.timeline.builders import Build, words
+from tests.waiting import until
 from timeline import Block, SourceRow, Timeline
 from timeline.blocks import NOTE, TOOL_RESULT
 from timeline.snapshot import plan_key, source_key, split
@@ -48,15 +49,6 @@ async def durable(bus: Bus, writer: str) -> JetStreamCopy:
     copy = JetStreamCopy(bus, writer=writer)
     await copy.start()
     return copy
-
-
-async def until(check: Any, timeout: float = 15.0) -> None:
-    """Poll ``check()`` (async) until it is true: expiry is the server's, not an event of ours."""
-    async with asyncio.timeout(timeout):
-        while True:
-            if await check():
-                return
-            await asyncio.sleep(0.05)
 
 
 # --- leases ---------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
@@ -22,6 +22,7 @@ from actors.errors import SettingsError
 from actors.results import ResultLog, open_results, publish_result
 from bus import Bus, EmbeddedNats, EventLog, StreamMissing
 from messages import ReActResult, Subjects
+from tests.waiting import until
 
 from .harness import Scripted, say, settings, start_node
 
@@ -82,15 +83,6 @@ class Proxy:
         for task in list(self._pipes):
             task.cancel()
         await asyncio.gather(*self._pipes, return_exceptions=True)
-
-
-async def until(check: Callable[[], bool], timeout: float = 20.0) -> None:
-    """Poll ``check()`` until it holds (the states polled have no event of their own)."""
-    async with asyncio.timeout(timeout):
-        while True:
-            if check():
-                return
-            await asyncio.sleep(0.02)
 
 
 @pytest.fixture
@@ -303,11 +295,11 @@ async def test_a_result_is_gone_after_the_retention(bus: Bus, tmp_path: Path) ->
     result = ReActResult(conversation_id="c0", turn_id="t-short", status="completed")
     await results.store(result)
     assert await results.get("t-short") == result
-    async with asyncio.timeout(15):  # the server ages messages out on its own clock
-        while True:
-            if await results.get("t-short") is None:
-                break
-            await asyncio.sleep(0.1)
+
+    async def aged_out() -> bool:  # the server ages messages out on its own clock
+        return await results.get("t-short") is None
+
+    await until(aged_out, 15)
 
 
 @pytest.mark.parametrize(

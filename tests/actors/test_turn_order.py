@@ -3,7 +3,6 @@ queue heals when its stream is deleted under a running node (issue 18)."""
 
 from __future__ import annotations
 
-import asyncio
 from pathlib import Path
 
 import nats
@@ -14,17 +13,9 @@ from actors.turn_queue import TurnQueue
 from bus import Bus, WorkQueue
 from messages import ErrorReply, Subjects, TurnRequest
 from storage import Store
+from tests.waiting import until
 
 from .harness import Scripted, say, start_node
-
-
-async def until(check: object, timeout: float = 20.0) -> None:
-    """Wait for ``check()`` to become true (polling: the condition is on the server)."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + timeout
-    while not await check():  # type: ignore[operator]
-        assert loop.time() < deadline, "the condition did not come true in time"
-        await asyncio.sleep(0.05)
 
 
 def turn_order(home: Path, cid: str) -> list[str]:

@@ -5,7 +5,6 @@ turns unaffected before and after a restart."""
 
 from __future__ import annotations
 
-import asyncio
 import math
 import pickle
 import re
@@ -45,6 +44,7 @@ from messages import (
     ReActResult,
     TurnRequest,
 )
+from tests.waiting import until
 from timeline.blocks import FEEDBACK, USER_PROMPT
 
 from .harness import Scripted, run_turn, say, start_node
@@ -318,11 +318,9 @@ async def refused(client: Client, req: TurnRequest) -> ReActResult:
 async def settled(node: Node, count: int) -> None:
     """Until ``count`` turns were taken and every one settled (a result is published just
     before its queue message is acked)."""
-    async with asyncio.timeout(10):
-        while True:
-            if node.turns_taken == node.turns_settled == count and node.queue.active == 0:
-                return
-            await asyncio.sleep(0.01)
+    await until(
+        lambda: node.turns_taken == node.turns_settled == count and node.queue.active == 0, 10
+    )
 
 
 def good_turn(model: Scripted, cid: str, answer: str) -> None:

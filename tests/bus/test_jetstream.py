@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import pickle
-from collections.abc import Awaitable, Callable
 
 import nats.errors
 import nats.js.errors
@@ -31,6 +30,7 @@ from bus import (
 )
 from bus.jetstream import translate
 from messages import TurnRequest
+from tests.waiting import until
 
 
 def turn(turn_id: str = "t1") -> TurnRequest:
@@ -59,15 +59,6 @@ async def pull(q: WorkQueue, timeout: float = 10.0) -> QueueItem:
     item = await q.pull(timeout=timeout)
     assert item is not None, f"nothing pulled within {timeout}s"
     return item
-
-
-async def eventually(check: Callable[[], Awaitable[bool]], timeout: float = 15.0) -> None:
-    """Wait until ``check()`` holds (polled), failing after ``timeout``."""
-    async with asyncio.timeout(timeout):
-        while True:
-            if await check():
-                return
-            await asyncio.sleep(0.05)
 
 
 # --- stored publish and the work queue -----------------------------------------------------------
@@ -250,7 +241,7 @@ async def test_a_ttl_bucket_ages_keys_out_and_they_can_be_created_again(bus: Bus
     async def gone() -> bool:
         return await kv.get("k") is None
 
-    await eventually(gone)
+    await until(gone, timeout=15)
     with pytest.raises(WrongRevision):
         await kv.update("k", b"renew", last=rev)
     with pytest.raises(WrongRevision):

@@ -3,10 +3,9 @@ TTL, a live node's never do, and a node that was only stalled loses its lease cl
 
 from __future__ import annotations
 
-import asyncio
-
 from actors.leases import KvLeases
 from bus import Bus, EmbeddedNats
+from tests.waiting import until
 
 
 async def leases(url: str, node: str) -> tuple[Bus, KvLeases]:
@@ -23,21 +22,21 @@ async def test_a_dead_node_s_lease_is_taken_over_and_a_live_one_s_is_not(
     bus_b, b = await leases(fresh_nats.url, "b")
     try:
         assert await a.acquire("c1")
-        # b asks again and again over several node TTLs: a beats, so its lease holds
-        loop = asyncio.get_running_loop()
-        until = loop.time() + 2.5
-        while loop.time() < until:
+        # b asks again and again while a beats ten times (2.5 node TTLs): its lease holds
+        assert a._beat_revision is not None
+        beats = a._beat_revision + 10
+
+        async def a_beat_on() -> bool:
             assert not await b.acquire("c1")
-            await asyncio.sleep(0.1)
+            return a._beat_revision is not None and a._beat_revision >= beats
+
+        await until(a_beat_on, 10)
         assert b.taken_over == 0
         # a dies as a SIGKILL leaves it: no release, no goodbye, its beat just stops
         assert a._beating is not None
         a._beating.cancel()
         await bus_a.close()
-        deadline = loop.time() + 10
-        while not await b.acquire("c1"):
-            assert loop.time() < deadline, "the dead node's lease was never taken over"
-            await asyncio.sleep(0.05)
+        await until(lambda: b.acquire("c1"), 10)  # the dead node's lease is taken over
         assert b.taken_over == 1
         assert await b.owner("c1") == "b"
     finally:
@@ -54,11 +53,7 @@ async def test_a_stalled_node_finds_its_lease_gone_at_its_next_renewal(
         assert await a.acquire("c1")
         assert a._beating is not None
         a._beating.cancel()  # a stalls: its beat stops but its connection stays
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + 10
-        while not await b.acquire("c1"):
-            assert loop.time() < deadline
-            await asyncio.sleep(0.05)
+        await until(lambda: b.acquire("c1"), 10)
         assert not await a.renew("c1")  # the revision moved: a drops the conversation
         assert "c1" not in a.held
         assert await b.renew("c1")

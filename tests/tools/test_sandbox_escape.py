@@ -13,7 +13,10 @@ store.
 
 from __future__ import annotations
 
+import asyncio
+import os
 import statistics
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -35,6 +38,8 @@ from tools.sandbox import ExecResult, SandboxError, run_python
 
 from ..actors.harness import Scripted, run_turn, say, start_node
 from .sandbox_modes import KERNEL_MODES, confinement_or_skip, running
+
+ROOT = Path(__file__).resolve().parents[2]
 
 SECRET = "c2 launch code 7431"
 """Stored in the other conversation's files and in the store: never in any output."""
@@ -337,13 +342,52 @@ async def test_a_named_mode_that_is_missing_is_an_error_not_a_fallback(
     assert not (node.turn_root / "ran.txt").exists()
 
 
+FULL_LANDLOCK = """
+import asyncio, ctypes, os, sys
+from tools import _sandbox_runner as r
+from tools.confinement import Confinement
+from tools.sandbox import SandboxError, run_python
+
+# Sixteen stacked Landlock domains (each handles only making character devices), the
+# kernel's limit: the runner's own restriction, a seventeenth, is refused.
+syscall, prctl = r._libc()
+c_long = ctypes.c_long
+assert prctl(r._PR_SET_NO_NEW_PRIVS, c_long(1), c_long(0), c_long(0), c_long(0)) == 0
+attr = ctypes.c_uint64(r._FS_MAKE_CHAR)
+create, restrict = c_long(r._SYS_LANDLOCK_CREATE_RULESET), c_long(r._SYS_LANDLOCK_RESTRICT_SELF)
+for _ in range(16):
+    fd = int(syscall(create, ctypes.byref(attr), c_long(8), c_long(0)))
+    assert fd >= 0 and syscall(restrict, c_long(fd), c_long(0)) == 0
+    os.close(fd)
+try:
+    asyncio.run(run_python("open('ran.txt', 'w')", cwd=sys.argv[1], read_roots=[sys.argv[2]],
+                           timeout_s=20.0, sandbox=Confinement("landlock", "forced")))
+except SandboxError as exc:
+    print("refused:", exc.message)
+"""
+
+
 async def test_a_landlock_the_kernel_cannot_apply_stops_the_run(node: Node) -> None:
-    if _sandbox_runner.landlock_abi() > 0:
-        pytest.skip("this kernel has Landlock: the runner's refusal cannot be provoked here")
-    forced = Confinement("landlock", "forced for the test")
-    with pytest.raises(SandboxError) as error:
-        await run_in(node, "open('ran.txt', 'w')", forced)
-    assert "did not apply it" in error.value.message
+    if _sandbox_runner.landlock_abi() == 0:  # no Landlock here: forcing it is refused as is
+        with pytest.raises(SandboxError) as error:
+            await run_in(node, "open('ran.txt', 'w')", Confinement("landlock", "forced"))
+        refusal = error.value.message
+    else:  # Landlock here: a process already at the kernel's limit of domains cannot add one
+        child = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-c",
+            FULL_LANDLOCK,
+            str(node.turn_root),
+            str(node.conversation),
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT)},
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+        )
+        out, err = await child.communicate()
+        assert child.returncode == 0, err.decode()
+        refusal = out.decode()
+    assert "did not apply it" in refusal
     assert not (node.turn_root / "ran.txt").exists()
 
 
