@@ -34,7 +34,7 @@ import messages
 from bus import Bus, BusError, QueueItem, WorkQueue
 from messages import Ack, DecodeError, DoneSignal, ErrorReply
 
-from .turn_queue import CHECK_EVERY_S, dead_letter
+from .turn_queue import HealingQueue, dead_letter
 
 log = logging.getLogger(__name__)
 
@@ -66,7 +66,7 @@ class DoneQueue:
     def __init__(self, bus: Bus, *, horizon_s: float) -> None:
         self.bus = bus
         self.horizon_s = horizon_s
-        self._queue: WorkQueue | None = None
+        self._source = HealingQueue(f"DONE stream {bus.subjects.done_stream}", self._open)
         self._task: asyncio.Task[None] | None = None
         self._handling: set[asyncio.Task[None]] = set()
         self._room = asyncio.Semaphore(CONCURRENCY)
@@ -74,8 +74,6 @@ class DoneQueue:
         self.applied = 0
         self.refused = 0
         self.held = 0
-        self.healed = 0
-        """Times the stream or consumer was found missing and recreated."""
 
     async def _open(self) -> WorkQueue:
         subjects = self.bus.subjects
@@ -90,7 +88,7 @@ class DoneQueue:
 
     async def start(self, route: Route) -> None:
         self._started_at = time.time()
-        self._queue = await self._open()
+        await self._source.open()
         self._task = asyncio.create_task(self._pull(route), name="dones:pull")
 
     async def stop(self) -> None:
@@ -100,29 +98,17 @@ class DoneQueue:
         await asyncio.gather(*tasks, return_exceptions=True)
         self._task = None
         self._handling.clear()
-        if self._queue is not None:
-            await self._queue.close()
-            self._queue = None
+        await self._source.close()
+
+    @property
+    def healed(self) -> int:
+        """Times the stream or consumer was found missing and recreated."""
+        return self._source.healed
 
     async def _pull(self, route: Route) -> None:
-        checked = time.monotonic()
         while True:
             await self._room.acquire()
-            try:
-                queue = self._queue or await self._heal("it was not open")
-                if time.monotonic() - checked > CHECK_EVERY_S:
-                    checked = time.monotonic()
-                    if not await queue.healthy():
-                        queue = await self._heal("its stream or consumer is gone")
-                item = await queue.pull(timeout=1.0)
-            except BusError as exc:
-                self._room.release()
-                log.warning("DONE queue fetch failed (%s); checking the stream", exc)
-                await asyncio.sleep(0.5)
-                with contextlib.suppress(BusError):
-                    if self._queue is None or not await self._queue.healthy():
-                        await self._heal(str(exc))
-                continue
+            item = await self._source.pull()
             if item is None:
                 self._room.release()
                 continue
@@ -135,15 +121,6 @@ class DoneQueue:
         self._room.release()
         if not task.cancelled() and task.exception() is not None:
             log.error("routing a DONE failed", exc_info=task.exception())
-
-    async def _heal(self, why: str) -> WorkQueue:
-        log.warning("DONE stream %s: %s; recreating it", self.bus.subjects.done_stream, why)
-        old, self._queue = self._queue, None
-        if old is not None:
-            await old.close()
-        self._queue = await self._open()
-        self.healed += 1
-        return self._queue
 
     async def _handle(self, item: QueueItem, route: Route) -> None:
         reply = item.headers.get(REPLY_HEADER, "")

@@ -56,6 +56,56 @@ Take = Callable[[TurnRequest], Awaitable[bool]]
 """Hands a request to its conversation; False when it must be deferred (leased elsewhere)."""
 
 
+class HealingQueue:
+    """A ``WorkQueue`` that recreates its stream and consumer when they are gone (deleted
+    by someone), with a warning: after a failed pull, or when pulls go quiet for
+    ``CHECK_EVERY_S``. ``healed`` counts the recreations."""
+
+    def __init__(self, what: str, open_queue: Callable[[], Awaitable[WorkQueue]]) -> None:
+        self.what = what
+        self._open = open_queue
+        self.queue: WorkQueue | None = None
+        self.healed = 0
+        self._checked = time.monotonic()
+
+    async def open(self) -> WorkQueue:
+        self.queue = await self._open()
+        self._checked = time.monotonic()
+        return self.queue
+
+    async def close(self) -> None:
+        if self.queue is not None:
+            await self.queue.close()
+            self.queue = None
+
+    async def pull(self) -> QueueItem | None:
+        """The next message; None when none came within a second, or after a failure
+        (logged, the stream checked and recreated when missing). Never raises ``BusError``."""
+        try:
+            queue = self.queue or await self._heal("it was not open")
+            if time.monotonic() - self._checked > CHECK_EVERY_S:
+                self._checked = time.monotonic()
+                if not await queue.healthy():
+                    queue = await self._heal("its stream or consumer is gone")
+            item = await queue.pull(timeout=1.0)
+        except BusError as exc:
+            log.warning("%s: fetch failed (%s); checking the stream", self.what, exc)
+            await asyncio.sleep(0.5)
+            with contextlib.suppress(BusError):
+                if self.queue is None or not await self.queue.healthy():
+                    await self._heal(str(exc))
+            return None
+        if item is not None:
+            self._checked = time.monotonic()
+        return item
+
+    async def _heal(self, why: str) -> WorkQueue:
+        log.warning("%s: %s; recreating it (anything sent meanwhile is gone)", self.what, why)
+        await self.close()
+        self.healed += 1
+        return await self.open()
+
+
 class TurnQueue:
     """Pulls turn requests for one node and settles them (the ``Settler`` of its turns)."""
 
@@ -63,7 +113,7 @@ class TurnQueue:
         self.bus = bus
         self.ack_wait_s = ack_wait_s
         self.max_active = max_active
-        self._queue: WorkQueue | None = None
+        self._source = HealingQueue(f"turn queue {bus.subjects.turn_stream}", self._open)
         self._inflight: dict[str, list[QueueItem]] = {}
         self._room = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
@@ -80,12 +130,15 @@ class TurnQueue:
         """Turn requests handed back because another node held the conversation's lease."""
         self.ordered = 0
         """Turn requests held back behind an unfinished earlier turn of their conversation."""
-        self.healed = 0
-        """Times the stream or consumer was found missing and recreated."""
 
     @property
     def active(self) -> int:
         return len(self._inflight)
+
+    @property
+    def healed(self) -> int:
+        """Times the stream or consumer was found missing and recreated."""
+        return self._source.healed
 
     async def _open(self) -> WorkQueue:
         subjects = self.bus.subjects
@@ -113,7 +166,7 @@ class TurnQueue:
         return queue
 
     async def start(self, take: Take) -> None:
-        self._queue = await self._open()
+        await self._source.open()
         self._room.set()
         self._tasks.append(asyncio.create_task(self._pull(take), name="queue:pull"))
         self._tasks.append(asyncio.create_task(self._heartbeat(), name="queue:heartbeat"))
@@ -130,9 +183,7 @@ class TurnQueue:
                     await item.nak()
         self._inflight.clear()
         self._conversation.clear()
-        if self._queue is not None:
-            await self._queue.close()
-            self._queue = None
+        await self._source.close()
 
     async def settle(self, turn_id: str) -> None:
         cid = self._conversation.pop(turn_id, "")
@@ -156,29 +207,19 @@ class TurnQueue:
         return list(self._inflight)
 
     async def _pull(self, take: Take) -> None:
-        checked = time.monotonic()
+        healed = 0
         while True:
             if self.max_active - len(self._inflight) <= 0:
                 self._room.clear()
                 await self._room.wait()
                 continue
-            try:
-                queue = self._queue or await self._heal("it was not open")
-                if time.monotonic() - checked > CHECK_EVERY_S:
-                    checked = time.monotonic()
-                    if not await queue.healthy():
-                        queue = await self._heal("its stream or consumer is gone")
-                item = await queue.pull(timeout=1.0)
-            except BusError as exc:
-                log.warning("turn queue fetch failed (%s); checking the stream", exc)
-                await asyncio.sleep(0.5)
-                with contextlib.suppress(BusError):
-                    if self._queue is None or not await self._queue.healthy():
-                        await self._heal(str(exc))
-                continue
+            item = await self._source.pull()
+            if self._source.healed != healed:  # a new stream: its sequences start again
+                healed = self._source.healed
+                self._seen.clear()
+                self._seen_upto = 0
             if item is None:
                 continue
-            checked = time.monotonic()
             try:
                 deferred = await self._take(item, take)
             except Exception:
@@ -188,22 +229,6 @@ class TurnQueue:
                 # Stay off the queue a little longer than the request: a waiting fetch of
                 # the owner gets it, instead of this node fetching it back at once.
                 await asyncio.sleep(DEFER_S * (1.5 + random.random()))
-
-    async def _heal(self, why: str) -> WorkQueue:
-        """Recreate the stream and the consumer (their messages, if deleted, are gone)."""
-        log.warning(
-            "turn queue %s: %s; recreating it (submit again any turn sent meanwhile)",
-            self.bus.subjects.turn_stream,
-            why,
-        )
-        old, self._queue = self._queue, None
-        if old is not None:
-            await old.close()
-        self._queue = await self._open()
-        self._seen.clear()
-        self._seen_upto = 0
-        self.healed += 1
-        return self._queue
 
     async def _take(self, item: QueueItem, take: Take) -> bool:
         try:
@@ -269,6 +294,11 @@ class TurnQueue:
             if not seqs:
                 del self._seen[cid]
 
+    @property
+    def _queue(self) -> WorkQueue:
+        assert self._source.queue is not None
+        return self._source.queue
+
     async def _earlier(self, seq: int, cid: str, tid: str) -> str | None:
         """The turn id of an unsettled request of ``cid`` stored before ``seq`` that does
         not run here (None: nothing holds this request back).
@@ -276,7 +306,6 @@ class TurnQueue:
         Requests below ``_seen_upto`` were read already; those still in ``_seen`` may be
         unsettled. Only a gap (sequences another node or an earlier run of this one
         took) costs requests: the stream's first sequence, then a read of each."""
-        assert self._queue is not None
         if self._seen_upto < seq:
             first = await self._queue.first_seq()
             self._checks += 1
