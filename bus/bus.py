@@ -134,6 +134,8 @@ class Bus:
         self.subjects = subject_names
         self.url = url
         self.counters: Counter[str] = Counter()
+        self.authenticated = False
+        """True when connected with credentials: the server enforces roles (issue 19)."""
         self._connected = asyncio.Event()
         self._reconnected = asyncio.Condition()
         self._reconnect_hooks: list[Callable[[], None]] = []

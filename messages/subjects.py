@@ -64,8 +64,52 @@ class Subjects:
 
     @property
     def agent_done(self) -> str:
-        """Where outside agents publish ``agent.done``."""
+        """The shared DONE subject: accepted only with authentication off (issue 19)."""
         return f"{self.prefix}.agent.done"
+
+    def agent_done_of(self, agent: str) -> str:
+        """One agent's own DONE subject (``agent.task.done_subject``): with authentication on,
+        only that agent may publish there, so a DONE taken from it is that agent's."""
+        return f"{self._agent(agent)}.done"
+
+    @property
+    def agent_done_any(self) -> str:
+        """Every agent's own DONE subject (wildcard): captured by the DONE stream."""
+        return f"{self.prefix}.agent.*.done"
+
+    def agent_hello(self, agent: str) -> str:
+        """Where an agent says it is there (``agent.hello``, a request): presence and its inbox."""
+        return f"{self._agent(agent)}.hello"
+
+    @property
+    def agent_hello_any(self) -> str:
+        """Every agent's hello (wildcard): served by the nodes' queue group."""
+        return f"{self.prefix}.agent.*.hello"
+
+    @property
+    def agent_inbox_any(self) -> str:
+        """Every agent's inbox (wildcard): the subjects of the task stream."""
+        return f"{self.prefix}.agent.*.inbox"
+
+    @property
+    def agents_list(self) -> str:
+        """Known agents with presence and open tasks (``agents.list``, a request to nodes)."""
+        return f"{self.prefix}.agents.list"
+
+    def _agent(self, agent: str) -> str:
+        if not is_valid_name(agent):
+            raise SubjectError("agent name", agent)
+        return f"{self.prefix}.agent.{agent}"
+
+    def agent_of(self, subject: str, verb: str) -> str:
+        """The agent name of ``<prefix>.agent.<name>.<verb>``; ``SubjectError`` otherwise."""
+        head = f"{self.prefix}.agent."
+        tail = f".{_token(verb, 'verb')}"
+        if subject.startswith(head) and subject.endswith(tail):
+            name = subject[len(head) : len(subject) - len(tail)]
+            if is_valid_name(name):
+                return name
+        raise SubjectError(f"{verb} subject of an agent", subject)
 
     def turn_control(self, turn_id: str) -> str:
         """Skip-waiting and cancel for one running turn."""
@@ -177,6 +221,24 @@ class Subjects:
     def done_consumer(self) -> str:
         """The durable pull consumer all nodes share on the DONE stream."""
         return "nodes"
+
+    @property
+    def tasks_stream(self) -> str:
+        """The stream of open ``agent.task`` messages on ``agent_inbox_any`` (``AL_TASKS``): a
+        task is deleted from it when its DONE is applied or its turn ends."""
+        return self._resource("TASKS")
+
+    @staticmethod
+    def agent_consumer(agent: str) -> str:
+        """The durable consumer one agent pulls its tasks from (``agent_<name>``)."""
+        if not is_valid_name(agent):
+            raise SubjectError("agent name", agent)
+        return f"agent_{agent}"
+
+    @property
+    def agents_bucket(self) -> str:
+        """The KV bucket of agent presence: one key per agent, kept alive by its hello (``AL_AGENTS``)."""
+        return self._resource("AGENTS")
 
     @property
     def results_stream(self) -> str:
