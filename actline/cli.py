@@ -52,6 +52,18 @@ def _common() -> argparse.ArgumentParser:
     common.add_argument(
         "-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="log at DEBUG"
     )
+    common.add_argument(
+        "--creds",
+        metavar="FILE",
+        default=argparse.SUPPRESS,
+        help="NATS credentials (ACTLINE_NATS_CREDS; default: the embedded server's)",
+    )
+    common.add_argument(
+        "--insecure",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="run without NATS authentication (ACTLINE_INSECURE=1): anyone can connect",
+    )
     return common
 
 
@@ -167,6 +179,24 @@ def _parser() -> argparse.ArgumentParser:
     done.add_argument("--turn", metavar="ID", default=None, help="the turn id")
     _nats(done, "required: NATS_URL or --nats")
 
+    creds = command(
+        "creds",
+        "issue NATS credentials from this deployment's keys (under ACTLINE_HOME/auth)",
+    )
+    creds.add_argument(
+        "role", choices=["client", "agent", "node", "admin"], help="what the holder may do"
+    )
+    creds.add_argument("name", nargs="?", default="", help="the agent's name (role agent)")
+    creds.add_argument(
+        "--prefix", metavar="P", default=None, help="the tenant (ACTLINE_SUBJECT_PREFIX)"
+    )
+    creds.add_argument(
+        "--out", metavar="FILE", type=Path, default=None, help="write here (mode 0600)"
+    )
+    creds.add_argument(
+        "--home", metavar="DIR", type=Path, default=None, help="whose keys (ACTLINE_HOME)"
+    )
+
     timeline = command("timeline", "show a stored conversation (no NATS needed)")
     timeline.add_argument("conversation", nargs="?", metavar="CID", default=None)
     timeline.add_argument(
@@ -216,6 +246,10 @@ def _dispatch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             from .cmd_agent import run_done
 
             return asyncio.run(run_done(args, console))
+        case "creds":
+            from .cmd_creds import run_creds
+
+            return run_creds(args, console)
         case "timeline":
             from .cmd_timeline import run_timeline
 

@@ -47,7 +47,15 @@ def load_config(args: argparse.Namespace) -> Config:
         home=getattr(args, "home", None),
         model=getattr(args, "model", None),
         knowledge_dir=docs,
+        nats_creds=getattr(args, "creds", None),
+        insecure=getattr(args, "insecure", None),
     )
+    if config.insecure:
+        print(
+            "actline: WARNING: NATS without authentication (--insecure): any process that "
+            "reaches the server can submit turns, read every stream and answer for agents",
+            file=sys.stderr,
+        )
     if config.node.knowledge_dir is None and DEFAULT_DOCS.is_dir():
         config = config.with_node(knowledge_dir=DEFAULT_DOCS)
     return config
@@ -88,9 +96,13 @@ async def run_serve(args: argparse.Namespace, console: Console) -> int:
                 "dim",
             )
             if rt.server is not None:
+                creds = (
+                    "" if config.insecure else f"ACTLINE_NATS_CREDS={config.creds_for('client')} "
+                )
                 _say(
                     console,
-                    f'  connect from another shell: NATS_URL={rt.nats_url} actline ask "..."',
+                    f"  connect from another shell: NATS_URL={rt.nats_url} {creds}"
+                    'actline ask "..."',
                     "dim",
                 )
             await stop.wait()

@@ -2,11 +2,13 @@
 
 ``Config.load()`` reads, lowest precedence first: the defaults, a TOML file, the environment
 (``ACTLINE_*``, ``NATS_URL``, ``ANTHROPIC_API_KEY``, ``ANTHROPIC_BASE_URL``) and explicit
-overrides (command-line flags). The TOML file is ``--config PATH``, else ``$ACTLINE_CONFIG``,
-else ``./actline.toml`` when it exists. Its keys are the node settings by name (``home``,
-``model``, ``docs``, ``workspace``, ``max_iterations``, ...), ``nats_url``, and an ``[llm]``
-table (``max_retries``, ``timeout``, ``cache_ttl``, ...). API keys are never read from the
-file: they belong in the environment.
+overrides (command-line flags). Credentials: ``ACTLINE_NATS_CREDS`` (or ``--creds``, TOML
+``nats_creds``) names a ``.creds`` file; ``ACTLINE_INSECURE=1`` (``--insecure``, TOML
+``insecure = true``) runs without authentication. The TOML file is ``--config PATH``, else
+``$ACTLINE_CONFIG``, else ``./actline.toml`` when it exists. Its keys are the node settings by
+name (``home``, ``model``, ``docs``, ``workspace``, ``max_iterations``, ...), ``nats_url``, and
+an ``[llm]`` table (``max_retries``, ``timeout``, ``cache_ttl``, ...). API keys are never read
+from the file: they belong in the environment.
 
 Every problem is a ``ConfigError`` whose message names the setting and the fix.
 """
@@ -21,7 +23,9 @@ from pathlib import Path
 from typing import Any
 
 from actors.settings import ENV_VARS, NodeSettings
+from bus import AuthError, Authority, CredsInvalid, read_identity
 from llm import LLMSettings, ModelConfigError
+from messages import subjects
 
 from .errors import ConfigError
 
@@ -46,6 +50,17 @@ def check_nats_url(url: str) -> str:
             "(or tls://, ws://, wss://), or unset NATS_URL to use an embedded nats-server"
         )
     return text
+
+
+def _flag(value: str | None, name: str) -> bool | None:
+    if value is None or value == "":
+        return None
+    lowered = value.strip().lower()
+    if lowered in ("1", "true", "yes", "on"):
+        return True
+    if lowered in ("0", "false", "no", "off"):
+        return False
+    raise ConfigError(f"{name}={value!r}: write 1 or 0")
 
 
 def _config_path(path: str | os.PathLike[str] | None, env: Mapping[str, str]) -> Path | None:
@@ -109,6 +124,10 @@ class Config:
     """None: start an embedded nats-server."""
     source: Path | None = None
     """The TOML file that was read, if any."""
+    nats_creds: Path | None = None
+    """A ``.creds`` file to connect with (None: the embedded server's, made under home)."""
+    insecure: bool = False
+    """Run without authentication (an explicit choice; a warning says so)."""
 
     @classmethod
     def load(
@@ -124,6 +143,10 @@ class Config:
         file = _config_path(path, source_env)
         table = _read_toml(file) if file is not None else {}
         url = table.pop("nats_url", None)
+        creds_file = table.pop("nats_creds", None)
+        insecure_file = table.pop("insecure", False)
+        if not isinstance(insecure_file, bool):
+            raise ConfigError(f"config file {file}: insecure must be true or false")
         llm_table = table.pop("llm", {})
         if not isinstance(llm_table, dict) or set(llm_table) - LLM_KEYS:
             bad = sorted(set(llm_table) - LLM_KEYS) if isinstance(llm_table, dict) else "llm"
@@ -135,6 +158,11 @@ class Config:
         from_file = _node_values(table, file) if file is not None else {}
         in_env = {name for name, (var, _) in ENV_VARS.items() if source_env.get(var)}
         node_values = {k: v for k, v in from_file.items() if k not in in_env}
+        creds = overrides.pop("nats_creds", None) or source_env.get("ACTLINE_NATS_CREDS")
+        insecure = overrides.pop("insecure", None)
+        if insecure is None:
+            insecure = _flag(source_env.get("ACTLINE_INSECURE"), "ACTLINE_INSECURE")
+            insecure = insecure if insecure is not None else insecure_file
         for key, value in overrides.items():
             if value is None:
                 continue
@@ -153,7 +181,56 @@ class Config:
         chosen = nats_url or source_env.get("NATS_URL") or url
         if chosen is not None and not isinstance(chosen, str):
             raise ConfigError(f"config file {file}: nats_url must be a string")
-        return cls(node, llm, check_nats_url(chosen) if chosen else None, file)
+        creds = creds or creds_file
+        if creds is not None and not isinstance(creds, str | Path):
+            raise ConfigError(f"config file {file}: nats_creds must be a path (a string)")
+        if creds and insecure:
+            raise ConfigError(
+                "both credentials (ACTLINE_NATS_CREDS / --creds) and --insecure are set: choose one"
+            )
+        return cls(
+            node,
+            llm,
+            check_nats_url(chosen) if chosen else None,
+            file,
+            Path(creds).expanduser() if creds else None,
+            bool(insecure),
+        )
+
+    def creds_for(self, role: str, name: str = "") -> Path | None:
+        """The credentials to connect with as ``role``; None when running insecure.
+
+        ``nats_creds`` when set (checked readable); else, for the embedded server, the
+        ones made for ``role`` under ``home/auth``; else ``ConfigError`` naming the fix.
+        """
+        if self.insecure:
+            return None
+        if self.nats_creds is not None:
+            try:
+                read_identity(self.nats_creds)
+            except CredsInvalid as exc:
+                raise ConfigError(f"ACTLINE_NATS_CREDS / --creds: {exc}") from None
+            return self.nats_creds
+        if self.nats_url is None:
+            try:
+                authority = self.authority()
+                return authority.creds_path(role, name=name, prefix=subjects.current().prefix)
+            except AuthError as exc:
+                raise ConfigError(str(exc)) from None
+        raise ConfigError(
+            f"NATS at {self.nats_url} needs credentials: pass --creds FILE or set "
+            "ACTLINE_NATS_CREDS (make them with `actline creds client` where the deployment's "
+            "keys are), or --insecure for a server without authentication"
+        )
+
+    def authority(self) -> Authority:
+        """The keys of the embedded server, under ``home/auth`` (made on first use)."""
+        try:
+            return Authority.open(self.node.home / "auth")
+        except OSError as exc:
+            raise ConfigError(
+                f"cannot keep credentials under {self.node.home / 'auth'}: {exc}; fix ACTLINE_HOME"
+            ) from None
 
     def with_node(self, **changes: Any) -> Config:
         node = self.node.with_(**changes)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import sys
 import time
 from pathlib import Path
@@ -58,7 +59,11 @@ TURNS = (
 )
 
 
-async def _reviewer(url: str, console: Console) -> asyncio.subprocess.Process:
+async def _reviewer(url: str, config: Config, console: Console) -> asyncio.subprocess.Process:
+    env = dict(os.environ)
+    creds = config.creds_for("agent", "reviewer")  # the agent's own role, not the node's
+    if creds is not None:
+        env["ACTLINE_NATS_CREDS"] = str(creds)
     process = await asyncio.create_subprocess_exec(
         sys.executable,
         str(REVIEWER),
@@ -69,6 +74,7 @@ async def _reviewer(url: str, console: Console) -> asyncio.subprocess.Process:
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT,
         cwd=str(ROOT),
+        env=env,
     )
     assert process.stdout is not None
     line = await asyncio.wait_for(process.stdout.readline(), 30)
@@ -99,7 +105,14 @@ async def run_demo(
         )
     )
     try:
-        config = Config.load(env={}, nats_url=nats_url, home=where, knowledge_dir=KB)
+        config = Config.load(
+            env={},
+            nats_url=nats_url,
+            home=where,
+            knowledge_dir=KB,
+            nats_creds=os.environ.get("ACTLINE_NATS_CREDS"),
+            insecure=os.environ.get("ACTLINE_INSECURE", "") in ("1", "true", "yes", "on"),
+        )
     except ConfigError as exc:
         out.print(f"[red]{exc}[/red]")
         return 2
@@ -116,7 +129,7 @@ async def run_demo(
             with out.status("starting nats-server, the node and the reviewer agent..."):
                 runtime = await Runtime(config, model=model).start()
             out.print(Text(f"nats-server ready at {runtime.nats_url} (JetStream on)", "dim"))
-            reviewer = await _reviewer(runtime.nats_url, out)
+            reviewer = await _reviewer(runtime.nats_url, config, out)
         except ConfigError as exc:
             out.print(f"[red]{exc}[/red]")
             return 1

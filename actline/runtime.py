@@ -79,9 +79,15 @@ class Runtime:
         model: Model | None = None,
         registry: ToolRegistry | None = None,
         knowledge: KnowledgeSpace | None = None,
+        role: str | None = None,
+        agent_name: str = "",
     ) -> None:
+        """``role`` picks the credentials (default: ``node`` with a node, else ``client``;
+        ``agent`` with ``agent_name`` for an outside agent)."""
         self.config = config or Config.load()
         self.run_node = node
+        self.role = role or ("node" if node else "client")
+        self.agent_name = agent_name
         self._model = model
         self._registry = registry
         self._knowledge = knowledge
@@ -134,10 +140,18 @@ class Runtime:
             self.store = await asyncio.to_thread(_open_store, settings.home, settings.storage_sync)
             if self._knowledge is None and settings.knowledge_dir is not None:
                 self._knowledge = await asyncio.to_thread(_open_knowledge, settings.knowledge_dir)
+        creds = config.creds_for(self.role, self.agent_name)
+        if config.insecure:
+            log.warning("running WITHOUT authentication (--insecure / ACTLINE_INSECURE)")
         if config.nats_url is None:
-            self.server = await EmbeddedNats(store_dir=_nats_dir(settings.home)).astart()
+            authority = None if config.insecure else config.authority()
+            self.server = await EmbeddedNats(
+                store_dir=_nats_dir(settings.home), authority=authority, insecure=config.insecure
+            ).astart()
         try:
-            self._bus = await Bus.connect(self.nats_url, name="actline", connect_attempts=2)
+            self._bus = await Bus.connect(
+                self.nats_url, name="actline", connect_attempts=2, creds=creds or None
+            )
         except BusError as exc:
             raise ConfigError(str(exc)) from None
         if self.run_node:

@@ -408,6 +408,7 @@ class Node:
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m actors.node", description=__doc__)
     parser.add_argument("--nats", default=None, help="NATS URL (default: NATS_URL)")
+    parser.add_argument("--creds", default=None, help="node credentials (ACTLINE_NATS_CREDS)")
     parser.add_argument("--home", type=Path, default=None, help="LMDB folder (ACTLINE_HOME)")
     parser.add_argument("--docs", type=Path, default=None, help="knowledge space folder")
     parser.add_argument("--model", default=None, help="model name (default: extractive)")
@@ -428,7 +429,7 @@ async def _serve(args: argparse.Namespace) -> int:
         from llm import ExtractiveModel
 
         model = ExtractiveModel(delay=args.model_delay)
-    bus = await Bus.connect(args.nats, name=f"actline-node-{settings.node_id}")
+    bus = await Bus.connect(args.nats, name=f"actline-node-{settings.node_id}", creds=args.creds)
     node = Node(bus, settings, model=model)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

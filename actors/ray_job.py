@@ -15,6 +15,11 @@ in parallel — collects every ``turn.result`` with a progress bar, writes them 
 and exits 1 when any turn did not complete or timed out. Without ``--requests`` it serves
 until SIGINT/SIGTERM. ``ray.init()`` joins the cluster named by ``RAY_ADDRESS`` (as under
 ``ray job submit``) or starts a local one.
+
+Credentials: ``--creds FILE`` (or ``ACTLINE_NATS_CREDS``) names the node credentials
+(``actline creds node``); the driver reads the file and hands its text to every node
+actor, which keeps it in a 0600 file under its home (the worker hosts need no copy).
+A server without authentication needs ``--insecure``.
 """
 
 from __future__ import annotations
@@ -56,6 +61,7 @@ class NodeActor:
         *,
         model_delay: float = 0.0,
         model_latency: float = 0.0,
+        creds: str | None = None,
     ) -> None:
         import logging
 
@@ -67,6 +73,8 @@ class NodeActor:
         self.model_latency = model_latency
         self.node: Any = None
         self.bus: Bus | None = None
+        self.creds = creds
+        """The text of the node credentials (None: ``ACTLINE_NATS_CREDS``, or none)."""
 
     async def start(self) -> str:
         """Connect and serve; returns the node id once the node pulls turns."""
@@ -77,7 +85,14 @@ class NodeActor:
 
         if self.node is not None:
             return str(self.node.node_id)
-        self.bus = await Bus.connect(self.nats_url, name=f"actline-{self.settings.node_id}")
+        path = None
+        if self.creds is not None:
+            from bus.auth import write_secret
+
+            path = write_secret(self.settings.home / "node.creds", self.creds)
+        self.bus = await Bus.connect(
+            self.nats_url, name=f"actline-{self.settings.node_id}", creds=path
+        )
         model: Any = None
         if self.settings.model == "extractive":
             model = ExtractiveModel(delay=self.model_delay)
@@ -198,6 +213,15 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per turn")
     parser.add_argument("--lease-ttl", type=float, default=15.0, help="conversation lease TTL")
     parser.add_argument("--ack-wait", type=float, default=30.0, help="turn redelivery after")
+    parser.add_argument(
+        "--creds",
+        type=Path,
+        default=os.environ.get("ACTLINE_NATS_CREDS") or None,
+        help="node credentials (ACTLINE_NATS_CREDS; `actline creds node`)",
+    )
+    parser.add_argument(
+        "--insecure", action="store_true", help="the NATS server has no authentication"
+    )
     return parser.parse_args(argv)
 
 
@@ -214,7 +238,7 @@ async def _drive(args: argparse.Namespace, actors: list[Any], console: Console) 
         await stop.wait()
         return 0
     requests = load_requests(args.requests)
-    bus = await Bus.connect(args.nats, name="actline-ray-job")
+    bus = await Bus.connect(args.nats, name="actline-ray-job", creds=args.creds)
     try:
         results = await run_requests(bus, requests, timeout_s=args.timeout, console=console)
     finally:
@@ -241,6 +265,22 @@ def main(argv: Sequence[str] | None = None) -> int:
             ray.init()
         else:
             ray.init(num_cpus=max(2, int(args.nodes * args.cpus_per_node)), include_dashboard=False)
+    if args.creds is None and not args.insecure:
+        console.print(
+            "no node credentials: pass --creds FILE (make it with `actline creds node`) or set "
+            "ACTLINE_NATS_CREDS, or --insecure for a server without authentication"
+        )
+        return 2
+    creds = None
+    if args.creds is not None:
+        from bus import CredsInvalid, read_identity
+
+        try:
+            read_identity(args.creds)
+        except CredsInvalid as exc:
+            console.print(str(exc))
+            return 2
+        creds = args.creds.read_text()
     actor_class = node_actor_class(args.cpus_per_node)
     actors = []
     for i in range(args.nodes):
@@ -252,7 +292,8 @@ def main(argv: Sequence[str] | None = None) -> int:
             "lease_ttl_s": args.lease_ttl,
             "ack_wait_s": args.ack_wait,
         }
-        actors.append(actor_class.options(name=f"actline-{node_id}").remote(args.nats, settings))
+        actor = actor_class.options(name=f"actline-{node_id}")
+        actors.append(actor.remote(args.nats, settings, creds=creds))
     try:
         return asyncio.run(_drive(args, actors, console))
     finally:

@@ -5,6 +5,10 @@ in alternating blocks so that machine noise hits both alike. The typed path
 pays for pydantic validation and msgpack on both sides; the raw path sends a
 byte string of the same size. Target: typed p50 within 1.3x of raw p50.
 
+The typed path runs twice: on a server without authentication and on one with it (the
+client connected with ``node`` credentials, whose permission list is the longest, and
+the Bus checking each subject against it). ``auth / open`` is the cost of authentication.
+
     python -m bench.bus [--requests 5000] [--warmup 500] [--out bench/results/bus.json]
 """
 
@@ -39,8 +43,9 @@ def _summary(samples: list[float]) -> dict[str, float]:
 
 
 async def run(requests: int, warmup: int, blocks: int = 10) -> dict[str, Any]:
-    async with EmbeddedNats() as server:
+    async with EmbeddedNats(insecure=True) as server, EmbeddedNats() as secured:
         bus = await Bus.connect(server.url, name="bench-typed")
+        node = await Bus.connect(secured.url, name="bench-auth", creds=secured.creds_path("node"))
         raw = bus.nc
         request = TurnRequest(
             conversation_id="c-bench", turn_id="t-bench", text="How do I rotate the API key?"
@@ -57,11 +62,16 @@ async def run(requests: int, warmup: int, blocks: int = 10) -> dict[str, Any]:
             await msg.respond(raw_reply)
 
         await bus.subscribe("bench.typed", typed_handler)
+        await node.subscribe("al.bench.typed", typed_handler)
         await raw.subscribe("bench.raw", cb=raw_handler)
         await bus.flush()
+        await node.flush()
 
         async def typed_once() -> None:
             await bus.request("bench.typed", request, timeout=5)
+
+        async def auth_once() -> None:
+            await node.request("al.bench.typed", request, timeout=5)
 
         async def raw_once() -> None:
             await raw.request("bench.raw", raw_request, timeout=5)
@@ -69,13 +79,14 @@ async def run(requests: int, warmup: int, blocks: int = 10) -> dict[str, Any]:
         for _ in range(warmup):
             await typed_once()
             await raw_once()
+            await auth_once()
 
-        samples: dict[str, list[float]] = {"typed": [], "raw": []}
+        samples: dict[str, list[float]] = {"typed": [], "raw": [], "auth": []}
         per_block = max(1, requests // blocks)
         with Progress(transient=True) as progress:
-            task = progress.add_task("request/reply", total=2 * per_block * blocks)
+            task = progress.add_task("request/reply", total=3 * per_block * blocks)
             for block in range(blocks):
-                order = [("raw", raw_once), ("typed", typed_once)]
+                order = [("raw", raw_once), ("typed", typed_once), ("auth", auth_once)]
                 if block % 2:
                     order.reverse()
                 for name, call in order:
@@ -86,8 +97,10 @@ async def run(requests: int, warmup: int, blocks: int = 10) -> dict[str, Any]:
                         bucket.append(time.perf_counter() - t0)
                     progress.advance(task, per_block)
         await bus.close()
+        await node.close()
 
     typed, raw_s = _summary(samples["typed"]), _summary(samples["raw"])
+    auth = _summary(samples["auth"])
     return {
         "benchmark": "bus.request_reply",
         "payload_bytes": {"request": len(raw_request), "reply": len(raw_reply)},
@@ -95,6 +108,9 @@ async def run(requests: int, warmup: int, blocks: int = 10) -> dict[str, Any]:
         "raw": raw_s,
         "ratio_p50": typed["p50_us"] / raw_s["p50_us"],
         "ratio_p99": typed["p99_us"] / raw_s["p99_us"],
+        "auth": auth,
+        "auth_ratio_p50": auth["p50_us"] / typed["p50_us"],
+        "auth_ratio_p99": auth["p99_us"] / typed["p99_us"],
         "target_ratio_p50": TARGET_RATIO,
         "python": platform.python_version(),
         "machine": platform.machine(),
@@ -112,12 +128,20 @@ def main(argv: list[str] | None = None) -> int:
     table = Table(title=f"request/reply, {args.requests} each after {args.warmup} warm-up")
     for column in ("path", "p50 µs", "p99 µs", "mean µs"):
         table.add_column(column, justify="right" if column != "path" else "left")
-    for name in ("raw", "typed"):
+    for name, label in (("raw", "raw"), ("typed", "typed"), ("auth", "typed, authenticated")):
         row = result[name]
-        table.add_row(name, f"{row['p50_us']:.0f}", f"{row['p99_us']:.0f}", f"{row['mean_us']:.0f}")
+        table.add_row(
+            label, f"{row['p50_us']:.0f}", f"{row['p99_us']:.0f}", f"{row['mean_us']:.0f}"
+        )
     verdict = "[green]met[/]" if result["ratio_p50"] <= TARGET_RATIO else "[red]missed[/]"
     table.add_row(
         "typed / raw", f"{result['ratio_p50']:.2f}x", f"{result['ratio_p99']:.2f}x", verdict
+    )
+    table.add_row(
+        "authenticated / open",
+        f"{result['auth_ratio_p50']:.2f}x",
+        f"{result['auth_ratio_p99']:.2f}x",
+        "",
     )
     console = Console()
     console.print(table)

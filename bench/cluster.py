@@ -41,11 +41,11 @@ def _turns(path: Path, conversations: int, prefix: str) -> Path:
     return path
 
 
-def _actors(ray: Any, url: str, home: Path, count: int, ttl: float) -> list[Any]:
+def _actors(ray: Any, server: EmbeddedNats, home: Path, count: int, ttl: float) -> list[Any]:
     cls = node_actor_class(0.5)
     actors = [
         cls.remote(
-            url,
+            server.url,
             {
                 "home": home / f"n{i}",
                 "node_id": f"n{i}",
@@ -56,6 +56,7 @@ def _actors(ray: Any, url: str, home: Path, count: int, ttl: float) -> list[Any]
                 "storage_sync": False,
             },
             model_latency=LATENCY_S,
+            creds=server.creds_path("node").read_text(),
         )
         for i in range(count)
     ]
@@ -80,7 +81,7 @@ async def _batch(url: str, requests: list[Any], on_start: Any = None) -> tuple[f
 
 def throughput(ray: Any, nodes: int, conversations: int, tmp: Path) -> dict[str, Any]:
     with EmbeddedNats(store_dir=tmp / f"nats{nodes}") as server:
-        actors = _actors(ray, server.url, tmp / f"home{nodes}", nodes, 15.0)
+        actors = _actors(ray, server, tmp / f"home{nodes}", nodes, 15.0)
         requests = load_requests(_turns(tmp / f"t{nodes}.jsonl", conversations, f"n{nodes}c"))
         seconds, results = asyncio.run(_batch(server.url, requests))
         for actor in actors:
@@ -93,7 +94,7 @@ def throughput(ray: Any, nodes: int, conversations: int, tmp: Path) -> dict[str,
 
 def takeover(ray: Any, conversations: int, tmp: Path) -> dict[str, Any]:
     with EmbeddedNats(store_dir=tmp / "nats-kill") as server:
-        actors = _actors(ray, server.url, tmp / "home-kill", 2, 2.0)
+        actors = _actors(ray, server, tmp / "home-kill", 2, 2.0)
         requests = load_requests(_turns(tmp / "kill.jsonl", conversations, "k"))
         killed_at: list[float] = []
 

@@ -108,6 +108,7 @@ from actors import Client, Node, NodeSettings, TurnHandle
 from bench.common import RESULTS, SanityCheckFailed, corpus, percentile, summary_ms, write_result
 from bench.storage import sources
 from bus import Bus, EmbeddedNats
+from bus.embedded import running_authority
 from llm.protocol import Chunk
 from messages import (
     GenerateRequest,
@@ -382,8 +383,18 @@ async def open_case(
         store.persist(tl)
         stored[tl.conversation_id] = len(tl)
     subjects = Subjects(f"bench-loop-{label}")
-    node_bus = await Bus.connect(url, name=f"bench-loop-node-{label}", subject_names=subjects)
-    client_bus = await Bus.connect(url, name=f"bench-loop-client-{label}", subject_names=subjects)
+    node_bus = await Bus.connect(
+        url,
+        name=f"bench-loop-node-{label}",
+        subject_names=subjects,
+        creds=role(url, "node", subjects),
+    )
+    client_bus = await Bus.connect(
+        url,
+        name=f"bench-loop-client-{label}",
+        subject_names=subjects,
+        creds=role(url, "client", subjects),
+    )
     model = InstantModel()
     settings = node_settings(home, f"n-{label}", sync, max_iterations=max(15, rounds + 1))
     node = Node(node_bus, settings, model=model, store=store, knowledge=knowledge)
@@ -478,6 +489,15 @@ async def measure_turn(case: Case, cid: str, rounds: int) -> None:
         case.tools_leg.append(_seconds(call, result))
 
 
+def role(url: str, name: str, subjects: Subjects | None = None) -> str | None:
+    """Credentials of role ``name`` on the embedded server at ``url`` (None: it is open)."""
+    authority = running_authority(url)
+    if authority is None:
+        return None
+    prefix = (subjects or Subjects()).prefix
+    return str(authority.creds_path(name, prefix=prefix))
+
+
 # -- part 2: the floor ----------------------------------------------------------------------------
 @dataclass
 class Floor:
@@ -493,8 +513,9 @@ class Floor:
     @classmethod
     async def open(cls, url: str) -> Floor:
         card, request, reply = floor_payloads()
-        nc = await nats.connect(url, name="bench-loop-floor")
-        peer = await nats.connect(url, name="bench-loop-floor-peer")
+        auth = {"user_credentials": role(url, "admin", Subjects())} if role(url, "admin") else {}
+        nc = await nats.connect(url, name="bench-loop-floor", **auth)
+        peer = await nats.connect(url, name="bench-loop-floor-peer", **auth)
 
         async def respond(msg: Msg) -> None:
             await msg.respond(reply)
@@ -671,13 +692,29 @@ def floor_payloads() -> tuple[bytes, bytes, bytes]:
 
 # -- part 3: throughput ---------------------------------------------------------------------------
 async def throughput(
-    url: str, root: Path, knowledge: KnowledgeSpace, conversations: int, total: int, sync: bool
+    url: str,
+    root: Path,
+    knowledge: KnowledgeSpace,
+    conversations: int,
+    total: int,
+    sync: bool,
+    tag: str = "",
 ) -> dict[str, Any]:
     """``conversations`` workers, each running turns of 2-3 rounds in its own conversation."""
-    label = f"tput-{'sync' if sync else 'nosync'}"
+    label = f"tput{tag}-{'sync' if sync else 'nosync'}"
     subjects = Subjects(f"bench-loop-{label}")
-    node_bus = await Bus.connect(url, name=f"bench-loop-node-{label}", subject_names=subjects)
-    client_bus = await Bus.connect(url, name=f"bench-loop-client-{label}", subject_names=subjects)
+    node_bus = await Bus.connect(
+        url,
+        name=f"bench-loop-node-{label}",
+        subject_names=subjects,
+        creds=role(url, "node", subjects),
+    )
+    client_bus = await Bus.connect(
+        url,
+        name=f"bench-loop-client-{label}",
+        subject_names=subjects,
+        creds=role(url, "client", subjects),
+    )
     model = InstantModel()
     settings = node_settings(root / label, f"n-{label}", sync)
     node = Node(node_bus, settings, model=model, knowledge=knowledge)
@@ -723,18 +760,56 @@ async def throughput(
     }
 
 
+async def auth_cost(
+    secured: str,
+    open_url: str,
+    root: Path,
+    knowledge: KnowledgeSpace,
+    conversations: int,
+    total: int,
+) -> dict[str, Any]:
+    """Throughput (sync) with authentication (node and client roles) and without, run
+    open, authenticated, authenticated, open so that drift hits both alike."""
+    runs: dict[str, list[dict[str, Any]]] = {"open": [], "auth": []}
+    for i, mode in enumerate(("open", "auth", "auth", "open")):
+        url = secured if mode == "auth" else open_url
+        runs[mode].append(
+            await throughput(url, root, knowledge, conversations, total, True, f"-{mode}{i}")
+        )
+
+    def mean(mode: str, key: str) -> float:
+        return statistics.fmean(r[key] for r in runs[mode])
+
+    return {
+        "turns": total,
+        "conversations": conversations,
+        "open_turns_per_s": mean("open", "turns_per_s"),
+        "auth_turns_per_s": mean("auth", "turns_per_s"),
+        "open_cpu_ms_per_turn": mean("open", "cpu_ms_per_turn"),
+        "auth_cpu_ms_per_turn": mean("auth", "cpu_ms_per_turn"),
+        "turns_per_s_ratio": mean("auth", "turns_per_s") / mean("open", "turns_per_s"),
+        "cpu_ratio": mean("auth", "cpu_ms_per_turn") / mean("open", "cpu_ms_per_turn"),
+    }
+
+
 # -- part 4: memory per waiting conversation ------------------------------------------------------
-def memory_node(url: str, prefix: str, capacity: int, conn: Connection) -> None:
+def memory_node(
+    url: str, prefix: str, capacity: int, conn: Connection, creds: str | None = None
+) -> None:
     """The child process of part 4: a node that reports its resident memory when asked."""
     try:
-        asyncio.run(_memory_node(url, prefix, capacity, conn))
+        asyncio.run(_memory_node(url, prefix, capacity, conn, creds))
     except Exception as exc:
         conn.send(("error", f"{type(exc).__name__}: {exc}"))
 
 
-async def _memory_node(url: str, prefix: str, capacity: int, conn: Connection) -> None:
+async def _memory_node(
+    url: str, prefix: str, capacity: int, conn: Connection, creds: str | None
+) -> None:
     with tempfile.TemporaryDirectory(prefix="actline-bench-loop-memory-") as tmp:
-        bus = await Bus.connect(url, name="bench-loop-node-memory", subject_names=Subjects(prefix))
+        bus = await Bus.connect(
+            url, name="bench-loop-node-memory", subject_names=Subjects(prefix), creds=creds
+        )
         settings = node_settings(
             Path(tmp), "n-memory", True, max_active_turns=capacity, wait_timeout_s=3600.0
         )
@@ -773,10 +848,17 @@ async def memory(url: str, count: int) -> dict[str, Any]:
     spawn = multiprocessing.get_context("spawn")
     ours, theirs = spawn.Pipe()
     child = spawn.Process(
-        target=memory_node, args=(url, prefix, count + warmup + 8, theirs), daemon=True
+        target=memory_node,
+        args=(url, prefix, count + warmup + 8, theirs, role(url, "node", Subjects(prefix))),
+        daemon=True,
     )
     child.start()
-    bus = await Bus.connect(url, name="bench-loop-client-memory", subject_names=Subjects(prefix))
+    bus = await Bus.connect(
+        url,
+        name="bench-loop-client-memory",
+        subject_names=Subjects(prefix),
+        creds=role(url, "client", Subjects(prefix)),
+    )
     client = Client(bus)
 
     async def batch(tag: str, n: int) -> list[TurnHandle]:
@@ -1103,7 +1185,7 @@ async def run_async(
     knowledge = KnowledgeSpace(KB)
     with tempfile.TemporaryDirectory(prefix="actline-bench-loop-") as tmp:
         root = Path(tmp)
-        async with EmbeddedNats() as server:
+        async with EmbeddedNats() as server, EmbeddedNats(insecure=True) as open_server:
             floor, rows = await per_round(
                 server.url,
                 root,
@@ -1122,6 +1204,9 @@ async def run_async(
                     for sync in modes
                 ]
                 mem = await memory(server.url, waiting)
+                auth = await auth_cost(
+                    server.url, open_server.url, root, knowledge, conversations, total_turns
+                )
     targets = check_targets(rows)
     floor_targets = check_floor_targets(rows)
     return {
@@ -1134,6 +1219,7 @@ async def run_async(
         "floor": floor,
         "cases": rows,
         "throughput": tput,
+        "auth": auth,
         "memory": mem,
         "targets": targets,
         "targets_met": all(t["met"] for t in targets),
@@ -1268,6 +1354,18 @@ def table(result: dict[str, Any]) -> Table:
             f"{tput['cpu_ms_per_turn']:.1f} ms CPU/turn ({tput['turns']} turns in "
             f"{tput['seconds']:.1f} s; p50-p99: turn latency)",
         )
+    auth = result["auth"]
+    out.add_row(
+        "authentication: throughput authenticated / open",
+        "",
+        "",
+        "",
+        "",
+        "",
+        f"{auth['turns_per_s_ratio']:.2f}x turns/s ({auth['auth_turns_per_s']:.0f} vs "
+        f"{auth['open_turns_per_s']:.0f}), {auth['cpu_ratio']:.2f}x CPU/turn; sync, "
+        f"{auth['turns']} turns each run, open/auth/auth/open",
+    )
     mem = result["memory"]
     growth = mem["rss_after_bytes"] - mem["rss_before_bytes"]
     out.add_row(

@@ -1,12 +1,16 @@
 """NATS for actline: the typed ``Bus``, JetStream wrappers and the ``EmbeddedNats`` server."""
 
+from .auth import Authority, Identity, read_identity
 from .bus import DEFAULT_URL, Bus, Envelope, Handler, Subscription
 from .embedded import EmbeddedNats, find_nats_server
 from .errors import (
     AckFailed,
     AlreadyAcked,
+    AuthError,
+    AuthRefused,
     BusError,
     ConnectFailed,
+    CredsInvalid,
     JetStreamError,
     JetStreamUnavailable,
     KeyExists,
@@ -15,8 +19,10 @@ from .errors import (
     NoResponders,
     NoStream,
     NotConnected,
+    PermissionDenied,
     RemoteError,
     RequestTimeout,
+    RoleUnknown,
     StreamMissing,
     WrongRevision,
 )
@@ -26,13 +32,18 @@ __all__ = [
     "DEFAULT_URL",
     "AckFailed",
     "AlreadyAcked",
+    "AuthError",
+    "AuthRefused",
+    "Authority",
     "Bus",
     "BusError",
     "ConnectFailed",
+    "CredsInvalid",
     "EmbeddedNats",
     "Envelope",
     "EventLog",
     "Handler",
+    "Identity",
     "JetStreamAccount",
     "JetStreamError",
     "JetStreamUnavailable",
@@ -44,12 +55,15 @@ __all__ = [
     "NoResponders",
     "NoStream",
     "NotConnected",
+    "PermissionDenied",
     "QueueItem",
     "RemoteError",
     "RequestTimeout",
+    "RoleUnknown",
     "StreamMissing",
     "Subscription",
     "WorkQueue",
     "WrongRevision",
     "find_nats_server",
+    "read_identity",
 ]

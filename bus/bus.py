@@ -18,6 +18,13 @@ logged with ids and, for a request, answered with ``ErrorReply``
 
 The connection reconnects forever after the server goes away (buffering
 publishes meanwhile) and re-subscribes everything when it comes back.
+
+Credentials (issue 19): ``connect(creds=FILE)``, else ``ACTLINE_NATS_CREDS``, else the
+admin credentials of an ``EmbeddedNats`` this process started at that URL (the process
+that started a server holds its keys). With credentials the bus knows its ``identity``
+and refuses, with ``PermissionDenied``, a publish, request or subscription its role may
+not make: the server would drop it silently (it only tells the connection's error
+callback, counted here as ``counters["permission_violations"]``).
 """
 
 from __future__ import annotations
@@ -26,10 +33,13 @@ import asyncio
 import contextlib
 import logging
 import os
+import ssl
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from types import TracebackType
+from typing import Any
+from urllib.parse import urlsplit
 
 import nats
 import nats.errors
@@ -50,11 +60,15 @@ from messages import (
     subjects,
 )
 
+from .auth import Identity, read_identity
+from .embedded import running_authority
 from .errors import (
+    AuthRefused,
     ConnectFailed,
     NoResponders,
     NoStream,
     NotConnected,
+    PermissionDenied,
     RemoteError,
     RequestTimeout,
 )
@@ -116,6 +130,27 @@ class Subscription:
             await asyncio.gather(*tasks, return_exceptions=True)
 
 
+async def _abandon(nc: Client) -> None:
+    """Close a client whose first connect failed (nats-py's close can hang after a failed
+    TLS handshake: bounded)."""
+    with contextlib.suppress(TimeoutError, nats.errors.Error, OSError):
+        await asyncio.wait_for(nc.close(), 1.0)
+
+
+def _tls_context(ca: str | None) -> ssl.SSLContext:
+    """TLS that verifies the server with ``ca`` (``ACTLINE_NATS_CA``), else the system's CAs."""
+    try:
+        return ssl.create_default_context(cafile=ca)
+    except (OSError, ssl.SSLError) as exc:
+        raise ConnectFailed(f"ACTLINE_NATS_CA={ca}", f"cannot load the CA: {exc}") from None
+
+
+def _embedded_creds(url: str) -> str | None:
+    """Admin credentials of an embedded server this process runs at ``url`` (if any)."""
+    authority = running_authority(url)
+    return str(authority.creds_path("admin")) if authority is not None else None
+
+
 def _label(msg: Message) -> str:
     """Ids of a message for logs (never its body)."""
     parts: list[str] = [msg.kind]
@@ -136,6 +171,10 @@ class Bus:
         self.counters: Counter[str] = Counter()
         self.authenticated = False
         """True when connected with credentials: the server enforces roles (issue 19)."""
+        self.identity: Identity | None = None
+        """Who the credentials say this connection is (None without credentials)."""
+        self.violations: list[str] = []
+        """The server's last permission-violation errors on this connection (at most 20)."""
         self._connected = asyncio.Event()
         self._reconnected = asyncio.Condition()
         self._reconnect_hooks: list[Callable[[], None]] = []
@@ -153,37 +192,75 @@ class Bus:
         connect_timeout: float = 2.0,
         connect_attempts: int = 3,
         reconnect_wait: float = 0.25,
+        creds: str | os.PathLike[str] | None = None,
     ) -> Bus:
         """Connect to ``url`` (default ``NATS_URL``, else ``nats://127.0.0.1:4222``).
 
         The first connection is tried ``connect_attempts`` times, then
-        ``ConnectFailed`` says what to do; once connected, the client reconnects
-        forever.
+        ``ConnectFailed`` says what to do (``AuthRefused`` when the server refused the
+        credentials or wants some); once connected, the client reconnects forever.
+        ``creds``: see the module docstring.
         """
         target = url or os.environ.get("NATS_URL") or DEFAULT_URL
         nc = Client()
         bus = cls(nc, subject_names or subjects.current(), target)
-        try:
-            await nc.connect(
-                servers=[target],
-                name=name,
-                connect_timeout=int(max(1, connect_timeout)),
-                reconnect_time_wait=reconnect_wait,  # type: ignore[arg-type]
-                max_reconnect_attempts=max(1, connect_attempts - 1),
-                allow_reconnect=True,
-                error_cb=bus._on_error,
-                disconnected_cb=bus._on_disconnect,
-                reconnected_cb=bus._on_reconnect,
-            )
-        except (OSError, nats.errors.Error, TimeoutError) as exc:
-            await nc.close()
-            raise ConnectFailed(target, f"{type(exc).__name__}: {exc}") from None
-        # Connected: from now on never give up reconnecting (nats-py reads this option live).
+        path = creds or os.environ.get("ACTLINE_NATS_CREDS") or _embedded_creds(target)
+        auth: dict[str, Any] = {}
+        ca = os.environ.get("ACTLINE_NATS_CA")
+        if ca or target.startswith("tls://"):
+            auth["tls"] = _tls_context(ca)
+            auth["tls_hostname"] = urlsplit(target.split(",")[0]).hostname
+        if path:
+            bus.identity = read_identity(path)
+            bus.authenticated = True
+            auth |= {"user_credentials": str(path), "inbox_prefix": bus.identity.inbox_prefix}
+        for attempt in range(max(1, connect_attempts)):
+            try:
+                # Tried without nats-py's own retries: with them, a TLS handshake that fails
+                # (an unknown CA) retries forever instead of raising.
+                await nc.connect(
+                    **auth,
+                    servers=[target],
+                    name=name,
+                    connect_timeout=int(max(1, connect_timeout)),
+                    reconnect_time_wait=reconnect_wait,  # type: ignore[arg-type]
+                    allow_reconnect=False,
+                    error_cb=bus._on_error,
+                    disconnected_cb=bus._on_disconnect,
+                    reconnected_cb=bus._on_reconnect,
+                )
+                break
+            except nats.errors.AuthorizationError:
+                await _abandon(nc)
+                raise AuthRefused(
+                    target, f"authorization violation with {path or 'no credentials'}"
+                ) from None
+            except ssl.SSLError as exc:
+                await _abandon(nc)
+                raise ConnectFailed(
+                    target,
+                    f"TLS: {exc.reason or exc}; set ACTLINE_NATS_CA to the CA file that signed "
+                    "the server's certificate",
+                ) from None
+            except (OSError, nats.errors.Error, TimeoutError) as exc:
+                await _abandon(nc)
+                if attempt + 1 >= max(1, connect_attempts):
+                    raise ConnectFailed(target, f"{type(exc).__name__}: {exc}") from None
+                await asyncio.sleep(reconnect_wait)  # a server starting up: try again shortly
+                nc = bus._nc = Client()
+        # Connected: from now on never give up reconnecting (nats-py reads these options live).
+        nc.options["allow_reconnect"] = True
         nc.options["max_reconnect_attempts"] = -1
         bus._connected.set()
         return bus
 
     async def _on_error(self, exc: Exception) -> None:
+        if "permissions violation" in str(exc).lower():
+            self.counters["permission_violations"] += 1
+            self.violations = [*self.violations[-19:], str(exc)]
+            who = self.identity.label if self.identity else "this connection"
+            log.warning("the server refused %s: %s", who, exc)
+            return
         level = logging.DEBUG if isinstance(exc, ConnectionRefusedError) else logging.WARNING
         log.log(level, "nats error on %s: %s: %s", self.url, type(exc).__name__, exc)
 
@@ -285,6 +362,20 @@ class Bus:
         await self._nc.flush(timeout=int(max(1, timeout)))
 
     # -- tell / ask ----------------------------------------------------------
+    def _may(self, action: str, subject: str) -> None:
+        """``PermissionDenied`` when this connection's role may not use ``subject``."""
+        identity = self.identity
+        if identity is None:
+            return
+        granted = identity.permissions
+        allowed = (
+            granted.may_subscribe(subject)
+            if action.startswith("subscribe")
+            else granted.may_publish(subject)
+        )
+        if not allowed:
+            raise PermissionDenied(action, subject, identity.label)
+
     def _encode(self, msg: Message) -> bytes:
         return encode(msg, max_size=self.max_payload)
 
@@ -297,6 +388,7 @@ class Bus:
         headers: dict[str, str] | None = None,
     ) -> None:
         """Send ``msg`` on ``subject`` without waiting for anything (tell)."""
+        self._may("publish to", subject)
         data = self._encode(msg)
         if self._nc.is_closed:
             raise NotConnected("publish after close()")
@@ -333,6 +425,7 @@ class Bus:
         headers: dict[str, str] | None = None,
     ) -> int:
         """``publish_stored`` of bytes already encoded (or deliberately malformed, in tests)."""
+        self._may("publish to", subject)
         if self._nc.is_closed:
             raise NotConnected("publish after close()")
         sent = dict(headers or {})
@@ -362,6 +455,7 @@ class Bus:
         Raises ``RequestTimeout``, ``NoResponders``, ``RemoteError`` (the reply
         was an ``ErrorReply``, unless ``raise_remote=False``) or ``DecodeError``.
         """
+        self._may("publish to", subject)
         data = self._encode(msg)
         if self._nc.is_closed:
             raise NotConnected("request after close()")
@@ -401,6 +495,7 @@ class Bus:
         """
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
+        self._may("subscribe to", subject)
         running: set[asyncio.Task[None]] = set()
         slots = asyncio.Semaphore(concurrency)
 

@@ -8,6 +8,10 @@ Readiness is read from that log: ``start`` returns once the server logged its
 client port and "Server is ready", and fails with the log tail if the process
 exits first. ``stop`` sends SIGTERM, then SIGKILL after a grace period; it also
 runs at interpreter exit for servers still running.
+
+Authentication is on unless ``insecure=True``: the server trusts an ``Authority``
+(given, or ``<store_dir>/auth``) and every connection needs credentials it issued
+(``creds_path(role, ...)``). ``insecure=True`` runs an open server and logs a warning.
 """
 
 from __future__ import annotations
@@ -31,6 +35,8 @@ from types import TracebackType
 
 from messages.codec import MAX_PAYLOAD
 
+from .auth import Authority
+from .certs import TlsFiles
 from .errors import NatsServerError, NatsServerNotFound
 
 log = logging.getLogger(__name__)
@@ -82,6 +88,9 @@ class EmbeddedNats:
         jetstream_max_file: str = "1G",
         ready_timeout: float = 10.0,
         binary: str | os.PathLike[str] | None = None,
+        authority: Authority | None = None,
+        insecure: bool = False,
+        tls: TlsFiles | None = None,
     ) -> None:
         self._requested_port = port
         self._store_dir_arg = Path(store_dir) if store_dir is not None else None
@@ -90,6 +99,11 @@ class EmbeddedNats:
         self._max_file = jetstream_max_file
         self._ready_timeout = ready_timeout
         self._binary = Path(binary) if binary is not None else None
+        if insecure and authority is not None:
+            raise NatsServerError("an insecure server trusts no authority: pass one or the other")
+        self.authority = authority
+        self.insecure = insecure
+        self.tls = tls
         self._proc: subprocess.Popen[bytes] | None = None
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self._port: int | None = None
@@ -106,8 +120,9 @@ class EmbeddedNats:
 
     @property
     def url(self) -> str:
-        """``nats://127.0.0.1:<port>``."""
-        return f"nats://127.0.0.1:{self.port}"
+        """``nats://127.0.0.1:<port>`` (``tls://`` with TLS)."""
+        scheme = "tls" if self.tls is not None else "nats"
+        return f"{scheme}://127.0.0.1:{self.port}"
 
     @property
     def running(self) -> bool:
@@ -118,6 +133,14 @@ class EmbeddedNats:
     def pid(self) -> int | None:
         """The server's process id while it runs."""
         return self._proc.pid if self._proc is not None else None
+
+    def creds_path(self, role: str, *, name: str = "", prefix: str = "al") -> Path:
+        """Credentials of ``role`` for this server (``NatsServerError`` when it is insecure)."""
+        if self.authority is None:
+            raise NatsServerError(
+                "this nats-server runs without authentication: it needs no credentials"
+            )
+        return self.authority.creds_path(role, name=name, prefix=prefix)
 
     # -- start -------------------------------------------------------------
     def _launch(self) -> None:
@@ -137,10 +160,26 @@ class EmbeddedNats:
         config = self.store_dir / "nats-server.conf"
         port = self._requested_port if self._requested_port is not None else -1
         js_dir = self.store_dir  # nats-server keeps its state under <store_dir>/jetstream
+        trust = ""
+        if self.insecure:
+            log.warning("the embedded nats-server runs WITHOUT authentication (insecure)")
+        else:
+            if self.authority is None:
+                self.authority = Authority.open(self.store_dir / "auth")
+            trust = self.authority.server_config()
+        if self.tls is not None:
+            tls = self.tls
+            trust += (
+                f'tls {{\n  cert_file: "{tls.cert}"\n  key_file: "{tls.key}"\n'
+                f'  ca_file: "{tls.ca}"\n  timeout: 2\n}}\n'
+            )
         config.write_text(
-            "host: 127.0.0.1\n"
+            trust + "host: 127.0.0.1\n"
             f"port: {port}\n"
             f"max_payload: {self._max_payload}\n"
+            # A node's credentials name the JetStream API of each of its streams: its
+            # CONNECT line is ~6 KB, over the default 4 KB limit.
+            "max_control_line: 65536\n"
             f'log_file: "{self.log_path}"\n'
             "jetstream {\n"
             f'  store_dir: "{js_dir}"\n'
@@ -272,6 +311,18 @@ class EmbeddedNats:
         tb: TracebackType | None,
     ) -> None:
         await asyncio.to_thread(self.stop)
+
+
+def running_authority(url: str) -> Authority | None:
+    """The authority of an embedded server this process runs at ``url``, if any."""
+    for server in list(_RUNNING):
+        if (
+            server.running
+            and server._port is not None
+            and server.url.split("://")[1] == url.split("://")[-1]
+        ):
+            return server.authority
+    return None
 
 
 @atexit.register

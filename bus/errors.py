@@ -8,6 +8,12 @@ Hierarchy::
     ├── RemoteError           the responder answered with an ErrorReply (subject, code, message)
     ├── NotConnected          used before connect() or after close()
     ├── ConnectFailed         no NATS server reachable at the URL (url, reason)
+    │   └── AuthRefused       the server refused the credentials, or wants some (url, reason)
+    ├── AuthError             credentials and roles (issue 19)
+    │   ├── CredsInvalid      a credentials or key file is unreadable or malformed (path, reason)
+    │   ├── RoleUnknown       no such role, or a role without what it needs (role, hint)
+    │   └── PermissionDenied  this connection's role may not use the subject (action, subject,
+    │                         who)
     ├── NatsServerError       the embedded server could not start
     │   └── NatsServerNotFound  the nats-server binary is missing
     └── JetStreamError        a JetStream request was refused (operation, reason, code)
@@ -97,6 +103,65 @@ class ConnectFailed(BusError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.url, self.reason))
+
+
+class AuthRefused(ConnectFailed):
+    """The server refused the connection's credentials (or has auth on and got none)."""
+
+    def __init__(self, url: str, reason: str) -> None:
+        self.url = url
+        self.reason = reason
+        BusError.__init__(
+            self,
+            f"NATS at {url} refused the connection ({reason}): give the credentials of a role "
+            "with --creds FILE or ACTLINE_NATS_CREDS (issue them with `actline creds client` "
+            "where the deployment's keys are), or --insecure for a server without authentication",
+        )
+
+
+class AuthError(BusError):
+    """Base of the errors about credentials and roles."""
+
+
+class CredsInvalid(AuthError):
+    """A credentials (``.creds``) or key (``.nk``) file is unreadable or malformed."""
+
+    def __init__(self, path: str, reason: str) -> None:
+        self.path = path
+        self.reason = reason
+        super().__init__(f"credentials {path}: {reason}; issue new ones with `actline creds ROLE`")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.path, self.reason))
+
+
+class RoleUnknown(AuthError):
+    """No such role, or a role without what it needs (an agent without a name)."""
+
+    def __init__(self, role: str, hint: str) -> None:
+        self.role = role
+        self.hint = hint
+        super().__init__(f"role {role!r}: {hint}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.role, self.hint))
+
+
+class PermissionDenied(AuthError):
+    """This connection's role may not publish (or subscribe) on the subject: the server
+    would drop it; refused here first so that the caller hears it."""
+
+    def __init__(self, action: str, subject: str, who: str) -> None:
+        self.action = action
+        self.subject = subject
+        self.who = who
+        super().__init__(
+            f"{who} may not {action} {subject!r}: connect with credentials of a role that may "
+            "(`actline creds --help` lists the roles)"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.action, self.subject, self.who))
 
 
 class NatsServerError(BusError):

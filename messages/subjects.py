@@ -237,7 +237,8 @@ class Subjects:
 
     @property
     def agents_bucket(self) -> str:
-        """The KV bucket of agent presence: one key per agent, kept alive by its hello (``AL_AGENTS``)."""
+        """The KV bucket of agent presence: a key per agent, kept alive by its hello
+        (``AL_AGENTS``)."""
         return self._resource("AGENTS")
 
     @property

@@ -1,4 +1,10 @@
-"""Shared fixtures: one real embedded nats-server for the session, and per-test buses."""
+"""Shared fixtures: one real embedded nats-server for the session, and per-test buses.
+
+Every server here runs with authentication on, trusting one session ``Authority``; a
+connection made in this process without credentials gets the admin ones of that
+server (``Bus.connect``), while the ``bus`` fixture connects with the ``node`` role
+of its test's own prefix, so that most tests run under the permissions a node has.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +15,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from bus import Bus, EmbeddedNats
+from bus import Authority, Bus, EmbeddedNats
 from messages import Subjects, new_id
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -24,16 +30,22 @@ settings.load_profile("ci" if os.environ.get("CI") else "local")
 
 
 @pytest.fixture(scope="session")
-def nats_server() -> Iterator[EmbeddedNats]:
-    """One embedded nats-server (JetStream on) shared by the whole test session."""
-    with EmbeddedNats() as server:
+def authority(tmp_path_factory: pytest.TempPathFactory) -> Authority:
+    """The keys every test server trusts."""
+    return Authority.open(tmp_path_factory.mktemp("auth"))
+
+
+@pytest.fixture(scope="session")
+def nats_server(authority: Authority) -> Iterator[EmbeddedNats]:
+    """One embedded nats-server (JetStream and authentication on) shared by the session."""
+    with EmbeddedNats(authority=authority) as server:
         yield server
 
 
 @pytest.fixture
-def fresh_nats(tmp_path: Path) -> Iterator[EmbeddedNats]:
+def fresh_nats(tmp_path: Path, authority: Authority) -> Iterator[EmbeddedNats]:
     """A nats-server of this test alone (for tests that stop or restart it)."""
-    server = EmbeddedNats(store_dir=tmp_path / "nats")
+    server = EmbeddedNats(store_dir=tmp_path / "nats", authority=authority)
     server.start()
     try:
         yield server
@@ -50,7 +62,8 @@ def subject_names() -> Subjects:
 @pytest.fixture
 async def bus(nats_server: EmbeddedNats, subject_names: Subjects) -> AsyncIterator[Bus]:
     """A connected Bus on the session server, closed after the test."""
-    connection = await Bus.connect(nats_server.url, subject_names=subject_names)
+    creds = nats_server.creds_path("node", prefix=subject_names.prefix)
+    connection = await Bus.connect(nats_server.url, subject_names=subject_names, creds=creds)
     try:
         yield connection
     finally:

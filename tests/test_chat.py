@@ -43,6 +43,7 @@ from actline.chat import (
 )
 from actline.config import Config, ConfigError
 from bus import EmbeddedNats
+from tests.creds import creds_env
 
 ROOT = Path(__file__).resolve().parents[1]
 DEADLINE_S = 30.0
@@ -80,8 +81,9 @@ class Chat:
             PYTHONPATH=str(ROOT),
             PYTHONIOENCODING="utf-8",
         )
-        if nats_url:
+        if nats_url:  # the chat runs its node in-process: the node role
             env["NATS_URL"] = nats_url
+            env |= creds_env(nats_url, "node")
         self.pid, self.fd = pty.fork()
         if self.pid == 0:  # the child: never return into pytest
             try:

@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from bus import EmbeddedNats
+from bus import Authority, EmbeddedNats
+from tests.creds import creds_env
 
 ROOT = Path(__file__).resolve().parents[1]
 READY_S = 30.0
@@ -35,6 +36,11 @@ def clean_env(home: Path, **extra: str) -> dict[str, str]:
     )
     env.update(extra)
     return env
+
+
+def as_role(nats: EmbeddedNats, role: str = "node", name: str = "") -> dict[str, str]:
+    """The credentials of ``role`` on the test's server, for a child's environment."""
+    return creds_env(nats.url, role, name=name)
 
 
 def actline(
@@ -122,7 +128,7 @@ def nats(tmp_path: Path) -> Iterator[EmbeddedNats]:
 @pytest.fixture
 def serving(nats: EmbeddedNats, tmp_path: Path) -> Iterator[Running]:
     """``actline serve --nats URL`` ready to take turns."""
-    node = Running("serve", "--nats", nats.url, env=clean_env(tmp_path / "node"))
+    node = Running("serve", "--nats", nats.url, env=clean_env(tmp_path / "node", **as_role(nats)))
     try:
         node.wait_for("serving on")
         yield node
@@ -241,7 +247,7 @@ def test_timeline_list_shows_the_stored_conversation(
 def test_serve_answers_a_client_ask_and_stops_cleanly_on_sigint(
     serving: Running, nats: EmbeddedNats, tmp_path: Path
 ) -> None:
-    client_env = clean_env(tmp_path / "client", NATS_URL=nats.url)
+    client_env = clean_env(tmp_path / "client", NATS_URL=nats.url, **as_role(nats, "client"))
     result = actline("ask", "What are the limits?", env=client_env)
     assert result.returncode == 0, result.stderr
     assert "embedded nats-server" not in result.stdout
@@ -260,7 +266,9 @@ def test_serve_without_a_nats_url_starts_an_embedded_server_and_prints_it(
         ready = node.wait_for("serving on")
         url = re.search(r"serving on (nats://127\.0\.0\.1:\d+)", ready)
         assert url, ready
-        assert f"NATS_URL={url.group(1)} actline ask" in node.wait_for("NATS_URL=")
+        hint = node.wait_for("actline ask")
+        assert f"NATS_URL={url.group(1)} ACTLINE_NATS_CREDS=" in hint, hint
+        assert "client@al.creds" in hint
         assert node.interrupt(signal.SIGTERM) == 0
     finally:
         node.stop()
@@ -279,7 +287,7 @@ def test_agent_answers_a_task_with_its_command_output(
         result = actline(
             "ask",
             "Pricing tiers: ask reviewer to check the plan",
-            env=clean_env(tmp_path / "client", NATS_URL=nats.url),
+            env=clean_env(tmp_path / "client", NATS_URL=nats.url, **as_role(nats, "client")),
         )
         assert result.returncode == 0, result.stdout + result.stderr
         assert "checked: " in result.stdout
@@ -313,7 +321,7 @@ def test_agent_command_that_fails_answers_with_a_failure_summary(
         result = actline(
             "ask",
             "Pricing tiers: ask reviewer to check the plan",
-            env=clean_env(tmp_path / "client", NATS_URL=nats.url),
+            env=clean_env(tmp_path / "client", NATS_URL=nats.url, **as_role(nats, "client")),
         )
         assert "exited with code 3: boom: no reviewer today" in result.stdout
         assert "answered (failed)" in agent.wait_for("answered")
@@ -325,7 +333,19 @@ def test_agent_command_that_fails_answers_with_a_failure_summary(
 
 ERRORS = [
     pytest.param(
-        ("ask", "hi"), {"NATS_URL": "nats://127.0.0.1:9"}, "cannot reach NATS", id="no-nats"
+        ("ask", "hi"),
+        {"NATS_URL": "nats://127.0.0.1:9", "ACTLINE_NATS_CREDS": "CREDS"},
+        "cannot reach NATS",
+        id="no-nats",
+    ),
+    pytest.param(
+        ("ask", "hi"), {"NATS_URL": "nats://127.0.0.1:9"}, "needs credentials", id="no-creds"
+    ),
+    pytest.param(
+        ("ask", "hi"),
+        {"NATS_URL": "nats://127.0.0.1:9", "ACTLINE_NATS_CREDS": "FILE"},
+        "not a NATS .creds file",
+        id="bad-creds",
     ),
     pytest.param(("ask", "hi"), {"NATS_URL": "http://x"}, "nats://host:4222", id="bad-url"),
     pytest.param(
@@ -346,7 +366,10 @@ def test_a_setup_problem_is_one_line_naming_the_fix(
 ) -> None:
     blocker = tmp_path / "FILE"
     blocker.write_text("a regular file")
-    extra = {k: v.replace("FILE", str(blocker)) for k, v in extra.items()}
+    creds = Authority.open(tmp_path / "auth").creds_path("client")
+    extra = {
+        k: v.replace("FILE", str(blocker)).replace("CREDS", str(creds)) for k, v in extra.items()
+    }
     result = actline(*args, env=clean_env(tmp_path / "home", **extra))
     assert result.returncode == 2, result.stdout + result.stderr
     lines = result.stderr.strip().splitlines()

@@ -17,6 +17,7 @@ from actors.client import Client
 from actors.results import open_results
 from bus import Bus, EmbeddedNats
 from messages import ReActResult, Subjects, new_id
+from tests.creds import creds_env
 
 from .actors.harness import Scripted, say, start_node
 from .test_cli_commands import actline, clean_env
@@ -53,6 +54,7 @@ def stored(nats_server: EmbeddedNats, tmp_path_factory: pytest.TempPathFactory) 
 
 def result_of(stored: Stored, tmp_path: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = clean_env(tmp_path / "home", NATS_URL=stored.url, ACTLINE_SUBJECT_PREFIX=stored.prefix)
+    env |= creds_env(stored.url, "client", prefix=stored.prefix)
     return actline("result", *args, env=env)
 
 

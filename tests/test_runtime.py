@@ -52,9 +52,20 @@ async def test_send_done_answers_an_outside_agent_and_followup_joins(tmp_path: P
 
 
 async def test_an_unreachable_server_is_a_config_error_naming_the_fix(tmp_path: Path) -> None:
-    cfg = Config.load(env={"ACTLINE_HOME": str(tmp_path / "h")}, nats_url="nats://127.0.0.1:9")
+    env = {"ACTLINE_HOME": str(tmp_path / "h"), "ACTLINE_INSECURE": "1"}
+    cfg = Config.load(env=env, nats_url="nats://127.0.0.1:9")
     with pytest.raises(ConfigError, match=r"cannot reach NATS at nats://127\.0\.0\.1:9"):
         await Runtime(cfg).start()
+
+
+async def test_a_server_url_without_credentials_is_a_config_error_naming_the_fix(
+    tmp_path: Path,
+) -> None:
+    cfg = Config.load(env={"ACTLINE_HOME": str(tmp_path / "h")}, nats_url="nats://127.0.0.1:9")
+    with pytest.raises(ConfigError, match=r"needs credentials: pass --creds FILE"):
+        await Runtime(cfg).start()
+    with pytest.raises(ConfigError, match="choose one"):
+        Config.load(env={"ACTLINE_NATS_CREDS": "x.creds", "ACTLINE_INSECURE": "1"})
 
 
 async def test_a_claude_model_without_a_key_and_an_unwritable_home_are_refused(

@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.creds import creds_env
+
 ROOT = Path(__file__).resolve().parents[2]
 KB = ROOT / "examples" / "kb"
 READY_S = 60.0
@@ -78,6 +80,7 @@ class NodeProcess:
         }
         env |= {"ACTLINE_SUBJECT_PREFIX": self.prefix, "PYTHONPATH": str(ROOT)}
         env |= {"ACTLINE_EMBEDDINGS": "0", "ACTLINE_CLUSTER": "1" if self.cluster else "0"}
+        env |= creds_env(self.url, "node", prefix=self.prefix)
         env |= dict(self.options.env)
         args = ["--nats", self.url, "--home", str(self.home), "--docs", str(KB)]
         args += ["--model-delay", str(self.options.model_delay_s)]

@@ -12,6 +12,7 @@ from pathlib import Path
 from actors.client import Client
 from bus import Bus, EmbeddedNats
 from storage import Store
+from tests.creds import creds_env
 from timeline.blocks import TOOL_CALL, TURN_HEADER, USER_PROMPT
 
 from .harness import KB
@@ -23,6 +24,7 @@ async def start_node_process(
     nats: EmbeddedNats, prefix: str, home: Path, node_id: str
 ) -> asyncio.subprocess.Process:
     env = {**os.environ, "ACTLINE_SUBJECT_PREFIX": prefix, "PYTHONPATH": str(ROOT)}
+    env |= creds_env(nats.url, "node", prefix=prefix)
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",

@@ -94,6 +94,11 @@ async def proxy(nats_server: EmbeddedNats) -> AsyncIterator[Proxy]:
         await p.close()
 
 
+def client_creds(nats: EmbeddedNats, subject_names: Subjects) -> Path:
+    """The client role of this test's prefix, for a connection through the proxy."""
+    return nats.creds_path("client", prefix=subject_names.prefix)
+
+
 async def queue_without_node(bus: Bus, home: Path) -> None:
     """The turn queue and the results stream exist; no node serves them (yet)."""
     node = await start_node(bus, home, Scripted())
@@ -106,10 +111,12 @@ def scripts(n: int) -> Scripted:
 
 
 async def test_a_client_disconnected_while_its_results_were_published_gets_all_20_on_reconnect(
-    bus: Bus, proxy: Proxy, subject_names: Subjects, tmp_path: Path
+    bus: Bus, proxy: Proxy, subject_names: Subjects, tmp_path: Path, nats_server: EmbeddedNats
 ) -> None:
     await queue_without_node(bus, tmp_path / "home")
-    client_bus = await Bus.connect(proxy.url, subject_names=subject_names)
+    client_bus = await Bus.connect(
+        proxy.url, subject_names=subject_names, creds=client_creds(nats_server, subject_names)
+    )
     client = Client(client_bus)
     node = None
     try:
@@ -136,9 +143,15 @@ async def test_a_client_disconnected_while_its_results_were_published_gets_all_2
 
 
 async def test_the_runtime_gets_the_results_it_missed_while_disconnected(
-    bus: Bus, proxy: Proxy, subject_names: Subjects, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    bus: Bus,
+    proxy: Proxy,
+    subject_names: Subjects,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    nats_server: EmbeddedNats,
 ) -> None:
     monkeypatch.setenv("ACTLINE_SUBJECT_PREFIX", subject_names.prefix)
+    monkeypatch.setenv("ACTLINE_NATS_CREDS", str(client_creds(nats_server, subject_names)))
     await queue_without_node(bus, tmp_path / "home")
     config = Config.load(None, nats_url=proxy.url, home=tmp_path / "client")
     node = None

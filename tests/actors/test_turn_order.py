@@ -13,6 +13,7 @@ from actors.turn_queue import TurnQueue
 from bus import Bus, WorkQueue
 from messages import ErrorReply, Subjects, TurnRequest
 from storage import Store
+from tests.creds import admin_creds
 from tests.waiting import until
 
 from .harness import Scripted, say, start_node
@@ -88,7 +89,7 @@ async def test_deleted_turn_and_done_streams_are_recreated_and_serve_again(
     client = Client(bus)
     try:
         assert (await (await client.submit("q", conversation_id="c1")).wait(30)).answer == "Before."
-        nc = await nats.connect(bus.url)
+        nc = await nats.connect(bus.url, user_credentials=admin_creds(bus.url))
         js = nc.jetstream()
         await js.delete_stream(subject_names.turn_stream)
         await js.delete_stream(subject_names.done_stream)

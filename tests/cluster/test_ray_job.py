@@ -57,6 +57,7 @@ def test_two_node_actors_serve_40_conversations_of_2_turns_in_order(
     rows = write_turns(turns, conversations=40, turns=2)
     out = tmp_path / "results.jsonl"
     args = ["--nats", fresh_nats.url, "--nodes", "2", "--cpus-per-node", "0.5"]
+    args += ["--creds", str(fresh_nats.creds_path("node"))]  # the node role, as deployed
     args += ["--requests", str(turns), "--out", str(out), "--home", str(tmp_path / "home")]
     status = main([*args, "--docs", str(KB)])
     results = [json.loads(line) for line in out.read_text().splitlines()]
@@ -106,6 +107,7 @@ def test_a_killed_node_actors_conversations_finish_on_the_other(
                 "followup_grace_s": 0.0,
             },
             model_delay=0.02,
+            creds=fresh_nats.creds_path("node").read_text(),
         )
         for i in range(2)
     ]

@@ -1,0 +1,51 @@
+"""``actline creds ROLE [NAME]``: issue NATS credentials for a node, a client or an agent.
+
+The deployment's keys live under ``ACTLINE_HOME/auth`` (made when the embedded server
+first starts, or by this command). The credentials go to ``--out FILE`` (mode 0600), or
+to stdout when it is not a terminal (to pipe them to another machine), else under
+``ACTLINE_HOME/auth/creds/``. The holder connects with ``--creds FILE`` or
+``ACTLINE_NATS_CREDS=FILE``; what each role may do is in the README's security section.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from rich.console import Console
+
+from bus import AuthError
+from bus.auth import read_identity, write_secret
+from messages import Subjects, subjects
+
+from .cmd_turns import load_config
+from .errors import ConfigError
+
+
+def run_creds(args: argparse.Namespace, console: Console) -> int:
+    config = load_config(args)
+    prefix = args.prefix or subjects.current().prefix
+    try:
+        Subjects(prefix)
+        authority = config.authority()
+        if args.role == "agent" and not args.name:
+            raise ConfigError("an agent's credentials need its name: actline creds agent NAME")
+        if args.role != "agent" and args.name:
+            raise ConfigError(f"role {args.role} takes no name (only agent NAME does)")
+        if args.out is not None:
+            path = write_secret(args.out, authority.issue(args.role, name=args.name, prefix=prefix))
+        elif not sys.stdout.isatty():
+            sys.stdout.write(authority.issue(args.role, name=args.name, prefix=prefix))
+            return 0
+        else:
+            path = authority.creds_path(args.role, name=args.name, prefix=prefix)
+    except (AuthError, ValueError) as exc:
+        raise ConfigError(str(exc)) from None
+    identity = read_identity(path)
+    console.print(f"[bold]{identity.label}[/bold] credentials: {path} (mode 0600)")
+    console.print(f"  use: ACTLINE_NATS_CREDS={path} actline …   or   --creds {path}")
+    console.print(f"  nats-py: nats.connect(url, user_credentials='{path}',")
+    console.print(f"                        inbox_prefix='{identity.inbox_prefix}')")
+    if args.role == "admin":
+        console.print("[yellow]admin may do everything: keep it for maintenance[/yellow]")
+    return 0

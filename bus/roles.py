@@ -1,0 +1,158 @@
+"""What each role may publish and subscribe to: the permissions the NATS server enforces.
+
+One deployment (a tenant) is one subject prefix (``Subjects.prefix``); every role is
+issued for one prefix and reaches nothing of another one.
+
+- ``node``: everything under its prefix; the JetStream API of its own streams and
+  buckets only (named in ``Subjects``), never another prefix's; replies to anyone.
+  The only role that serves model calls (``llm.``), tool calls (``tools.``),
+  conversations (``conv.``), and publishes results and agent tasks.
+- ``client``: submits turns; sends followups, feedback, skip and cancel; reads its
+  prefix's streams and results (and the results stream by direct get); asks for
+  the agent list. Nothing under ``agent.``, ``llm.``, ``tools.``; no JetStream
+  management (it cannot create, delete or purge a stream).
+- ``agent NAME``: says hello on its own subject, pulls its own tasks from its own
+  durable consumer, publishes DONE on its own DONE subject. Nothing else.
+- ``admin``: everything; for operators' maintenance (and tests), never for a program.
+
+Every role may subscribe only to its own reply inbox (``_INBOX.<its public key>.>``),
+so no one reads the replies meant for another.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from functools import lru_cache
+
+from messages import Subjects
+from messages.ids import is_valid_name
+
+from .errors import RoleUnknown
+
+ROLES = ("node", "client", "agent", "admin")
+
+
+@dataclass(frozen=True, slots=True)
+class Permissions:
+    """Subjects a user may publish to and subscribe to (NATS wildcards)."""
+
+    publish: tuple[str, ...]
+    subscribe: tuple[str, ...]
+
+    def with_inbox(self, inbox_prefix: str) -> Permissions:
+        """These permissions plus the user's own reply inbox."""
+        return replace(self, subscribe=(*self.subscribe, f"{inbox_prefix}.>"))
+
+    def may_publish(self, subject: str) -> bool:
+        """True when some publish pattern matches ``subject``."""
+        return _allowed(self.publish, subject)
+
+    def may_subscribe(self, subject: str) -> bool:
+        """True when some subscribe pattern covers ``subject`` (itself maybe a wildcard)."""
+        return _allowed(self.subscribe, subject)
+
+
+def _allowed(patterns: tuple[str, ...], subject: str) -> bool:
+    return any(_matches(p, subject) for p in patterns)
+
+
+@lru_cache(maxsize=4096)
+def _matches(pattern: str, subject: str) -> bool:
+    """NATS matching of a subject (or a narrower wildcard subject) against a pattern."""
+    want = pattern.split(".")
+    have = subject.split(".")
+    for i, token in enumerate(want):
+        if token == ">":
+            return len(have) > i
+        if i >= len(have):
+            return False
+        if token == "*":
+            if have[i] == ">":
+                return False
+            continue
+        if token != have[i]:
+            return False
+    return len(have) == len(want)
+
+
+def _streams(s: Subjects) -> tuple[str, ...]:
+    return (s.turn_stream, s.done_stream, s.results_stream, s.blocks_stream, s.tasks_stream)
+
+
+def _buckets(s: Subjects) -> tuple[str, ...]:
+    return (s.leases_bucket, s.nodes_bucket, s.heads_bucket, s.agents_bucket)
+
+
+def _jetstream_of(stream: str) -> tuple[str, ...]:
+    """The JetStream API (management, consumers, reads, acks) of one stream."""
+    api = "$JS.API"
+    return (
+        f"{api}.STREAM.*.{stream}",
+        f"{api}.STREAM.MSG.*.{stream}",
+        f"{api}.CONSUMER.*.{stream}",
+        f"{api}.CONSUMER.*.{stream}.>",
+        f"{api}.CONSUMER.*.*.{stream}.>",
+        f"{api}.DIRECT.GET.{stream}",
+        f"{api}.DIRECT.GET.{stream}.>",
+        f"$JS.ACK.{stream}.>",
+        f"$JS.FC.{stream}.>",
+    )
+
+
+def _node(s: Subjects) -> Permissions:
+    publish = [s.all, "_INBOX.>", "$JS.API.INFO", "$JS.API.STREAM.NAMES", "$JS.API.STREAM.LIST"]
+    for stream in _streams(s):
+        publish.extend(_jetstream_of(stream))
+    for bucket in _buckets(s):
+        publish.extend(_jetstream_of(f"KV_{bucket}"))
+        publish.append(f"$KV.{bucket}.>")
+    return Permissions(publish=tuple(publish), subscribe=(s.all,))
+
+
+def _client(s: Subjects) -> Permissions:
+    results = s.results_stream
+    return Permissions(
+        publish=(
+            s.turn_submit,
+            s.turn_control_any,
+            s.conv_any("followup"),
+            s.conv_any("feedback"),
+            s.agents_list,
+            "$JS.API.INFO",
+            f"$JS.API.DIRECT.GET.{results}",
+            f"$JS.API.DIRECT.GET.{results}.>",
+        ),
+        subscribe=(f"{s.prefix}.stream.>", s.results_all),
+    )
+
+
+def _agent(s: Subjects, name: str) -> Permissions:
+    if not is_valid_name(name):
+        raise RoleUnknown(
+            "agent", f"an agent needs a name of letters, digits, - and _ (not {name!r})"
+        )
+    tasks, consumer = s.tasks_stream, s.agent_consumer(name)
+    return Permissions(
+        publish=(
+            s.agent_hello(name),
+            s.agent_done_of(name),
+            f"$JS.API.CONSUMER.MSG.NEXT.{tasks}.{consumer}",
+            f"$JS.API.CONSUMER.INFO.{tasks}.{consumer}",
+            f"$JS.ACK.{tasks}.{consumer}.>",
+        ),
+        subscribe=(),
+    )
+
+
+def permissions(role: str, *, name: str = "", prefix: str = "al") -> Permissions:
+    """The permissions of ``role`` under ``prefix`` (without the user's inbox)."""
+    s = Subjects(prefix)
+    if role == "node":
+        return _node(s)
+    if role == "client":
+        return _client(s)
+    if role == "agent":
+        return _agent(s, name)
+    if role == "admin":
+        return Permissions(publish=(">",), subscribe=(">",))
+    raise RoleUnknown(role, f"choose one of {', '.join(ROLES)}")
