@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test bench soak fuzz lint clean cluster-demo sandbox-deps
+.PHONY: demo test bench soak fuzz lint clean cluster-demo sandbox-deps deploy-keys
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,15 @@ test: $(STAMP) sandbox-deps
 
 # code.exec_python runs under Landlock or bubblewrap (ACTLINE_SANDBOX); the tests run both.
 # Installs bubblewrap when it is missing and root or passwordless sudo can; never fails.
+# The keys, certificates and credentials of a cluster (cluster.yaml): secrets stay in
+# deploy/keys (not synced to the hosts); deploy/ gets what the hosts and the job need.
+deploy-keys: $(STAMP)
+	@test -n "$(HOSTS)" || { echo "usage: make deploy-keys HOSTS=10.0.0.10,10.0.0.11,10.0.0.12"; exit 2; }
+	ACTLINE_HOME=deploy/keys $(BIN)/actline creds server --out deploy/nats-auth.conf
+	ACTLINE_HOME=deploy/keys $(BIN)/actline creds node --out deploy/node.creds
+	ACTLINE_HOME=deploy/keys $(BIN)/actline creds client --out deploy/client.creds
+	$(BIN)/python -m bus.certs --out deploy/tls --hosts $(HOSTS) --ca-key-dir deploy/keys
+
 sandbox-deps:
 	@command -v bwrap >/dev/null 2>&1 && exit 0; \
 	hint="install bubblewrap (apt-get install bubblewrap, dnf install bubblewrap or apk add bubblewrap); until then its sandbox tests are skipped"; \

@@ -184,7 +184,9 @@ def _parser() -> argparse.ArgumentParser:
         "issue NATS credentials from this deployment's keys (under ACTLINE_HOME/auth)",
     )
     creds.add_argument(
-        "role", choices=["client", "agent", "node", "admin"], help="what the holder may do"
+        "role",
+        choices=["client", "agent", "node", "admin", "server"],
+        help="what the holder may do (server: the trust block of a nats-server's config)",
     )
     creds.add_argument("name", nargs="?", default="", help="the agent's name (role agent)")
     creds.add_argument(

@@ -5,6 +5,7 @@ first starts, or by this command). The credentials go to ``--out FILE`` (mode 06
 to stdout when it is not a terminal (to pipe them to another machine), else under
 ``ACTLINE_HOME/auth/creds/``. The holder connects with ``--creds FILE`` or
 ``ACTLINE_NATS_CREDS=FILE``; what each role may do is in the README's security section.
+``actline creds server`` prints the trust block a nats-server needs (operator, accounts).
 """
 
 from __future__ import annotations
@@ -14,12 +15,23 @@ import sys
 
 from rich.console import Console
 
-from bus import AuthError
+from bus import Authority, AuthError
 from bus.auth import read_identity, write_secret
 from messages import Subjects, subjects
 
 from .cmd_turns import load_config
 from .errors import ConfigError
+
+
+def _server_config(authority: Authority, args: argparse.Namespace, console: Console) -> int:
+    """The operator and accounts a nats-server must trust (``include`` it in its config)."""
+    text = authority.server_config()
+    if args.out is None:
+        sys.stdout.write(text)
+        return 0
+    write_secret(args.out, text)
+    console.print(f"nats-server trust block: {args.out} (include it in the server's config)")
+    return 0
 
 
 def run_creds(args: argparse.Namespace, console: Console) -> int:
@@ -28,6 +40,8 @@ def run_creds(args: argparse.Namespace, console: Console) -> int:
     try:
         Subjects(prefix)
         authority = config.authority()
+        if args.role == "server":
+            return _server_config(authority, args, console)
         if args.role == "agent" and not args.name:
             raise ConfigError("an agent's credentials need its name: actline creds agent NAME")
         if args.role != "agent" and args.name:

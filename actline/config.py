@@ -200,8 +200,10 @@ class Config:
     def creds_for(self, role: str, name: str = "") -> Path | None:
         """The credentials to connect with as ``role``; None when running insecure.
 
-        ``nats_creds`` when set (checked readable); else, for the embedded server, the
-        ones made for ``role`` under ``home/auth``; else ``ConfigError`` naming the fix.
+        ``nats_creds`` when set (checked readable); else the ones made for ``role`` from
+        the keys under ``home/auth`` (made there for the embedded server; with ``NATS_URL``
+        when that folder holds keys already: a server this home started); else
+        ``ConfigError`` naming the fix.
         """
         if self.insecure:
             return None
@@ -211,7 +213,7 @@ class Config:
             except CredsInvalid as exc:
                 raise ConfigError(f"ACTLINE_NATS_CREDS / --creds: {exc}") from None
             return self.nats_creds
-        if self.nats_url is None:
+        if self.nats_url is None or (self.node.home / "auth" / "account.nk").is_file():
             try:
                 authority = self.authority()
                 return authority.creds_path(role, name=name, prefix=subjects.current().prefix)

@@ -244,6 +244,10 @@ class Bus:
                 ) from None
             except (OSError, nats.errors.Error, TimeoutError) as exc:
                 await _abandon(nc)
+                if "authorization violation" in str(exc).lower():
+                    raise AuthRefused(
+                        target, f"authorization violation with {path or 'no credentials'}"
+                    ) from None
                 if attempt + 1 >= max(1, connect_attempts):
                     raise ConnectFailed(target, f"{type(exc).__name__}: {exc}") from None
                 await asyncio.sleep(reconnect_wait)  # a server starting up: try again shortly

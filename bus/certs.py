@@ -2,8 +2,8 @@
 
     python -m bus.certs --out deploy/tls --hosts 10.0.0.10,10.0.0.11,10.0.0.12
 
-writes ``ca.pem`` (give it to every client: ``ACTLINE_NATS_CA``), ``ca-key.pem`` (keep it
-off the servers) and ``server.pem`` / ``server-key.pem`` (every host's nats-server, for
+writes ``ca.pem`` (give it to every client: ``ACTLINE_NATS_CA``), ``ca-key.pem`` (into
+``--ca-key-dir``, default ``--out``: keep it off the servers) and ``server.pem`` / ``server-key.pem`` (every host's nats-server, for
 clients and for the routes between servers; the names in ``--hosts`` and 127.0.0.1 are
 its subject alternative names, so clients verify the host they dial). Keys are 0600.
 A deployment with its own PKI supplies these four files instead.
@@ -16,7 +16,6 @@ import datetime
 import ipaddress
 import sys
 from collections.abc import Sequence
-from dataclasses import dataclass
 from pathlib import Path
 
 from cryptography import x509
@@ -25,17 +24,9 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from .auth import write_secret
+from .embedded import TlsFiles
 
 VALID_DAYS = 825
-
-
-@dataclass(frozen=True, slots=True)
-class TlsFiles:
-    """The files a TLS nats-server needs (and the CA its clients verify it with)."""
-
-    cert: Path
-    key: Path
-    ca: Path
 
 
 def _name(common: str) -> x509.Name:
@@ -57,7 +48,7 @@ def _alt_name(host: str) -> x509.GeneralName:
         return x509.DNSName(host)
 
 
-def make_certs(out: Path, hosts: Sequence[str]) -> TlsFiles:
+def make_certs(out: Path, hosts: Sequence[str], *, ca_key_dir: Path | None = None) -> TlsFiles:
     """A CA and a server certificate for ``hosts`` (plus 127.0.0.1 and localhost) in ``out``."""
     out.mkdir(parents=True, exist_ok=True)
     now = datetime.datetime.now(datetime.UTC)
@@ -96,7 +87,7 @@ def make_certs(out: Path, hosts: Sequence[str]) -> TlsFiles:
     )
     files = TlsFiles(cert=out / "server.pem", key=out / "server-key.pem", ca=out / "ca.pem")
     files.ca.write_text(ca.public_bytes(serialization.Encoding.PEM).decode())
-    write_secret(out / "ca-key.pem", _pem(ca_key))
+    write_secret((ca_key_dir or out) / "ca-key.pem", _pem(ca_key))
     files.cert.write_text(cert.public_bytes(serialization.Encoding.PEM).decode())
     write_secret(files.key, _pem(key))
     return files
@@ -106,10 +97,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bus.certs", description=__doc__)
     parser.add_argument("--out", type=Path, required=True, help="folder for the PEM files")
     parser.add_argument("--hosts", required=True, help="comma-separated IPs or names")
+    parser.add_argument("--ca-key-dir", type=Path, default=None, help="where the CA key goes")
     args = parser.parse_args(argv)
     hosts = [h.strip() for h in args.hosts.split(",") if h.strip()]
-    files = make_certs(args.out, hosts)
-    print(f"wrote {files.ca}, {files.cert}, {files.key} (and ca-key.pem: keep it safe)")
+    files = make_certs(args.out, hosts, ca_key_dir=args.ca_key_dir)
+    where = args.ca_key_dir or args.out
+    print(f"wrote {files.ca}, {files.cert}, {files.key}; the CA key is in {where}: keep it safe")
     return 0
 
 

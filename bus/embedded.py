@@ -30,16 +30,26 @@ import sysconfig
 import tempfile
 import time
 import weakref
+from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
 from messages.codec import MAX_PAYLOAD
 
 from .auth import Authority
-from .certs import TlsFiles
 from .errors import NatsServerError, NatsServerNotFound
 
 log = logging.getLogger(__name__)
+
+@dataclass(frozen=True, slots=True)
+class TlsFiles:
+    """The files a TLS nats-server needs (and the CA its clients verify it with);
+    ``python -m bus.certs`` makes them."""
+
+    cert: Path
+    key: Path
+    ca: Path
+
 
 _PORT_RE = re.compile(r"Listening for client connections on [^\s]*:(\d+)")
 _READY = "Server is ready"

@@ -51,6 +51,7 @@ async def test_the_wire_example_publishes_a_turn_request(nats_server: EmbeddedNa
 
     await listener.subscribe(listener.subjects.turn_submit, on_turn)
     code = _block("turn.request").replace("nats://127.0.0.1:4222", nats_server.url)
+    code = code.replace('"client.creds"', repr(str(nats_server.creds_path("client"))))
     scope: dict[str, Any] = {}
     exec(
         "async def _example():\n" + textwrap.indent(code, "    ") + "    await bus.close()\n", scope

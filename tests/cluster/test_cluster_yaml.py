@@ -32,10 +32,19 @@ def test_cluster_yaml_matches_rays_launcher_schema(config: dict[str, Any]) -> No
         assert {"resources", "node_config"} <= set(node_type)
 
 
-def test_the_head_starts_nats_with_jetstream_from_the_wheel(config: dict[str, Any]) -> None:
+def test_every_host_starts_nats_with_auth_and_tls_from_the_wheel(config: dict[str, Any]) -> None:
     head = " ".join(config["head_start_ray_commands"])
-    assert re.search(r"\.venv/bin/nats-server -js\b.*-p 4222", head)
+    worker = " ".join(config["worker_start_ray_commands"])
+    for commands in (head, worker):
+        assert re.search(
+            r"cd ~/actline/deploy && nohup ~/actline/\.venv/bin/nats-server -c nats\.conf", commands
+        )
+    assert "--routes nats-route://$RAY_HEAD_IP:6222" in worker
     assert "ray start --head" in head
+    conf = (ROOT / "deploy" / "nats.conf").read_text()
+    assert "include ./nats-auth.conf" in conf  # the operator and accounts: auth on
+    assert conf.count("ca_file") == 2 and "verify: true" in conf  # client TLS, route mTLS
+    assert "deploy/keys" in config["rsync_exclude"]  # the secrets stay home
     setup = " ".join(config["setup_commands"])
     assert "pip install --quiet -e ." in setup
     assert config["file_mounts"] == {"~/actline": "."}
