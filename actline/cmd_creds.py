@@ -15,7 +15,7 @@ import sys
 
 from rich.console import Console
 
-from bus import Authority, AuthError
+from bus import AuthError, Authority
 from bus.auth import read_identity, write_secret
 from messages import Subjects, subjects
 

@@ -3,9 +3,10 @@
     python -m bus.certs --out deploy/tls --hosts 10.0.0.10,10.0.0.11,10.0.0.12
 
 writes ``ca.pem`` (give it to every client: ``ACTLINE_NATS_CA``), ``ca-key.pem`` (into
-``--ca-key-dir``, default ``--out``: keep it off the servers) and ``server.pem`` / ``server-key.pem`` (every host's nats-server, for
-clients and for the routes between servers; the names in ``--hosts`` and 127.0.0.1 are
-its subject alternative names, so clients verify the host they dial). Keys are 0600.
+``--ca-key-dir``, default ``--out``: keep it off the servers) and ``server.pem`` /
+``server-key.pem`` (every host's nats-server, for clients and for the routes between
+servers; the names in ``--hosts`` and 127.0.0.1 are its subject alternative names, so
+clients verify the host they dial). Keys are 0600.
 A deployment with its own PKI supplies these four files instead.
 """
 

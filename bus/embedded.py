@@ -41,6 +41,7 @@ from .errors import NatsServerError, NatsServerNotFound
 
 log = logging.getLogger(__name__)
 
+
 @dataclass(frozen=True, slots=True)
 class TlsFiles:
     """The files a TLS nats-server needs (and the CA its clients verify it with);
