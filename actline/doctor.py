@@ -62,7 +62,8 @@ async def _nats(url: str | None) -> Check:
         return Check("nats", FAIL, f"{url} has no JetStream ({exc}); run nats-server -js")
     finally:
         await bus.close()
-    return Check("nats", OK, f"{url} reachable, JetStream on")
+    who = bus.identity.label if bus.identity else "WITHOUT authentication"
+    return Check("nats", OK, f"{url} reachable as {who}, JetStream on")
 
 
 def _lmdb(home: Path) -> Check:

@@ -260,11 +260,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.nats:
         console.print("no NATS server: pass --nats nats://host:4222 or set NATS_URL")
         return 2
-    if not ray.is_initialized():
-        if os.environ.get("RAY_ADDRESS"):
-            ray.init()
-        else:
-            ray.init(num_cpus=max(2, int(args.nodes * args.cpus_per_node)), include_dashboard=False)
     if args.creds is None and not args.insecure:
         console.print(
             "no node credentials: pass --creds FILE (make it with `actline creds node`) or set "
@@ -281,6 +276,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             console.print(str(exc))
             return 2
         creds = args.creds.read_text()
+    if not ray.is_initialized():
+        if os.environ.get("RAY_ADDRESS"):
+            ray.init()
+        else:
+            ray.init(num_cpus=max(2, int(args.nodes * args.cpus_per_node)), include_dashboard=False)
     actor_class = node_actor_class(args.cpus_per_node)
     actors = []
     for i in range(args.nodes):

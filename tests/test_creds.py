@@ -1,0 +1,98 @@
+"""Credentials as a user meets them: `actline creds`, the keys under ACTLINE_HOME, --insecure."""
+
+from __future__ import annotations
+
+import os
+import stat
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from actline import Config, Runtime
+from actors.ray_job import main as ray_job_main
+from bus import Authority, AuthRefused, Bus, EmbeddedNats, RoleUnknown, read_identity
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def creds_cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACTLINE_")}
+    env.update(ACTLINE_HOME=str(home), PYTHONPATH=str(ROOT), COLUMNS="200")
+    return subprocess.run(
+        [sys.executable, "-m", "actline", "creds", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+
+
+async def test_issued_credentials_connect_to_a_server_of_the_same_keys_only(
+    tmp_path: Path,
+) -> None:
+    home = tmp_path / "home"
+    made = creds_cli(home, "agent", "reviewer", "--out", str(tmp_path / "reviewer.creds"))
+    assert made.returncode == 0, made.stderr
+    assert "agent reviewer (prefix al) credentials" in made.stdout
+    path = tmp_path / "reviewer.creds"
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE((home / "auth").stat().st_mode) == 0o700
+    for seed in (home / "auth").glob("*.nk"):
+        assert stat.S_IMODE(seed.stat().st_mode) == 0o600
+    identity = read_identity(path)
+    assert (identity.role, identity.name, identity.prefix) == ("agent", "reviewer", "al")
+    assert identity.permissions.may_publish("al.agent.reviewer.done")
+    assert not identity.permissions.may_publish("al.agent.other.done")
+    async with EmbeddedNats(authority=Authority.open(home / "auth")) as ours:
+        bus = await Bus.connect(ours.url, creds=path, connect_attempts=1)
+        assert bus.authenticated and bus.identity == identity
+        await bus.close()
+    async with EmbeddedNats() as theirs:  # other keys: refused, with the fix named
+        with pytest.raises(AuthRefused, match="--creds FILE or ACTLINE_NATS_CREDS"):
+            await Bus.connect(theirs.url, creds=path, connect_attempts=1)
+
+
+def test_creds_refuses_what_it_cannot_issue_and_prints_to_a_pipe(tmp_path: Path) -> None:
+    no_name = creds_cli(tmp_path / "h", "agent")
+    assert no_name.returncode == 2 and "need its name" in no_name.stderr
+    named = creds_cli(tmp_path / "h", "client", "bob")
+    assert named.returncode == 2 and "takes no name" in named.stderr
+    bad = creds_cli(tmp_path / "h", "agent", "a.b")
+    assert bad.returncode == 2 and "agent needs a name" in bad.stderr
+    piped = creds_cli(tmp_path / "h", "client", "--prefix", "tenant-a")
+    assert piped.returncode == 0 and "BEGIN NATS USER JWT" in piped.stdout
+    server = creds_cli(tmp_path / "h", "server")
+    assert server.returncode == 0 and "resolver: MEMORY" in server.stdout
+    with pytest.raises(RoleUnknown, match="choose one of node, client, agent, admin"):
+        Authority.open(tmp_path / "h" / "auth").issue("root")
+
+
+async def test_insecure_is_explicit_and_says_so(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = Config.load(env={"ACTLINE_HOME": str(tmp_path / "h"), "ACTLINE_INSECURE": "1"})
+    assert config.creds_for("client") is None
+    async with Runtime(config, node=False) as rt:
+        assert not rt.bus.authenticated
+        assert rt.server is not None and rt.server.authority is None
+    assert "WITHOUT authentication" in caplog.text
+    assert not (tmp_path / "h" / "auth").exists()  # no keys made for an open server
+
+
+async def test_the_runtime_connects_with_its_role_from_the_home_keys(tmp_path: Path) -> None:
+    config = Config.load(env={"ACTLINE_HOME": str(tmp_path / "h")})
+    async with Runtime(config, node=False) as rt:
+        assert rt.bus.identity is not None and rt.bus.identity.role == "client"
+        assert (tmp_path / "h" / "auth" / "creds" / "client@al.creds").is_file()
+
+
+def test_the_ray_job_without_node_credentials_says_what_to_do(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("ACTLINE_NATS_CREDS", raising=False)
+    assert ray_job_main(["--nats", "nats://127.0.0.1:9", "--nodes", "1"]) == 2
+    assert "actline creds node" in capsys.readouterr().err
