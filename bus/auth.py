@@ -107,7 +107,7 @@ def creds_text(user_jwt: str, seed: bytes) -> str:
 
 def write_secret(path: Path, text: str) -> Path:
     """Write ``text`` to ``path`` with mode 0600 from the first byte (never world-readable)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
     tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as out:

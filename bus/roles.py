@@ -100,7 +100,8 @@ def _jetstream_of(stream: str) -> tuple[str, ...]:
 
 
 def _node(s: Subjects) -> Permissions:
-    publish = [s.all, "_INBOX.>", "$JS.API.INFO", "$JS.API.STREAM.NAMES", "$JS.API.STREAM.LIST"]
+    # Not $JS.API.STREAM.NAMES / LIST: they would show every tenant's streams.
+    publish = [s.all, "_INBOX.>", "$JS.API.INFO"]
     for stream in _streams(s):
         publish.extend(_jetstream_of(stream))
     for bucket in _buckets(s):
