@@ -199,6 +199,10 @@ def _parser() -> argparse.ArgumentParser:
         "--home", metavar="DIR", type=Path, default=None, help="whose keys (ACTLINE_HOME)"
     )
 
+    agents = command("agents", "list outside agents: connected or not, last seen, open tasks")
+    _nats(agents, "required: NATS_URL or --nats")
+    agents.add_argument("--json", action="store_true", help="one JSON object per agent")
+
     timeline = command("timeline", "show a stored conversation (no NATS needed)")
     timeline.add_argument("conversation", nargs="?", metavar="CID", default=None)
     timeline.add_argument(
@@ -252,6 +256,10 @@ def _dispatch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             from .cmd_creds import run_creds
 
             return run_creds(args, console)
+        case "agents":
+            from .cmd_agent import run_agents
+
+            return asyncio.run(run_agents(args, console))
         case "timeline":
             from .cmd_timeline import run_timeline
 

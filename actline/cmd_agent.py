@@ -1,14 +1,19 @@
-"""``actline agent NAME -- CMD ...`` and ``actline done NAME "summary"``: outside agents.
+"""``actline agent NAME -- CMD ...``, ``actline done NAME "summary"``, ``actline agents``.
 
-``agent`` joins an existing NATS server as the outside agent ``NAME``: every ``agent.task`` on
-its inbox runs ``CMD`` once, the task text on its stdin (and ``ACTLINE_AGENT``,
-``ACTLINE_TASK_ID``, ``ACTLINE_TURN_ID``, ``ACTLINE_CONVERSATION_ID`` in its environment). Its
-stdout, stripped and capped, becomes the ``agent.done`` summary; a non-zero exit, a command that
-cannot start, or one that outlives ``--timeout`` answers with a summary saying it failed (the
-stderr tail included) so the turn never waits for nothing. Tasks run one at a time, in arrival
-order. It stops on SIGINT/SIGTERM (a running command is killed, its task left unanswered).
+``agent`` joins an existing NATS server as the outside agent ``NAME`` through its durable inbox
+(``actors.agent_side.AgentInbox``: a hello, then its tasks pulled from its own consumer, a
+hello every beat so nodes know it is connected): every ``agent.task`` runs ``CMD`` once, the
+task text on its stdin (and ``ACTLINE_AGENT``, ``ACTLINE_TASK_ID``, ``ACTLINE_TURN_ID``,
+``ACTLINE_CONVERSATION_ID`` in its environment). Tasks sent while it was not running wait for
+it. Its stdout, stripped and capped, becomes the ``agent.done`` summary (on the agent's own
+DONE subject); a non-zero exit, a command that cannot start, or one that outlives
+``--timeout`` answers with a summary saying it failed (the stderr tail included) so the turn
+never waits for nothing. Tasks run one at a time, in arrival order. It stops on SIGINT/SIGTERM
+(a running command is killed, its task left open: it is delivered again when the agent is
+back).
 
-``done`` publishes one ``agent.done`` and prints the node's verdict.
+``done`` publishes one ``agent.done`` and prints the node's verdict. ``agents`` lists the
+agents the nodes know: connected or not, last seen, open tasks.
 """
 
 from __future__ import annotations
@@ -22,19 +27,30 @@ import shutil
 import signal
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 
 from rich.console import Console
+from rich.table import Table
 from rich.text import Text
 
-from bus import Bus, Envelope
-from messages import AgentTask, ErrorReply, Message
+from actors.agent_side import AgentInbox
+from bus import Bus
+from messages import AgentsList, AgentsListed, AgentTask, ErrorReply
 from messages.ids import is_valid_id, is_valid_name
 
 from .cmd_turns import load_config
 from .config import Config, ConfigError
 from .runtime import Runtime
 
-__all__ = ["AgentRunner", "Outcome", "run_agent", "run_command", "run_done"]
+__all__ = [
+    "AgentRunner",
+    "Outcome",
+    "list_agents",
+    "run_agent",
+    "run_agents",
+    "run_command",
+    "run_done",
+]
 
 MAX_SUMMARY = 8000
 """Characters of the command's stdout kept in the DONE summary."""
@@ -113,48 +129,42 @@ class AgentRunner:
     """Takes the tasks of one agent name and answers each with the command's output."""
 
     def __init__(
-        self, bus: Bus, rt: Runtime, name: str, argv: Sequence[str], timeout: float, out: Console
+        self, inbox: AgentInbox, argv: Sequence[str], timeout: float, out: Console
     ) -> None:
-        self.bus = bus
-        self.rt = rt
-        self.name = name
+        self.inbox = inbox
+        self.name = inbox.name
         self.argv = list(argv)
         self.timeout = timeout
         self.out = out
-        self.queue: asyncio.Queue[AgentTask] = asyncio.Queue()
         self.answered = 0
 
-    async def on_task(self, msg: Message, env: Envelope) -> None:
-        if isinstance(msg, AgentTask):
-            _say(self.out, f"task {msg.task_id} of turn {msg.turn_id} received", "bold")
-            self.queue.put_nowait(msg)
-
     async def work(self) -> None:
-        """Run the queued tasks one at a time, forever."""
-        while True:
-            task = await self.queue.get()
-            env = dict(os.environ)
-            env.update(
-                ACTLINE_AGENT=self.name,
-                ACTLINE_TASK_ID=task.task_id,
-                ACTLINE_TURN_ID=task.turn_id,
-                ACTLINE_CONVERSATION_ID=task.conversation_id,
-            )
-            outcome = await run_command(self.argv, task.text, timeout=self.timeout, env=env)
-            try:
-                verdict = await self.rt.send_done(
-                    self.name, outcome.summary, task_id=task.task_id, turn_id=task.turn_id
-                )
-            except Exception as exc:  # the node is gone: say so and keep serving
-                _say(self.out, f"task {task.task_id}: could not send DONE ({exc})", "red")
-                continue
-            self.answered += 1
-            status = "answered" if outcome.ok else "answered (failed)"
-            if isinstance(verdict, ErrorReply):
-                text = f"task {task.task_id} {status}; node: {verdict.code}: {verdict.message}"
-                _say(self.out, text, "red")
-            else:
-                _say(self.out, f"task {task.task_id} {status}; node: {verdict.detail or 'ok'}")
+        """Run the tasks one at a time, forever."""
+        async for task in self.inbox:
+            _say(self.out, f"task {task.task_id} of turn {task.turn_id} received", "bold")
+            await self.answer(task)
+
+    async def answer(self, task: AgentTask) -> None:
+        env = dict(os.environ)
+        env.update(
+            ACTLINE_AGENT=self.name,
+            ACTLINE_TASK_ID=task.task_id,
+            ACTLINE_TURN_ID=task.turn_id,
+            ACTLINE_CONVERSATION_ID=task.conversation_id,
+        )
+        outcome = await run_command(self.argv, task.text, timeout=self.timeout, env=env)
+        try:
+            verdict = await self.inbox.done(task, outcome.summary)
+        except Exception as exc:  # the node is gone: say so and keep serving
+            _say(self.out, f"task {task.task_id}: could not send DONE ({exc})", "red")
+            return
+        self.answered += 1
+        status = "answered" if outcome.ok else "answered (failed)"
+        if isinstance(verdict, ErrorReply):
+            text = f"task {task.task_id} {status}; node: {verdict.code}: {verdict.message}"
+            _say(self.out, text, "red")
+        else:
+            _say(self.out, f"task {task.task_id} {status}; node: {verdict.detail or 'ok'}")
 
 
 async def run_agent(args: argparse.Namespace, console: Console) -> int:
@@ -169,25 +179,42 @@ async def run_agent(args: argparse.Namespace, console: Console) -> int:
     url = _need_nats(config, "agent")
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
-    async with Runtime(config, node=False) as rt:
-        runner = AgentRunner(rt.bus, rt, name, argv, args.timeout, console)
-        sub = await rt.bus.subscribe(rt.bus.subjects.agent_inbox(name), runner.on_task)
-        worker = asyncio.create_task(runner.work(), name=f"agent:{name}")
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        loop.add_signal_handler(sig, stop.set)
+    try:
+        async with Runtime(config, node=False, role="agent", agent_name=name) as rt:
+            inbox = AgentInbox(rt.bus, name)
+            runner = AgentRunner(inbox, argv, args.timeout, console)
+            waited: list[str] = []
+
+            def waiting(reason: str) -> None:
+                if not waited:  # said once: the hello is retried quietly
+                    _say(console, f"agent {name}: waiting for a node ({reason})", "yellow")
+                waited.append(reason)
+
+            start = asyncio.create_task(inbox.start(waiting=waiting))
+            stopped = asyncio.create_task(stop.wait())
+            await asyncio.wait({start, stopped}, return_when=asyncio.FIRST_COMPLETED)
+            if not start.done():
+                start.cancel()
+                await asyncio.gather(start, return_exceptions=True)
+                await inbox.close()
+                return 0
+            stopped.cancel()
+            start.result()
+            worker = asyncio.create_task(runner.work(), name=f"agent:{name}")
+            try:
+                subject = rt.bus.subjects.agent_inbox(name)
+                _say(console, f"agent {name} listening on {subject} at {url}", "bold green")
+                _say(console, f"  each task runs: {shlex.join(argv)}", "dim")
+                await stop.wait()
+            finally:
+                worker.cancel()
+                await asyncio.gather(worker, return_exceptions=True)
+                await inbox.close()
+    finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, stop.set)
-        try:
-            inbox = rt.bus.subjects.agent_inbox(name)
-            _say(console, f"agent {name} listening on {inbox} at {url}", "bold green")
-            _say(console, f"  each task runs: {shlex.join(argv)}", "dim")
-            await stop.wait()
-        finally:
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.remove_signal_handler(sig)
-            worker.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await worker
-            with contextlib.suppress(Exception):
-                await sub.unsubscribe()
+            loop.remove_signal_handler(sig)
     _say(console, f"agent {name} stopped after {runner.answered} task(s)", "dim")
     return 0
 
@@ -200,11 +227,45 @@ async def run_done(args: argparse.Namespace, console: Console) -> int:
             raise ConfigError(f"--{what} {value!r} is not an id (letters, digits, _ : -)")
     config = load_config(args)
     _need_nats(config, "done")
-    async with Runtime(config, node=False) as rt:
+    async with Runtime(config, node=False, role="agent", agent_name=name) as rt:
         verdict = await rt.send_done(name, args.summary, task_id=args.task, turn_id=args.turn)
     if isinstance(verdict, ErrorReply):
         _say(console, f"refused: {verdict.code}: {verdict.message}", "bold red")
         return 1
     ref = f" ({verdict.ref})" if verdict.ref else ""
     _say(console, f"accepted{ref}: {verdict.detail or 'the DONE was applied'}", "green")
+    return 0
+
+
+async def list_agents(bus: Bus, *, timeout: float = 5.0) -> AgentsListed:
+    """The nodes' answer to ``agents.list`` (``RemoteError`` when they could not read it)."""
+    reply = await bus.request(bus.subjects.agents_list, AgentsList(), timeout=timeout)
+    if not isinstance(reply, AgentsListed):
+        raise ConfigError(f"the node answered agents.list with {reply.kind}")
+    return reply
+
+
+async def run_agents(args: argparse.Namespace, console: Console) -> int:
+    """Print the agents the nodes know: connected or not, last seen, open tasks."""
+    config = load_config(args)
+    _need_nats(config, "agents")
+    async with Runtime(config, node=False) as rt:
+        listed = await list_agents(rt.bus)
+    if args.json:
+        for row in listed.agents:
+            console.print_json(row.model_dump_json())
+        return 0
+    if not listed.agents:
+        _say(console, "no agent is connected or has open tasks", "dim")
+        return 0
+    table = Table(box=None, pad_edge=False)
+    for column in ("agent", "connected", "last seen", "open tasks"):
+        table.add_column(column)
+    now = datetime.now(UTC)
+    for row in listed.agents:
+        ago = None if row.last_seen is None else (now - row.last_seen).total_seconds()
+        seen = "-" if ago is None else f"{max(ago, 0.0):.0f} s ago"
+        tasks = ", ".join(f"{t.task_id} (turn {t.turn_id})" for t in row.open_tasks) or "-"
+        table.add_row(row.agent, "yes" if row.present else "no", seen, tasks)
+    console.print(table)
     return 0

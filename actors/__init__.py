@@ -8,9 +8,11 @@
   whose effects it executes.
 - ``StreamerActor`` (queue group ``streamers``) and ``ToolExecutorActor`` (queue group
   ``tools``): model calls and external tools.
-- ``Client``: the turn protocol from the outside.
+- ``Client``: the turn protocol from the outside; ``AgentInbox``: an outside agent's
+  durable inbox (hello, pull, beat, DONE).
 """
 
+from .agent_side import AgentInbox
 from .client import Client, TurnHandle
 from .conversation import ConversationActor
 from .decision import DecisionActor
@@ -23,6 +25,7 @@ from .streamer import StreamerActor
 from .tool_executor import ToolExecutorActor, ToolOutput, ToolRegistry
 
 __all__ = [
+    "AgentInbox",
     "Client",
     "ConversationActor",
     "DecisionActor",

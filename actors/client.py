@@ -5,7 +5,8 @@ to ``al.turn.submit`` (through JetStream, so the submit is confirmed stored),
 ``stream.delta`` / ``react.progress`` / ``turn.accepted`` on ``al.stream.<cid>``, the
 ``turn.result`` on ``al.result.<tid>``, ``react.skip_waiting`` / ``react.cancel`` on
 ``al.turn.<tid>.control``, followups and feedback on ``al.conv.<cid>.followup|feedback``
-and ``agent.done`` on ``al.agent.done``. The facade (``actline.Runtime``) builds on it.
+and ``agent.done`` on the agent's own ``al.agent.<name>.done`` (``actors.agent_side``).
+The facade (``actline.Runtime``) builds on it.
 
 Results are durable (``actors.results``): besides the core subscription on
 ``al.result.<tid>``, a pending turn's result is read from the results stream after the
@@ -32,9 +33,7 @@ from bus import (
     Bus,
     BusError,
     Envelope,
-    JetStreamUnavailable,
     NoStream,
-    NotConnected,
     RequestTimeout,
     Subscription,
 )
@@ -56,8 +55,7 @@ from messages import (
     new_id,
 )
 
-from .done_queue import REPLY_HEADER, STORED
-from .errors import DoneNotStored
+from .agent_side import send_done
 from .errors import NoTurnQueue as NoTurnQueue  # raised by submit; re-exported
 from .results import ResultLog
 
@@ -359,15 +357,10 @@ class Client:
         timeout: float = 5.0,
         store_within: float = 30.0,
     ) -> Ack | ErrorReply:
-        """Answer an outside agent's task.
-
-        The signal is stored in the DONE stream first (retried with backoff for up to
-        ``store_within`` seconds while nothing stores it: NATS restarting, no node ever
-        started); then the verdict is awaited for ``timeout`` seconds: an ``Ack`` when a
-        node applied it, an ``ErrorReply`` when it refused it, or an ``Ack`` whose detail
-        starts with ``stored`` when no node has applied it yet (it will be, when a node
-        runs its turn). Raises ``DoneNotStored`` when the signal could not be stored.
-        """
+        """Answer an outside agent's task: ``agent.done`` stored on the agent's own subject,
+        then the node's verdict (``actors.agent_side.send_done``: an ``Ack``, an
+        ``ErrorReply``, or an ``Ack`` whose detail starts with ``stored`` when no node has
+        applied it yet). Raises ``DoneNotStored`` when the signal could not be stored."""
         msg = DoneSignal(
             agent=agent,
             turn_id=turn_id,
@@ -376,57 +369,7 @@ class Client:
             summary=summary,
             artifacts=list(artifacts),
         )
-        verdicts: asyncio.Queue[Ack | ErrorReply] = asyncio.Queue()
-
-        async def on_verdict(reply: messages.Message, env: Envelope) -> None:
-            if isinstance(reply, Ack | ErrorReply):
-                verdicts.put_nowait(reply)
-
-        inbox = self.bus.nc.new_inbox()
-        sub = await self.bus.subscribe(inbox, on_verdict)
-        try:
-            await self._store_done(msg, inbox, store_within)
-            pending = Ack(
-                ref=msg.signal_id,
-                detail=f"stored; no node answered within {timeout:g} s: it is applied when "
-                "a node runs its turn",
-            )
-            loop = asyncio.get_running_loop()
-            deadline = loop.time() + timeout
-            while (left := deadline - loop.time()) > 0:
-                try:
-                    verdict = await asyncio.wait_for(verdicts.get(), left)
-                except TimeoutError:
-                    break
-                if isinstance(verdict, Ack) and verdict.detail.startswith(STORED):
-                    pending = verdict  # held by a node: the final word may still come
-                    continue
-                return verdict
-            return pending
-        finally:
-            await _quietly(sub.unsubscribe())
-
-    async def _store_done(self, msg: DoneSignal, inbox: str, within: float) -> None:
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + within
-        delay = 0.1
-        while True:
-            try:
-                await self.bus.publish_stored(
-                    self.bus.subjects.agent_done,
-                    msg,
-                    msg_id=msg.signal_id,
-                    headers={REPLY_HEADER: inbox},
-                )
-                return
-            except (NoStream, RequestTimeout, NotConnected, JetStreamUnavailable) as exc:
-                if loop.time() + delay > deadline:
-                    raise DoneNotStored(msg.agent, within, str(exc)) from None
-                log.info(
-                    "DONE of %s not stored yet (%s); retrying in %.1f s", msg.agent, exc, delay
-                )
-                await asyncio.sleep(delay)
-                delay = min(delay * 2, 2.0)
+        return await send_done(self.bus, msg, timeout=timeout, store_within=store_within)
 
     async def _ask(self, subject: str, msg: messages.Message, timeout: float) -> Ack | ErrorReply:
         reply = await self.bus.request(subject, msg, timeout=timeout, raise_remote=False)

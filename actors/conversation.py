@@ -245,7 +245,7 @@ class ConversationActor(Actor):
         """The one way a turn ends: its result persisted and published, or handed back."""
         decision, job = self.current, self.current_job
         self.current, self.current_job = None, None
-        self.services.tasks.turn_ended(end.turn_id)
+        self.services.tasks.turn_ended(end.turn_id, settled=end.how == "result")
         if decision is not None:
             await decision.stop()
         if end.how == "lost":

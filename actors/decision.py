@@ -55,9 +55,9 @@ from .mailbox import (
     Write,
     Writes,
 )
-from .policy import AGENT_SEND, TurnOutput, TurnSettings, classify_reply, verdict
+from .policy import AGENT_ABSENT, AGENT_SEND, TurnOutput, TurnSettings, classify_reply, verdict
 from .remote import call_tools, generate, publish_card, render_and_generate, send_task
-from .services import Services, TaskEntry
+from .services import Services
 from .state import DecisionState, checkpoint, resume_event, transition
 from .tool_round import BlockBudget, ToolRound
 from .turn_blocks import call_block, final_blocks, notes_block, notice_block, signal_block
@@ -187,6 +187,7 @@ class DecisionActor(Actor):
 
     async def feed(self, event: ev.Event) -> tuple[ev.Effect, ...]:
         self.state, effects = transition(self.state, event)
+        self.services.tasks.awaiting(self.tid, [t.task_id for t in self.state.awaited])
         for effect in effects:
             await self._execute(effect)
         return effects
@@ -441,13 +442,12 @@ class DecisionActor(Actor):
             await self.feed(ev.ToolsFinished(message.round, detail))
 
     async def _send_task(self, effect: ev.SendAgentTask) -> None:
-        now = self._now()
-        services = self.services
-        services.tasks.add(TaskEntry(effect.task_id, effect.agent, self.cid, self.tid, now))
-        outcome = await send_task(services, effect, conversation_id=self.cid, turn_id=self.tid)
         params = {"name": effect.agent, "text": effect.text}
-        self.pending.append(call_block(self.tid, effect.call_id, AGENT_SEND, params, now))
-        self.pending.append(outcome)
+        call = call_block(self.tid, effect.call_id, AGENT_SEND, params, self._now())
+        sent = await send_task(self.services, effect, conversation_id=self.cid, turn_id=self.tid)
+        self.pending.extend((call, sent.outcome))
+        if sent.notice is not None:  # the agent is not connected: the model hears it
+            self.pending.append(self._notice(AGENT_ABSENT, sent.notice))
 
     async def _wait(self, generation: int, seconds: float) -> None:
         await asyncio.sleep(seconds)

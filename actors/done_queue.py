@@ -1,9 +1,11 @@
 """DONE signals from a durable stream: none is lost while no node runs (issue 18).
 
-A work-queue stream (``Subjects.done_stream``) captures ``al.agent.done``: an outside
-agent's DONE is stored the moment it is published (``Client.send_done`` waits for the
-stream's acknowledgement, retrying with backoff), and every node pulls from one
-durable consumer. A node hands each signal to ``route`` (the node's DONE routing):
+A work-queue stream (``Subjects.done_stream``) captures every agent's own DONE subject
+``al.agent.<name>.done`` and the shared ``al.agent.done`` (accepted only with
+authentication off): an outside agent's DONE is stored the moment it is published
+(``Client.send_done`` waits for the stream's acknowledgement, retrying with backoff), and
+every node pulls from one durable consumer. A node hands each signal, with the subject it
+came on, to ``route`` (the node's DONE routing):
 
 - a verdict (``Ack`` applied, or an ``ErrorReply`` such as ``no_outstanding_task``)
   settles the signal: it is acked and the verdict sent to the sender's reply inbox,
@@ -56,8 +58,9 @@ class Later:
     delay_s: float = 1.0
 
 
-Route = Callable[[DoneSignal, float], Awaitable[messages.Message | Later]]
-"""Routes one signal (and its age in seconds since it was stored) to its turn."""
+Route = Callable[[DoneSignal, float, str], Awaitable[messages.Message | Later]]
+"""Routes one signal (its age in seconds since it was stored, the subject it came on) to
+its turn."""
 
 
 class DoneQueue:
@@ -80,7 +83,7 @@ class DoneQueue:
         return await WorkQueue.open(
             self.bus,
             name=subjects.done_stream,
-            subject=subjects.agent_done,
+            subject=(subjects.agent_done_any, subjects.agent_done),
             consumer=subjects.done_consumer,
             ack_wait_s=ACK_WAIT_S,
             max_msg_size=messages.MAX_PAYLOAD,
@@ -140,7 +143,7 @@ class DoneQueue:
         age = max(0.0, time.time() - max(item.stored_at, self._started_at))
         beat = asyncio.create_task(self._beat(item), name="dones:beat")
         try:
-            outcome = await route(signal, age)
+            outcome = await route(signal, age, item.subject)
         except Exception as exc:
             log.exception("DONE %s of %s could not be routed", signal.signal_id, signal.agent)
             outcome = Later(f"{type(exc).__name__}: {exc}", 1.0)

@@ -1,5 +1,10 @@
 """Where a DONE goes (DESIGN.md §2.2): the node's routing of ``agent.done`` signals.
 
+First, who sent it: a DONE on an agent's own subject ``<prefix>.agent.<name>.done`` must
+name that agent (``agent_mismatch`` otherwise: with authentication on, only that agent
+may publish there, so the subject is its identity); the shared ``<prefix>.agent.done`` is
+refused when the bus is authenticated (``shared_done_refused``). Neither is applied.
+
 A running turn's DecisionActor applies the signal; a DONE for a turn that ended goes
 to its conversation (late, duplicate or refused); a DONE without ids goes to the
 agent's oldest open task (ambiguous when the agent has open tasks in several turns);
@@ -14,7 +19,8 @@ import contextlib
 from collections.abc import Awaitable, Callable
 
 import messages
-from messages import DoneSignal, ErrorReply
+from bus import Bus
+from messages import DoneSignal, ErrorReply, SubjectError
 
 from .base import Actor
 from .done_queue import Later
@@ -44,9 +50,12 @@ class DoneRouter:
         self.ownership = ownership
         self.conversation = conversation
 
-    async def route(self, msg: DoneSignal, age: float) -> messages.Message | Later:
-        """A DONE from the durable stream: its verdict, or ``Later`` while its turn may
-        still come to life (resuming here, or in cluster mode on another node)."""
+    async def route(self, msg: DoneSignal, age: float, subject: str) -> messages.Message | Later:
+        """A DONE from the durable stream (on ``subject``): its verdict, or ``Later`` while
+        its turn may still come to life (resuming here, or in cluster mode on another node)."""
+        refused = origin_refusal(self.services.bus, subject, msg)
+        if refused is not None:
+            return refused
         try:
             verdict = await self.route_now(msg)
         except ConversationLost:
@@ -110,3 +119,31 @@ class DoneRouter:
             )
         conv = await self.conversation(cid)
         return await conv.ask(RouteDone(signal), timeout=ASK_TIMEOUT_S)
+
+
+def origin_refusal(bus: Bus, subject: str, msg: DoneSignal) -> ErrorReply | None:
+    """Why a DONE that came on ``subject`` is refused before routing (None: it is not).
+
+    The shared subject only without authentication; an agent's own subject only for a
+    DONE that names that agent."""
+    subjects = bus.subjects
+    own = subjects.agent_done_of(msg.agent)
+    if subject == subjects.agent_done:
+        if not bus.authenticated:
+            return None
+        return ErrorReply(
+            code="shared_done_refused",
+            message=f"authentication is on: {subject} is not accepted; publish the DONE of "
+            f"{msg.agent} on its own subject {own} (the task's done_subject); nothing was applied",
+        )
+    try:
+        name = subjects.agent_of(subject, "done")
+    except SubjectError:
+        name = ""
+    if name == msg.agent:
+        return None
+    return ErrorReply(
+        code="agent_mismatch",
+        message=f"a DONE from {msg.agent} arrived on {subject}, the DONE subject of "
+        f"{name or 'another agent'}; {msg.agent} publishes on {own}; nothing was applied",
+    )

@@ -14,6 +14,7 @@
     ├── UnexpectedMessage   an actor was sent a message it does not take (actor, kind)
     ├── NoTurnQueue         nothing stores turn requests on this NATS (subject)
     ├── DoneNotStored       an ``agent.done`` could not be stored (agent, within_s, reason)
+    ├── AgentNotWelcome     no node answered an agent's hello with its inbox (agent, reason)
     └── ClusterError
         ├── ConversationLost  this node no longer owns the conversation (conversation_id,
         │                     reason): the running turn goes back to the queue
@@ -166,6 +167,21 @@ class DoneNotStored(ActorError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.agent, self.within_s, self.reason))
+
+
+class AgentNotWelcome(ActorError):
+    """An outside agent's hello got no ``agent.welcome``: no node answered, or it refused."""
+
+    def __init__(self, agent: str, reason: str) -> None:
+        self.agent = agent
+        self.reason = reason
+        super().__init__(
+            f"agent {agent} has no inbox yet ({reason}): start a node (actline serve) against "
+            "this NATS, or check NATS_URL and the agent's credentials"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.agent, self.reason))
 
 
 class ClusterError(ActorError):

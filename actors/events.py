@@ -264,7 +264,8 @@ class CancelTools:
 
 @dataclass(frozen=True, slots=True)
 class SendAgentTask:
-    """Publish an ``AgentTask`` on ``al.agent.<agent>.inbox`` (and its tool-call block)."""
+    """Store an ``AgentTask`` in the agent's durable inbox ``al.agent.<agent>.inbox`` (and its
+    tool-call block)."""
 
     call_id: str
     task_id: str

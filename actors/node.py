@@ -5,7 +5,8 @@ A node connects to NATS, pulls turn requests from the queue all nodes share
 (loaded from LMDB on first use) and hosts this node's StreamerActor and
 ToolExecutorActor pools. It routes ``agent.done`` signals to the turn that sent the
 task (DESIGN.md §2.2): straight to a running turn's DecisionActor, else to the
-conversation (a late or duplicate DONE), and serves followups and feedback.
+conversation (a late or duplicate DONE), serves followups and feedback, and the outside
+agents' hellos and list (``actors.agent_tasks``: their durable inboxes and presence).
 
 Where conversations live is the ownership seam (``actors.ownership``), chosen once in
 ``start``: ``LocalOwnership``, or ``ClusterOwnership`` (``ACTLINE_CLUSTER``: leases in
@@ -47,6 +48,7 @@ from tools.builtin import BuiltinConfig, register_builtins
 from tools.react import ReactTools
 from tools.workspace import TurnFiles
 
+from .agent_tasks import AgentTasks
 from .conversation import ConversationActor
 from .done_queue import DoneQueue
 from .done_routing import ASK_TIMEOUT_S, DoneRouter
@@ -96,6 +98,7 @@ class Node:
         self.streamer: StreamerActor | None = None
         self.executor: ToolExecutorActor | None = None
         self.services: Services | None = None
+        self.agents: AgentTasks | None = None
         self._mcp = contextlib.AsyncExitStack()
         self._commits: Committer | None = None
         self.ownership: Ownership = LocalOwnership()
@@ -172,6 +175,8 @@ class Node:
         tools = {t["name"]: str(t.get("description") or "") for t in self.registry.describe()}
         self._commits = Committer(self._store)
         self._commits.start()
+        book = TaskBook()
+        self.agents = AgentTasks(self.bus, settings, book, self._store)
         self.services = Services(
             bus=self.bus,
             store=self._store,
@@ -181,7 +186,8 @@ class Node:
             system_prompt=system_prompt(tools),
             knowledge=self._knowledge,
             external_tools=self.registry.names,
-            tasks=TaskBook(),
+            tasks=book,
+            agents=self.agents,
             local_tools=settings.tool_workers > 0,
             ownership=self.ownership,
             queue=self.queue,
@@ -218,6 +224,7 @@ class Node:
         if recovered:
             log.info("%d open agent task(s) of unfinished turns wait for their DONE", recovered)
         await open_results(self.bus, settings)
+        await self.agents.start()
         await self.queue.start(self._take)
         await self.dones.start(DoneRouter(self.services, self.ownership, self.conversation).route)
         self._tasks.append(asyncio.create_task(self._evict_idle(), name="node:evict"))
@@ -241,6 +248,8 @@ class Node:
         for conv in list(self._conversations.values()):
             await conv.kill()
         self._conversations.clear()
+        if self.agents is not None:
+            await self.agents.stop()
         await self.queue.stop()
         await self.ownership.stop()
         if self.streamer is not None:

@@ -24,6 +24,8 @@ from .decision_protocol import CallLedger, Notice, check_decision
 from .limits import check_config, check_defaults
 
 AGENT_SEND = "agent.send"
+AGENT_ABSENT = "agent_absent"
+"""The code of the notice that a task waits in the inbox of an agent that is not connected."""
 MAX_FOLLOWUPS = 5
 MAX_CALLS = 5
 """Tool calls one decision may make unless the turn's config says otherwise."""

@@ -1,8 +1,11 @@
-"""What a turn asks of other actors over NATS: a model call, an external tool call.
+"""What a turn asks of others over NATS: a model call, external tool calls, an agent
+task, a progress card.
 
 Each function is one request on the bus and turns every failure into a value the
 decision loop can use (a failed ``GenerateResult``, a failed ``ToolOutcome``): a
-streamer or tool executor that is away never crashes a turn.
+streamer or tool executor that is away never crashes a turn. An agent task is stored
+in the agent's durable inbox (``actors.agent_tasks``); when the agent is not connected,
+the model gets a notice and the Waiting card says so.
 """
 
 from __future__ import annotations
@@ -10,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from bus import BusError
@@ -30,7 +34,7 @@ from .base import ActorRef
 from .errors import ActorError
 from .mailbox import Render, ToolOutcome
 from .policy import AGENT_SEND
-from .services import Services
+from .services import Services, TaskEntry
 from .streamer import failed_result
 
 log = logging.getLogger(__name__)
@@ -139,16 +143,26 @@ async def call_tools(
         return tuple(failed(c, error) for c in calls)
 
 
+@dataclass(frozen=True, slots=True)
+class SentTask:
+    """An ``agent.send`` carried out: the call's result, and the notice the model gets
+    when the agent is not connected (None when it is, or the task could not be sent)."""
+
+    outcome: ToolOutcome
+    notice: str | None = None
+
+
 async def send_task(
     services: Services, effect: ev.SendAgentTask, *, conversation_id: str, turn_id: str
-) -> ToolOutcome:
-    """Publish an ``agent.task`` on the agent's inbox; its outcome is the ``agent.send``
-    call's result (sent, or why not)."""
-    bus = services.bus
+) -> SentTask:
+    """Store an ``agent.task`` in the agent's durable inbox and book it in the node's
+    ``TaskBook``; the outcome is the ``agent.send`` call's result (sent, queued for an
+    agent that is not connected, or why it could not be sent)."""
+    done = services.bus.subjects.agent_done_of(effect.agent)
     text = (
         f"{effect.text}\n\n---\nYou are the outside agent '{effect.agent}'. When the work "
         f"is done, publish agent.done (agent={effect.agent}, turn_id={turn_id}, "
-        f"task_id={effect.task_id}, summary=...) on {bus.subjects.agent_done}, or run: "
+        f"task_id={effect.task_id}, summary=...) on {done}, or run: "
         f'actline done {effect.agent} "<summary>" --task {effect.task_id}'
     )
     task = AgentTask(
@@ -157,14 +171,33 @@ async def send_task(
         turn_id=turn_id,
         task_id=effect.task_id,
         text=text,
-        done_subject=bus.subjects.agent_done,
+        done_subject=done,
     )
+    entry = TaskEntry(effect.task_id, effect.agent, conversation_id, turn_id, services.clock())
+    services.tasks.add(entry)
     status: dict[str, Any] = {"status": "sent", "agent": effect.agent, "task_id": effect.task_id}
+    notice = None
     try:
-        await bus.publish(bus.subjects.agent_inbox(effect.agent), task)
-    except BusError as exc:
+        stored = await services.agents.send(task)
+    except (BusError, MessageError) as exc:
         status = {"status": "error", "error": f"could not send: {exc}"}
-    return ToolOutcome(effect.call_id, AGENT_SEND, status["status"] == "sent", status)
+    else:
+        entry.seq, entry.present = stored.seq, stored.present
+        if not stored.present:
+            notice = f"{effect.agent} is not connected; the task is queued"
+            status |= {"status": "queued", "connected": False, "note": notice}
+    ok = status["status"] != "error"
+    return SentTask(ToolOutcome(effect.call_id, AGENT_SEND, ok, status), notice)
+
+
+def absent_note(agents: Sequence[str]) -> str:
+    """What the Waiting card starts with when tasks wait for agents that are not connected
+    (before "waiting for NAME (task ID)", which stays last)."""
+    if not agents:
+        return ""
+    if len(agents) == 1:
+        return f"{agents[0]} is not connected, the task is queued; "
+    return f"{', '.join(agents)} are not connected, their tasks are queued; "
 
 
 async def render_and_generate(
@@ -190,6 +223,8 @@ async def publish_card(
 ) -> None:
     """A ``react.progress`` card on the conversation's stream; a card lost is logged."""
     bus = services.bus
+    if phase == "waiting":
+        detail = absent_note(services.tasks.absent(turn_id)) + detail
     # Built from the turn's own validated ids and the state machine's phase: no re-validation.
     card = ReActProgress(
         conversation_id=conversation_id, turn_id=turn_id, phase=phase, round=round_, detail=detail

@@ -3,8 +3,9 @@
 ``Services`` bundles the bus, the store, the settings, the in-loop tools, the names of
 the external tools, the node's ``TaskBook`` (the outside-agent tasks it sent and the
 turns running here, so that an ``agent.done`` finds its turn, DESIGN.md §2.2), the
-turn queue that settles requests, and the ownership seam (``actors.ownership``).
-These are services handed down to the actors, never callbacks into the node.
+agents' durable inboxes (``actors.agent_tasks``), the turn queue that settles requests,
+and the ownership seam (``actors.ownership``). These are services handed down to the
+actors, never callbacks into the node.
 """
 
 from __future__ import annotations
@@ -12,11 +13,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from bus import Bus
+from messages import AgentTask
 from storage import Store
 from storage.committer import Committer
 from tools import KnowledgeSpace
@@ -59,6 +61,26 @@ class TaskEntry:
     turn_id: str
     sent_at: float
     answered: bool = False
+    seq: int = 0
+    """Its sequence in the task stream (0: not known, e.g. taken in from a checkpoint)."""
+    present: bool = True
+    """Whether its agent was connected when it was sent (or said hello since)."""
+
+
+@dataclass(frozen=True, slots=True)
+class StoredTask:
+    """A task stored in the task stream: its sequence, and whether its agent is connected."""
+
+    seq: int
+    present: bool
+
+
+class AgentInboxes(Protocol):
+    """The agents' durable inboxes (``actors.agent_tasks.AgentTasks``)."""
+
+    async def send(self, task: AgentTask) -> StoredTask:
+        """Store ``task`` in its agent's inbox (``BusError`` when it could not be)."""
+        ...
 
 
 class TaskBook:
@@ -73,6 +95,12 @@ class TaskBook:
     node that starts ``recover``s the open tasks of the turns a killed node left
     mid-way; those turns are *resuming* until their queue message comes back and they
     run again (``turn_started``), and a DONE for them waits for that (``wait_running``).
+
+    Inboxes: a task is *queued* (in its agent's durable inbox) from ``add`` until its turn
+    stops awaiting it: its DONE applied (``answered``), a skip or wait timeout
+    (``awaiting``), its turn ended (``turn_ended(settled=True)``). It is then handed to
+    ``withdrawn``, whose reader removes it from the inbox. A turn handed to another node
+    (``turn_ended`` not settled) keeps its tasks queued: that node takes them in.
     """
 
     def __init__(self, keep: int = 10_000) -> None:
@@ -82,9 +110,15 @@ class TaskBook:
         self._resuming: dict[str, str] = {}
         """Turns left mid-way in this node's store (turn id -> conversation id)."""
         self._started: dict[str, asyncio.Event] = {}
+        self._queued: dict[str, dict[str, TaskEntry]] = {}
+        """Tasks in their agent's inbox, by turn id and task id."""
+        self._withdrawn: list[TaskEntry] = []
+        self._withdrawing = asyncio.Event()
 
     def add(self, entry: TaskEntry) -> None:
         self._tasks[entry.task_id] = entry
+        if not entry.answered:
+            self._queued.setdefault(entry.turn_id, {})[entry.task_id] = entry
         while len(self._tasks) > self.keep:
             oldest = next(iter(self._tasks))
             del self._tasks[oldest]
@@ -100,8 +134,11 @@ class TaskBook:
             self._resuming[tid] = cid
             for task in record.get("tasks", ()):
                 task_id, agent, answered = str(task[0]), str(task[1]), bool(task[3])
-                if task_id not in self._tasks:
+                entry = self._tasks.get(task_id)
+                if entry is None:
                     self.add(TaskEntry(task_id, agent, cid, tid, 0.0, answered))
+                elif not entry.answered:  # back here after a turn handed to another node
+                    self._queued.setdefault(tid, {})[task_id] = entry
                 count += not answered
         return count
 
@@ -112,6 +149,41 @@ class TaskBook:
         entry = self._tasks.get(task_id)
         if entry is not None:
             entry.answered = True
+            self._withdraw(entry.turn_id, [task_id])
+
+    def awaiting(self, turn_id: str, task_ids: Collection[str]) -> None:
+        """The turn awaits only ``task_ids`` now: its other queued tasks are withdrawn."""
+        queued = self._queued.get(turn_id)
+        if queued:
+            self._withdraw(turn_id, [t for t in queued if t not in task_ids])
+
+    def _withdraw(self, turn_id: str, task_ids: Iterable[str]) -> None:
+        queued = self._queued.get(turn_id, {})
+        for task_id in task_ids:
+            entry = queued.pop(task_id, None)
+            if entry is not None:
+                self._withdrawn.append(entry)
+                self._withdrawing.set()
+        if not queued:
+            self._queued.pop(turn_id, None)
+
+    async def withdrawn(self) -> list[TaskEntry]:
+        """The tasks no turn awaits any more, once there are some (each handed out once)."""
+        await self._withdrawing.wait()
+        self._withdrawing.clear()
+        entries, self._withdrawn = self._withdrawn, []
+        return entries
+
+    def seen(self, agent: str) -> None:
+        """``agent`` said hello: its queued tasks' agent is connected."""
+        for queued in self._queued.values():
+            for entry in queued.values():
+                if entry.agent == agent:
+                    entry.present = True
+
+    def absent(self, turn_id: str) -> list[str]:
+        """The agents of the turn's queued tasks that were not connected, by name."""
+        return sorted({e.agent for e in self._queued.get(turn_id, {}).values() if not e.present})
 
     def turn_started(self, turn: RunningTurn) -> None:
         self._running[turn.turn_id] = turn
@@ -120,7 +192,13 @@ class TaskBook:
         if started is not None:
             started.set()
 
-    def turn_ended(self, turn_id: str) -> None:
+    def turn_ended(self, turn_id: str, *, settled: bool = False) -> None:
+        """The turn stopped running here: ``settled`` when it has its result (its tasks
+        are withdrawn), else it was handed to another node (they stay queued)."""
+        if settled:
+            self._withdraw(turn_id, list(self._queued.get(turn_id, ())))
+        else:
+            self._queued.pop(turn_id, None)
         self._running.pop(turn_id, None)
         self._resuming.pop(turn_id, None)
         started = self._started.pop(turn_id, None)
@@ -170,6 +248,8 @@ class Services:
     """Settles each turn's queue message once its result is out (or hands it back)."""
     ownership: Ownership
     """Where conversations live: this node only, or leased with a durable copy."""
+    agents: AgentInboxes
+    """The outside agents' durable inboxes: where ``agent.send`` stores a task."""
     knowledge: KnowledgeSpace | None = None
     external_tools: Callable[[], list[str]] = list
     streamer: StreamerActor | None = None

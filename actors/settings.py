@@ -22,6 +22,8 @@ from tools.workspace import WORKSPACE_MODES
 from .errors import McpConfigError, SettingsError
 from .limits import check_settings
 
+AGENT_BEAT_RANGE = (0.05, 300.0)
+"""The seconds ``ACTLINE_AGENT_BEAT`` may be."""
 QUOTAS = ("quota_workspace_bytes", "quota_block_bytes", "quota_artifacts", "quota_artifact_bytes")
 """The quota fields, each ``ACTLINE_QUOTA_*``."""
 
@@ -109,6 +111,9 @@ class NodeSettings:
     node_ttl_s: float = 2.0
     """``ACTLINE_NODE_TTL``: cluster mode: a node whose beat (every quarter of this) stops for
     this long is dead, and another node takes its conversations at once."""
+    agent_beat_s: float = 2.0
+    """``ACTLINE_AGENT_BEAT``: how often an outside agent says hello (the node tells it in
+    ``agent.welcome``); an agent not heard for three beats is not connected."""
     result_retention_s: float = 7 * 24 * 3600.0
     """``ACTLINE_RESULT_RETENTION``: how long the results stream keeps a ``turn.result`` (a
     client that was disconnected fetches it until then; ``actline result TURN_ID``)."""
@@ -148,6 +153,15 @@ class NodeSettings:
                 f"sandbox {self.sandbox!r} is unknown: set ACTLINE_SANDBOX="
                 + " or ".join(SANDBOX_MODES),
             )
+        beat = self.agent_beat_s
+        if (
+            isinstance(beat, bool)
+            or not isinstance(beat, int | float)
+            or not (AGENT_BEAT_RANGE[0] <= beat <= AGENT_BEAT_RANGE[1])
+        ):
+            low, high = AGENT_BEAT_RANGE
+            reason = f"ACTLINE_AGENT_BEAT={beat!r} must be seconds from {low:g} to {high:g}"
+            raise SettingsError("ACTLINE_AGENT_BEAT", str(beat), reason)
         check_settings(self)  # turn defaults and size limits within docs/limits.md's bounds
         for name in QUOTAS:
             value = getattr(self, name)
@@ -243,6 +257,7 @@ _ENV: dict[str, tuple[str, type]] = {
     "cluster": ("ACTLINE_CLUSTER", bool),
     "lease_ttl_s": ("ACTLINE_LEASE_TTL", float),
     "node_ttl_s": ("ACTLINE_NODE_TTL", float),
+    "agent_beat_s": ("ACTLINE_AGENT_BEAT", float),
     "max_text_bytes": ("ACTLINE_MAX_TEXT_BYTES", int),
     "max_feedback_bytes": ("ACTLINE_MAX_FEEDBACK_BYTES", int),
     "max_attachment_bytes": ("ACTLINE_MAX_ATTACHMENT_BYTES", int),

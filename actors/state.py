@@ -68,7 +68,9 @@ Reset              other             ignored
 DONE classification (a given turn id selects the turn): *open* when the running turn
 has the task open (no task id: the agent's oldest open task not claimed by a queued
 DONE); *refused* with ``done_wrong_agent`` (the task went to another agent),
-``done_already_answered`` or ``done_unknown_task``; *late* otherwise (its turn ended).
+``done_already_answered`` (its task has its DONE, in this turn or the one before: an agent
+that restarted mid-task and answered twice) or ``done_unknown_task``; *late* otherwise
+(its turn ended).
 
 Every transition that changes the state emits an ``EmitProgress`` card, except Reset
 (bookkeeping the client never sees); an ignored event yields only ``Ignored``.
@@ -577,11 +579,14 @@ def _classify(state: DecisionState, event: ev.DoneSignal) -> _Open | _Refused | 
     if task is not None and task.agent != event.agent:
         text = f"DONE from {event.agent} for task {task.task_id}, which was sent to {task.agent}"
         return _Refused("done_wrong_agent", text)
+    if task is not None and task.answered:  # also after its turn ended: never applied twice
+        text = f"DONE from {event.agent} for task {task.task_id}, already answered: {event.summary}"
+        return _Refused("done_already_answered", text)
     if not (running and ours) or (task is not None and not current):
         return _Late("its turn is not running")
     if task is None:
         return _Refused("done_unknown_task", f"DONE from {event.agent}: no task {event.task_id}")
-    if task.answered or task.task_id in claimed:
+    if task.task_id in claimed:
         text = f"DONE from {event.agent} for task {task.task_id}, already answered: {event.summary}"
         return _Refused("done_already_answered", text)
     return _Open(task.task_id)

@@ -26,11 +26,13 @@ from .errors import (
     StreamMissing,
     WrongRevision,
 )
+from .inbox import AgentPull, TaskStream, raise_lost_cancel
 from .jetstream import EventLog, JetStreamAccount, KvBucket, KvEntry, QueueItem, WorkQueue
 
 __all__ = [
     "DEFAULT_URL",
     "AckFailed",
+    "AgentPull",
     "AlreadyAcked",
     "AuthError",
     "AuthRefused",
@@ -62,8 +64,10 @@ __all__ = [
     "RoleUnknown",
     "StreamMissing",
     "Subscription",
+    "TaskStream",
     "WorkQueue",
     "WrongRevision",
     "find_nats_server",
+    "raise_lost_cancel",
     "read_identity",
 ]

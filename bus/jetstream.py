@@ -1,17 +1,17 @@
 """JetStream for actline: a work queue, a KV bucket and an append-only event log.
 
-Only this module (and ``Bus.publish_stored``) talks to nats-py's JetStream API;
+Only this module, ``bus.inbox`` and ``Bus.publish_stored`` talk to nats-py's JetStream API;
 everything else uses these typed wrappers. Names of streams, buckets and
 consumers come from ``messages.Subjects``.
 
-- ``WorkQueue``: a WORK_QUEUE stream with one durable pull consumer (explicit
-  ack, unlimited redeliveries). ``pull`` hands out one ``QueueItem`` at a time;
+- ``WorkQueue``: a WORK_QUEUE stream (one subject or several) with one durable pull
+  consumer (explicit ack, unlimited redeliveries). ``pull`` hands out one ``QueueItem`` at a time;
   the item is settled with ``ack``/``nak``/``term`` and kept alive with
   ``in_progress``. An item neither acked nor naked is redelivered after the
   consumer's ack wait.
-- ``KvBucket``: one value per key with check-and-set writes. Missing, deleted
-  and aged-out keys read as None; ``create`` succeeds over a delete marker (and
-  over a key aged out by the bucket TTL, which leaves no marker).
+- ``KvBucket``: one value per key with check-and-set writes (and plain ``put``s).
+  Missing, deleted and aged-out keys read as None; ``create`` succeeds over a delete
+  marker (and over a key aged out by the bucket TTL, which leaves no marker).
 - ``EventLog``: a LIMITS stream, one subject per conversation; ``append`` may
   dedupe by message id (within the server's duplicate window),
   ``next_after`` walks one subject and ``last`` reads its newest message, with
@@ -28,8 +28,8 @@ next ``pull`` returns it.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass, field
-from typing import Protocol
+from dataclasses import dataclass, field, replace
+from typing import Protocol, Self
 
 import nats.errors
 import nats.js.errors
@@ -108,14 +108,18 @@ def _context(bus: Bus, timeout: float) -> JetStreamContext:
 
 
 async def _ensure_stream(js: JetStreamContext, config: StreamConfig, timeout: float) -> None:
-    """Create the stream unless it exists (a concurrent creator wins harmlessly)."""
+    """Create the stream unless it exists (a concurrent creator wins harmlessly). An existing
+    stream keeps its limits but gains the subjects of ``config`` it lacks (made by an older
+    version that captured fewer)."""
     name = str(config.name)
     try:
         try:
-            await js.stream_info(name)
-            return
+            info = await js.stream_info(name)
         except nats.js.errors.NotFoundError:
             pass
+        else:
+            await _add_subjects(js, info.config, list(config.subjects or []))
+            return
         try:
             await js.add_stream(config)
             log.info("created stream %s on %s", name, config.subjects)
@@ -126,6 +130,14 @@ async def _ensure_stream(js: JetStreamContext, config: StreamConfig, timeout: fl
                 raise exc from None
     except nats.errors.Error as exc:
         raise translate(exc, "create stream", target=name, timeout=timeout) from None
+
+
+async def _add_subjects(js: JetStreamContext, have: StreamConfig, wanted: list[str]) -> None:
+    missing = [x for x in wanted if x not in (have.subjects or [])]
+    if not missing:
+        return
+    await js.update_stream(replace(have, subjects=[*(have.subjects or []), *missing]))
+    log.info("stream %s now also captures %s", have.name, ", ".join(missing))
 
 
 # --- the work queue ---------------------------------------------------------------------------
@@ -148,6 +160,20 @@ class QueueItem:
     """The message's NATS headers (the JetStream ones included)."""
     stored_at: float = 0.0
     """When the stream stored the message (epoch seconds)."""
+
+    @classmethod
+    def of(cls, msg: Msg) -> QueueItem:
+        """The item of a message pulled from a consumer."""
+        meta = msg.metadata
+        return cls(
+            bytes(msg.data),
+            msg.subject,
+            int(meta.num_delivered),
+            int(meta.sequence.stream),
+            msg,
+            dict(msg.headers or {}),
+            meta.timestamp.timestamp() if meta.timestamp is not None else 0.0,
+        )
 
     async def _send(self, action: str, *, delay: float | None = None) -> None:
         if getattr(self._msg, "_ackd", False):
@@ -202,7 +228,8 @@ class WorkQueue:
 
     Several ``WorkQueue`` objects on one consumer (one per node) share its
     messages: each message goes to one of them at a time. ``ack_wait_s`` is the
-    consumer's ack wait (an existing consumer keeps its own).
+    consumer's ack wait (an existing consumer keeps its own). The stream may capture
+    several subjects (``subject`` a tuple); the consumer takes them all.
     """
 
     def __init__(
@@ -229,7 +256,7 @@ class WorkQueue:
         bus: Bus,
         *,
         name: str,
-        subject: str,
+        subject: str | tuple[str, ...],
         consumer: str,
         ack_wait_s: float,
         max_msg_size: int,
@@ -238,13 +265,15 @@ class WorkQueue:
     ) -> WorkQueue:
         """Create the stream (file storage, WORK_QUEUE retention) if missing and bind the
         durable pull consumer (explicit ack, ``max_deliver`` and ``max_ack_pending``
-        unlimited), creating it if missing."""
+        unlimited), creating it if missing. An existing stream or consumer that takes
+        fewer subjects is widened to ``subject``."""
+        wanted = [subject] if isinstance(subject, str) else list(subject)
         js = _context(bus, timeout)
         await _ensure_stream(
             js,
             StreamConfig(
                 name=name,
-                subjects=[subject],
+                subjects=wanted,
                 retention=RetentionPolicy.WORK_QUEUE,
                 storage=StorageType.FILE,
                 max_msg_size=max_msg_size,
@@ -258,10 +287,16 @@ class WorkQueue:
             ack_wait=ack_wait_s,
             max_deliver=-1,
             max_ack_pending=-1,
+            filter_subjects=wanted if len(wanted) > 1 else None,
         )
         try:
-            psub = await js.pull_subscribe(subject, durable=consumer, stream=name, config=config)
+            psub = await js.pull_subscribe(wanted[0], durable=consumer, stream=name, config=config)
             info = await psub.consumer_info()
+            have = info.config.filter_subjects or [info.config.filter_subject or ">"]
+            if set(have) != set(wanted) and ">" not in have:  # made by an older version
+                widened = replace(info.config, filter_subject=None, filter_subjects=wanted)
+                info = await js.add_consumer(name, widened)
+                log.info("consumer %s on %s now takes %s", consumer, name, ", ".join(wanted))
         except nats.errors.Error as exc:
             raise translate(exc, "bind consumer", target=name, timeout=timeout) from None
         actual = float(info.config.ack_wait or ack_wait_s)
@@ -273,7 +308,7 @@ class WorkQueue:
                 actual,
                 ack_wait_s,
             )
-        return cls(name, subject, consumer, psub, actual, timeout, js)
+        return cls(name, ", ".join(wanted), consumer, psub, actual, timeout, js)
 
     async def healthy(self) -> bool:
         """False when the stream or the consumer is gone (deleted by someone): reopen it."""
@@ -320,16 +355,7 @@ class WorkQueue:
         except nats.errors.Error as exc:
             raise translate(exc, "pull", target=self.name, timeout=timeout) from None
         for msg in batch:
-            meta = msg.metadata
-            return QueueItem(
-                bytes(msg.data),
-                msg.subject,
-                int(meta.num_delivered),
-                int(meta.sequence.stream),
-                msg,
-                dict(msg.headers or {}),
-                meta.timestamp.timestamp() if meta.timestamp is not None else 0.0,
-            )
+            return QueueItem.of(msg)
         return None
 
     async def close(self) -> None:
@@ -354,11 +380,19 @@ class KvEntry:
 class KvBucket:
     """A JetStream KV bucket; ``ttl_s`` is the bucket's TTL (None: keys never age out)."""
 
-    def __init__(self, name: str, kv: KeyValue, ttl_s: float | None, timeout: float) -> None:
+    def __init__(
+        self,
+        name: str,
+        kv: KeyValue,
+        ttl_s: float | None,
+        timeout: float,
+        js: JetStreamContext | None = None,
+    ) -> None:
         self.name = name
         self.ttl_s = ttl_s
         self._kv = kv
         self._timeout = timeout
+        self._js = js
 
     @classmethod
     async def open(
@@ -394,7 +428,7 @@ class KvBucket:
                     log.info("created KV bucket %s (ttl %s)", name, ttl_s)
                 except nats.js.errors.APIError:  # created meanwhile by another node
                     kv = await js.key_value(name)
-            bucket = cls(name, kv, None, timeout)
+            bucket = cls(name, kv, None, timeout, js)
             bucket.ttl_s = await bucket.status_ttl()
         except nats.js.errors.BucketNotFoundError:
             raise StreamMissing(name) from None
@@ -428,6 +462,37 @@ class KvBucket:
         except nats.errors.Error as exc:
             raise self._error(exc, "get", key) from None
         return KvEntry(bytes(entry.value or b""), int(entry.revision or 0))
+
+    async def put(self, key: str, value: bytes) -> int:
+        """Write ``key`` whatever it holds (the last writer wins); returns the new revision.
+        The write restarts the key's age under the bucket's TTL."""
+        try:
+            return int(await self._kv.put(key, value))
+        except nats.errors.Error as exc:
+            raise self._error(exc, "put", key) from None
+
+    async def keys(self) -> list[str]:
+        """The keys that hold a live value now (none deleted or aged out), sorted.
+
+        The bucket's stream is read with direct gets, one per message it holds (nats-py's
+        own ``keys`` watches with a consumer and may answer none while keys exist)."""
+        stream, head = f"KV_{self.name}", f"$KV.{self.name}."
+        live: dict[str, bool] = {}
+        seq = 1
+        js = self._js
+        assert js is not None  # set by open()
+        while True:
+            try:
+                msg = await js.get_msg(stream, seq=seq, subject=f"{head}>", next=True, direct=True)
+            except nats.js.errors.NotFoundError:
+                break
+            except nats.errors.Error as exc:
+                raise self._error(exc, "keys", "*") from None
+            headers = msg.headers or {}
+            removed = headers.get("KV-Operation") in ("DEL", "PURGE")
+            live[str(msg.subject)[len(head) :]] = not (removed or "Nats-Marker-Reason" in headers)
+            seq = int(msg.seq or seq) + 1
+        return sorted(key for key, alive in live.items() if alive)
 
     async def create(self, key: str, value: bytes) -> int:
         """Write ``key`` only if it holds no live value; returns the new revision.
@@ -500,7 +565,7 @@ class EventLog:
         max_bytes: int | None = None,
         max_msgs_per_subject: int | None = None,
         timeout: float = DEFAULT_TIMEOUT,
-    ) -> EventLog:
+    ) -> Self:
         """Create the stream on ``subjects`` (file storage, direct gets) if missing.
 
         ``max_age_s``, ``max_bytes`` and ``max_msgs_per_subject`` are LIMITS retention's
@@ -527,7 +592,7 @@ class EventLog:
         return cls(name, js, timeout)
 
     @classmethod
-    def bind(cls, bus: Bus, *, name: str, timeout: float = DEFAULT_TIMEOUT) -> EventLog:
+    def bind(cls, bus: Bus, *, name: str, timeout: float = DEFAULT_TIMEOUT) -> Self:
         """A reader of the stream ``name`` that never creates it: reads of a stream that
         does not exist raise ``StreamMissing``."""
         return cls(name, _context(bus, timeout), timeout)

@@ -2,13 +2,15 @@
 
     python examples/reviewer.py --nats nats://127.0.0.1:4222 [--delay 1.5] [--name reviewer]
 
-It listens on ``al.agent.<name>.inbox``; for each task it "reviews" the text (counts the cited
-sources and the points, picks the first point), waits ``--delay`` seconds as a person or a tool
-would, then sends ``agent.done`` with the turn and task ids the task carries
-(``Client.send_done``: stored by JetStream, then the node's verdict on a private inbox) and
-prints the verdict. It runs until SIGINT/SIGTERM. Any program that can publish msgpack on NATS
-can play this part (a plain publish on the task's ``done_subject`` is stored too);
-``actline agent NAME -- CMD`` wraps a shell command the same way.
+It joins its durable inbox (``actors.agent_side.AgentInbox``: a hello to the nodes, then its
+tasks pulled from its own consumer, a hello every beat so nodes know it is connected; tasks
+sent while it was away are waiting for it). For each task it "reviews" the text (counts the
+cited sources and the points, picks the first point), waits ``--delay`` seconds as a person or
+a tool would, then sends ``agent.done`` with the turn and task ids the task carries, on its own
+DONE subject (stored by JetStream, then the node's verdict on a private inbox), and prints the
+verdict. It runs until SIGINT/SIGTERM. Any program that can speak msgpack on NATS can play
+this part (``actors/agent_side.py`` shows it in plain nats-py); ``actline agent NAME -- CMD``
+wraps a shell command the same way.
 """
 
 from __future__ import annotations
@@ -19,9 +21,8 @@ import re
 import signal
 import sys
 
-from actors.client import Client
-from bus import Bus, Envelope
-from messages import AgentTask, Message, new_id
+from actors.agent_side import AgentInbox
+from bus import Bus
 
 CITATION = re.compile(r"\[\[S:(\d+)\]\]|\[S:(\d+)\]")
 
@@ -36,6 +37,14 @@ def review(text: str) -> str:
     return f"Reviewed '{first}': {cited}; the plan is sound, go ahead."
 
 
+async def serve(inbox: AgentInbox, delay: float) -> None:
+    async for task in inbox:
+        print(f"[{inbox.name}] task {task.task_id} of turn {task.turn_id} received", flush=True)
+        await asyncio.sleep(delay)
+        reply = await inbox.done(task, review(task.text), timeout=10.0)
+        print(f"[{inbox.name}] DONE sent for {task.task_id}: {reply.kind}", flush=True)
+
+
 async def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="reviewer", description=__doc__.split("\n")[0])
     parser.add_argument("--nats", required=True, help="NATS URL, e.g. nats://127.0.0.1:4222")
@@ -43,31 +52,18 @@ async def main(argv: list[str]) -> int:
     parser.add_argument("--delay", type=float, default=1.5, help="seconds before answering")
     args = parser.parse_args(argv)
     bus = await Bus.connect(args.nats, name=f"agent-{args.name}")
-    client = Client(bus)
+    inbox = AgentInbox(bus, args.name)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         loop.add_signal_handler(sig, stop.set)
-
-    async def on_task(msg: Message, env: Envelope) -> None:
-        if not isinstance(msg, AgentTask):
-            return
-        print(f"[{args.name}] task {msg.task_id} of turn {msg.turn_id} received", flush=True)
-        await asyncio.sleep(args.delay)
-        reply = await client.send_done(
-            args.name,
-            review(msg.text),
-            turn_id=msg.turn_id,
-            task_id=msg.task_id,
-            signal_id=new_id("sig-"),
-            timeout=10.0,
-        )
-        print(f"[{args.name}] DONE sent for {msg.task_id}: {reply.kind}", flush=True)
-
-    await bus.subscribe(bus.subjects.agent_inbox(args.name), on_task)
+    await inbox.start(within=30.0)
     print(f"[{args.name}] listening on {bus.subjects.agent_inbox(args.name)}", flush=True)
+    worker = asyncio.create_task(serve(inbox, args.delay))
     await stop.wait()
-    await client.close()
+    worker.cancel()
+    await asyncio.gather(worker, return_exceptions=True)
+    await inbox.close()
     await bus.close()
     return 0
 

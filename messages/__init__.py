@@ -5,7 +5,16 @@ need only ``encode``, ``decode``, ``from_dict`` and the public kinds of DESIGN.m
 """
 
 from . import subjects
-from .agents import AgentTask, DoneSignal
+from .agents import (
+    AgentHello,
+    AgentsList,
+    AgentsListed,
+    AgentStatus,
+    AgentTask,
+    AgentWelcome,
+    DoneSignal,
+    OpenTask,
+)
 from .base import ArtifactRef, Attachment, Usage, UtcDatetime, WireModel, utcnow
 from .codec import MAX_PAYLOAD, MESSAGE_ADAPTER, MESSAGE_TYPES, Message, decode, encode, from_dict
 from .errors import DecodeError, EncodeError, MessageError, PayloadTooLarge, SubjectError
@@ -22,8 +31,13 @@ __all__ = [
     "MESSAGE_ADAPTER",
     "MESSAGE_TYPES",
     "Ack",
+    "AgentHello",
     "AgentName",
+    "AgentStatus",
     "AgentTask",
+    "AgentWelcome",
+    "AgentsList",
+    "AgentsListed",
     "ArtifactRef",
     "Attachment",
     "CancelReAct",
@@ -39,6 +53,7 @@ __all__ = [
     "Id",
     "Message",
     "MessageError",
+    "OpenTask",
     "PayloadTooLarge",
     "Phase",
     "ReActProgress",

@@ -12,7 +12,7 @@ from typing import Annotated, Any, Final
 import msgpack
 from pydantic import Field, TypeAdapter, ValidationError
 
-from .agents import AgentTask, DoneSignal
+from .agents import AgentHello, AgentsList, AgentsListed, AgentTask, AgentWelcome, DoneSignal
 from .errors import DecodeError, EncodeError, PayloadTooLarge
 from .llm import GenerateRequest, GenerateResult
 from .react import CancelReAct, ReActProgress, SkipWaiting, StreamDelta
@@ -37,6 +37,10 @@ Message = Annotated[
     | GenerateResult
     | AgentTask
     | DoneSignal
+    | AgentHello
+    | AgentWelcome
+    | AgentsList
+    | AgentsListed
     | ToolCall
     | ToolResult
     | ErrorReply
@@ -63,6 +67,10 @@ MESSAGE_TYPES: Final[dict[str, type[Any]]] = {
         GenerateResult,
         AgentTask,
         DoneSignal,
+        AgentHello,
+        AgentWelcome,
+        AgentsList,
+        AgentsListed,
         ToolCall,
         ToolResult,
         ErrorReply,

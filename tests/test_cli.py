@@ -12,13 +12,16 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 
 
-def run(*args: str, timeout: float = 60, **extra: str) -> subprocess.CompletedProcess[str]:
+def run(
+    *args: str, timeout: float = 60, cwd: Path = ROOT, **extra: str
+) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if k != "NATS_URL"}
     env["COLUMNS"] = "120"
+    env["PYTHONPATH"] = str(ROOT)
     env.update(extra)
     return subprocess.run(
         [sys.executable, "-m", "actline", *args],
-        cwd=ROOT,
+        cwd=cwd,
         capture_output=True,
         text=True,
         timeout=timeout,
@@ -71,11 +74,12 @@ def test_demo_shows_every_capability_once(tmp_path: Path) -> None:
     assert "Traceback" not in out + result.stderr
 
 
-def test_demo_against_an_unreachable_server_says_what_to_do() -> None:
-    result = run("demo", "--nats", "nats://127.0.0.1:9")
+def test_demo_against_an_unreachable_server_says_what_to_do(tmp_path: Path) -> None:
+    # in a folder of its own: no keys under ./.actline from an earlier demo
+    result = run("demo", "--nats", "nats://127.0.0.1:9", cwd=tmp_path)
     assert result.returncode == 1
     assert "needs credentials: pass --creds FILE or set ACTLINE_NATS_CREDS" in result.stdout
-    result = run("demo", "--nats", "nats://127.0.0.1:9", ACTLINE_INSECURE="1")
+    result = run("demo", "--nats", "nats://127.0.0.1:9", cwd=tmp_path, ACTLINE_INSECURE="1")
     assert result.returncode == 1
     assert "cannot reach NATS at nats://127.0.0.1:9" in result.stdout
     assert "NATS_URL" in result.stdout

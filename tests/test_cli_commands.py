@@ -278,7 +278,7 @@ def test_agent_answers_a_task_with_its_command_output(
     serving: Running, nats: EmbeddedNats, tmp_path: Path
 ) -> None:
     script = "import sys; print('checked: ' + sys.stdin.read()[:20])"
-    env = clean_env(tmp_path / "agent")
+    env = clean_env(tmp_path / "agent", **as_role(nats, "agent", "reviewer"))
     agent = Running(
         "agent", "reviewer", "--nats", nats.url, "--", sys.executable, "-c", script, env=env
     )
@@ -293,6 +293,11 @@ def test_agent_answers_a_task_with_its_command_output(
         assert "checked: " in result.stdout
         assert "waiting for reviewer" in result.stdout
         assert "answered; node: applied" in agent.wait_for("answered")
+        client = clean_env(tmp_path / "client", NATS_URL=nats.url, **as_role(nats, "client"))
+        listed = actline("agents", env=client)
+        assert listed.returncode == 0, listed.stdout + listed.stderr
+        [row] = [line.split() for line in listed.stdout.splitlines() if "reviewer" in line]
+        assert row[:2] == ["reviewer", "yes"] and row[-1] == "-"  # connected, no open task
         assert agent.interrupt() == 0
     finally:
         agent.stop()
@@ -301,7 +306,8 @@ def test_agent_answers_a_task_with_its_command_output(
 def test_done_with_no_outstanding_task_is_refused(
     serving: Running, nats: EmbeddedNats, tmp_path: Path
 ) -> None:
-    result = actline("done", "reviewer", "x", env=clean_env(tmp_path / "h", NATS_URL=nats.url))
+    env = clean_env(tmp_path / "h", NATS_URL=nats.url, **as_role(nats, "agent", "reviewer"))
+    result = actline("done", "reviewer", "x", env=env)
     assert result.returncode == 1
     assert "no_outstanding_task" in result.stdout
 
@@ -312,7 +318,7 @@ def test_agent_command_that_fails_answers_with_a_failure_summary(
     script = (
         "import sys; sys.stdin.read(); sys.stderr.write('boom: no reviewer today'); sys.exit(3)"
     )
-    env = clean_env(tmp_path / "agent")
+    env = clean_env(tmp_path / "agent", **as_role(nats, "agent", "reviewer"))
     agent = Running(
         "agent", "reviewer", "--nats", nats.url, "--", sys.executable, "-c", script, env=env
     )
@@ -357,6 +363,7 @@ ERRORS = [
     ),
     pytest.param(("agent", "reviewer", "--", "cat"), {}, "NATS_URL", id="agent-without-nats"),
     pytest.param(("done", "reviewer", "x"), {}, "NATS_URL", id="done-without-nats"),
+    pytest.param(("agents",), {}, "NATS_URL", id="agents-without-nats"),
 ]
 
 

@@ -1,17 +1,21 @@
 """A standalone outside agent for the actor tests, written against the wire contract only.
 
 It uses plain nats-py and msgpack (no actline import) so that it proves an outside
-program can answer tasks with nothing but DESIGN.md §3.1: it listens on
-``<prefix>.agent.<name>.inbox`` for ``agent.task`` maps and answers each one with
-``agent.done`` maps on the task's ``done_subject``: published to JetStream (the DONE
-stream stores them; its acknowledgement says so) with the ``Actline-Reply`` header
-naming an inbox, where the node's verdict arrives (an ``ack`` whose detail starts
-with ``stored;`` means held until its turn runs: the final verdict follows).
+program can answer tasks with nothing but the documented protocol (DESIGN.md §3.1 and
+``actors/agent_side.py``): it says ``agent.hello`` (``first``) on
+``<prefix>.agent.<name>.hello``, pulls its ``agent.task`` maps from the durable consumer the
+``agent.welcome`` names (acking each on receipt), repeats the hello every ``beat_s``, and
+answers each task with ``agent.done`` maps on the task's ``done_subject`` (its own DONE
+subject): published to JetStream (the DONE stream stores them; its acknowledgement says
+so) with the ``Actline-Reply`` header naming an inbox, where the node's verdict arrives
+(an ``ack`` whose detail starts with ``stored;`` means held until its turn runs: the
+final verdict follows). ``wrong_agent`` first sends a DONE naming an impostor on its own
+subject (which the node refuses: the subject is the agent's identity).
 
     python tests/actors/agent_process.py --nats URL --prefix PREFIX --name reviewer \
-        --mode normal|late|duplicate|wrong_agent|no_ids [--delay S]
+        --mode normal|late|duplicate|wrong_agent|no_ids [--delay S] [--creds FILE]
 
-Stdout, one line each, flushed: ``ready`` once subscribed, then a JSON object per
+Stdout, one line each, flushed: ``ready`` once its inbox is bound, then a JSON object per
 task received (``{"event": "task", ...}``) and per reply to a DONE it sent
 (``{"event": "reply", "agent": ..., "kind": ..., "code": ..., "detail": ...}``).
 """
@@ -20,12 +24,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import base64
 import json
 import sys
 from typing import Any
 
 import msgpack
 import nats
+import nats.errors
 
 MODES = ("normal", "late", "duplicate", "wrong_agent", "no_ids")
 IMPOSTOR = "impostor"
@@ -42,8 +48,8 @@ def done(agent: str, summary: str, **ids: str) -> dict[str, Any]:
     return {"kind": "agent.done", "agent": agent, "summary": summary, "artifacts": [], **ids}
 
 
-def plan(task: dict[str, Any], name: str, mode: str) -> list[dict[str, Any]]:
-    """The DONE maps to send, in order, for one task."""
+def plan(task: dict[str, Any], name: str, mode: str) -> list[tuple[str, dict[str, Any]]]:
+    """The DONE maps to send, in order, for one task, each with its subject."""
     text = str(task.get("text", ""))
     summary = f"reviewed: {text.splitlines()[0] if text else ''}"
     ids = {
@@ -51,14 +57,15 @@ def plan(task: dict[str, Any], name: str, mode: str) -> list[dict[str, Any]]:
         "task_id": str(task["task_id"]),
         "signal_id": f"sig-{task['task_id']}",
     }
-    right = done(name, summary, **ids)
+    own = str(task["done_subject"])
+    right = (own, done(name, summary, **ids))
     if mode == "duplicate":
         return [right, right]
-    if mode == "wrong_agent":
+    if mode == "wrong_agent":  # a DONE naming someone else, on this agent's own subject
         wrong_ids = {**ids, "signal_id": f"sig-{IMPOSTOR}-{task['task_id']}"}
-        return [done(IMPOSTOR, f"{IMPOSTOR} says: {summary}", **wrong_ids), right]
+        return [(own, done(IMPOSTOR, f"{IMPOSTOR} says: {summary}", **wrong_ids)), right]
     if mode == "no_ids":
-        return [done(name, summary)]
+        return [(own, done(name, summary))]
     return [right]
 
 
@@ -80,10 +87,10 @@ async def verdict_of(nc: Any, subject: str, payload: bytes, timeout: float) -> d
 async def answer(nc: Any, task: dict[str, Any], args: argparse.Namespace) -> None:
     if args.mode == "late" and args.delay > 0:
         await asyncio.sleep(args.delay)
-    for signal in plan(task, args.name, args.mode):
+    for subject, signal in plan(task, args.name, args.mode):
         payload = msgpack.packb(signal)
         try:
-            reply = await verdict_of(nc, str(task["done_subject"]), payload, args.timeout)
+            reply = await verdict_of(nc, subject, payload, args.timeout)
         except Exception as exc:  # report it to the test rather than dying silently
             emit({"event": "reply", "agent": signal["agent"], "error": repr(exc)})
             continue
@@ -100,27 +107,60 @@ async def answer(nc: Any, task: dict[str, Any], args: argparse.Namespace) -> Non
         )
 
 
-async def serve(args: argparse.Namespace) -> None:
-    nc = await nats.connect(args.nats, name=f"agent-{args.name}")
-    tasks: asyncio.Queue[dict[str, Any]] = asyncio.Queue()
+async def hello(nc: Any, args: argparse.Namespace, *, first: bool) -> dict[str, Any]:
+    """One ``agent.hello``; the node's ``agent.welcome`` (an error reply raises)."""
+    payload = msgpack.packb({"kind": "agent.hello", "agent": args.name, "first": first})
+    msg = await nc.request(f"{args.prefix}.agent.{args.name}.hello", payload, timeout=5)
+    welcome = msgpack.unpackb(msg.data, raw=False, strict_map_key=False)
+    if welcome.get("kind") != "agent.welcome":
+        raise RuntimeError(f"hello refused: {welcome!r}")
+    return dict(welcome)
 
-    async def on_task(msg: Any) -> None:
+
+async def beat(nc: Any, args: argparse.Namespace, every: float) -> None:
+    while True:
+        await asyncio.sleep(every)
         try:
-            task = msgpack.unpackb(msg.data, raw=False, strict_map_key=False)
-        except Exception as exc:
-            emit({"event": "bad_task", "error": repr(exc)})
-            return
-        if not isinstance(task, dict) or task.get("kind") != "agent.task":
-            emit({"event": "bad_task", "error": f"not an agent.task: {task!r}"[:300]})
-            return
-        await tasks.put(task)
+            await hello(nc, args, first=False)
+        except Exception as exc:  # a node restarting: the next beat tries again
+            emit({"event": "beat_failed", "error": repr(exc)})
 
-    await nc.subscribe(f"{args.prefix}.agent.{args.name}.inbox", cb=on_task)
-    await nc.flush()
+
+def public_key(creds: str) -> str:
+    """The user's public key in a ``.creds`` file: the ``sub`` of its JWT."""
+    with open(creds) as file:
+        token = file.read().split("-----BEGIN NATS USER JWT-----")[1].split("---")[0].strip()
+    body = token.split(".")[1]
+    return str(json.loads(base64.urlsafe_b64decode(body + "=" * (-len(body) % 4)))["sub"])
+
+
+async def serve(args: argparse.Namespace) -> None:
+    options: dict[str, Any] = {"name": f"agent-{args.name}"}
+    if args.creds:  # replies come to the one inbox the agent may read: _INBOX.<its key>.>
+        options["user_credentials"] = args.creds
+        options["inbox_prefix"] = f"_INBOX.{public_key(args.creds)}"
+    nc = await nats.connect(args.nats, **options)
+    welcome = await hello(nc, args, first=True)
+    pull = await nc.jetstream().pull_subscribe_bind(
+        durable=welcome["consumer"], stream=welcome["stream"]
+    )
+    beating = asyncio.create_task(beat(nc, args, float(welcome["beat_s"])))
     emit("ready")
     try:
         while True:
-            task = await tasks.get()
+            try:
+                [msg] = await pull.fetch(1, timeout=1)
+            except nats.errors.TimeoutError:
+                continue
+            await msg.ack()
+            try:
+                task = msgpack.unpackb(msg.data, raw=False, strict_map_key=False)
+            except Exception as exc:
+                emit({"event": "bad_task", "error": repr(exc)})
+                continue
+            if not isinstance(task, dict) or task.get("kind") != "agent.task":
+                emit({"event": "bad_task", "error": f"not an agent.task: {task!r}"[:300]})
+                continue
             emit(
                 {
                     "event": "task",
@@ -132,6 +172,7 @@ async def serve(args: argparse.Namespace) -> None:
             )
             await answer(nc, task, args)
     finally:
+        beating.cancel()
         await nc.close()
 
 
@@ -143,6 +184,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mode", choices=MODES, default="normal")
     parser.add_argument("--delay", type=float, default=1.0, help="seconds to wait in late mode")
     parser.add_argument("--timeout", type=float, default=10.0, help="seconds to wait for a verdict")
+    parser.add_argument("--creds", default=None, help="the agent's NATS credentials file")
     args = parser.parse_args(argv)
     try:
         asyncio.run(serve(args))

@@ -131,6 +131,8 @@ async def agent_process(
         REVIEWER,
         "--mode",
         mode,
+        "--creds",  # the agent's own role: its hello, its consumer, its DONE subject
+        str(nats_server.creds_path("agent", name=REVIEWER, prefix=bus.subjects.prefix)),
     ]
     if delay is not None:
         args += ["--delay", str(delay)]
@@ -214,11 +216,10 @@ async def test_a_done_from_the_wrong_agent_is_refused_and_the_right_one_applied(
         wrong = await agent.next("reply")
         right = await agent.next("reply")
         await completed(handle)
-    assert wrong["agent"] == "impostor"
-    assert (wrong["kind"], wrong["code"]) == ("error.reply", "done_wrong_agent"), wrong
+    assert wrong["agent"] == "impostor"  # on reviewer's own subject: refused before routing
+    assert (wrong["kind"], wrong["code"]) == ("error.reply", "agent_mismatch"), wrong
     assert (right["agent"], right["kind"], right["detail"]) == (REVIEWER, "ack", "applied")
-    [notice] = rt.notices("c1", "done_wrong_agent")
-    assert "impostor" in notice.text
+    assert not rt.notices("c1", "done_wrong_agent")
     [block] = rt.signals("c1", task["task_id"])
     assert block.meta["agent"] == REVIEWER
 

@@ -21,9 +21,11 @@ import pytest
 
 import messages
 from actors.client import Client
-from bus import Bus, EmbeddedNats, Envelope
+from bus import Bus, EmbeddedNats, Envelope, TaskStream
 from messages import AgentTask, ErrorReply
 from storage import Store
+from tests.creds import creds_env
+from tests.waiting import until
 from timeline.blocks import SIGNAL_DONE
 
 from .nodeprocs import ROOT, NodeOptions, NodeProcess
@@ -80,6 +82,11 @@ async def waiting_turn(
     return task, handle.result
 
 
+async def no_open_tasks(bus: Bus) -> bool:
+    s = bus.subjects
+    return not await TaskStream.bind(bus, name=s.tasks_stream).held(s.agent_inbox_any)
+
+
 def applied(home: Path, cid: str) -> list[str]:
     """The task ids of the conversation's stored ``signal.done`` blocks (DONEs applied)."""
     with Store(home) as store:
@@ -97,6 +104,7 @@ async def actline_done(nats: EmbeddedNats, bus: Bus, home: Path, summary: str) -
         for k, v in os.environ.items()
         if k not in ("NATS_URL", "ANTHROPIC_API_KEY") and not k.startswith("ACTLINE_")
     }
+    env |= creds_env(nats.url, "agent", name=REVIEWER, prefix=bus.subjects.prefix)
     env |= {
         "ACTLINE_HOME": str(home),
         "ACTLINE_EMBEDDINGS": "off",
@@ -140,6 +148,8 @@ async def test_a_done_sent_while_no_node_runs_completes_the_turn_after_restart(
 
         await proc.start()
         answer = await asyncio.wait_for(asyncio.shield(result), RESULT_S)
+        # the restarted node withdrew the answered task from the reviewer's durable inbox
+        await until(lambda: no_open_tasks(bus), 30)
     finally:
         await client.close()
         await proc.stop()

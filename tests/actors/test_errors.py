@@ -20,6 +20,7 @@ from actors.base import Actor, Request
 from actors.errors import (
     ActorError,
     ActorStopped,
+    AgentNotWelcome,
     AskTimeout,
     ClusterError,
     ConversationLost,
@@ -66,6 +67,11 @@ CASES: list[tuple[type[Exception], tuple[Any, ...], dict[str, Any]]] = [
         DoneNotStored,
         ("reviewer", 30.0, "no stream"),
         {"agent": "reviewer", "within_s": 30.0, "reason": "no stream"},
+    ),
+    (
+        AgentNotWelcome,
+        ("reviewer", "no responders"),
+        {"agent": "reviewer", "reason": "no responders"},
     ),
     (
         RequestsFileError,

@@ -433,6 +433,16 @@ def test_a_second_done_for_an_answered_task_is_refused_with_a_notice() -> None:
     assert state.applied_signals == {"sig-1"}
 
 
+def test_a_second_done_for_an_answered_task_after_its_turn_ended_is_refused_not_late() -> None:
+    # an agent that restarted mid-task answers the task it was given again
+    ended = run(waiting(), done("sig-1"), ModelAnswered(2, "ok"), Reset())[0]
+    for state in (ended, run(ended, StartReAct("turn-2"))[0]):
+        after, effects = transition(state, done("sig-2"))
+        assert kinds(effects) == NOTICE and not of(effects, RecordLateSignal)
+        assert of(effects, RecordNotice)[0].code == "done_already_answered"
+        assert after == state
+
+
 def test_done_without_a_task_id_goes_to_the_agents_oldest_open_task() -> None:
     again = AgentCall("call-4", "task-3", "reviewer", "and this one")
     two = run(thinking(), ModelDecided(1, (), (ASK_REVIEWER, again)))[0]

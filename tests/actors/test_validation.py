@@ -179,12 +179,22 @@ def test_a_refused_value_is_shown_short() -> None:
         ("ACTLINE_TOKEN_BUDGET", "-5"),
         ("ACTLINE_MAX_TEXT_BYTES", "0"),
         ("ACTLINE_MAX_ARTIFACTS", "-1"),
+        ("ACTLINE_AGENT_BEAT", "0"),
+        ("ACTLINE_AGENT_BEAT", "nan"),
+        ("ACTLINE_AGENT_BEAT", "inf"),
+        ("ACTLINE_AGENT_BEAT", "3600"),
+        ("ACTLINE_AGENT_BEAT", "soon"),
     ],
 )
 def test_a_node_refuses_to_start_with_a_default_out_of_bounds(var: str, raw: str) -> None:
     with pytest.raises(SettingsError) as info:
         NodeSettings.from_env({var: raw})
     assert info.value.name == var and var in str(info.value)
+
+
+def test_the_agent_beat_is_read_from_the_environment() -> None:
+    assert NodeSettings().agent_beat_s == 2.0
+    assert NodeSettings.from_env({"ACTLINE_AGENT_BEAT": "0.5"}).agent_beat_s == 0.5
 
 
 def test_a_refusal_pickles_with_its_fields() -> None:

@@ -39,7 +39,7 @@ CONTRACT: dict[str, dict[str, Any]] = {
         "turn_id": "turn-1",
         "task_id": "task-1",
         "text": "Review the plan.",
-        "done_subject": "al.agent.done",
+        "done_subject": "al.agent.reviewer.done",
     },
     "agent.done": {
         "agent": "reviewer",
@@ -117,6 +117,7 @@ def test_contract_subjects() -> None:
     assert s.result("turn-1") == "al.result.turn-1"
     assert s.agent_inbox("reviewer") == "al.agent.reviewer.inbox"
     assert s.agent_done == "al.agent.done"
+    assert s.agent_done_of("reviewer") == "al.agent.reviewer.done"
     assert s.turn_control("turn-1") == "al.turn.turn-1.control"
 
 
