@@ -383,18 +383,7 @@ async def open_case(
         store.persist(tl)
         stored[tl.conversation_id] = len(tl)
     subjects = Subjects(f"bench-loop-{label}")
-    node_bus = await Bus.connect(
-        url,
-        name=f"bench-loop-node-{label}",
-        subject_names=subjects,
-        creds=role(url, "node", subjects),
-    )
-    client_bus = await Bus.connect(
-        url,
-        name=f"bench-loop-client-{label}",
-        subject_names=subjects,
-        creds=role(url, "client", subjects),
-    )
+    node_bus, client_bus = await node_and_client(url, label, subjects)
     model = InstantModel()
     settings = node_settings(home, f"n-{label}", sync, max_iterations=max(15, rounds + 1))
     node = Node(node_bus, settings, model=model, store=store, knowledge=knowledge)
@@ -496,6 +485,20 @@ def role(url: str, name: str, subjects: Subjects | None = None) -> str | None:
         return None
     prefix = (subjects or Subjects()).prefix
     return str(authority.creds_path(name, prefix=prefix))
+
+
+async def node_and_client(url: str, label: str, subjects: Subjects) -> tuple[Bus, Bus]:
+    """A node's and a client's connection under ``subjects``, each with its role's creds."""
+    buses = [
+        await Bus.connect(
+            url,
+            name=f"bench-loop-{who}-{label}",
+            subject_names=subjects,
+            creds=role(url, who, subjects),
+        )
+        for who in ("node", "client")
+    ]
+    return buses[0], buses[1]
 
 
 # -- part 2: the floor ----------------------------------------------------------------------------
@@ -703,18 +706,7 @@ async def throughput(
     """``conversations`` workers, each running turns of 2-3 rounds in its own conversation."""
     label = f"tput{tag}-{'sync' if sync else 'nosync'}"
     subjects = Subjects(f"bench-loop-{label}")
-    node_bus = await Bus.connect(
-        url,
-        name=f"bench-loop-node-{label}",
-        subject_names=subjects,
-        creds=role(url, "node", subjects),
-    )
-    client_bus = await Bus.connect(
-        url,
-        name=f"bench-loop-client-{label}",
-        subject_names=subjects,
-        creds=role(url, "client", subjects),
-    )
+    node_bus, client_bus = await node_and_client(url, label, subjects)
     model = InstantModel()
     settings = node_settings(root / label, f"n-{label}", sync)
     node = Node(node_bus, settings, model=model, knowledge=knowledge)

@@ -78,6 +78,8 @@ log = logging.getLogger(__name__)
 
 DEFAULT_URL = "nats://127.0.0.1:4222"
 _DEADLETTER_HEADROOM = 4096
+_VERDICTS = 4096
+"""Permission verdicts one Bus keeps (by action and subject)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +175,7 @@ class Bus:
         """True when connected with credentials: the server enforces roles (issue 19)."""
         self.identity: Identity | None = None
         """Who the credentials say this connection is (None without credentials)."""
+        self._verdicts: dict[tuple[str, str], bool] = {}
         self.violations: list[str] = []
         """The server's last permission-violation errors on this connection (at most 20)."""
         self._connected = asyncio.Event()
@@ -367,16 +370,25 @@ class Bus:
 
     # -- tell / ask ----------------------------------------------------------
     def _may(self, action: str, subject: str) -> None:
-        """``PermissionDenied`` when this connection's role may not use ``subject``."""
+        """``PermissionDenied`` when this connection's role may not use ``subject``.
+
+        On the publish path: one dict lookup per subject seen lately (the verdicts of at most
+        ``_VERDICTS`` subjects are kept; the patterns are matched again after that)."""
         identity = self.identity
         if identity is None:
             return
-        granted = identity.permissions
-        allowed = (
-            granted.may_subscribe(subject)
-            if action.startswith("subscribe")
-            else granted.may_publish(subject)
-        )
+        key = (action, subject)
+        allowed = self._verdicts.get(key)
+        if allowed is None:
+            granted = identity.permissions
+            allowed = (
+                granted.may_subscribe(subject)
+                if action.startswith("subscribe")
+                else granted.may_publish(subject)
+            )
+            if len(self._verdicts) >= _VERDICTS:
+                self._verdicts.clear()
+            self._verdicts[key] = allowed
         if not allowed:
             raise PermissionDenied(action, subject, identity.label)
 

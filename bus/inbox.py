@@ -34,7 +34,7 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.client import JetStreamContext
 
 from .errors import BusError, StreamMissing
-from .jetstream import DEFAULT_TIMEOUT, Bus, EventLog, QueueItem, translate
+from .jetstream import DEFAULT_TIMEOUT, Bus, EventLog, QueueItem, fetch_one, translate
 
 log = logging.getLogger(__name__)
 
@@ -184,15 +184,7 @@ class AgentPull:
     async def pull(self, timeout: float = 1.0) -> QueueItem | None:
         """The next task, or None when none came within ``timeout`` seconds;
         ``StreamMissing`` when the consumer is gone."""
-        try:
-            batch = await self._psub.fetch(batch=1, timeout=timeout)
-        except (nats.errors.TimeoutError, TimeoutError):
-            return None
-        except nats.errors.Error as exc:
-            raise self._error(exc, "pull", timeout) from None
-        for msg in batch:
-            return QueueItem.of(msg)
-        return None
+        return await fetch_one(self._psub, timeout, lambda exc: self._error(exc, "pull", timeout))
 
     async def check(self) -> bool:
         """True when the consumer exists (one consumer-info request)."""

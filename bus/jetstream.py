@@ -28,6 +28,7 @@ next ``pull`` returns it.
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Protocol, Self
 
@@ -141,6 +142,26 @@ async def _add_subjects(js: JetStreamContext, have: StreamConfig, wanted: list[s
 
 
 # --- the work queue ---------------------------------------------------------------------------
+
+
+async def fetch_one(
+    psub: JetStreamContext.PullSubscription,
+    timeout: float,
+    error: Callable[[Exception], BusError],
+) -> QueueItem | None:
+    """One message of a pull subscription, or None within ``timeout``; ``error`` turns any
+    other nats-py failure into the caller's ``BusError``."""
+    try:
+        # One at a time: a larger batch sometimes waits for the server's request
+        # timeout to fill although a message is already delivered.
+        batch = await psub.fetch(batch=1, timeout=timeout)
+    except (nats.errors.TimeoutError, TimeoutError):
+        return None
+    except nats.errors.Error as exc:
+        raise error(exc) from None
+    for msg in batch:
+        return QueueItem.of(msg)
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -346,17 +367,11 @@ class WorkQueue:
 
     async def pull(self, timeout: float = 1.0) -> QueueItem | None:
         """The next message, or None when none came within ``timeout`` seconds."""
-        try:
-            # One at a time: a larger batch sometimes waits for the server's request
-            # timeout to fill although a message is already delivered.
-            batch = await self._psub.fetch(batch=1, timeout=timeout)
-        except (nats.errors.TimeoutError, TimeoutError):
-            return None
-        except nats.errors.Error as exc:
-            raise translate(exc, "pull", target=self.name, timeout=timeout) from None
-        for msg in batch:
-            return QueueItem.of(msg)
-        return None
+
+        def error(exc: Exception) -> BusError:
+            return translate(exc, "pull", target=self.name, timeout=timeout)
+
+        return await fetch_one(self._psub, timeout, error)
 
     async def close(self) -> None:
         """Stop pulling. Messages pulled and not settled are redelivered after the ack wait."""

@@ -22,7 +22,6 @@ so no one reads the replies meant for another.
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from functools import lru_cache
 
 from messages import Subjects
 from messages.ids import is_valid_name
@@ -56,7 +55,6 @@ def _allowed(patterns: tuple[str, ...], subject: str) -> bool:
     return any(_matches(p, subject) for p in patterns)
 
 
-@lru_cache(maxsize=4096)
 def _matches(pattern: str, subject: str) -> bool:
     """NATS matching of a subject (or a narrower wildcard subject) against a pattern."""
     want = pattern.split(".")

@@ -15,6 +15,7 @@ from llm import ReplayModel
 from llm.protocol import Chunk
 from messages import GenerateRequest
 from storage import Store
+from timeline.blocks import NOTICE, SIGNAL_DONE
 from tools import KnowledgeSpace
 
 KB = Path(__file__).resolve().parents[2] / "examples" / "kb"
@@ -100,3 +101,23 @@ async def run_turn(client: Client, text: str, cid: str, **kwargs: Any) -> TurnHa
     handle = await client.submit(text, conversation_id=cid, **kwargs)
     await handle.wait(30)
     return handle
+
+
+class BlockViews:
+    """The blocks of a node's loaded conversations, for test setups that hold ``node``."""
+
+    node: Node
+
+    def blocks(self, cid: str) -> list[Any]:
+        return list(self.node.conversations[cid].tl.blocks)
+
+    def signals(self, cid: str, task_id: str) -> list[Any]:
+        """The ``signal.done`` blocks of one task (on time or late)."""
+        return [
+            b
+            for b in self.blocks(cid)
+            if b.type == SIGNAL_DONE and (b.meta or {}).get("task_id") == task_id
+        ]
+
+    def notices(self, cid: str, code: str) -> list[Any]:
+        return [b for b in self.blocks(cid) if b.type == NOTICE and b.meta.get("code") == code]

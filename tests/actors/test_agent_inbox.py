@@ -31,9 +31,8 @@ from actors.services import TaskBook, TaskEntry
 from bus import Bus, EmbeddedNats, Envelope, TaskStream
 from messages import Ack, AgentTask, DoneSignal, ErrorReply, Subjects
 from tests.waiting import until
-from timeline.blocks import NOTICE, SIGNAL_DONE
 
-from .harness import Scripted, say, start_node
+from .harness import BlockViews, Scripted, say, start_node
 
 TIMEOUT = 15.0
 REVIEWER = "reviewer"
@@ -51,25 +50,12 @@ def asks(agent: str = REVIEWER) -> list[str]:
 
 
 @dataclass
-class Setup:
+class Setup(BlockViews):
     nats: EmbeddedNats
     bus: Bus
     model: Scripted
     node: Node
     client: Client
-
-    def blocks(self, cid: str) -> list[Any]:
-        return list(self.node.conversations[cid].tl.blocks)
-
-    def signals(self, cid: str, task_id: str) -> list[Any]:
-        return [
-            b
-            for b in self.blocks(cid)
-            if b.type == SIGNAL_DONE and (b.meta or {}).get("task_id") == task_id
-        ]
-
-    def notices(self, cid: str, code: str) -> list[Any]:
-        return [b for b in self.blocks(cid) if b.type == NOTICE and b.meta.get("code") == code]
 
     async def submit(self, cid: str, outputs: list[str], **kwargs: Any) -> TurnHandle:
         self.model.script(cid, outputs)

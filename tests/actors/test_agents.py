@@ -25,10 +25,10 @@ from actors.node import Node
 from actors.tool_executor import ToolContext, ToolRegistry
 from bus import Bus, EmbeddedNats
 from messages import Ack, AgentTask, ErrorReply
-from timeline.blocks import NOTICE, SIGNAL_DONE, TOOL_RESULT
+from timeline.blocks import SIGNAL_DONE, TOOL_RESULT
 from tools import KnowledgeSpace
 
-from .harness import KB, Scripted, say, settings, start_node
+from .harness import KB, BlockViews, Scripted, say, settings, start_node
 
 AGENT_SCRIPT = Path(__file__).with_name("agent_process.py")
 TIMEOUT = 10.0
@@ -40,24 +40,10 @@ SEND_TO_REVIEWER = ("agent.send", {"name": REVIEWER, "text": "review the plan\ns
 
 
 @dataclass
-class Runtime:
+class Runtime(BlockViews):
     model: Scripted
     node: Node
     client: Client
-
-    def blocks(self, cid: str) -> list[Any]:
-        return list(self.node.conversations[cid].tl.blocks)
-
-    def signals(self, cid: str, task_id: str) -> list[Any]:
-        """The ``signal.done`` blocks of one task (on time or late)."""
-        return [
-            b
-            for b in self.blocks(cid)
-            if b.type == SIGNAL_DONE and (b.meta or {}).get("task_id") == task_id
-        ]
-
-    def notices(self, cid: str, code: str) -> list[Any]:
-        return [b for b in self.blocks(cid) if b.type == NOTICE and b.meta.get("code") == code]
 
     def task_ids(self, cid: str, turn_id: str) -> list[str]:
         """Task ids of the turn's ``agent.send`` calls, from their result blocks."""
