@@ -85,6 +85,13 @@ def _node_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--home", metavar="DIR", type=Path, default=None, help="the node's store (ACTLINE_HOME)"
     )
+    parser.add_argument(
+        "--profile",
+        metavar="NAME",
+        default=None,
+        help="the turns' runtime profile: fast, balanced, deep, research or a custom one "
+        "(actline profiles)",
+    )
 
 
 def _agent_flags(parser: argparse.ArgumentParser) -> None:
@@ -203,6 +210,10 @@ def _parser() -> argparse.ArgumentParser:
     _nats(agents, "required: NATS_URL or --nats")
     agents.add_argument("--json", action="store_true", help="one JSON object per agent")
 
+    profiles = command("profiles", "show the runtime profiles a turn may name, as resolved here")
+    profiles.add_argument("name", nargs="?", default=None, help="only this one")
+    profiles.add_argument("--json", action="store_true", help="as turn config tables")
+
     timeline = command("timeline", "show a stored conversation (no NATS needed)")
     timeline.add_argument("conversation", nargs="?", metavar="CID", default=None)
     timeline.add_argument(
@@ -260,6 +271,10 @@ def _dispatch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             from .cmd_agent import run_agents
 
             return asyncio.run(run_agents(args, console))
+        case "profiles":
+            from .cmd_profiles import run_profiles
+
+            return run_profiles(args, console)
         case "timeline":
             from .cmd_timeline import run_timeline
 

@@ -46,6 +46,7 @@ def load_config(args: argparse.Namespace) -> Config:
         nats_url=getattr(args, "nats", None),
         home=getattr(args, "home", None),
         model=getattr(args, "model", None),
+        profile=getattr(args, "profile", None),
         knowledge_dir=docs,
         nats_creds=getattr(args, "creds", None),
         insecure=getattr(args, "insecure", None),
@@ -124,6 +125,8 @@ async def run_ask(args: argparse.Namespace, console: Console) -> int:
     turn_config: dict[str, Any] = {}
     if args.model:
         turn_config["model"] = args.model
+    if args.profile:  # also for a node elsewhere: the turn names it
+        turn_config["profile"] = args.profile
     async with Runtime(config, node=local) as rt:
         if rt.server is not None and not args.json:
             _say(console, f"embedded nats-server at {rt.nats_url} (no NATS_URL set)", "dim")

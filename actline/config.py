@@ -6,9 +6,11 @@ overrides (command-line flags). Credentials: ``ACTLINE_NATS_CREDS`` (or ``--cred
 ``nats_creds``) names a ``.creds`` file; ``ACTLINE_INSECURE=1`` (``--insecure``, TOML
 ``insecure = true``) runs without authentication. The TOML file is ``--config PATH``, else
 ``$ACTLINE_CONFIG``, else ``./actline.toml`` when it exists. Its keys are the node settings by
-name (``home``, ``model``, ``docs``, ``workspace``, ``max_iterations``, ...), ``nats_url``, and
-an ``[llm]`` table (``max_retries``, ``timeout``, ``cache_ttl``, ...). API keys are never read
-from the file: they belong in the environment.
+name (``home``, ``model``, ``docs``, ``workspace``, ``max_iterations``, ``profile``, ...),
+``nats_url``, an ``[llm]`` table (``max_retries``, ``timeout``, ``cache_ttl``, ...) and
+``[profiles.NAME]`` tables (custom runtime profiles: ``extends`` a built-in or custom one and
+any keys of ``actors.profiles.KEYS``). API keys are never read from the file: they belong in
+the environment.
 
 Every problem is a ``ConfigError`` whose message names the setting and the fix.
 """
@@ -154,8 +156,13 @@ class Config:
                 f"config file {file}: [llm] takes {', '.join(sorted(LLM_KEYS))}; got {bad}"
                 " (API keys belong in the environment: ANTHROPIC_API_KEY)"
             )
+        profiles = table.pop("profiles", {})
+        if not isinstance(profiles, dict):
+            raise ConfigError(f"config file {file}: [profiles.NAME] must be tables")
         assert file is not None or not table
         from_file = _node_values(table, file) if file is not None else {}
+        if profiles:
+            from_file["profiles"] = profiles
         in_env = {name for name, (var, _) in ENV_VARS.items() if source_env.get(var)}
         node_values = {k: v for k, v in from_file.items() if k not in in_env}
         creds = overrides.pop("nats_creds", None) or source_env.get("ACTLINE_NATS_CREDS")
@@ -173,7 +180,8 @@ class Config:
         try:
             node = NodeSettings.from_env(source_env, **node_values)
         except ValueError as exc:
-            raise ConfigError(str(exc)) from None
+            where = f"config file {file}: " if file is not None and profiles else ""
+            raise ConfigError(f"{where}{exc}") from None
         try:
             llm = LLMSettings.from_env(source_env, model=node.model, **llm_table)
         except ModelConfigError as exc:

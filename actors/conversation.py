@@ -40,7 +40,7 @@ from . import events as ev
 from .base import Actor
 from .decision import DecisionActor
 from .errors import ConversationLost, InputRefused, UnexpectedMessage
-from .intake import add_feedback, add_followup, contribute
+from .intake import add_feedback, add_followup, contribute, recorded_profile
 from .limits import refused_turn, validate_request
 from .mailbox import (
     Commit,
@@ -207,7 +207,7 @@ class ConversationActor(Actor):
             return False
         try:  # before anything is announced or stored; False: settled, holds no slot
             request = validate_request(request, services.settings, services.clock())
-            turn = TurnSettings.parse(request.config, services.settings)
+            turn = TurnSettings.parse(recorded_profile(self.tl, request), services.settings)
         except InputRefused as exc:
             log.warning("turn %s of %s refused: %s", request.turn_id, self.cid, exc.field)
             await self._publish_result(refused_turn(request, exc))
@@ -223,10 +223,11 @@ class ConversationActor(Actor):
         )
         await self._files(self.workspace.begin_turn, request.turn_id)
         self._workspace_lines = None
+        self.renderer.config = turn.profile.timeline_config(services.settings.max_context_tokens)
         if record is None:
             # Stored with the first round's checkpoint: a crash before it leaves no record,
             # and the redelivered request starts the turn afresh.
-            contribute(self.tl, self.workspace, request)
+            contribute(self.tl, self.workspace, request, turn.profile.as_table())
         else:
             self.tl.begin_turn(request.turn_id, request.ts.timestamp())
             services.tasks.recover([(self.cid, record)])  # its open agent tasks

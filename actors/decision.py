@@ -274,7 +274,7 @@ class DecisionActor(Actor):
             writes=self._writes(),
             record=record,
             model=self.turn.model,
-            max_output_tokens=self.services.settings.max_output_tokens,
+            max_output_tokens=self.turn.profile.max_output_tokens,
             seq_start=self.out.seq,
             force_compaction=force,
         )

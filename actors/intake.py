@@ -11,6 +11,7 @@ sender's in its block's meta as ``client_ts``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import messages
@@ -25,12 +26,18 @@ TITLE_WORDS = 8
 """Words of the first prompt that title a new conversation."""
 
 
-def contribute(tl: Timeline, workspace: WorkspaceBackend, request: messages.TurnRequest) -> None:
-    """The turn's header, prompt (with ``client_ts`` in its meta when the node replaced
-    the request's timestamp), attachments and (first turn) title gate."""
+def contribute(
+    tl: Timeline,
+    workspace: WorkspaceBackend,
+    request: messages.TurnRequest,
+    profile: Mapping[str, Any] | None = None,
+) -> None:
+    """The turn's header (``profile``, the resolved one, in its meta), prompt (with
+    ``client_ts`` in its meta when the node replaced the request's timestamp), attachments
+    and (first turn) title gate."""
     tid, ts = request.turn_id, request.ts.timestamp()
     new_conversation = not tl.turn_ids()
-    tl.begin_turn(tid, ts)
+    tl.begin_turn(tid, ts, {"profile": dict(profile)} if profile is not None else None)
     path = ar_path(tid, "user.prompt")
     tl.append(Block.new(USER_PROMPT, tid, ts, path=path, text=request.text, meta=_stamp(request)))
     for attachment in request.attachments:
@@ -48,6 +55,14 @@ def contribute(tl: Timeline, workspace: WorkspaceBackend, request: messages.Turn
                 data={"title": title or "(untitled)", "new_conversation": True},
             )
         )
+
+
+def recorded_profile(tl: Timeline, request: messages.TurnRequest) -> Mapping[str, Any]:
+    """The request's config, with the profile its header recorded when the turn resumes
+    (a restart keeps the settings it began with, whatever the node's are now)."""
+    header = tl.header(request.turn_id)
+    table = header.meta.get("profile") if header is not None else None
+    return request.config if table is None else {**request.config, "profile": table}
 
 
 def attachment_block(

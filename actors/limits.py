@@ -35,6 +35,7 @@ from timeline import PathError
 from timeline.paths import fi_path
 
 from .errors import InputRefused
+from .profiles import check_table
 
 log = logging.getLogger(__name__)
 
@@ -124,7 +125,21 @@ class Name:
         return value
 
 
-CONFIG: Mapping[str, Number | Name] = {
+@dataclass(frozen=True, slots=True)
+class ProfileChoice:
+    """A turn's profile: a profile's name, or a table of profile keys with ``extends``
+    (``actors.profiles``: every key checked against its bound)."""
+
+    def describe(self) -> str:
+        return "a profile name or a table of profile keys (actline profiles)"
+
+    def check(self, field: str, value: object) -> str | dict[str, Any]:
+        if isinstance(value, str):
+            return Name(MAX_MODEL_CHARS).check(field, value)
+        return check_table(value, field)
+
+
+CONFIG: Mapping[str, Number | Name | ProfileChoice] = {
     "max_iterations": Number(True, 1, 1000),
     "max_tokens": Number(True, 0, 100_000_000),
     "max_consecutive_refusals": Number(True, 1, 50),
@@ -133,6 +148,7 @@ CONFIG: Mapping[str, Number | Name] = {
     "followup_grace_s": Number(False, 0, 60, unit="of seconds"),
     "tool_timeout_s": Number(False, 0, 3_600, above=True, unit="of seconds"),
     "model": Name(MAX_MODEL_CHARS),
+    "profile": ProfileChoice(),
 }
 """Every key a turn request's ``config`` may set, and its bound (docs/limits.md)."""
 
@@ -159,6 +175,7 @@ class TurnConfig:
     followup_grace_s: float | None = None
     tool_timeout_s: float | None = None
     model: str | None = None
+    profile: str | dict[str, Any] | None = None
 
 
 def check_config(config: Mapping[Any, Any]) -> TurnConfig:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Literal, Protocol, TypeVar
 
 import messages
@@ -22,6 +22,7 @@ from messages.ids import is_valid_name
 from . import events as ev
 from .decision_protocol import CallLedger, Notice, check_decision
 from .limits import check_config, check_defaults
+from .profiles import BALANCED, Profile, resolve
 
 AGENT_SEND = "agent.send"
 AGENT_ABSENT = "agent_absent"
@@ -50,6 +51,10 @@ class TurnDefaults(Protocol):
     def tool_timeout_s(self) -> float: ...
     @property
     def model(self) -> str: ...
+    @property
+    def profile(self) -> str: ...
+    @property
+    def profiles(self) -> Mapping[str, Mapping[str, Any]]: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,28 +66,45 @@ class TurnSettings:
     grace_s: float = 0.75
     model: str = "extractive"
     tool_timeout_s: float = 60.0
+    profile: Profile = BALANCED
+    """The turn's resolved profile, the config's top-level limits included."""
 
     @classmethod
     def parse(cls, config: Mapping[Any, Any], defaults: TurnDefaults) -> TurnSettings:
-        """The settings of a turn: ``config``'s values, else the node's (``max_tokens`` 0:
-        no token budget). Every value is of its type, finite and within its bound
-        (``actors.limits.CONFIG``, docs/limits.md); ``InputRefused`` (a ``SettingsError``)
-        names the first key that is not, an unknown key, or a default out of bounds."""
+        """The settings of a turn: ``config``'s values, else its profile's
+        (``actors.profiles``: ``config["profile"]``, else the node's), else the node's
+        (``max_tokens`` 0: no token budget). Every value is of its type, finite and within
+        its bound (``actors.limits.CONFIG``, docs/limits.md); ``InputRefused`` (a
+        ``SettingsError``) names the first key that is not, an unknown key or profile, or a
+        default out of bounds."""
         given = check_config(config)
         check_defaults(defaults)
-        budget = _pick(given.max_tokens, defaults.token_budget)
+        profile = resolve(
+            given.profile, defaults.profiles, defaults, defaults.profile, where="config.profile"
+        )
+        profile = replace(
+            profile,
+            max_iterations=_pick(given.max_iterations, profile.max_iterations),
+            token_budget=_pick(given.max_tokens, profile.token_budget),
+            max_tool_calls_per_decision=_pick(
+                given.max_tool_calls_per_decision, profile.max_tool_calls_per_decision
+            ),
+            wait_timeout_s=float(_pick(given.wait_timeout_s, profile.wait_timeout_s)),
+        )
+        budget = profile.token_budget
         limits = ev.Limits(
-            max_iterations=_pick(given.max_iterations, defaults.max_iterations),
+            max_iterations=profile.max_iterations,
             token_budget=budget if budget > 0 else None,
             max_consecutive_refusals=_pick(given.max_consecutive_refusals, MAX_REFUSALS),
-            wait_timeout_s=float(_pick(given.wait_timeout_s, defaults.wait_timeout_s)),
+            wait_timeout_s=profile.wait_timeout_s,
         )
         return cls(
             limits=limits,
-            max_calls=_pick(given.max_tool_calls_per_decision, MAX_CALLS),
+            max_calls=profile.max_tool_calls_per_decision,
             grace_s=float(_pick(given.followup_grace_s, defaults.followup_grace_s)),
             model=_pick(given.model, defaults.model),
             tool_timeout_s=float(_pick(given.tool_timeout_s, defaults.tool_timeout_s)),
+            profile=profile,
         )
 
 

@@ -21,6 +21,7 @@ from tools.workspace import WORKSPACE_MODES
 
 from .errors import McpConfigError, SettingsError
 from .limits import check_settings
+from .profiles import DEFAULT_PROFILE, check_custom, resolve
 
 AGENT_BEAT_RANGE = (0.05, 300.0)
 """The seconds ``ACTLINE_AGENT_BEAT`` may be."""
@@ -137,6 +138,12 @@ class NodeSettings:
     """``ACTLINE_MAX_SUMMARY_BYTES``: a DONE's summary and its artifacts' texts together."""
     max_artifacts: int = 32
     """``ACTLINE_MAX_ARTIFACTS``: artifacts of one DONE."""
+    profile: str = DEFAULT_PROFILE
+    """``ACTLINE_PROFILE``: the runtime profile of a turn whose config names none
+    (``fast``, ``balanced``, ``deep``, ``research`` or a custom one; ``actline profiles``)."""
+    profiles: Mapping[str, Any] = field(default_factory=dict)
+    """Custom profiles by name, each a table of profile keys with ``extends`` (the
+    ``[profiles.NAME]`` tables of ``actline.toml``); checked when the settings are made."""
 
     def __post_init__(self) -> None:
         if self.workspace_mode not in WORKSPACE_MODES:
@@ -163,6 +170,11 @@ class NodeSettings:
             reason = f"ACTLINE_AGENT_BEAT={beat!r} must be seconds from {low:g} to {high:g}"
             raise SettingsError("ACTLINE_AGENT_BEAT", str(beat), reason)
         check_settings(self)  # turn defaults and size limits within docs/limits.md's bounds
+        object.__setattr__(self, "profiles", check_custom(self.profiles))
+        try:
+            resolve(self.profile, self.profiles, where="ACTLINE_PROFILE")
+        except SettingsError as exc:
+            raise SettingsError("ACTLINE_PROFILE", self.profile, str(exc)) from None
         for name in QUOTAS:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -265,6 +277,7 @@ _ENV: dict[str, tuple[str, type]] = {
     "max_attachments_bytes": ("ACTLINE_MAX_ATTACHMENTS_BYTES", int),
     "max_summary_bytes": ("ACTLINE_MAX_SUMMARY_BYTES", int),
     "max_artifacts": ("ACTLINE_MAX_ARTIFACTS", int),
+    "profile": ("ACTLINE_PROFILE", str),
 }
 
 

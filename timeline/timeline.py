@@ -276,8 +276,9 @@ class Timeline:
 
     # -- turns, notices and plans ------------------------------------------------------------------
 
-    def begin_turn(self, turn_id: str, ts: float) -> Block:
-        """Open a turn: append its header (once), move ``next`` notices to ``current``."""
+    def begin_turn(self, turn_id: str, ts: float, meta: Mapping[str, Any] | None = None) -> Block:
+        """Open a turn: append its header (once, with ``meta``: the turn's resolved profile,
+        not rendered), move ``next`` notices to ``current``."""
         existing = self._headers.get(turn_id)
         self.current_turn_id = turn_id
         self.suppress_prev_turn_cache = False
@@ -285,7 +286,10 @@ class Timeline:
             return existing
         self.notices.current, self.notices.next = self.notices.next, []
         path = ar_path(turn_id, "turn.header")
-        return self.append(Block.new(TURN_HEADER, turn_id, ts, path=path, author="system"))
+        header = Block.new(
+            TURN_HEADER, turn_id, ts, path=path, author="system", meta=dict(meta or {})
+        )
+        return self.append(header)
 
     def header(self, turn_id: str) -> Block | None:
         """The turn's header block (None before ``begin_turn``)."""

@@ -118,6 +118,7 @@ def test_parse_takes_every_key_at_its_bounds() -> None:
         "followup_grace_s": 0,
         "tool_timeout_s": 1,
         "model": "m",
+        "profile": "fast",
     }
     high = {
         "max_iterations": 1000,
@@ -128,6 +129,7 @@ def test_parse_takes_every_key_at_its_bounds() -> None:
         "followup_grace_s": 60.0,
         "tool_timeout_s": 3_600,
         "model": "m" * 128,
+        "profile": {"extends": "research", "context_rot": 1.0},
     }
     assert set(low) == set(CONFIG) == set(high)
     first = TurnSettings.parse(low, NodeSettings())
@@ -137,6 +139,8 @@ def test_parse_takes_every_key_at_its_bounds() -> None:
     last = TurnSettings.parse(high, NodeSettings())
     assert last.limits.token_budget == 100_000_000 and last.limits.max_consecutive_refusals == 50
     assert last.limits.wait_timeout_s == 86_400.0 and isinstance(last.grace_s, float)
+    assert first.profile.name == "fast" and last.profile.extends == "research"
+    assert last.profile.context_rot == 1.0 and last.profile.max_iterations == 1000
 
 
 def test_parse_leaves_what_config_does_not_set_to_the_node() -> None:

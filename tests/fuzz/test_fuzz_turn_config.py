@@ -20,8 +20,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from actors.errors import SettingsError
-from actors.limits import CONFIG, Name, Number
+from actors.limits import CONFIG, Name, Number, ProfileChoice
 from actors.policy import TurnSettings
+from actors.profiles import BUILTIN, KEYS
 from actors.settings import NodeSettings
 
 from .tally import EXAMPLES, TALLY, fuzz_settings
@@ -50,7 +51,9 @@ EDGE_VALUES: list[Any] = [
     2**31, 2**53 + 1, 2**63 - 1, 2**63, 2**64, 10**30, -(10**30), 86_400, 86_400.0000001,
     3_600, 3600.5, 60, 60.0, 60.000001, 50, 51, 1000, 1001, 100_000_000, 100_000_001,
     True, False, None, "", " ", "600", "inf", "nan", "1e999", "m" * 128, "m" * 129,
-    [], {}, [600], {"value": 600}, b"600",
+    [], {}, [600], {"value": 600}, b"600", "fast", "research", "nope", {"extends": "deep"},
+    {"extends": "nope"}, {"context_rot": 0.5}, {"context_rot": 2}, {"approve_tools": ["x*"]},
+    {"tool_policies": [["code.*", "drop"]]}, {"tool_policies": [["code.*", "lose"]]},
 ]  # fmt: skip
 
 values: st.SearchStrategy[Any] = st.one_of(
@@ -76,8 +79,15 @@ keys: st.SearchStrategy[Any] = st.one_of(
 )
 
 
-def _in_bound(bound: Number | Name, value: Any) -> bool:
+def _in_bound(bound: Number | Name | ProfileChoice, value: Any) -> bool:
     """Whether ``value`` is acceptable under ``bound``, as docs/limits.md states it."""
+    if isinstance(bound, ProfileChoice):  # a built-in's name, or a table of known keys
+        if isinstance(value, str):
+            return value in BUILTIN
+        return isinstance(value, dict) and all(
+            (k == "extends" and v in BUILTIN) or (k in KEYS and _profile_value(k, v))
+            for k, v in value.items()
+        )
     if isinstance(bound, Name):
         return isinstance(value, str) and bool(value.strip()) and len(value) <= bound.max_chars
     if isinstance(value, bool) or not isinstance(value, int | float):
@@ -88,6 +98,26 @@ def _in_bound(bound: Number | Name, value: Any) -> bool:
         return False
     low_ok = value > bound.low if bound.above else value >= bound.low
     return low_ok and value <= bound.high
+
+
+def _profile_value(key: str, value: Any) -> bool:
+    bound = KEYS[key]
+    if bound.kind in ("int", "float"):
+        number = Number(bound.kind == "int", bound.low, bound.high)
+        return _in_bound(number, value)
+    if bound.kind == "bool":
+        return isinstance(value, bool)
+    if bound.kind == "choice":
+        return value in bound.choices
+    if not isinstance(value, list) or len(value) > 64:
+        return False
+    if bound.kind == "patterns":
+        return all(isinstance(p, str) and 0 < len(p) <= 128 for p in value)
+    return all(
+        isinstance(p, list) and len(p) == 2 and isinstance(p[0], str) and p[0] != ""
+        and p[1] in ("keep_full", "keep_structured", "summarize_archive", "drop")
+        for p in value
+    )  # fmt: skip
 
 
 def _names(named: str, key: object) -> bool:
@@ -128,6 +158,7 @@ def _check(config: dict[Any, Any], node: NodeSettings) -> None:
         assert not acceptable, f"refused an acceptable config {config!r}: {exc}"
         assert exc.name.startswith("config."), exc.name
         named = exc.name.removeprefix("config.")
+        named = "profile" if named.startswith("profile.") else named
         offending = [
             k
             for k, v in config.items()
@@ -138,6 +169,10 @@ def _check(config: dict[Any, Any], node: NodeSettings) -> None:
     assert acceptable, f"accepted {config!r} as {settings!r}"
     for name, value in _numbers(settings).items():
         assert math.isfinite(value), (name, value, config)
+        if name.startswith("profile."):  # within its profile bound
+            key = name.removeprefix("profile.")
+            assert _profile_value(key, value), (name, value, config)
+            continue
         assert name in FIELDS, f"{name} has no bound in this test"
         key = FIELDS[name]
         assert _in_bound(CONFIG[key], value), (name, value, config)
@@ -174,4 +209,6 @@ def test_every_numeric_setting_has_a_finite_bound() -> None:
     for key, bound in CONFIG.items():
         if isinstance(bound, Number):
             assert math.isfinite(bound.low) and math.isfinite(bound.high), key
-    assert set(FIELDS.values()) == set(CONFIG)
+    for key, profile_bound in KEYS.items():
+        assert math.isfinite(profile_bound.low) and math.isfinite(profile_bound.high), key
+    assert {*FIELDS.values(), "profile"} == set(CONFIG)
