@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any, get_args
 
@@ -33,11 +33,12 @@ from timeline.tokens import DEFAULT_COUNTER
 from tools.embeddings import default_embedder
 from tools.memindex import MemIndex
 from tools.react import ReactContext, ReactOutcome
-from tools.workspace import LocalTree, TurnFiles, open_workspace, workspace_lines
+from tools.workspace import TurnFiles
 
 from . import commits
 from . import events as ev
 from .base import Actor
+from .conversation_files import ConversationFiles
 from .decision import DecisionActor
 from .errors import ConversationLost, InputRefused, UnexpectedMessage
 from .intake import add_feedback, add_followup, contribute, recorded_profile
@@ -63,6 +64,7 @@ from .results import publish_result
 from .services import RunningTurn, Services
 from .state import DecisionState, transition
 from .turn_blocks import apply_writes
+from .watchdog import ContextStats
 
 log = logging.getLogger(__name__)
 
@@ -92,23 +94,12 @@ class ConversationActor(Actor):
         self.last_active = services.clock()
         self.lost = False
         """Another node owns the conversation now: this actor stops and is dropped."""
-        settings = services.settings
-        root = settings.workspaces_dir / conversation_id
-        self.workspace = open_workspace(
-            settings.workspace_mode,
-            store=services.store,
-            root=root,
-            conversation_id=conversation_id,
-            quota=settings.quota,
-        )
-        self.local = LocalTree(self.workspace, root)
-        self.files_lock = asyncio.Lock()
+        self.files = ConversationFiles(conversation_id, services.settings, services.store)
+        self.workspace, self.local = self.files.workspace, self.files.local
         self.memindex: MemIndex | None = None
         self._committing: asyncio.Task[None] | None = None
         """The commit of the last rendered round, while it becomes durable."""
-        self._workspace_lines: tuple[str, list[str]] | None = None
         self._sources: tuple[tuple[int, int], list[dict[str, Any]]] | None = None
-        """ANNOUNCE's workspace lines of a turn, until a tool may have changed the files."""
 
     @classmethod
     async def load(cls, conversation_id: str, services: Services) -> ConversationActor:
@@ -168,7 +159,7 @@ class ConversationActor(Actor):
         if any(
             isinstance(w, ToolOutcome) and not w.tool.startswith("react.") for w in writes.items
         ):
-            self._workspace_lines = None  # code.exec_python and the like may change files
+            self.files.changed()  # code.exec_python and the like may change files
         if writes:
             now = self.services.clock()
             apply_writes(self.tl, writes.items, turn_id=turn_id, running=self.running_turn, ts=now)
@@ -221,8 +212,7 @@ class ConversationActor(Actor):
                 node=services.settings.node_id,
             ),
         )
-        await self._files(self.workspace.begin_turn, request.turn_id)
-        self._workspace_lines = None
+        await self.files.begin(request.turn_id)
         self.renderer.config = turn.profile.timeline_config(services.settings.max_context_tokens)
         if record is None:
             # Stored with the first round's checkpoint: a crash before it leaves no record,
@@ -268,7 +258,7 @@ class ConversationActor(Actor):
         except Exception as exc:  # the result still goes out; a restart may run it again
             log.error("turn %s: its result could not be persisted: %s", end.turn_id, exc)
         await self._publish_result(end.result)
-        await self._close_files(end.turn_id)
+        await self.files.close(end.turn_id)
         await self.services.queue.settle(end.turn_id)
         await self._next_turn()
 
@@ -288,27 +278,11 @@ class ConversationActor(Actor):
         """Stored before the turn's request is acked (``actors.results``: failure rules)."""
         await publish_result(self.services.bus, result, self.services.settings)
 
-    async def _close_files(self, turn_id: str) -> None:
-        """End the turn in the workspace (git: its commit) and clear its folders on disk."""
-        async with self.files_lock:
-            try:
-                await self._files(self.workspace.end_turn, turn_id)
-                await self._files(self.local.clear)
-            except Exception:
-                log.exception("could not close the workspace of turn %s of %s", turn_id, self.cid)
-
-    async def _files(self, fn: Callable[..., object], *args: object) -> None:
-        """A workspace call: off the event loop when the workspace is slow (git)."""
-        if self.workspace.slow:
-            await asyncio.to_thread(fn, *args)
-        else:
-            fn(*args)
-
     def turn_files(self, turn_id: str) -> TurnFiles | None:
         """The running turn's workspace for the tools of this node (None: not running here)."""
         if self.running_turn != turn_id:
             return None
-        return TurnFiles(self.workspace, self.local, turn_id, self.files_lock)
+        return self.files.turn(turn_id)
 
     # -- rounds ------------------------------------------------------------------------------
     async def _render(self, message: Render) -> Rendered:
@@ -324,7 +298,8 @@ class ConversationActor(Actor):
             self._committing = self.spawn(
                 self._durable(started, message.round), f"commit-{message.round}"
             )
-        return Rendered(self._render_request(message), self.followups, committing)
+        request, stats = self._render_request(message)
+        return Rendered(request, self.followups, committing, stats)
 
     async def _durable(self, started: commits.Started, round_: int) -> None:
         """Await a round's commit, then tell the running turn how it went."""
@@ -346,15 +321,12 @@ class ConversationActor(Actor):
         if committing is not None:
             await asyncio.wait([committing])
 
-    def _render_request(self, message: Render) -> messages.GenerateRequest:
+    def _render_request(self, message: Render) -> tuple[messages.GenerateRequest, ContextStats]:
         services = self.services
         announce = message.announce
         if announce.timezone != self.timezone:
             announce = replace(announce, timezone=self.timezone)
-        if self._workspace_lines is None or self._workspace_lines[0] != message.turn_id:
-            lines = workspace_lines(self.workspace, message.turn_id, self.local)
-            self._workspace_lines = (message.turn_id, lines)
-        workspace = self._workspace_lines[1]
+        workspace = self.files.lines(message.turn_id)
         if workspace:
             announce = replace(announce, workspace=[*announce.workspace, *workspace])
         result = self.renderer.render(
@@ -363,8 +335,10 @@ class ConversationActor(Actor):
             announce=announce,
             force_compaction=message.force_compaction,
         )
+        compacted = result.events.compaction is not None
+        stats = ContextStats.of(self.renderer.visible_blocks(), result.stable_tokens, compacted)
         # Built from our own render: construct without re-validating thousands of parts.
-        return messages.GenerateRequest.model_construct(
+        request = messages.GenerateRequest.model_construct(
             conversation_id=self.cid,
             turn_id=message.turn_id,
             round=message.round,
@@ -378,6 +352,7 @@ class ConversationActor(Actor):
             seq_start=message.seq_start,
             ts=messages.utcnow(),  # every field given: no default factory to inspect
         )
+        return request, stats
 
     def _citable(self) -> list[dict[str, Any]]:
         """The pool as the streamer resolves citations against it (rebuilt when it changed)."""
@@ -391,7 +366,7 @@ class ConversationActor(Actor):
     async def _run_tools(self, message: RunTools) -> tuple[ReactOutcome, ...]:
         outcomes = []
         if any(call.tool in FILE_TOOLS for call in message.calls):
-            self._workspace_lines = None
+            self.files.changed()
         for call in message.calls:
             outcomes.append(await self._run_react(call, message.turn_id))
         return tuple(outcomes)
@@ -416,7 +391,7 @@ class ConversationActor(Actor):
         )
         try:
             if call.tool in FILE_TOOLS:
-                async with self.files_lock:  # not while code.exec_python collects the turn root
+                async with self.files.lock:  # not while code.exec_python collects the turn root
                     return self.services.react.run(call.tool, call.params, ctx)
             return self.services.react.run(call.tool, call.params, ctx)
         except Exception as exc:

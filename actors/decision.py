@@ -24,16 +24,11 @@ from typing import Any, Literal
 
 import messages
 from bus import BusError
-from messages import (
-    CancelReAct,
-    GenerateResult,
-    ReActResult,
-    SkipWaiting,
-    TurnRequest,
-)
+from messages import CancelReAct, GenerateResult, ReActResult, SkipWaiting, TurnRequest
 from timeline import AnnounceContext, Block
 
 from . import events as ev
+from . import remote
 from .base import Actor, ActorRef
 from .decision_protocol import CallLedger, Notice
 from .errors import ActorStopped, ConversationLost, UnexpectedMessage
@@ -56,20 +51,16 @@ from .mailbox import (
     Writes,
 )
 from .policy import AGENT_ABSENT, AGENT_SEND, TurnOutput, TurnSettings, classify_reply, verdict
-from .remote import call_tools, generate, publish_card, render_and_generate, send_task
 from .services import Services
 from .state import DecisionState, checkpoint, resume_event, transition
 from .tool_round import BlockBudget, ToolRound
 from .turn_blocks import call_block, final_blocks, notes_block, notice_block, signal_block
+from .watchdog import WATCHDOG, Watchdog
 
 log = logging.getLogger(__name__)
 
 ASK_TIMEOUT_S = 120.0
 """How long one exchange with the conversation may take (a render, a commit)."""
-BEST_EFFORT_NOTICE = (
-    "The turn's budget is spent ({reason}). Write your final answer now from what is on "
-    "the timeline: action complete, no tool calls."
-)
 
 
 class _Begin:
@@ -117,6 +108,7 @@ class DecisionActor(Actor):
         """Rounds whose commit is durable."""
         self._held: ModelReply | None = None
         """A model reply waiting for its round's commit."""
+        self.watchdog = Watchdog(turn.profile)
 
     def start(self) -> None:
         super().start()
@@ -206,7 +198,13 @@ class DecisionActor(Actor):
     async def _execute(self, effect: ev.Effect) -> None:
         match effect:
             case ev.CallModel(round=r):
-                render = self._render_message(r, record=checkpoint(self.state))
+                verdict = self.watchdog.check()  # a notice and compaction before this round
+                for text in verdict.notices:
+                    self.pending.append(self._notice(WATCHDOG, text))
+                    await self._progress("notice", r, text)
+                render = self._render_message(
+                    r, record=checkpoint(self.state), force=verdict.compact
+                )
                 self._model_task = self.spawn(self._model_round(render), f"model-{r}")
             case ev.CancelModel():
                 await self._cancel_model()
@@ -249,7 +247,9 @@ class DecisionActor(Actor):
         return notice_block(self.tid, self.state.round, self.notices, code, text, self._now())
 
     async def _progress(self, phase: messages.Phase, round_: int, detail: str) -> None:
-        await publish_card(self.services, self.cid, self.tid, phase, round_, detail)
+        context = self.watchdog.telemetry().model_dump()
+        data = {"context": context}
+        await remote.publish_card(self.services, self.cid, self.tid, phase, round_, detail, data)
 
     # -- the model ----------------------------------------------------------------------------
     def _render_message(
@@ -283,8 +283,9 @@ class DecisionActor(Actor):
         round_ = render.round
         try:
             rendered = await self.conv.ask(render, timeout=ASK_TIMEOUT_S)
+            self.watchdog.rendered(round_, rendered.stats)
             gated = rendered.committing
-            result = await generate(self.services, rendered.request)
+            result = await remote.generate(self.services, rendered.request)
             followups = rendered.followups
         except asyncio.CancelledError:
             raise
@@ -353,6 +354,7 @@ class DecisionActor(Actor):
             self.pending.append(NotesAck(classified.notes, reply.round, now))
         await self._record_notices(classified.notices)
         if classified.event is not None:
+            self.watchdog.decided(classified.event)
             await self.feed(classified.event)
             return
         self.out.answered(result, classified.answer)
@@ -383,24 +385,16 @@ class DecisionActor(Actor):
         self._grace = self.spawn(wait(), f"grace-{round_}")
 
     async def _best_effort(self, reason: str) -> str:
-        """One tool-free model call for an answer when the budget is spent."""
-        fallback = (
-            f"I could not finish this within the turn's budget ({reason}). "
-            "What I found so far is on the timeline."
-        )
+        """One tool-free model call for an answer when the budget is spent (none when
+        its tokens are spent too)."""
         budget = self.limits.token_budget
-        if budget is not None and self.state.tokens_used >= budget:
-            return fallback
-        notice = BEST_EFFORT_NOTICE.format(reason=reason)
-        render = self._render_message(self.state.round + 1, notices=(notice,))
-        result = await render_and_generate(self.services, self.conv, render, ASK_TIMEOUT_S)
-        if result is None:
-            return fallback
-        self.out.add(result)
-        answer = result.channels.get("answer", "").strip()
-        if answer:
-            self.out.answered(result, answer)
-        return answer or fallback
+        render = None
+        if budget is None or self.state.tokens_used < budget:
+            notice = remote.BEST_EFFORT_NOTICE.format(reason=reason)
+            render = self._render_message(self.state.round + 1, notices=(notice,))
+        return await remote.best_effort(
+            self.services, self.conv, render, self.out, reason, ASK_TIMEOUT_S
+        )
 
     # -- tools and outside agents ---------------------------------------------------------------
     def _start_tools(self, round_: int, calls: tuple[ev.ToolSpec, ...]) -> None:
@@ -415,7 +409,7 @@ class DecisionActor(Actor):
             self._tools_task = self.spawn(self._external(round_, tools.external), f"tools-{round_}")
 
     async def _external(self, round_: int, calls: tuple[ev.ToolSpec, ...]) -> None:
-        outcomes = await call_tools(
+        outcomes = await remote.call_tools(
             self.services,
             calls,
             conversation_id=self.cid,
@@ -444,7 +438,9 @@ class DecisionActor(Actor):
     async def _send_task(self, effect: ev.SendAgentTask) -> None:
         params = {"name": effect.agent, "text": effect.text}
         call = call_block(self.tid, effect.call_id, AGENT_SEND, params, self._now())
-        sent = await send_task(self.services, effect, conversation_id=self.cid, turn_id=self.tid)
+        sent = await remote.send_task(
+            self.services, effect, conversation_id=self.cid, turn_id=self.tid
+        )
         self.pending.extend((call, sent.outcome))
         if sent.notice is not None:  # the agent is not connected: the model hears it
             self.pending.append(self._notice(AGENT_ABSENT, sent.notice))
@@ -458,7 +454,9 @@ class DecisionActor(Actor):
         answer = effect.answer if effect.answer is not None else (self.best_effort or "")
         now = self._now()
         self.pending.extend(final_blocks(self.tid, answer, effect.status, self.out.followups, now))
-        result = self.out.result(effect.status, answer, effect.rounds, effect.error)
+        result = self.out.result(
+            effect.status, answer, effect.rounds, effect.error, self.watchdog.telemetry()
+        )
         await self._end("result", result=result)
 
     async def _abort(self, error: str) -> None:
@@ -471,7 +469,7 @@ class DecisionActor(Actor):
             conversation_id=self.cid,
             turn_id=self.tid,
             status="failed",
-            usage=self.out.usage,
+            usage=self.out.usage.model_copy(update={"context": self.watchdog.telemetry()}),
             rounds=self.state.round,
             error=f"the runtime failed: {error}",
         )

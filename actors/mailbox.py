@@ -38,6 +38,7 @@ from tools.react import ReactOutcome
 from . import events as ev
 from .base import Request
 from .state import DecisionState
+from .watchdog import NO_STATS, ContextStats
 
 # --- what a decision writes ------------------------------------------------------------------
 
@@ -101,6 +102,8 @@ class Rendered:
     request: messages.GenerateRequest
     followups: int
     committing: bool = False
+    stats: ContextStats = NO_STATS
+    """The rendered context as the watchdog reads it."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -16,7 +16,16 @@ from typing import Any, Literal, Protocol, TypeVar
 
 import messages
 from channels import strip_fence
-from messages import Ack, ErrorReply, GenerateResult, ReActResult, TurnStatus, Usage, new_id
+from messages import (
+    Ack,
+    ContextTelemetry,
+    ErrorReply,
+    GenerateResult,
+    ReActResult,
+    TurnStatus,
+    Usage,
+    new_id,
+)
 from messages.ids import is_valid_name
 
 from . import events as ev
@@ -199,7 +208,12 @@ class TurnOutput:
         self.client_answers[answer] = result.answer_emitted.strip()
 
     def result(
-        self, status: TurnStatus, answer: str, rounds: int, error: str | None
+        self,
+        status: TurnStatus,
+        answer: str,
+        rounds: int,
+        error: str | None,
+        context: ContextTelemetry | None = None,
     ) -> ReActResult:
         return ReActResult(
             conversation_id=self.conversation_id,
@@ -208,7 +222,7 @@ class TurnOutput:
             answer=self.client_answers.get(answer, answer),
             followups=list(self.followups),
             sources_used=list(self.sources_used),
-            usage=self.usage,
+            usage=self.usage.model_copy(update={"context": context}) if context else self.usage,
             rounds=rounds,
             error=error,
         )

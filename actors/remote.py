@@ -33,11 +33,16 @@ from . import events as ev
 from .base import ActorRef
 from .errors import ActorError
 from .mailbox import Render, ToolOutcome
-from .policy import AGENT_SEND
+from .policy import AGENT_SEND, TurnOutput
 from .services import Services, TaskEntry
 from .streamer import failed_result
 
 log = logging.getLogger(__name__)
+
+BEST_EFFORT_NOTICE = (
+    "The turn's budget is spent ({reason}). Write your final answer now from what is on "
+    "the timeline: action complete, no tool calls."
+)
 
 
 async def generate(services: Services, request: GenerateRequest) -> GenerateResult:
@@ -200,17 +205,34 @@ def absent_note(agents: Sequence[str]) -> str:
     return f"{', '.join(agents)} are not connected, their tasks are queued; "
 
 
-async def render_and_generate(
-    services: Services, conv: ActorRef, render: Render, timeout_s: float
-) -> GenerateResult | None:
-    """Render on the conversation and call the model, for an answer outside the round
-    loop (the best effort when the budget is spent); None when either failed."""
+async def best_effort(
+    services: Services,
+    conv: ActorRef,
+    render: Render | None,
+    out: TurnOutput,
+    reason: str,
+    timeout_s: float,
+) -> str:
+    """The answer of one tool-free model call outside the round loop when a turn's budget
+    is spent (``render``: the call, with ``BEST_EFFORT_NOTICE``; None: no call, the tokens
+    are spent too); a plain note when there is no call or it failed."""
+    fallback = (
+        f"I could not finish this within the turn's budget ({reason}). "
+        "What I found so far is on the timeline."
+    )
+    if render is None:
+        return fallback
     try:
         rendered = await conv.ask(render, timeout=timeout_s)
-        return await generate(services, rendered.request)
+        result = await generate(services, rendered.request)
     except (TimeoutError, BusError, ActorError) as exc:
         log.warning("best-effort answer of turn %s failed: %s", render.turn_id, exc)
-        return None
+        return fallback
+    out.add(result)
+    answer = result.channels.get("answer", "").strip()
+    if answer:
+        out.answered(result, answer)
+    return answer or fallback
 
 
 async def publish_card(
@@ -220,14 +242,21 @@ async def publish_card(
     phase: Phase,
     round_: int,
     detail: str,
+    data: dict[str, Any] | None = None,
 ) -> None:
-    """A ``react.progress`` card on the conversation's stream; a card lost is logged."""
+    """A ``react.progress`` card on the conversation's stream (``data``: the context
+    telemetry); a card lost is logged."""
     bus = services.bus
     if phase == "waiting":
         detail = absent_note(services.tasks.absent(turn_id)) + detail
     # Built from the turn's own validated ids and the state machine's phase: no re-validation.
     card = ReActProgress(
-        conversation_id=conversation_id, turn_id=turn_id, phase=phase, round=round_, detail=detail
+        conversation_id=conversation_id,
+        turn_id=turn_id,
+        phase=phase,
+        round=round_,
+        detail=detail,
+        data=data or {},
     )
     try:
         await bus.publish(bus.subjects.stream(conversation_id), card)

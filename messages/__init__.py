@@ -15,7 +15,15 @@ from .agents import (
     DoneSignal,
     OpenTask,
 )
-from .base import ArtifactRef, Attachment, Usage, UtcDatetime, WireModel, utcnow
+from .base import (
+    ArtifactRef,
+    Attachment,
+    ContextTelemetry,
+    Usage,
+    UtcDatetime,
+    WireModel,
+    utcnow,
+)
 from .codec import MAX_PAYLOAD, MESSAGE_ADAPTER, MESSAGE_TYPES, Message, decode, encode, from_dict
 from .errors import DecodeError, EncodeError, MessageError, PayloadTooLarge, SubjectError
 from .ids import AgentName, Id, is_valid_id, is_valid_name, new_id
@@ -68,6 +76,7 @@ __all__ = [
     "TurnRequest",
     "TurnResult",
     "TurnStatus",
+    "ContextTelemetry",
     "Usage",
     "UtcDatetime",
     "WireModel",

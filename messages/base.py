@@ -36,6 +36,28 @@ class WireModel(BaseModel):
     model_config = ConfigDict(strict=True, frozen=True, extra="ignore")
 
 
+class ContextTelemetry(WireModel):
+    """The context watchdog's readings of a turn (``actors.watchdog``): on progress cards
+    and in a ``turn.result``'s ``usage.context`` (an optional field of the wire contract)."""
+
+    tokens: int = 0
+    """The rendered context at the last round, in tokens."""
+    peak_tokens: int = 0
+    token_drift: int = 0
+    """Tokens the context grew per round, recently."""
+    over_tooling: float = 0.0
+    """Share of recent rounds that only called tools without progress."""
+    repeated_reads: int = 0
+    """The most reads of one path in the turn."""
+    context_rot: float = 0.0
+    """Share of summarised, hidden, pruned and archived content among visible blocks."""
+    compactions: int = 0
+    watchdog_compactions: int = 0
+    """Of them, asked by the watchdog."""
+    signals: dict[str, int] = Field(default_factory=dict)
+    """Signal -> times it crossed its threshold."""
+
+
 class Usage(WireModel):
     """Token usage of one model call or, summed, of a turn."""
 
@@ -46,6 +68,8 @@ class Usage(WireModel):
     cache_write_1h_tokens: int = 0
     model: str = ""
     request_id: str = ""
+    context: ContextTelemetry | None = None
+    """A turn's context telemetry (a turn result's usage only)."""
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
@@ -56,6 +80,7 @@ class Usage(WireModel):
             cache_write_1h_tokens=self.cache_write_1h_tokens + other.cache_write_1h_tokens,
             model=self.model or other.model,
             request_id=other.request_id or self.request_id,
+            context=other.context or self.context,
         )
 
     @property

@@ -1,0 +1,71 @@
+"""A conversation's files: its workspace (``custom`` or ``git``), the folders on disk its
+tools work in, the lock that serialises them, and ANNOUNCE's workspace lines.
+
+Owned by the ``ConversationActor``; the tools of its node reach the running turn's files
+through ``TurnFiles``. A slow workspace (git) runs off the event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+
+from storage import Store
+from tools.workspace import LocalTree, TurnFiles, open_workspace, workspace_lines
+
+from .settings import NodeSettings
+
+log = logging.getLogger(__name__)
+
+
+class ConversationFiles:
+    """The workspace of one conversation on this node."""
+
+    def __init__(self, conversation_id: str, settings: NodeSettings, store: Store) -> None:
+        self.cid = conversation_id
+        root = settings.workspaces_dir / conversation_id
+        self.workspace = open_workspace(
+            settings.workspace_mode,
+            store=store,
+            root=root,
+            conversation_id=conversation_id,
+            quota=settings.quota,
+        )
+        self.local = LocalTree(self.workspace, root)
+        self.lock = asyncio.Lock()
+        self._lines: tuple[str, list[str]] | None = None
+        """ANNOUNCE's workspace lines of a turn, until a tool may have changed the files."""
+
+    def changed(self) -> None:
+        """A tool may have changed the files: the lines are made again when next asked."""
+        self._lines = None
+
+    def lines(self, turn_id: str) -> list[str]:
+        """ANNOUNCE's workspace lines for ``turn_id``."""
+        if self._lines is None or self._lines[0] != turn_id:
+            self._lines = (turn_id, workspace_lines(self.workspace, turn_id, self.local))
+        return self._lines[1]
+
+    async def begin(self, turn_id: str) -> None:
+        await self.run(self.workspace.begin_turn, turn_id)
+        self.changed()
+
+    async def close(self, turn_id: str) -> None:
+        """End the turn in the workspace (git: its commit) and clear its folders on disk."""
+        async with self.lock:
+            try:
+                await self.run(self.workspace.end_turn, turn_id)
+                await self.run(self.local.clear)
+            except Exception:
+                log.exception("could not close the workspace of turn %s of %s", turn_id, self.cid)
+
+    async def run(self, fn: Callable[..., object], *args: object) -> None:
+        """A workspace call: off the event loop when the workspace is slow (git)."""
+        if self.workspace.slow:
+            await asyncio.to_thread(fn, *args)
+        else:
+            fn(*args)
+
+    def turn(self, turn_id: str) -> TurnFiles:
+        return TurnFiles(self.workspace, self.local, turn_id, self.lock)
