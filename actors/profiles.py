@@ -130,6 +130,8 @@ class Profile:
     name: str = DEFAULT_PROFILE
     extends: str = ""
     """The built-in or custom profile this one was made from ("" for a built-in one)."""
+    base: str = DEFAULT_PROFILE
+    """The built-in profile its chain of ``extends`` ends at."""
     # -- limits ---------------------------------------------------------------------------
     max_iterations: int = 15
     token_budget: int = 0
@@ -175,9 +177,10 @@ class Profile:
     approve_tools: tuple[str, ...] = ()
 
     def as_table(self) -> dict[str, Any]:
-        """The profile as a turn request's ``config["profile"]`` table (re-runs resolve it
-        to this same profile)."""
-        out: dict[str, Any] = {"extends": self.extends or self.name}
+        """The profile as a turn request's ``config["profile"]`` table: every key, over its
+        built-in base, so that it re-runs with the same settings on any node (``name`` says
+        what it was made from; a table's ``name`` is not read back)."""
+        out: dict[str, Any] = {"name": self.name, "extends": self.base}
         for key in KEYS:
             value = getattr(self, key)
             if isinstance(value, tuple):
@@ -257,6 +260,7 @@ BUILTINS: Mapping[str, Profile] = {
     "fast": replace(
         _BALANCED,
         name="fast",
+        base="fast",
         max_iterations=8,
         max_tool_calls_per_decision=3,
         max_output_tokens=2048,
@@ -281,6 +285,7 @@ BUILTINS: Mapping[str, Profile] = {
     "deep": replace(
         _BALANCED,
         name="deep",
+        base="deep",
         max_iterations=25,
         max_tool_calls_per_decision=6,
         max_output_tokens=8192,
@@ -304,6 +309,7 @@ BUILTINS: Mapping[str, Profile] = {
     "research": replace(
         _BALANCED,
         name="research",
+        base="research",
         max_iterations=40,
         max_tool_calls_per_decision=8,
         max_output_tokens=8192,
@@ -399,7 +405,7 @@ def resolve(
         extends = chain[-1]
     else:
         extends = chain[-2] if len(chain) > 1 else ""
-    return replace(root, **values, name=name, extends=extends)
+    return replace(root, **values, name=name, extends=extends, base=root.name)
 
 
 def _layer(values: dict[str, Any], table: Mapping[str, Any], approvals: list[str]) -> None:

@@ -12,7 +12,8 @@ Three signals, each against its profile threshold (``actors.profiles``):
   (``repeated_reads`` times or more), which fire the same signal.
 - **context rot**: the share of summarised, hidden, TTL-pruned and archived content among the
   visible blocks: (2 x summaries + blocks shown by a replacement) / visible blocks, as the
-  original's ``estimateContextRotScore`` weighs summaries.
+  original's ``estimateContextRotScore`` weighs summaries (a folded ``react.write`` anchor is
+  shown by its digest by design: not rot).
 
 A signal that crosses its threshold gives the model a notice (once, until it falls back
 under) and, when the context is at least ``watchdog_floor_tokens`` large, asks for a
@@ -70,7 +71,7 @@ class ContextStats:
             blocks += 1
             if block.type == SUMMARY:
                 rotten += 2
-            elif block.hidden:
+            elif block.hidden and not block.meta.get("anchor"):  # a folded anchor is whole
                 rotten += 1
         return cls(tokens, blocks, rotten, compacted)
 
@@ -198,7 +199,7 @@ class Watchdog:
         if "repeated_reads" in new or "over_tooling" in new:
             top = [path for path, n in self.reads.most_common(3) if n > 1]
             if top:
-                action += "; read again: " + ", ".join(top)
+                action += "; read more than once: " + ", ".join(top)
         return Verdict((f"context watchdog: {what}. {action}.",), compact)
 
     def telemetry(self) -> ContextTelemetry:
