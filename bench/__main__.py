@@ -10,6 +10,7 @@ BENCHMARKS = [
     "bus",
     "cache",
     "channels",
+    "longrun",
     "loop",
     "memsearch",
     "render",
