@@ -190,8 +190,10 @@ class _Chat:
         *,
         interactive: bool,
         window: float,
+        turn_config: dict[str, Any] | None = None,
     ) -> None:
         self.rt = rt
+        self.turn_config = dict(turn_config or {})
         self.console = console
         self.cid = conversation_id
         self.conversations: list[str] = [conversation_id] if conversation_id else []
@@ -359,7 +361,7 @@ class _Chat:
 
     async def _turn(self, text: str) -> None:
         try:
-            handle = await self.rt.submit(text, self.cid)
+            handle = await self.rt.submit(text, self.cid, config=dict(self.turn_config))
         except (ConfigError, BusError, TimeoutError) as exc:
             self.say(f"could not submit the turn: {exc}", "red")
             return
@@ -440,6 +442,7 @@ async def run_chat(
     *,
     stdin: int | None = None,
     double_press_s: float = DOUBLE_PRESS_S,
+    turn_config: dict[str, Any] | None = None,
 ) -> int:
     """Chat on the terminal until the user quits; returns the exit code (see the module doc).
 
@@ -447,6 +450,7 @@ async def run_chat(
 
     ``stdin`` is the descriptor lines are read from (default ``sys.stdin``); followups are
     sent only when it is a terminal. ``double_press_s`` is the Ctrl-C double-press window.
+    ``turn_config`` goes with every turn (``--profile``: the profile also for a node elsewhere).
     """
     rt = await Runtime(config).start()
     try:
@@ -458,7 +462,13 @@ async def run_chat(
     fd = sys.stdin.fileno() if stdin is None else stdin
     lines = _LineReader(fd)
     chat = _Chat(
-        rt, console, conversation_id, lines, interactive=os.isatty(fd), window=double_press_s
+        rt,
+        console,
+        conversation_id,
+        lines,
+        interactive=os.isatty(fd),
+        window=double_press_s,
+        turn_config=turn_config,
     )
     loop = asyncio.get_running_loop()
     handled: list[int] = []

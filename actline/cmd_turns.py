@@ -221,4 +221,6 @@ async def run_chat(args: argparse.Namespace, console: Console) -> int:
     from .chat import run_chat as chat  # imported here: only this command needs it
 
     config = load_config(args)
-    return await chat(config, check_conversation_id(args.conversation), console)
+    turn_config = {"profile": args.profile} if args.profile else None
+    cid = check_conversation_id(args.conversation)
+    return await chat(config, cid, console, turn_config=turn_config)
