@@ -14,6 +14,7 @@ an ``actors.Client``. Start-up problems raise ``ConfigError`` with one line nami
 from __future__ import annotations
 
 import asyncio
+import getpass
 import logging
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -24,9 +25,9 @@ from actors import Node
 from actors.client import Client, TurnHandle
 from actors.errors import NoTurnQueue
 from actors.tool_executor import ToolRegistry
-from bus import Bus, BusError, EmbeddedNats
+from bus import Bus, BusError, EmbeddedNats, NoResponders, RequestTimeout
 from llm.protocol import Model
-from messages import Ack, Attachment, ErrorReply, ReActResult
+from messages import Ack, ApprovalDecision, Attachment, ErrorReply, ReActResult
 from storage import StorageError, Store
 from tools import KnowledgeError, KnowledgeSpace
 
@@ -249,6 +250,74 @@ class Runtime:
 
     async def cancel(self, turn_id: str) -> None:
         await self.client.cancel(turn_id, "the user cancelled the turn")
+
+    async def approve(
+        self,
+        turn_id: str,
+        *,
+        approval_id: str | None = None,
+        reason: str = "",
+        by: str = "",
+        timeout: float = 10.0,
+    ) -> Ack | ErrorReply:
+        """Approve the turn's pending tool call ``approval_id`` (None: every pending one);
+        the node running the turn says whether it applied (``ErrorReply`` ``no_node`` when
+        none answered, ``not_waiting``, ``unknown_approval``)."""
+        return await self._decide(turn_id, True, approval_id, reason, by, timeout)
+
+    async def deny(
+        self,
+        turn_id: str,
+        *,
+        approval_id: str | None = None,
+        reason: str = "",
+        by: str = "",
+        timeout: float = 10.0,
+    ) -> Ack | ErrorReply:
+        """Deny a pending tool call (None: every pending one): it does not run, and the
+        model sees the denial (who, why) next round. Answers as ``approve``."""
+        return await self._decide(turn_id, False, approval_id, reason, by, timeout)
+
+    async def _decide(
+        self,
+        turn_id: str,
+        approved: bool,
+        approval_id: str | None,
+        reason: str,
+        by: str,
+        timeout: float,
+    ) -> Ack | ErrorReply:
+        msg = ApprovalDecision(
+            turn_id=turn_id,
+            approval_id=approval_id,
+            approved=approved,
+            by=by or self._who(),
+            reason=reason,
+        )
+        subject = self.bus.subjects.turn_approval(turn_id)
+        try:
+            reply = await self.bus.request(subject, msg, timeout=timeout, raise_remote=False)
+        except (NoResponders, RequestTimeout):
+            return ErrorReply(
+                code="no_node",
+                message=f"no node runs turn {turn_id}: nothing answered on {subject} within "
+                f"{timeout:g} s (is it finished, or the id wrong?)",
+            )
+        if not isinstance(reply, Ack | ErrorReply):
+            return ErrorReply(code="unexpected_reply", message=f"got {reply.kind}")
+        return reply
+
+    def _who(self) -> str:
+        """Who decides, by default: the agent's name, else the local user."""
+        if self.role == "agent" and self.agent_name:
+            return f"agent {self.agent_name}"
+        identity = self._bus.identity if self._bus is not None else None
+        if identity is not None and identity.role == "agent":
+            return f"agent {identity.name}"
+        try:
+            return getpass.getuser()
+        except (KeyError, OSError):
+            return self.role
 
     async def send_done(
         self,

@@ -34,10 +34,13 @@ from messages import (
 from timeline import AnnounceContext, Block
 
 from . import events as ev
+from . import remote
+from .approvals import approval_reply, denied_writes
 from .base import Actor, ActorRef
 from .decision_protocol import CallLedger, Notice
 from .errors import ActorStopped, ConversationLost, UnexpectedMessage
 from .mailbox import (
+    ApplyApproval,
     ApplyDone,
     Commit,
     Control,
@@ -66,10 +69,6 @@ log = logging.getLogger(__name__)
 
 ASK_TIMEOUT_S = 120.0
 """How long one exchange with the conversation may take (a render, a commit)."""
-BEST_EFFORT_NOTICE = (
-    "The turn's budget is spent ({reason}). Write your final answer now from what is on "
-    "the timeline: action complete, no tool calls."
-)
 
 
 class _Begin:
@@ -173,6 +172,8 @@ class DecisionActor(Actor):
                 await self.feed(ev.SkipWaiting(skip.turn_id, skip.reason))
             case Control(message=CancelReAct() as cancel):
                 await self.feed(ev.CancelReAct(cancel.turn_id, cancel.reason))
+            case ApplyApproval(decision=approval):
+                return approval_reply(self.tid, await self.feed(ev.event_from_message(approval)))
             case ApplyDone(signal=signal):
                 return verdict(signal, await self.feed(ev.event_from_message(signal)))
             case ReactRan() | ExternalRan():
@@ -232,14 +233,16 @@ class DecisionActor(Actor):
                 self.pending.append(LateSignal(signal, reason))
             case ev.RecordNotice(code=code, text=text):
                 self.pending.append(self._notice(code, text))
-            case ev.EmitProgress(phase=phase, round=r, detail=detail):
-                await self._progress(phase, r, detail)
+            case ev.EmitProgress(phase=phase, round=r, detail=detail, data=data):
+                await publish_card(self.services, self.cid, self.tid, phase, r, detail, data)
+            case ev.DenyCall():
+                self.pending.extend(denied_writes(self.tid, effect, self._now()))
             case ev.FinalizeBestEffort(reason=reason):
                 self.best_effort = await self._best_effort(reason)
             case ev.Finish():
                 await self._finish(effect)
-            case ev.Ignored(reason=reason):
-                log.debug("turn %s ignored: %s", self.tid, reason)
+            case ev.Ignored(reason=reason) | ev.ApprovalVerdict(text=reason):
+                log.debug("turn %s: %s", self.tid, reason)
 
     def _now(self) -> float:
         return self.services.clock()
@@ -342,6 +345,7 @@ class DecisionActor(Actor):
             external=self.services.external_tools(),
             max_calls=self.turn.max_calls,
             tokens=tokens,
+            approval_tools=self.turn.approval_tools + tuple(self.services.approval_tools()),
         )
         now = self._now()
         notes = notes_block(
@@ -384,15 +388,11 @@ class DecisionActor(Actor):
 
     async def _best_effort(self, reason: str) -> str:
         """One tool-free model call for an answer when the budget is spent."""
-        fallback = (
-            f"I could not finish this within the turn's budget ({reason}). "
-            "What I found so far is on the timeline."
-        )
-        budget = self.limits.token_budget
-        if budget is not None and self.state.tokens_used >= budget:
+        fallback = remote.best_effort_fallback(reason)
+        if (budget := self.limits.token_budget) is not None and self.state.tokens_used >= budget:
             return fallback
-        notice = BEST_EFFORT_NOTICE.format(reason=reason)
-        render = self._render_message(self.state.round + 1, notices=(notice,))
+        notices = (remote.best_effort_notice(reason),)
+        render = self._render_message(self.state.round + 1, notices=notices)
         result = await render_and_generate(self.services, self.conv, render, ASK_TIMEOUT_S)
         if result is None:
             return fallback

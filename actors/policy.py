@@ -20,6 +20,7 @@ from messages import Ack, ErrorReply, GenerateResult, ReActResult, TurnStatus, U
 from messages.ids import is_valid_name
 
 from . import events as ev
+from .approvals import gate, parse_patterns, split_config
 from .decision_protocol import CallLedger, Notice, check_decision
 from .limits import check_config, check_defaults
 
@@ -50,6 +51,8 @@ class TurnDefaults(Protocol):
     def tool_timeout_s(self) -> float: ...
     @property
     def model(self) -> str: ...
+    @property
+    def approve_tools(self) -> str: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,13 +64,18 @@ class TurnSettings:
     grace_s: float = 0.75
     model: str = "extractive"
     tool_timeout_s: float = 60.0
+    approval_tools: tuple[str, ...] = ()
+    """Tool name patterns whose calls wait for an approval (``actors.approvals``)."""
 
     @classmethod
     def parse(cls, config: Mapping[Any, Any], defaults: TurnDefaults) -> TurnSettings:
         """The settings of a turn: ``config``'s values, else the node's (``max_tokens`` 0:
         no token budget). Every value is of its type, finite and within its bound
         (``actors.limits.CONFIG``, docs/limits.md); ``InputRefused`` (a ``SettingsError``)
-        names the first key that is not, an unknown key, or a default out of bounds."""
+        names the first key that is not, an unknown key, or a default out of bounds.
+        ``approve_tools`` adds to the node's approval patterns, never removes one."""
+        config, added = split_config(config)
+        required = parse_patterns(defaults.approve_tools, "ACTLINE_APPROVE_TOOLS")
         given = check_config(config)
         check_defaults(defaults)
         budget = _pick(given.max_tokens, defaults.token_budget)
@@ -83,6 +91,7 @@ class TurnSettings:
             grace_s=float(_pick(given.followup_grace_s, defaults.followup_grace_s)),
             model=_pick(given.model, defaults.model),
             tool_timeout_s=float(_pick(given.tool_timeout_s, defaults.tool_timeout_s)),
+            approval_tools=tuple(dict.fromkeys(required + added)),
         )
 
 
@@ -110,8 +119,10 @@ def classify_reply(
     external: list[str],
     max_calls: int,
     tokens: int,
+    approval_tools: tuple[str, ...] = (),
 ) -> Classified:
-    """What round ``round_``'s reply means; ``ledger`` counts the calls it admits."""
+    """What round ``round_``'s reply means; ``ledger`` counts the calls it admits. A call
+    whose tool matches ``approval_tools`` gets an approval id (it waits for approval)."""
     answer = channels.get("answer", "")
     checked = check_decision(
         channels.get("decision", ""),
@@ -135,7 +146,7 @@ def classify_reply(
             name, text = str(call.params["name"]), str(call.params["text"])
             agent_calls.append(ev.AgentCall(call.call_id, new_id("task-"), name, text))
         else:
-            calls.append(call)
+            calls.append(gate(call, approval_tools))
     event: ev.ModelEvent
     if calls or agent_calls:
         event = ev.ModelDecided(round_, tuple(calls), tuple(agent_calls), tokens)

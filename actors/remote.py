@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -200,6 +200,22 @@ def absent_note(agents: Sequence[str]) -> str:
     return f"{', '.join(agents)} are not connected, their tasks are queued; "
 
 
+def best_effort_notice(reason: str) -> str:
+    """What the model is told for its tool-free answer when the turn's budget is spent."""
+    return (
+        f"The turn's budget is spent ({reason}). Write your final answer now from what is on "
+        "the timeline: action complete, no tool calls."
+    )
+
+
+def best_effort_fallback(reason: str) -> str:
+    """The answer when even the best-effort model call is not possible."""
+    return (
+        f"I could not finish this within the turn's budget ({reason}). "
+        "What I found so far is on the timeline."
+    )
+
+
 async def render_and_generate(
     services: Services, conv: ActorRef, render: Render, timeout_s: float
 ) -> GenerateResult | None:
@@ -220,6 +236,7 @@ async def publish_card(
     phase: Phase,
     round_: int,
     detail: str,
+    data: Mapping[str, Any] | None = None,
 ) -> None:
     """A ``react.progress`` card on the conversation's stream; a card lost is logged."""
     bus = services.bus
@@ -227,7 +244,12 @@ async def publish_card(
         detail = absent_note(services.tasks.absent(turn_id)) + detail
     # Built from the turn's own validated ids and the state machine's phase: no re-validation.
     card = ReActProgress(
-        conversation_id=conversation_id, turn_id=turn_id, phase=phase, round=round_, detail=detail
+        conversation_id=conversation_id,
+        turn_id=turn_id,
+        phase=phase,
+        round=round_,
+        detail=detail,
+        data=dict(data or {}),
     )
     try:
         await bus.publish(bus.subjects.stream(conversation_id), card)
