@@ -25,9 +25,9 @@ from actors import Node
 from actors.client import Client, TurnHandle
 from actors.errors import NoTurnQueue
 from actors.tool_executor import ToolRegistry
-from bus import Bus, BusError, EmbeddedNats, NoResponders, RequestTimeout
+from bus import Bus, BusError, EmbeddedNats
 from llm.protocol import Model
-from messages import Ack, ApprovalDecision, Attachment, ErrorReply, ReActResult
+from messages import Ack, Attachment, ErrorReply, ReActResult
 from storage import StorageError, Store
 from tools import KnowledgeError, KnowledgeSpace
 
@@ -287,25 +287,14 @@ class Runtime:
         by: str,
         timeout: float,
     ) -> Ack | ErrorReply:
-        msg = ApprovalDecision(
-            turn_id=turn_id,
+        return await self.client.decide(
+            turn_id,
+            approved,
             approval_id=approval_id,
-            approved=approved,
             by=by or self._who(),
             reason=reason,
+            timeout=timeout,
         )
-        subject = self.bus.subjects.turn_approval(turn_id)
-        try:
-            reply = await self.bus.request(subject, msg, timeout=timeout, raise_remote=False)
-        except (NoResponders, RequestTimeout):
-            return ErrorReply(
-                code="no_node",
-                message=f"no node runs turn {turn_id}: nothing answered on {subject} within "
-                f"{timeout:g} s (is it finished, or the id wrong?)",
-            )
-        if not isinstance(reply, Ack | ErrorReply):
-            return ErrorReply(code="unexpected_reply", message=f"got {reply.kind}")
-        return reply
 
     def _who(self) -> str:
         """Who decides, by default: the agent's name, else the local user."""

@@ -13,9 +13,10 @@ a DONE for a turn a killed node left mid-way waits here for that turn to resume
 verdict that says "not here" is ``Later`` too: another node may hold the task.
 
 ``route_approval`` does the same for a ``turn.approval`` request on
-``<prefix>.turn.<tid>.approval``: the running turn's DecisionActor answers (applied, unknown
-approval, not waiting); a turn left mid-way here is waited for while it resumes; a turn not
-running here is refused (``unknown_turn``), or in cluster mode left to the node that runs it.
+``<prefix>.turn.<tid>.approval``, which every node hears: the running turn's DecisionActor
+answers (applied, unknown approval, not waiting); a turn left mid-way here is waited for
+while it resumes; a node that does not run the turn stays silent, so the one that does
+answers, and a requester that hears nothing knows that no node runs it.
 """
 
 from __future__ import annotations
@@ -155,9 +156,9 @@ def origin_refusal(bus: Bus, subject: str, msg: DoneSignal) -> ErrorReply | None
 
 
 async def route_approval(
-    services: Services, ownership: Ownership, msg: ApprovalDecision, subject: str
+    services: Services, msg: ApprovalDecision, subject: str
 ) -> messages.Message | None:
-    """The reply to an approval that came on ``subject`` (None: another node answers)."""
+    """The reply to an approval that came on ``subject`` (None: not running here)."""
     try:
         turn_id = services.bus.subjects.turn_of(subject, "approval")
     except SubjectError:
@@ -176,8 +177,8 @@ async def route_approval(
             answer = await running.decision.ask(ApplyApproval(msg), timeout=ASK_TIMEOUT_S)
             if answer is not None:
                 return answer
-    refused = ErrorReply(
-        code="unknown_turn",
-        message=f"turn {turn_id} is not running here; nothing was approved or denied",
-    )
-    return None if ownership.quiet(refused) else refused
+        return ErrorReply(
+            code="not_waiting",
+            message=f"turn {turn_id} just ended; nothing was approved or denied",
+        )
+    return None

@@ -12,6 +12,9 @@ Where conversations live is the ownership seam (``actors.ownership``), chosen on
 ``start``: ``LocalOwnership``, or ``ClusterOwnership`` (``ACTLINE_CLUSTER``: leases in
 JetStream KV, the durable copy, every node hearing inputs and the owner answering).
 
+Approvals (``turn.approval`` on ``<prefix>.turn.<tid>.approval``) go to the running turn
+the same way (``done_routing.route_approval``); only the node that runs it answers.
+
 ``python -m actors.node --nats URL`` runs one node until SIGINT/SIGTERM.
 """
 
@@ -378,7 +381,7 @@ class Node:
             )
         if self.services is None:
             return None
-        return await route_approval(self.services, self.ownership, msg, env.subject)
+        return await route_approval(self.services, msg, env.subject)
 
     async def _on_input(self, msg: messages.Message, env: Envelope) -> messages.Message | None:
         if not isinstance(msg, Followup | Feedback):

@@ -599,7 +599,15 @@ def _complete(
             effects.append(ev.Ignored("queued SkipWaiting unused: the turn ended"))
     if best_effort:
         effects.append(ev.FinalizeBestEffort(error or status))
-    state = replace(state, phase=TurnPhase.COMPLETE, pending=(), status=status, error=error)
+    state = replace(
+        state,
+        phase=TurnPhase.COMPLETE,
+        pending=(),
+        status=status,
+        error=error,
+        held=(),  # calls held for an approval never run once the turn ends
+        approvals=(),
+    )
     effects.append(ev.EmitProgress("complete", state.round, status if error is None else error))
     effects.append(ev.Finish(status, answer, error, state.round, state.tokens_used))
     return state, tuple(effects)
