@@ -187,6 +187,9 @@ def _parser() -> argparse.ArgumentParser:
         )
         decide.add_argument("--reason", metavar="TEXT", default="", help="why (the model sees it)")
         decide.add_argument("--by", metavar="NAME", default=None, help="who (default: you)")
+        decide.add_argument(
+            "--timeout", metavar="S", type=float, default=5.0, help="wait this long for the node"
+        )
         _nats(decide, "required: NATS_URL or --nats")
 
     creds = command(

@@ -228,7 +228,11 @@ async def run_approval(args: argparse.Namespace, console: Console) -> int:
     async with Runtime(config, node=False) as rt:
         decide = rt.approve if approved else rt.deny
         verdict = await decide(
-            args.turn, approval_id=args.approval, reason=args.reason, by=args.by or ""
+            args.turn,
+            approval_id=args.approval,
+            reason=args.reason,
+            by=args.by or "",
+            timeout=args.timeout,
         )
     if isinstance(verdict, ErrorReply):
         _say(console, f"refused: {verdict.code}: {verdict.message}", "bold red")
