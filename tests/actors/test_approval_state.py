@@ -6,12 +6,15 @@ sequences with crashes: no call that needs approval ever runs without one.
 from __future__ import annotations
 
 import itertools
+import json
+from pathlib import Path
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from actors.approvals import approval_reply, gate, needs_approval, parse_patterns
-from actors.errors import InputRefused
+from actors.errors import InputRefused, McpConfigError, SettingsError
 from actors.events import (
     ApprovalDecided,
     ApprovalVerdict,
@@ -30,6 +33,7 @@ from actors.events import (
     ToolSpec,
     WaitTimeout,
 )
+from actors.settings import NodeSettings, load_mcp_config
 from actors.state import DecisionState, TurnPhase, checkpoint, resume_event, transition
 from messages import Ack, ErrorReply
 
@@ -240,3 +244,19 @@ def test_no_gated_call_ever_runs_unapproved_even_across_crashes(data: st.DataObj
                 assert call.approval_id is None or call.approval_id in approved, (event, effects)
         if of(effects, StartWaitTimer) or of(effects, CallModel):
             stored = checkpoint(state)
+
+
+def test_the_node_setting_and_the_mcp_config_name_what_needs_approval(tmp_path: Path) -> None:
+    assert NodeSettings.from_env({"ACTLINE_APPROVE_TOOLS": "code.*, ops.deploy"}).approve_tools
+    with pytest.raises(SettingsError) as refused:
+        NodeSettings.from_env({"ACTLINE_APPROVE_TOOLS": "code.*;rm"})
+    assert "ACTLINE_APPROVE_TOOLS" in str(refused.value)
+    config = tmp_path / "mcp.json"
+    for approval, ok in ((True, True), (["echo"], True), ("yes", False), ([1], False)):
+        config.write_text(json.dumps({"mcpServers": {"e": {"command": "x", "approval": approval}}}))
+        if ok:
+            assert load_mcp_config(config)["e"]["approval"] == approval
+            continue
+        with pytest.raises(McpConfigError) as bad:
+            load_mcp_config(config)
+        assert "approval must be true, false or a list" in str(bad.value)
