@@ -284,7 +284,7 @@ def _resume(state: DecisionState, event: ev.ResumeReAct) -> Step:
         text = "the turn was cancelled before it resumed"
         _notice(fresh, effects, "cancelled", text)
         return _complete(fresh, effects, "cancelled", error=text)
-    held = _held_calls(event.held, event.approvals)
+    held = event.held if any(c.approval_id is not None for c in event.held) else ()
     if held:  # nothing held ran: wait for the same approvals again
         fresh = replace(fresh, held=held, approvals=_resumed_approvals(held, event.approvals))
         return _await_approvals(fresh, effects)
@@ -720,15 +720,6 @@ def _approvals_of(calls: tuple[ev.ToolSpec, ...]) -> tuple[ev.Approval, ...]:
         for c in calls
         if c.approval_id is not None
     )
-
-
-def _held_calls(
-    held: tuple[ev.ToolSpec, ...], approvals: tuple[ev.Approval, ...]
-) -> tuple[ev.ToolSpec, ...]:
-    """The held calls of a checkpoint, if the turn waited for an approval (else none)."""
-    if not any(c.approval_id is not None for c in held):
-        return ()
-    return held
 
 
 def _resumed_approvals(
