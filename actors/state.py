@@ -463,7 +463,7 @@ def _skip(state: DecisionState, event: ev.SkipWaiting) -> Step:
     if event.turn_id not in (None, state.turn_id):
         return _ignore(f"SkipWaiting for turn {event.turn_id}; turn {state.turn_id} runs", state)
     if state.phase is TurnPhase.WAITING and state.pending_approvals:
-        decision = ev.ApprovalDecided(None, None, False, "skip", event.reason or "waiting skipped")
+        decision = ev.ApprovalDecided(None, None, False, "", event.reason or "waiting skipped")
         return _resolve(state, [], decision, "approval_skipped")
     if state.phase is TurnPhase.WAITING:
         effects: list[ev.Effect] = [ev.CancelWaitTimer(state.wait_generation)]
@@ -483,7 +483,7 @@ def _wait_timeout(state: DecisionState, event: ev.WaitTimeout) -> Step:
     effects: list[ev.Effect] = []
     if state.pending_approvals:
         reason = f"no approval within {state.limits.wait_timeout_s:g} s"
-        return _resolve(state, effects, ev.ApprovalDecided(None, None, False, "timeout", reason),
+        return _resolve(state, effects, ev.ApprovalDecided(None, None, False, "", reason),
                         "approval_timeout")  # fmt: skip
     text = f"no DONE within {state.limits.wait_timeout_s:g} s"
     state = _stop_waiting(state, effects, "wait_timeout", text)
@@ -526,7 +526,8 @@ def _approval(state: DecisionState, event: ev.ApprovalDecided) -> Step:
         text = f"turn {event.turn_id} is not the one running here ({state.turn_id})"
         return state, (ev.ApprovalVerdict(False, "unknown_turn", text),)
     if state.phase is not TurnPhase.WAITING or not pending:
-        text = f"turn {state.turn_id} is {state.phase}, with no approval pending"
+        what = f"turn {state.turn_id} is {state.phase}" if state.turn_id else "no turn runs"
+        text = f"{what}, with no approval pending"
         return state, (ev.ApprovalVerdict(False, "not_waiting", text),)
     if event.approval_id is not None and event.approval_id not in {a.approval_id for a in pending}:
         ids = ", ".join(a.approval_id for a in pending)
