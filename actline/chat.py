@@ -7,7 +7,10 @@ conversation id was given), streamed with ``TurnPrinter``. While a turn runs:
   printed); when stdin is not a terminal, lines wait for the prompt and become turns;
 * Ctrl-C once skips waiting for outside agents (``react.skip_waiting``), twice within
   ``DOUBLE_PRESS_S`` cancels the turn (``react.cancel``), a third time quits the chat;
-* ``/skip``, ``/cancel``, ``/id`` and ``/quit`` do the same by name.
+* ``/skip``, ``/cancel``, ``/id`` and ``/quit`` do the same by name;
+* a tool call waiting for approval shows its card (tool, arguments, the ``actline approve``
+  and ``deny`` commands); ``/approve [ap-ID] [reason]`` and ``/deny [ap-ID] [reason]`` decide
+  it from the chat (every pending one without an id). Skipping the wait denies them.
 
 At the prompt, Ctrl-C once prints a hint and twice within ``DOUBLE_PRESS_S`` quits; Ctrl-D,
 ``/quit`` and ``/exit`` quit; ``/new`` starts a new conversation; ``/id`` prints its id.
@@ -46,7 +49,7 @@ from rich.text import Text
 
 from actors.client import TurnHandle
 from bus import BusError
-from messages import Ack
+from messages import Ack, ErrorReply
 
 from .config import Config, ConfigError
 from .console import TurnPrinter
@@ -76,7 +79,7 @@ PROMPT = "you> "
 HELP = (
     "type a message; while a turn runs, a line joins it as a followup. "
     "Ctrl-C: once skips waiting, twice cancels the turn, a third time quits. "
-    "Commands: /new, /id, /skip, /cancel, /quit (or Ctrl-D)"
+    "Commands: /new, /id, /skip, /cancel, /approve [ID], /deny [ID] [reason], /quit (or Ctrl-D)"
 )
 
 Action = Literal["skip", "cancel", "quit", "hint"]
@@ -269,6 +272,30 @@ class _Chat:
         self.say("skip: not waiting for outside agents any more (Ctrl-C again to cancel)", "yellow")
         self._control(self.rt.skip_waiting, self.handle.turn_id)
 
+    def decide(self, approved: bool, words: list[str]) -> None:
+        """Approve or deny the running turn's pending tool call(s): ``[ap-ID] [reason]``."""
+        if self.handle is None:
+            return
+        approval = words[0] if words and words[0].startswith("ap-") else None
+        reason = " ".join(words[1:] if approval else words)
+        turn_id, verb = self.handle.turn_id, "approved" if approved else "denied"
+
+        async def run() -> None:
+            decide = self.rt.approve if approved else self.rt.deny
+            try:
+                verdict = await decide(turn_id, approval_id=approval, reason=reason)
+            except (BusError, ValueError) as exc:
+                self.say(f"could not send the approval: {exc}", "red")
+                return
+            if isinstance(verdict, ErrorReply):
+                self.say(f"refused: {verdict.code}: {verdict.message}", "red")
+            else:
+                self.say(f"{verb}: {verdict.detail}", "green")
+
+        task = asyncio.create_task(run())
+        self._controls.add(task)
+        task.add_done_callback(self._controls.discard)
+
     def cancel(self) -> None:
         if self.handle is None:
             return
@@ -351,10 +378,12 @@ class _Chat:
             self.skip()
         elif name == "/cancel" and self.running:
             self.cancel()
+        elif name in ("/approve", "/deny") and self.running:
+            self.decide(name == "/approve", text.split()[1:])
         elif name == "/new" and not self.running:
             self.cid = None
             self.say("new conversation: the next message starts it")
-        elif name in ("/new", "/skip", "/cancel"):
+        elif name in ("/new", "/skip", "/cancel", "/approve", "/deny"):
             self.say(f"{name} {'waits for the turn to end' if self.running else 'needs a turn'}")
         else:
             self.say(f"unknown command {name}; /help lists them", "red")

@@ -186,6 +186,19 @@ def _parser() -> argparse.ArgumentParser:
     done.add_argument("--turn", metavar="ID", default=None, help="the turn id")
     _nats(done, "required: NATS_URL or --nats")
 
+    for verb, what in (("approve", "approve"), ("deny", "deny")):
+        decide = command(verb, f"{what} a turn's pending tool call(s) (see its waiting card)")
+        decide.add_argument("turn", metavar="TURN_ID", help="the waiting turn's id")
+        decide.add_argument(
+            "--approval", metavar="ID", default=None, help="one approval (default: all pending)"
+        )
+        decide.add_argument("--reason", metavar="TEXT", default="", help="why (the model sees it)")
+        decide.add_argument("--by", metavar="NAME", default=None, help="who (default: you)")
+        decide.add_argument(
+            "--timeout", metavar="S", type=float, default=5.0, help="wait this long for the node"
+        )
+        _nats(decide, "required: NATS_URL or --nats")
+
     creds = command(
         "creds",
         "issue NATS credentials from this deployment's keys (under ACTLINE_HOME/auth)",
@@ -196,6 +209,11 @@ def _parser() -> argparse.ArgumentParser:
         help="what the holder may do (server: the trust block of a nats-server's config)",
     )
     creds.add_argument("name", nargs="?", default="", help="the agent's name (role agent)")
+    creds.add_argument(
+        "--approver",
+        action="store_true",
+        help="an agent that may approve or deny pending tool calls (actline approve)",
+    )
     creds.add_argument(
         "--prefix", metavar="P", default=None, help="the tenant (ACTLINE_SUBJECT_PREFIX)"
     )
@@ -263,6 +281,10 @@ def _dispatch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             from .cmd_agent import run_done
 
             return asyncio.run(run_done(args, console))
+        case "approve" | "deny":
+            from .cmd_turns import run_approval
+
+            return asyncio.run(run_approval(args, console))
         case "creds":
             from .cmd_creds import run_creds
 

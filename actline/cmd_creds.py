@@ -5,6 +5,7 @@ first starts, or by this command). The credentials go to ``--out FILE`` (mode 06
 to stdout when it is not a terminal (to pipe them to another machine), else under
 ``ACTLINE_HOME/auth/creds/``. The holder connects with ``--creds FILE`` or
 ``ACTLINE_NATS_CREDS=FILE``; what each role may do is in the README's security section.
+``--approver`` gives an agent the right to approve or deny pending tool calls.
 ``actline creds server`` prints the trust block a nats-server needs (operator, accounts).
 """
 
@@ -46,13 +47,19 @@ def run_creds(args: argparse.Namespace, console: Console) -> int:
             raise ConfigError("an agent's credentials need its name: actline creds agent NAME")
         if args.role != "agent" and args.name:
             raise ConfigError(f"role {args.role} takes no name (only agent NAME does)")
+        approver = bool(getattr(args, "approver", False))
+        if approver and args.role != "agent":
+            raise ConfigError(
+                f"--approver is for agents (actline creds agent NAME --approver), not {args.role}"
+            )
+        who = {"name": args.name, "prefix": prefix, "approver": approver}
         if args.out is not None:
-            path = write_secret(args.out, authority.issue(args.role, name=args.name, prefix=prefix))
+            path = write_secret(args.out, authority.issue(args.role, **who))
         elif not sys.stdout.isatty():
-            sys.stdout.write(authority.issue(args.role, name=args.name, prefix=prefix))
+            sys.stdout.write(authority.issue(args.role, **who))
             return 0
         else:
-            path = authority.creds_path(args.role, name=args.name, prefix=prefix)
+            path = authority.creds_path(args.role, **who)
     except (AuthError, ValueError) as exc:
         raise ConfigError(str(exc)) from None
     identity = read_identity(path)
@@ -60,6 +67,8 @@ def run_creds(args: argparse.Namespace, console: Console) -> int:
     console.print(f"  use: ACTLINE_NATS_CREDS={path} actline …   or   --creds {path}")
     console.print(f"  nats-py: nats.connect(url, user_credentials='{path}',")
     console.print(f"                        inbox_prefix='{identity.inbox_prefix}')")
+    if approver:
+        console.print(f"  {args.name} may approve or deny pending tool calls (actline approve)")
     if args.role == "admin":
         console.print("[yellow]admin may do everything: keep it for maintenance[/yellow]")
     return 0

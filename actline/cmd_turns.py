@@ -24,14 +24,14 @@ from rich.console import Console
 from rich.text import Text
 
 from bus import StreamMissing
-from messages import ReActResult
+from messages import ErrorReply, ReActResult
 from messages.ids import is_valid_id
 
 from .config import Config, ConfigError
 from .console import TurnPrinter
 from .runtime import Runtime, follow
 
-__all__ = ["load_config", "run_ask", "run_chat", "run_result", "run_serve"]
+__all__ = ["load_config", "run_approval", "run_ask", "run_chat", "run_result", "run_serve"]
 
 DEFAULT_DOCS = Path("examples") / "kb"
 """The knowledge folder used when neither ``--docs`` nor ``ACTLINE_DOCS`` names one."""
@@ -211,6 +211,37 @@ async def run_result(args: argparse.Namespace, console: Console) -> int:
             "dim",
         )
     return 0 if result.status == "completed" else 1
+
+
+# -- approve / deny ------------------------------------------------------------------------------
+
+
+async def run_approval(args: argparse.Namespace, console: Console) -> int:
+    """``actline approve|deny TURN``: 0 when the node applied it, 1 when it refused."""
+    approved = args.command == "approve"
+    for what, value in (("TURN_ID", args.turn), ("--approval", args.approval)):
+        if value is not None and not is_valid_id(value):
+            raise ConfigError(f"{what} {value!r} is not an id (letters, digits, _ : -)")
+    config = load_config(args)
+    if config.nats_url is None:
+        raise ConfigError(
+            f"actline {args.command} joins a running NATS server: pass --nats nats://host:4222 "
+            "or set NATS_URL (the URL actline serve prints)"
+        )
+    async with Runtime(config, node=False) as rt:
+        decide = rt.approve if approved else rt.deny
+        verdict = await decide(
+            args.turn,
+            approval_id=args.approval,
+            reason=args.reason,
+            by=args.by or "",
+            timeout=args.timeout,
+        )
+    if isinstance(verdict, ErrorReply):
+        _say(console, f"refused: {verdict.code}: {verdict.message}", "bold red")
+        return 1
+    _say(console, f"{'approved' if approved else 'denied'}: {verdict.detail}", "green")
+    return 0
 
 
 # -- chat ------------------------------------------------------------------------------------------

@@ -88,6 +88,25 @@ class TurnPrinter:
         if card.detail:
             line.append(f"  {card.detail}", style=style.replace("bold ", ""))
         self.console.print(line)
+        approvals = card.data.get("approvals") if card.phase == "waiting" else None
+        if isinstance(approvals, list) and approvals:
+            self.approvals(card.turn_id, approvals)
+
+    def approvals(self, turn_id: str, approvals: list[Any]) -> None:
+        """The pending approvals of a waiting card, each with the commands that decide it."""
+        for item in approvals:
+            if not isinstance(item, dict):
+                continue
+            args = json.dumps(item.get("params", {}), ensure_ascii=False)
+            self.console.print(
+                Text(f"  needs approval: {item.get('tool')} {args}", "bold dark_orange"),
+                soft_wrap=True,
+            )
+            ref = f"{turn_id} --approval {item.get('approval_id')}"
+            self.console.print(
+                Text(f"    actline approve {ref}   |   actline deny {ref} --reason ...", "dim"),
+                soft_wrap=True,
+            )
 
     def delta(self, delta: StreamDelta) -> None:
         if delta.channel == "followup":

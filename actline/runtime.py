@@ -14,6 +14,7 @@ an ``actors.Client``. Start-up problems raise ``ConfigError`` with one line nami
 from __future__ import annotations
 
 import asyncio
+import getpass
 import logging
 from collections.abc import AsyncIterator, Sequence
 from pathlib import Path
@@ -249,6 +250,63 @@ class Runtime:
 
     async def cancel(self, turn_id: str) -> None:
         await self.client.cancel(turn_id, "the user cancelled the turn")
+
+    async def approve(
+        self,
+        turn_id: str,
+        *,
+        approval_id: str | None = None,
+        reason: str = "",
+        by: str = "",
+        timeout: float = 10.0,
+    ) -> Ack | ErrorReply:
+        """Approve the turn's pending tool call ``approval_id`` (None: every pending one);
+        the node running the turn says whether it applied (``ErrorReply`` ``no_node`` when
+        none answered, ``not_waiting``, ``unknown_approval``)."""
+        return await self._decide(turn_id, True, approval_id, reason, by, timeout)
+
+    async def deny(
+        self,
+        turn_id: str,
+        *,
+        approval_id: str | None = None,
+        reason: str = "",
+        by: str = "",
+        timeout: float = 10.0,
+    ) -> Ack | ErrorReply:
+        """Deny a pending tool call (None: every pending one): it does not run, and the
+        model sees the denial (who, why) next round. Answers as ``approve``."""
+        return await self._decide(turn_id, False, approval_id, reason, by, timeout)
+
+    async def _decide(
+        self,
+        turn_id: str,
+        approved: bool,
+        approval_id: str | None,
+        reason: str,
+        by: str,
+        timeout: float,
+    ) -> Ack | ErrorReply:
+        return await self.client.decide(
+            turn_id,
+            approved,
+            approval_id=approval_id,
+            by=by or self._who(),
+            reason=reason,
+            timeout=timeout,
+        )
+
+    def _who(self) -> str:
+        """Who decides, by default: the agent's name, else the local user."""
+        if self.role == "agent" and self.agent_name:
+            return f"agent {self.agent_name}"
+        identity = self._bus.identity if self._bus is not None else None
+        if identity is not None and identity.role == "agent":
+            return f"agent {identity.name}"
+        try:
+            return getpass.getuser()
+        except (KeyError, OSError):
+            return self.role
 
     async def send_done(
         self,

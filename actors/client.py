@@ -33,12 +33,14 @@ from bus import (
     Bus,
     BusError,
     Envelope,
+    NoResponders,
     NoStream,
     RequestTimeout,
     Subscription,
 )
 from messages import (
     Ack,
+    ApprovalDecision,
     ArtifactRef,
     Attachment,
     CancelReAct,
@@ -326,6 +328,32 @@ class Client:
         await self.bus.publish(
             self.bus.subjects.turn_control(turn_id), CancelReAct(turn_id=turn_id, reason=reason)
         )
+
+    async def decide(
+        self,
+        turn_id: str,
+        approved: bool,
+        *,
+        approval_id: str | None = None,
+        by: str = "",
+        reason: str = "",
+        timeout: float = 10.0,
+    ) -> Ack | ErrorReply:
+        """Approve or deny a waiting turn's tool call ``approval_id`` (None: every pending
+        one) on ``al.turn.<tid>.approval``: the node running the turn answers (``Ack``, or
+        ``ErrorReply`` ``not_waiting`` / ``unknown_approval``); ``no_node`` when none did."""
+        msg = ApprovalDecision(
+            turn_id=turn_id, approval_id=approval_id, approved=approved, by=by, reason=reason
+        )
+        subject = self.bus.subjects.turn_approval(turn_id)
+        try:
+            return await self._ask(subject, msg, timeout)
+        except (NoResponders, RequestTimeout):
+            return ErrorReply(
+                code="no_node",
+                message=f"no node runs turn {turn_id}: nothing answered on {subject} within "
+                f"{timeout:g} s (is it finished, or the id wrong?)",
+            )
 
     async def followup(
         self, conversation_id: str, turn_id: str, text: str, *, timeout: float = 5.0

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from typing import Any, Literal
 
 import messages
@@ -28,28 +29,12 @@ from messages import CancelReAct, GenerateResult, ReActResult, SkipWaiting, Turn
 from timeline import AnnounceContext, Block
 
 from . import events as ev
+from . import mailbox as mb
 from . import remote
+from .approvals import approval_reply, denied_writes
 from .base import Actor, ActorRef
 from .decision_protocol import CallLedger, Notice
 from .errors import ActorStopped, ConversationLost, UnexpectedMessage
-from .mailbox import (
-    ApplyDone,
-    Commit,
-    Control,
-    Durable,
-    EndTurn,
-    ExternalRan,
-    FollowupArrived,
-    GraceOver,
-    LateSignal,
-    ModelReply,
-    NotesAck,
-    ReactRan,
-    Render,
-    RunTools,
-    Write,
-    Writes,
-)
 from .policy import AGENT_ABSENT, AGENT_SEND, TurnOutput, TurnSettings, classify_reply, verdict
 from .services import Services
 from .state import DecisionState, checkpoint, resume_event, transition
@@ -93,7 +78,7 @@ class DecisionActor(Actor):
         self.ledger = CallLedger()
         self.out = TurnOutput(self.cid, self.tid)
         self.notices = 0
-        self.pending: list[Write] = []
+        self.pending: list[mb.Write] = []
         """What goes on the timeline with the next exchange with the conversation."""
         self.followups_arrived = 0
         self.followups_rendered = 0
@@ -106,7 +91,7 @@ class DecisionActor(Actor):
         self._finished = False
         self._durable: set[int] = set()
         """Rounds whose commit is durable."""
-        self._held: ModelReply | None = None
+        self._held: mb.ModelReply | None = None
         """A model reply waiting for its round's commit."""
         self.watchdog = Watchdog(turn.profile)
 
@@ -117,7 +102,7 @@ class DecisionActor(Actor):
     # -- mailbox ---------------------------------------------------------------------------------
     async def receive(self, message: object) -> object:
         if self._finished:
-            if isinstance(message, ApplyDone):
+            if isinstance(message, mb.ApplyDone):
                 raise ActorStopped(self.name)  # the conversation classifies it (late)
             return None
         try:
@@ -126,12 +111,12 @@ class DecisionActor(Actor):
             raise
         except ConversationLost as exc:
             await self._end("lost", reason=exc.reason)
-            if isinstance(message, ApplyDone):
+            if isinstance(message, mb.ApplyDone):
                 raise
         except Exception as exc:
             log.exception("turn %s failed handling %s", self.tid, type(message).__name__)
             await self._abort(f"{type(exc).__name__}: {exc}")
-            if isinstance(message, ApplyDone):
+            if isinstance(message, mb.ApplyDone):
                 raise
         return None
 
@@ -139,35 +124,37 @@ class DecisionActor(Actor):
         match message:
             case _Begin():
                 await self._begin()
-            case ModelReply(round=r) if message.gated and r not in self._durable:
+            case mb.ModelReply(round=r) if message.gated and r not in self._durable:
                 self._held = message  # acted on once the round before it is stored
-            case ModelReply():
+            case mb.ModelReply():
                 await self._on_model_reply(message)
-            case Durable(lost=lost) if lost:
+            case mb.Durable(lost=lost) if lost:
                 raise ConversationLost(self.cid, lost)
-            case Durable(error=error) if error:
+            case mb.Durable(error=error) if error:
                 await self._abort(f"the round could not be stored: {error}")
-            case Durable(round=r):
+            case mb.Durable(round=r):
                 self._durable.add(r)
                 held, self._held = self._held, None
                 if held is not None and held.round == r:
                     await self._on_model_reply(held)
-            case GraceOver():
+            case mb.GraceOver():
                 self._grace = None
                 await self._answer(message.round, message.answer, message.tokens, grace=False)
-            case FollowupArrived(count=count):
+            case mb.FollowupArrived(count=count):
                 self.followups_arrived = count
                 if self._grace is not None and not self._grace.done():
                     self._grace.cancel()
                     self._grace = None
                     await self.feed(ev.AnswerDeferred(self.state.round, "a followup arrived"))
-            case Control(message=SkipWaiting() as skip):
+            case mb.Control(message=SkipWaiting() as skip):
                 await self.feed(ev.SkipWaiting(skip.turn_id, skip.reason))
-            case Control(message=CancelReAct() as cancel):
+            case mb.Control(message=CancelReAct() as cancel):
                 await self.feed(ev.CancelReAct(cancel.turn_id, cancel.reason))
-            case ApplyDone(signal=signal):
+            case mb.ApplyApproval(decision=approval):
+                return approval_reply(self.tid, await self.feed(ev.event_from_message(approval)))
+            case mb.ApplyDone(signal=signal):
                 return verdict(signal, await self.feed(ev.event_from_message(signal)))
-            case ReactRan() | ExternalRan():
+            case mb.ReactRan() | mb.ExternalRan():
                 await self._tools_ran(message)
             case ev.WaitTimeout():
                 await self.feed(message)
@@ -190,8 +177,8 @@ class DecisionActor(Actor):
         else:
             await self.feed(ev.StartReAct(self.tid, self.limits))
 
-    def _writes(self) -> Writes:
-        writes, self.pending = Writes(tuple(self.pending)), []
+    def _writes(self) -> mb.Writes:
+        writes, self.pending = mb.Writes(tuple(self.pending)), []
         return writes
 
     # -- effects --------------------------------------------------------------------------------
@@ -216,7 +203,7 @@ class DecisionActor(Actor):
             case ev.SendAgentTask():
                 await self._send_task(effect)
             case ev.StartWaitTimer(generation=g, seconds=s):
-                commit = Commit(self.tid, self._writes(), checkpoint(self.state))
+                commit = mb.Commit(self.tid, self._writes(), checkpoint(self.state))
                 await self.conv.ask(commit, timeout=ASK_TIMEOUT_S)
                 self._timer = self.spawn(self._wait(g, s), f"wait-{g}")
             case ev.CancelWaitTimer():
@@ -227,17 +214,19 @@ class DecisionActor(Actor):
                 self.services.tasks.answered(task_id)
                 self.pending.append(signal_block(self.tid, signal, task_id, self._now()))
             case ev.RecordLateSignal(signal=signal, reason=reason):
-                self.pending.append(LateSignal(signal, reason))
+                self.pending.append(mb.LateSignal(signal, reason))
             case ev.RecordNotice(code=code, text=text):
                 self.pending.append(self._notice(code, text))
-            case ev.EmitProgress(phase=phase, round=r, detail=detail):
-                await self._progress(phase, r, detail)
+            case ev.EmitProgress(phase=phase, round=r, detail=detail, data=data):
+                await self._progress(phase, r, detail, data)
+            case ev.DenyCall():
+                self.pending.extend(denied_writes(self.tid, effect, self._now()))
             case ev.FinalizeBestEffort(reason=reason):
                 self.best_effort = await self._best_effort(reason)
             case ev.Finish():
                 await self._finish(effect)
-            case ev.Ignored(reason=reason):
-                log.debug("turn %s ignored: %s", self.tid, reason)
+            case ev.Ignored(reason=reason) | ev.ApprovalVerdict(text=reason):
+                log.debug("turn %s: %s", self.tid, reason)
 
     def _now(self) -> float:
         return self.services.clock()
@@ -246,9 +235,11 @@ class DecisionActor(Actor):
         self.notices += 1
         return notice_block(self.tid, self.state.round, self.notices, code, text, self._now())
 
-    async def _progress(self, phase: messages.Phase, round_: int, detail: str) -> None:
-        context = self.watchdog.telemetry().model_dump()
-        data = {"context": context}
+    async def _progress(
+        self, phase: messages.Phase, round_: int, detail: str, data: Mapping[str, Any] | None = None
+    ) -> None:
+        """A card, with the watchdog's readings in ``data.context``."""
+        data = {**(data or {}), "context": self.watchdog.telemetry().model_dump()}
         await remote.publish_card(self.services, self.cid, self.tid, phase, round_, detail, data)
 
     # -- the model ----------------------------------------------------------------------------
@@ -259,7 +250,7 @@ class DecisionActor(Actor):
         record: dict[str, object] | None = None,
         force: bool = False,
         notices: tuple[str, ...] = (),
-    ) -> Render:
+    ) -> mb.Render:
         budget = self.limits.token_budget
         announce = AnnounceContext(
             iteration=self.state.round,
@@ -267,7 +258,7 @@ class DecisionActor(Actor):
             budget_tokens=None if budget is None else max(budget - self.state.tokens_used, 0),
             notices=notices,
         )
-        return Render(
+        return mb.Render(
             self.tid,
             round_,
             announce,
@@ -279,7 +270,7 @@ class DecisionActor(Actor):
             force_compaction=force,
         )
 
-    async def _model_round(self, render: Render) -> None:
+    async def _model_round(self, render: mb.Render) -> None:
         round_ = render.round
         try:
             rendered = await self.conv.ask(render, timeout=ASK_TIMEOUT_S)
@@ -304,7 +295,7 @@ class DecisionActor(Actor):
             )
             followups = self.followups_rendered
             gated = False
-        self.tell(ModelReply(round_, result, render.force_compaction, followups, gated))
+        self.tell(mb.ModelReply(round_, result, render.force_compaction, followups, gated))
 
     async def _cancel_model(self) -> None:
         if self._model_task is not None:
@@ -319,7 +310,7 @@ class DecisionActor(Actor):
         except BusError as exc:
             log.warning("could not cancel the model call of turn %s: %s", self.tid, exc)
 
-    async def _on_model_reply(self, reply: ModelReply) -> None:
+    async def _on_model_reply(self, reply: mb.ModelReply) -> None:
         state = self.state
         if state.round != reply.round or state.phase != "thinking":
             log.debug("stale model reply of round %d", reply.round)
@@ -343,6 +334,7 @@ class DecisionActor(Actor):
             external=self.services.external_tools(),
             max_calls=self.turn.max_calls,
             tokens=tokens,
+            approval_tools=self.turn.approval_tools + tuple(self.services.approval_tools()),
         )
         now = self._now()
         notes = notes_block(
@@ -351,7 +343,7 @@ class DecisionActor(Actor):
         if notes is not None:
             self.pending.append(notes)
         if classified.notes.strip():
-            self.pending.append(NotesAck(classified.notes, reply.round, now))
+            self.pending.append(mb.NotesAck(classified.notes, reply.round, now))
         await self._record_notices(classified.notices)
         if classified.event is not None:
             self.watchdog.decided(classified.event)
@@ -380,7 +372,7 @@ class DecisionActor(Actor):
 
         async def wait() -> None:
             await asyncio.sleep(self.turn.grace_s)
-            self.tell(GraceOver(round_, answer, tokens))
+            self.tell(mb.GraceOver(round_, answer, tokens))
 
         self._grace = self.spawn(wait(), f"grace-{round_}")
 
@@ -404,7 +396,7 @@ class DecisionActor(Actor):
         self.pending.extend(call_block(self.tid, c.call_id, c.tool, c.params, now) for c in calls)
         tools = self._round_tools = ToolRound(round_, calls)
         if tools.react:
-            self.conv.tell(RunTools(self.tid, round_, tools.react, self._writes()))
+            self.conv.tell(mb.RunTools(self.tid, round_, tools.react, self._writes()))
         if tools.external:
             self._tools_task = self.spawn(self._external(round_, tools.external), f"tools-{round_}")
 
@@ -416,15 +408,15 @@ class DecisionActor(Actor):
             turn_id=self.tid,
             timeout_s=self.turn.tool_timeout_s,
         )
-        self.tell(ExternalRan(round_, outcomes))
+        self.tell(mb.ExternalRan(round_, outcomes))
 
-    async def _tools_ran(self, message: ReactRan | ExternalRan) -> None:
+    async def _tools_ran(self, message: mb.ReactRan | mb.ExternalRan) -> None:
         """One part of a round's tools is in; when all are, the round goes on."""
         tools = self._round_tools
         if tools is None or tools.round != message.round or self.state.round != message.round:
             log.debug("stale tool outcomes of round %d", message.round)
             return
-        if isinstance(message, ReactRan):
+        if isinstance(message, mb.ReactRan):
             tools.react_ran(message.outcomes, self._notice)
         else:
             tools.external_ran(message.outcomes)
@@ -494,5 +486,5 @@ class DecisionActor(Actor):
                 task.cancel()
         if how == "lost":
             log.warning("turn %s handed back: %s", self.tid, reason)
-        self.conv.tell(EndTurn(self.tid, how, self.state, result, self._writes(), reason))
+        self.conv.tell(mb.EndTurn(self.tid, how, self.state, result, self._writes(), reason))
         self.request_stop()

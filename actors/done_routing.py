@@ -11,6 +11,12 @@ agent's oldest open task (ambiguous when the agent has open tasks in several tur
 a DONE for a turn a killed node left mid-way waits here for that turn to resume
 (``Later`` hands it back to the DONE stream while it has not). In cluster mode a
 verdict that says "not here" is ``Later`` too: another node may hold the task.
+
+``route_approval`` does the same for a ``turn.approval`` request on
+``<prefix>.turn.<tid>.approval``, which every node hears: the running turn's DecisionActor
+answers (applied, unknown approval, not waiting); a turn left mid-way here is waited for
+while it resumes; a node that does not run the turn stays silent, so the one that does
+answers, and a requester that hears nothing knows that no node runs it.
 """
 
 from __future__ import annotations
@@ -20,13 +26,13 @@ from collections.abc import Awaitable, Callable
 
 import messages
 from bus import Bus
-from messages import DoneSignal, ErrorReply, SubjectError
+from messages import ApprovalDecision, DoneSignal, ErrorReply, SubjectError
 
 from .base import Actor
 from .done_queue import Later
 from .errors import ActorStopped, AskTimeout, ConversationLost, InputRefused
 from .limits import refusal, validate_done
-from .mailbox import ApplyDone, RouteDone
+from .mailbox import ApplyApproval, ApplyDone, RouteDone
 from .ownership import Ownership
 from .services import Services
 
@@ -147,3 +153,32 @@ def origin_refusal(bus: Bus, subject: str, msg: DoneSignal) -> ErrorReply | None
         message=f"a DONE from {msg.agent} arrived on {subject}, the DONE subject of "
         f"{name or 'another agent'}; {msg.agent} publishes on {own}; nothing was applied",
     )
+
+
+async def route_approval(
+    services: Services, msg: ApprovalDecision, subject: str
+) -> messages.Message | None:
+    """The reply to an approval that came on ``subject`` (None: not running here)."""
+    try:
+        turn_id = services.bus.subjects.turn_of(subject, "approval")
+    except SubjectError:
+        turn_id = ""
+    if turn_id != msg.turn_id:
+        return ErrorReply(
+            code="wrong_subject",
+            message=f"the approval is for turn {msg.turn_id}, sent on {subject}",
+        )
+    book = services.tasks
+    running = book.running(turn_id)
+    if running is None and book.resuming(turn_id):
+        running = await book.wait_running(turn_id, RESUME_WAIT_S)
+    if running is not None:
+        with contextlib.suppress(ActorStopped):  # it just ended: not running any more
+            answer = await running.decision.ask(ApplyApproval(msg), timeout=ASK_TIMEOUT_S)
+            if answer is not None:
+                return answer
+        return ErrorReply(
+            code="not_waiting",
+            message=f"turn {turn_id} just ended; nothing was approved or denied",
+        )
+    return None

@@ -5,7 +5,8 @@ around it turns what it receives (wire messages, model replies, finished tool
 rounds, its wait timer firing) into an ``Event`` and executes the returned
 ``Effect`` values in order. Both are closed unions of small frozen dataclasses.
 Events that mirror a wire message reuse its name (``DoneSignal``, ``SkipWaiting``,
-``CancelReAct``); ``event_from_message`` converts those. A turn's limits are parsed
+``CancelReAct``; ``ApprovalDecided`` is ``turn.approval``); ``event_from_message`` converts
+those. A turn's limits are parsed
 once, by ``actors.policy.TurnSettings``.
 Nothing here does I/O or reads a clock.
 """
@@ -14,7 +15,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import messages
 from messages import ArtifactRef, TurnStatus
@@ -48,6 +49,24 @@ class ToolSpec:
     call_id: str
     tool: str
     params: Mapping[str, Any] = field(default_factory=dict)
+    approval_id: str | None = None
+    """Set when the call needs an approval before it runs (``actors.approvals``)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Approval:
+    """A call of the decision that waits for (or got) an approval. ``status`` pending until
+    an ``ApprovalDecided`` (or the wait's end) resolves it; ``by``/``reason`` say who and why."""
+
+    approval_id: str
+    call_id: str
+    tool: str
+    params: Mapping[str, Any] = field(default_factory=dict)
+    status: Literal["pending", "approved", "denied"] = "pending"
+    by: str = ""
+    reason: str = ""
+    code: str = ""
+    """Why a denial happened: ``approval_denied``, ``approval_timeout``, ``approval_skipped``."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +119,9 @@ class ResumeReAct:
     consecutive_refusals: int = 0
     tasks: tuple[TaskRecord, ...] = ()
     seen_signals: tuple[str, ...] = ()
+    held: tuple[ToolSpec, ...] = ()
+    """The calls of the last decision that wait for ``approvals`` (none: no approval wait)."""
+    approvals: tuple[Approval, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -203,6 +225,18 @@ class CancelReAct:
 
 
 @dataclass(frozen=True, slots=True)
+class ApprovalDecided:
+    """Approve or deny ``approval_id`` (None: every pending approval) of turn ``turn_id``
+    (None: the current turn)."""
+
+    turn_id: str | None
+    approval_id: str | None
+    approved: bool
+    by: str = ""
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class Reset:
     """Leave Complete for Idle, ready for the next turn."""
 
@@ -221,6 +255,7 @@ Event = (
     | SkipWaiting
     | WaitTimeout
     | CancelReAct
+    | ApprovalDecided
     | Reset
 )
 """Everything ``transition`` accepts."""
@@ -320,6 +355,27 @@ class EmitProgress:
     phase: CardPhase
     round: int
     detail: str
+    data: Mapping[str, Any] = field(default_factory=dict)
+    """The card's structured ``data`` (an approval card: its pending approvals)."""
+
+
+@dataclass(frozen=True, slots=True)
+class DenyCall:
+    """A call that was not approved does not run: record its call and a failed result that
+    says why (``code``: ``approval_denied``, ``approval_timeout`` or ``approval_skipped``)."""
+
+    call: ToolSpec
+    code: str
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class ApprovalVerdict:
+    """What the sender of an ``ApprovalDecided`` is told: applied (``ok``) or why not."""
+
+    ok: bool
+    code: str
+    text: str
 
 
 @dataclass(frozen=True, slots=True)
@@ -361,6 +417,8 @@ Effect = (
     | EmitProgress
     | FinalizeBestEffort
     | Finish
+    | DenyCall
+    | ApprovalVerdict
     | Ignored
 )
 """Everything ``transition`` may ask of the actor."""
@@ -370,9 +428,14 @@ Effect = (
 
 
 def event_from_message(
-    msg: messages.DoneSignal | messages.SkipWaiting | messages.CancelReAct,
+    msg: messages.DoneSignal
+    | messages.SkipWaiting
+    | messages.CancelReAct
+    | messages.ApprovalDecision,
 ) -> Event:
     """The event a wire message becomes."""
+    if isinstance(msg, messages.ApprovalDecision):
+        return ApprovalDecided(msg.turn_id, msg.approval_id, msg.approved, msg.by, msg.reason)
     if isinstance(msg, messages.DoneSignal):
         return DoneSignal(
             signal_id=msg.signal_id,

@@ -152,6 +152,10 @@ CONFIG: Mapping[str, Number | Name | ProfileChoice] = {
 }
 """Every key a turn request's ``config`` may set, and its bound (docs/limits.md)."""
 
+CHECKED_ELSEWHERE = ("approve_tools",)
+"""Config keys that are not limits: ``approve_tools`` is checked by ``actors.approvals``
+(``TurnSettings.parse``), and skipped here."""
+
 DEFAULTS: Mapping[str, tuple[str, str]] = {
     "max_iterations": ("max_iterations", "ACTLINE_MAX_ITERATIONS"),
     "max_tokens": ("token_budget", "ACTLINE_TOKEN_BUDGET"),
@@ -183,9 +187,11 @@ def check_config(config: Mapping[Any, Any]) -> TurnConfig:
     the wrong type, not finite or out of its bound (``config.<key>``)."""
     values: dict[str, Any] = {}
     for key, value in config.items():
+        if key in CHECKED_ELSEWHERE:
+            continue
         bound = CONFIG.get(key) if isinstance(key, str) else None
         if bound is None:
-            known = ", ".join(CONFIG)
+            known = ", ".join([*CONFIG, *CHECKED_ELSEWHERE])
             raise InputRefused(f"config.{_key(key)}", "not a turn setting", f"one of {known}")
         values[key] = bound.check(f"config.{key}", value)
     return TurnConfig(**values)

@@ -205,6 +205,13 @@ class ApplyDone(Request[messages.Message]):
 
 
 @dataclass(frozen=True, slots=True)
+class ApplyApproval(Request[messages.Message]):
+    """A ``turn.approval`` routed to the running turn; answers ``Ack`` or ``ErrorReply``."""
+
+    decision: messages.ApprovalDecision
+
+
+@dataclass(frozen=True, slots=True)
 class FollowupArrived:
     """A followup joined the running turn (the conversation counted ``count`` so far)."""
 

@@ -12,6 +12,9 @@ Where conversations live is the ownership seam (``actors.ownership``), chosen on
 ``start``: ``LocalOwnership``, or ``ClusterOwnership`` (``ACTLINE_CLUSTER``: leases in
 JetStream KV, the durable copy, every node hearing inputs and the owner answering).
 
+Approvals (``turn.approval`` on ``<prefix>.turn.<tid>.approval``) go to the running turn
+the same way (``done_routing.route_approval``); only the node that runs it answers.
+
 ``python -m actors.node --nats URL`` runs one node until SIGINT/SIGTERM.
 """
 
@@ -33,6 +36,7 @@ from llm.prompt import system_prompt
 from llm.protocol import Model
 from messages import (
     Ack,
+    ApprovalDecision,
     CancelReAct,
     ErrorReply,
     Feedback,
@@ -51,7 +55,7 @@ from tools.workspace import TurnFiles
 from .agent_tasks import AgentTasks
 from .conversation import ConversationActor
 from .done_queue import DoneQueue
-from .done_routing import ASK_TIMEOUT_S, DoneRouter
+from .done_routing import ASK_TIMEOUT_S, DoneRouter, route_approval
 from .errors import ActorStopped, InputRefused, NodeNotStarted
 from .limits import refusal, validate_input
 from .mailbox import Control, TurnJob, UserInput
@@ -186,6 +190,7 @@ class Node:
             system_prompt=system_prompt(tools),
             knowledge=self._knowledge,
             external_tools=self.registry.names,
+            approval_tools=self.registry.approval_required,
             tasks=book,
             agents=self.agents,
             local_tools=settings.tool_workers > 0,
@@ -212,6 +217,7 @@ class Node:
             await self.executor.start()
         subjects = self.bus.subjects
         self._subs.append(await self.bus.subscribe(subjects.turn_control_any, self._on_control))
+        self._subs.append(await self.bus.subscribe(subjects.turn_approval_any, self._on_approval))
         self._subs.append(await self.bus.subscribe(subjects.conv_any("followup"), self._on_input))
         self._subs.append(
             await self.bus.subscribe(
@@ -281,7 +287,7 @@ class Node:
                 cwd=spec.get("cwd"),
             )
             await self._mcp.enter_async_context(server)
-            names = await register_mcp_server(self.registry, server)
+            names = await register_mcp_server(self.registry, server, approval=spec["approval"])
             log.info("MCP server %s: %d tools", name, len(names))
 
     def _default_model(self) -> Model:
@@ -366,6 +372,16 @@ class Node:
         if running is not None:
             with contextlib.suppress(ActorStopped):
                 running.decision.tell(Control(msg))
+
+    async def _on_approval(self, msg: messages.Message, env: Envelope) -> messages.Message | None:
+        """An approval or denial: the node running the turn answers (``route_approval``)."""
+        if not isinstance(msg, ApprovalDecision):
+            return ErrorReply(
+                code="unexpected_message", message=f"expected turn.approval, got {msg.kind}"
+            )
+        if self.services is None:
+            return None
+        return await route_approval(self.services, msg, env.subject)
 
     async def _on_input(self, msg: messages.Message, env: Envelope) -> messages.Message | None:
         if not isinstance(msg, Followup | Feedback):

@@ -29,6 +29,7 @@ from messages import (
 from messages.ids import is_valid_name
 
 from . import events as ev
+from .approvals import gate, parse_patterns, split_config
 from .decision_protocol import CallLedger, Notice, check_decision
 from .limits import check_config, check_defaults
 from .profiles import BALANCED, Profile, resolve
@@ -64,6 +65,8 @@ class TurnDefaults(Protocol):
     def profile(self) -> str: ...
     @property
     def profiles(self) -> Mapping[str, Mapping[str, Any]]: ...
+    @property
+    def approve_tools(self) -> str: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,6 +80,9 @@ class TurnSettings:
     tool_timeout_s: float = 60.0
     profile: Profile = BALANCED
     """The turn's resolved profile, the config's top-level limits included."""
+    approval_tools: tuple[str, ...] = ()
+    """Tool name patterns whose calls wait for an approval (``actors.approvals``): the
+    node's, the profile's and the config's ``approve_tools``."""
 
     @classmethod
     def parse(cls, config: Mapping[Any, Any], defaults: TurnDefaults) -> TurnSettings:
@@ -85,7 +91,10 @@ class TurnSettings:
         (``max_tokens`` 0: no token budget). Every value is of its type, finite and within
         its bound (``actors.limits.CONFIG``, docs/limits.md); ``InputRefused`` (a
         ``SettingsError``) names the first key that is not, an unknown key or profile, or a
-        default out of bounds."""
+        default out of bounds. ``approve_tools`` (in the config or its profile) adds to the
+        node's approval patterns, never removes one."""
+        config, added = split_config(config)
+        required = parse_patterns(defaults.approve_tools, "ACTLINE_APPROVE_TOOLS")
         given = check_config(config)
         check_defaults(defaults)
         profile = resolve(
@@ -99,6 +108,7 @@ class TurnSettings:
                 given.max_tool_calls_per_decision, profile.max_tool_calls_per_decision
             ),
             wait_timeout_s=float(_pick(given.wait_timeout_s, profile.wait_timeout_s)),
+            approve_tools=tuple(dict.fromkeys(required + profile.approve_tools + added)),
         )
         budget = profile.token_budget
         limits = ev.Limits(
@@ -114,6 +124,7 @@ class TurnSettings:
             model=_pick(given.model, defaults.model),
             tool_timeout_s=float(_pick(given.tool_timeout_s, defaults.tool_timeout_s)),
             profile=profile,
+            approval_tools=profile.approve_tools,
         )
 
 
@@ -141,8 +152,10 @@ def classify_reply(
     external: list[str],
     max_calls: int,
     tokens: int,
+    approval_tools: tuple[str, ...] = (),
 ) -> Classified:
-    """What round ``round_``'s reply means; ``ledger`` counts the calls it admits."""
+    """What round ``round_``'s reply means; ``ledger`` counts the calls it admits. A call
+    whose tool matches ``approval_tools`` gets an approval id (it waits for approval)."""
     answer = channels.get("answer", "")
     checked = check_decision(
         channels.get("decision", ""),
@@ -166,7 +179,7 @@ def classify_reply(
             name, text = str(call.params["name"]), str(call.params["text"])
             agent_calls.append(ev.AgentCall(call.call_id, new_id("task-"), name, text))
         else:
-            calls.append(call)
+            calls.append(gate(call, approval_tools))
     event: ev.ModelEvent
     if calls or agent_calls:
         event = ev.ModelDecided(round_, tuple(calls), tuple(agent_calls), tokens)

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -242,10 +242,10 @@ async def publish_card(
     phase: Phase,
     round_: int,
     detail: str,
-    data: dict[str, Any] | None = None,
+    data: Mapping[str, Any] | None = None,
 ) -> None:
     """A ``react.progress`` card on the conversation's stream (``data``: the context
-    telemetry); a card lost is logged."""
+    telemetry, a waiting card's approvals); a card lost is logged."""
     bus = services.bus
     if phase == "waiting":
         detail = absent_note(services.tasks.absent(turn_id)) + detail
@@ -256,7 +256,7 @@ async def publish_card(
         phase=phase,
         round=round_,
         detail=detail,
-        data=data or {},
+        data=dict(data or {}),
     )
     try:
         await bus.publish(bus.subjects.stream(conversation_id), card)

@@ -252,6 +252,8 @@ class Services:
     """The outside agents' durable inboxes: where ``agent.send`` stores a task."""
     knowledge: KnowledgeSpace | None = None
     external_tools: Callable[[], list[str]] = list
+    approval_tools: Callable[[], list[str]] = list
+    """The registered tools whose calls need approval (``actors.approvals``)."""
     streamer: StreamerActor | None = None
     """This node's streamer pool, called in process (None: use the pool over NATS)."""
     tasks: TaskBook = field(default_factory=TaskBook)

@@ -19,6 +19,7 @@ from storage import Quota
 from tools.confinement import SANDBOX_MODES
 from tools.workspace import WORKSPACE_MODES
 
+from .approvals import parse_patterns
 from .errors import McpConfigError, SettingsError
 from .limits import check_settings
 from .profiles import DEFAULT_PROFILE, check_custom, resolve
@@ -121,6 +122,10 @@ class NodeSettings:
     result_max_bytes: int = 0
     """``ACTLINE_RESULT_MAX_BYTES``: a cap on the results stream's bytes, oldest dropped first
     (0: none; nats-server reserves the cap on its JetStream storage when the stream is made)."""
+    approve_tools: str = ""
+    """``ACTLINE_APPROVE_TOOLS``: comma-separated tool name patterns (``code.*,http.fetch``)
+    whose calls wait for an approval (``actline approve|deny TURN``); a turn's config may add
+    patterns, never remove these."""
     mcp_config: Path | None = None
     """``ACTLINE_MCP_CONFIG``: a JSON file of MCP servers (``{"mcpServers": {name: {command,
     args, env}}}``) whose tools join the registry."""
@@ -169,6 +174,7 @@ class NodeSettings:
             low, high = AGENT_BEAT_RANGE
             reason = f"ACTLINE_AGENT_BEAT={beat!r} must be seconds from {low:g} to {high:g}"
             raise SettingsError("ACTLINE_AGENT_BEAT", str(beat), reason)
+        parse_patterns(self.approve_tools, "ACTLINE_APPROVE_TOOLS")
         check_settings(self)  # turn defaults and size limits within docs/limits.md's bounds
         object.__setattr__(self, "profiles", check_custom(self.profiles))
         try:
@@ -264,6 +270,7 @@ _ENV: dict[str, tuple[str, type]] = {
     "quota_artifacts": ("ACTLINE_QUOTA_ARTIFACTS", int),
     "quota_artifact_bytes": ("ACTLINE_QUOTA_ARTIFACT_BYTES", int),
     "mcp_config": ("ACTLINE_MCP_CONFIG", Path),
+    "approve_tools": ("ACTLINE_APPROVE_TOOLS", str),
     "result_retention_s": ("ACTLINE_RESULT_RETENTION", float),
     "result_max_bytes": ("ACTLINE_RESULT_MAX_BYTES", int),
     "cluster": ("ACTLINE_CLUSTER", bool),
@@ -286,8 +293,9 @@ ENV_VARS = _ENV
 
 
 def load_mcp_config(path: Path) -> dict[str, dict[str, Any]]:
-    """The MCP servers of a JSON config: ``{"mcpServers": {name: {command, args, env, cwd}}}``
-    (``servers`` is accepted for the outer key). Raises ``McpConfigError`` (a
+    """The MCP servers of a JSON config: ``{"mcpServers": {name: {command, args, env, cwd,
+    approval}}}`` (``servers`` is accepted for the outer key; ``approval``: true for every
+    tool of the server, or a list of its tool names, needing approval). Raises ``McpConfigError`` (a
     ``ValueError``) naming what to fix."""
     try:
         raw = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -320,7 +328,18 @@ def load_mcp_config(path: Path) -> dict[str, dict[str, Any]]:
             raise McpConfigError(
                 str(path), f"MCP server {name!r} in {path}: env must map names to strings"
             )
+        approval = spec.get("approval", False)
+        if not (
+            isinstance(approval, bool)
+            or (isinstance(approval, list) and all(isinstance(a, str) for a in approval))
+        ):
+            raise McpConfigError(
+                str(path),
+                f"MCP server {name!r} in {path}: approval must be true, false or a list of "
+                "the server's tool names",
+            )
         out[str(name)] = {
+            "approval": approval,
             "command": spec["command"],
             "args": args,
             "env": env,

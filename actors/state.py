@@ -16,6 +16,15 @@ Steps shared by many rows:
   with ``StartWaitTimer(generation + 1, wait_timeout_s)``.
 * **complete(status)**: queued DONEs -> ``RecordLateSignal`` (a queued skip ->
   ``Ignored``), ``EmitProgress("complete")``, ``Finish(status, ...)``.
+* **approval wait** (a decision with calls that need approval, ``ToolSpec.approval_id``):
+  every ordinary call of the decision is *held*; -> waiting with
+  ``StartWaitTimer(generation + 1, wait_timeout_s)`` and the approval card
+  (``EmitProgress("waiting", data={"approvals": [...]})``). Nothing held runs before every
+  approval is resolved, so a decision stays one tool round.
+* **release** (the last pending approval resolved): ``CancelWaitTimer``; per held call in
+  order, denied -> ``DenyCall`` and notice ``approval_denied`` / ``approval_timeout`` /
+  ``approval_skipped`` (who, why); approved or ungated -> run; any to run -> acting with
+  ``RunTools``, none -> wait checkpoint.
 
 =================  ================  =========================================================
 event              phase             outcome
@@ -25,12 +34,15 @@ StartReAct(t)      idle              model checkpoint of turn t; complete(cancel
 StartReAct         other             ignored (a turn is running, or Reset first)
 ResumeReAct(t)     idle              the checkpoint's round, tokens, tasks and seen signals,
                                      notice card, then wait checkpoint (a crash mid-wait waits
-                                     again); complete(cancelled) if CancelReAct(t) came first
+                                     again), or with held calls pending approval the approval
+                                     wait again (nothing held has run);
+                                     complete(cancelled) if CancelReAct(t) came first
 ResumeReAct        other             ignored
 ModelDecided(r)    thinking, r       no calls: notice ``protocol_violation.empty_decision``,
                                      model checkpoint; else refusals = 0, ``SendAgentTask``
-                                     per agent call, then ordinary calls -> acting with
-                                     ``RunTools``, agent calls only -> wait checkpoint
+                                     per agent call, then a call needing approval -> approval
+                                     wait; other ordinary calls -> acting with ``RunTools``,
+                                     agent calls only -> wait checkpoint
 ModelAnswered(r)   thinking, r       complete(completed)
 AnswerDeferred(r)  thinking, r       notice card (user input landed unseen), model checkpoint
 ProtocolViolation  thinking, r       notice ``protocol_violation.<code>``, model checkpoint
@@ -42,17 +54,23 @@ any model event    other, or not r   ignored (stale)
 ToolsFinished(r)   acting, r         wait checkpoint
 ToolsFinished      other, or not r   ignored (stale)
 DoneSignal         any               duplicate signal id: ignored; else classified (below):
-                                     *open* -> queued in thinking/acting, applied in waiting;
+                                     *open* -> queued in thinking/acting and in an approval
+                                     wait, applied in waiting;
                                      *refused* -> notice (its id is not remembered, so a
                                      corrected resend counts); *late* -> ``RecordLateSignal``
 DONE applied       waiting           ``RecordSignal``; no awaited task left ->
                                      ``CancelWaitTimer``, model checkpoint; else stay
 SkipWaiting        waiting           stop awaiting the open tasks (they stay open), notice
-                                     ``wait_skipped``, ``CancelWaitTimer``, model checkpoint
-SkipWaiting        thinking, acting  queued for the next wait (at most one is queued)
+                                     ``wait_skipped``, ``CancelWaitTimer``, model checkpoint;
+                                     in an approval wait: every pending approval denied
+                                     (``approval_skipped``), release
+SkipWaiting        thinking, acting  queued for the next wait for agents (at most one is
+                                     queued; an approval wait does not consume it)
 SkipWaiting        idle, complete    ignored; also when it names another turn
 WaitTimeout(g)     waiting, g        stop awaiting the open tasks, notice ``wait_timeout``
-                                     naming the agents, model checkpoint
+                                     naming the agents, model checkpoint; in an approval wait:
+                                     every pending approval denied (``approval_timeout``),
+                                     release
 WaitTimeout        other, or not g   ignored (stale)
 CancelReAct        thinking/acting/  ``CancelModel`` / ``CancelTools`` / ``CancelWaitTimer``,
                    waiting           notice ``cancelled`` (what was interrupted),
@@ -60,6 +78,12 @@ CancelReAct        thinking/acting/  ``CancelModel`` / ``CancelTools`` / ``Cance
 CancelReAct(t)     idle              remembered for StartReAct(t); ignored without a turn id
                                      or for the turn that just completed
 CancelReAct        complete          ignored; also when it names another turn
+ApprovalDecided    waiting for       the named approval (None: every pending one) approved or
+                   approvals         denied, ``ApprovalVerdict(ok)``, a notice card; the last
+                                     one pending -> release; else the approval card again
+ApprovalDecided    other             ``ApprovalVerdict`` refused: ``not_waiting`` (no approval
+                                     pending), ``unknown_turn``, ``unknown_approval`` (not
+                                     pending: unknown or already resolved); nothing changes
 Reset              complete          -> idle; the ended turn's tasks are kept (one turn back)
                                      to classify late DONEs; seen signal ids are kept for good
 Reset              other             ignored
@@ -73,7 +97,9 @@ that restarted mid-task and answered twice) or ``done_unknown_task``; *late* oth
 (its turn ended).
 
 Every transition that changes the state emits an ``EmitProgress`` card, except Reset
-(bookkeeping the client never sees); an ignored event yields only ``Ignored``.
+(bookkeeping the client never sees); an ignored event yields only ``Ignored`` (a refused
+approval only ``ApprovalVerdict``). No ``RunTools`` ever carries a call whose approval is
+not ``approved`` (tests/actors/test_state.py, random event sequences).
 """
 
 from __future__ import annotations
@@ -81,7 +107,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from messages import TurnStatus
 
@@ -151,6 +177,15 @@ class DecisionState:
     error: str | None = None
     previous: PastTurn | None = None
     early_cancel: str | None = None
+    held: tuple[ev.ToolSpec, ...] = ()
+    """The ordinary calls of the current decision, held while an approval is pending."""
+    approvals: tuple[ev.Approval, ...] = ()
+    """The approvals of the held calls (pending or resolved)."""
+
+    @property
+    def pending_approvals(self) -> tuple[ev.Approval, ...]:
+        """Approvals not resolved yet: while any is, the turn waits for them."""
+        return tuple(a for a in self.approvals if a.status == "pending")
 
     @property
     def outstanding(self) -> tuple[TaskRecord, ...]:
@@ -192,6 +227,8 @@ def transition(state: DecisionState, event: ev.Event) -> Step:
             return _wait_timeout(state, event)
         case ev.CancelReAct():
             return _cancel(state, event)
+        case ev.ApprovalDecided():
+            return _approval(state, event)
         case ev.Reset():
             return _reset(state)
     return _ignore(f"not an event: {type(event).__name__}", state)
@@ -247,6 +284,10 @@ def _resume(state: DecisionState, event: ev.ResumeReAct) -> Step:
         text = "the turn was cancelled before it resumed"
         _notice(fresh, effects, "cancelled", text)
         return _complete(fresh, effects, "cancelled", error=text)
+    held = event.held if any(c.approval_id is not None for c in event.held) else ()
+    if held:  # nothing held ran: wait for the same approvals again
+        fresh = replace(fresh, held=held, approvals=_resumed_approvals(held, event.approvals))
+        return _await_approvals(fresh, effects)
     return _wait_checkpoint(fresh, effects)
 
 
@@ -265,7 +306,17 @@ def checkpoint(state: DecisionState) -> dict[str, object]:
         "consecutive_refusals": state.consecutive_refusals,
         "tasks": [[t.task_id, t.agent, t.round, t.answered, t.awaited] for t in state.tasks],
         "seen_signals": sorted(state.seen_signals),
-    }
+        "held": [
+            {"call_id": c.call_id, "tool": c.tool, "params": dict(c.params),
+             "approval_id": c.approval_id}
+            for c in state.held
+        ],
+        "approvals": [
+            {"approval_id": a.approval_id, "call_id": a.call_id, "status": a.status,
+             "by": a.by, "reason": a.reason, "code": a.code}
+            for a in state.approvals
+        ],
+    }  # fmt: skip
 
 
 def resume_event(record: Mapping[str, Any], limits: ev.Limits) -> ev.ResumeReAct:
@@ -282,6 +333,27 @@ def resume_event(record: Mapping[str, Any], limits: ev.Limits) -> ev.ResumeReAct
         consecutive_refusals=int(record.get("consecutive_refusals", 0)),
         tasks=tasks,
         seen_signals=tuple(str(s) for s in record.get("seen_signals", ())),
+        held=tuple(
+            ev.ToolSpec(
+                str(c["call_id"]),
+                str(c["tool"]),
+                dict(c.get("params") or {}),
+                None if c.get("approval_id") is None else str(c["approval_id"]),
+            )
+            for c in record.get("held", ())
+        ),
+        approvals=tuple(
+            ev.Approval(
+                str(a["approval_id"]),
+                str(a["call_id"]),
+                "",
+                status=_STATUS.get(str(a.get("status")), "pending"),
+                by=str(a.get("by", "")),
+                reason=str(a.get("reason", "")),
+                code=str(a.get("code", "")),
+            )
+            for a in record.get("approvals", ())
+        ),
     )
 
 
@@ -339,6 +411,9 @@ def _decided(state: DecisionState, event: ev.ModelDecided, effects: list[ev.Effe
     state = replace(state, consecutive_refusals=0, tasks=state.tasks + tuple(new_tasks))
     if not event.calls:
         return _wait_checkpoint(state, effects)
+    if any(c.approval_id is not None for c in event.calls):
+        state = replace(state, held=event.calls, approvals=_approvals_of(event.calls))
+        return _await_approvals(state, effects)
     effects.append(ev.RunTools(state.round, event.calls))
     return replace(state, phase=TurnPhase.ACTING), tuple(effects)
 
@@ -369,7 +444,7 @@ def _done(state: DecisionState, event: ev.DoneSignal) -> Step:
         detail = f"late DONE from {event.agent} recorded ({verdict.reason}); announced next turn"
         effects.append(ev.EmitProgress("notice", state.round, detail))
         return state, tuple(effects)
-    if state.phase is not TurnPhase.WAITING:
+    if state.phase is not TurnPhase.WAITING or state.pending_approvals:
         state = replace(state, pending=(*state.pending, QueuedDone(event, verdict.task_id)))
         detail = f"DONE from {event.agent} queued until the next wait or model call"
         effects.append(ev.EmitProgress("notice", state.round, detail))
@@ -387,6 +462,9 @@ def _skip(state: DecisionState, event: ev.SkipWaiting) -> Step:
         return _ignore(f"SkipWaiting while {state.phase}: nothing to skip", state)
     if event.turn_id not in (None, state.turn_id):
         return _ignore(f"SkipWaiting for turn {event.turn_id}; turn {state.turn_id} runs", state)
+    if state.phase is TurnPhase.WAITING and state.pending_approvals:
+        decision = ev.ApprovalDecided(None, None, False, "", event.reason or "waiting skipped")
+        return _resolve(state, [], decision, "approval_skipped")
     if state.phase is TurnPhase.WAITING:
         effects: list[ev.Effect] = [ev.CancelWaitTimer(state.wait_generation)]
         state = _stop_waiting(
@@ -403,6 +481,10 @@ def _wait_timeout(state: DecisionState, event: ev.WaitTimeout) -> Step:
     if state.phase is not TurnPhase.WAITING or event.generation != state.wait_generation:
         return _ignore(f"stale WaitTimeout({event.generation}) while {state.phase}", state)
     effects: list[ev.Effect] = []
+    if state.pending_approvals:
+        reason = f"no approval within {state.limits.wait_timeout_s:g} s"
+        return _resolve(state, effects, ev.ApprovalDecided(None, None, False, "", reason),
+                        "approval_timeout")  # fmt: skip
     text = f"no DONE within {state.limits.wait_timeout_s:g} s"
     state = _stop_waiting(state, effects, "wait_timeout", text)
     return _model_checkpoint(state, effects)
@@ -431,9 +513,29 @@ def _cancel(state: DecisionState, event: ev.CancelReAct) -> Step:
     else:
         effects.append(ev.CancelWaitTimer(state.wait_generation))
         what = _waiting_for(state.awaited)
+        if state.pending_approvals:
+            what = f"{_approval_text(state.pending_approvals)} (nothing held ran)"
     text = f"cancelled while {what}{_why(event.reason)}"
     _notice(state, effects, "cancelled", text)
     return _complete(state, effects, "cancelled", error=text)
+
+
+def _approval(state: DecisionState, event: ev.ApprovalDecided) -> Step:
+    pending = state.pending_approvals
+    if event.turn_id not in (None, state.turn_id):
+        text = f"turn {event.turn_id} is not the one running here ({state.turn_id})"
+        return state, (ev.ApprovalVerdict(False, "unknown_turn", text),)
+    if state.phase is not TurnPhase.WAITING or not pending:
+        what = f"turn {state.turn_id} is {state.phase}" if state.turn_id else "no turn runs"
+        text = f"{what}, with no approval pending"
+        return state, (ev.ApprovalVerdict(False, "not_waiting", text),)
+    if event.approval_id is not None and event.approval_id not in {a.approval_id for a in pending}:
+        ids = ", ".join(a.approval_id for a in pending)
+        text = (
+            f"approval {event.approval_id} is not pending in turn {state.turn_id} (pending: {ids})"
+        )
+        return state, (ev.ApprovalVerdict(False, "unknown_approval", text),)
+    return _resolve(state, [], event, "approval_denied")
 
 
 def _reset(state: DecisionState) -> Step:
@@ -498,7 +600,15 @@ def _complete(
             effects.append(ev.Ignored("queued SkipWaiting unused: the turn ended"))
     if best_effort:
         effects.append(ev.FinalizeBestEffort(error or status))
-    state = replace(state, phase=TurnPhase.COMPLETE, pending=(), status=status, error=error)
+    state = replace(
+        state,
+        phase=TurnPhase.COMPLETE,
+        pending=(),
+        status=status,
+        error=error,
+        held=(),  # calls held for an approval never run once the turn ends
+        approvals=(),
+    )
     effects.append(ev.EmitProgress("complete", state.round, status if error is None else error))
     effects.append(ev.Finish(status, answer, error, state.round, state.tokens_used))
     return state, tuple(effects)
@@ -532,6 +642,100 @@ def _stop_waiting(
     state = replace(state, tasks=tasks)
     _notice(state, effects, code, f"{text}: no DONE yet from {agents}; a later DONE still counts")
     return state
+
+
+def _await_approvals(state: DecisionState, effects: list[ev.Effect]) -> Step:
+    """Hold the decision's calls in Waiting until every approval is resolved."""
+    generation = state.wait_generation + 1
+    state = replace(state, phase=TurnPhase.WAITING, wait_generation=generation)
+    effects.append(ev.StartWaitTimer(generation, state.limits.wait_timeout_s))
+    effects.append(_approval_card(state))
+    return state, tuple(effects)
+
+
+def _approval_card(state: DecisionState) -> ev.EmitProgress:
+    pending = state.pending_approvals
+    data = {
+        "approvals": [
+            {"approval_id": a.approval_id, "call_id": a.call_id, "tool": a.tool,
+             "params": dict(a.params)}
+            for a in pending
+        ]
+    }  # fmt: skip
+    return ev.EmitProgress("waiting", state.round, _approval_text(pending), data)
+
+
+def _resolve(
+    state: DecisionState, effects: list[ev.Effect], event: ev.ApprovalDecided, code: str
+) -> Step:
+    """Apply one approval decision (every pending approval when it names none); release
+    the held calls once none is pending."""
+    status: Literal["approved", "denied"] = "approved" if event.approved else "denied"
+    resolved: list[ev.Approval] = []
+    approvals: list[ev.Approval] = []
+    for a in state.approvals:
+        if a.status == "pending" and event.approval_id in (None, a.approval_id):
+            a = replace(a, status=status, by=event.by, reason=event.reason,
+                        code="" if event.approved else code)  # fmt: skip
+            resolved.append(a)
+        approvals.append(a)
+    state = replace(state, approvals=tuple(approvals))
+    names = ", ".join(f"{a.tool} ({a.approval_id})" for a in resolved)
+    verb = "approved" if event.approved else "denied"
+    detail = f"{names} {verb}{_by(event.by)}{_why(event.reason)}"
+    effects.append(ev.ApprovalVerdict(True, "applied", detail))
+    effects.append(ev.EmitProgress("notice", state.round, detail))
+    if state.pending_approvals:
+        effects.append(_approval_card(state))
+        return state, tuple(effects)
+    return _release(state, effects)
+
+
+def _release(state: DecisionState, effects: list[ev.Effect]) -> Step:
+    """Every approval is resolved: denied calls get their refusal, the others run."""
+    effects.append(ev.CancelWaitTimer(state.wait_generation))
+    verdicts = {a.approval_id: a for a in state.approvals}
+    run: list[ev.ToolSpec] = []
+    for call in state.held:
+        found = verdicts.get(call.approval_id or "") if call.approval_id else None
+        if call.approval_id is None or (found is not None and found.status == "approved"):
+            run.append(call)
+            continue
+        code = (found.code if found is not None else "") or "approval_denied"
+        text = (
+            f"{call.tool} was not run: the approval was denied"
+            f"{_by(found.by if found else '')}{_why(found.reason if found else '')}"
+        )
+        effects.append(ev.DenyCall(call, code, text))
+        _notice(state, effects, code, text)
+    state = replace(state, held=(), approvals=())
+    if not run:
+        return _wait_checkpoint(state, effects)
+    effects.append(ev.RunTools(state.round, tuple(run)))
+    return replace(state, phase=TurnPhase.ACTING), tuple(effects)
+
+
+def _approvals_of(calls: tuple[ev.ToolSpec, ...]) -> tuple[ev.Approval, ...]:
+    return tuple(
+        ev.Approval(c.approval_id, c.call_id, c.tool, c.params)
+        for c in calls
+        if c.approval_id is not None
+    )
+
+
+def _resumed_approvals(
+    held: tuple[ev.ToolSpec, ...], stored: tuple[ev.Approval, ...]
+) -> tuple[ev.Approval, ...]:
+    """Each held call's approval as stored (pending when none was stored: never approved
+    by default); at least one stays pending, or the approval wait would not hold."""
+    by_id = {a.approval_id: a for a in stored}
+    approvals = tuple(
+        replace(by_id.get(a.approval_id, a), call_id=a.call_id, tool=a.tool, params=a.params)
+        for a in _approvals_of(held)
+    )
+    if any(a.status == "pending" for a in approvals):
+        return approvals
+    return tuple(replace(a, status="pending", by="", reason="", code="") for a in approvals)
 
 
 def _budget_spent(state: DecisionState) -> str | None:
@@ -629,3 +833,24 @@ def _waiting_for(tasks: tuple[TaskRecord, ...]) -> str:
 
 def _why(reason: str) -> str:
     return f" ({reason})" if reason else ""
+
+
+def _by(who: str) -> str:
+    return f" by {who}" if who else ""
+
+
+def _approval_text(pending: tuple[ev.Approval, ...]) -> str:
+    calls = ", ".join(f"{a.tool}({_args(a.params)}) [{a.approval_id}]" for a in pending)
+    return f"waiting for approval of {calls}"
+
+
+def _args(params: Mapping[str, Any]) -> str:
+    text = ", ".join(f"{k}={v!r}" for k, v in params.items())
+    return text if len(text) <= 200 else text[:199] + "…"
+
+
+_STATUS: dict[str, Literal["pending", "approved", "denied"]] = {
+    "pending": "pending",
+    "approved": "approved",
+    "denied": "denied",
+}

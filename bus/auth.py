@@ -242,15 +242,20 @@ class Authority:
         }
         return encode_jwt(claims, self._seeds["operator"])
 
-    def issue(self, role: str, *, name: str = "", prefix: str = "al") -> str:
-        """A ``.creds`` text for ``role`` (``agent`` needs ``name``) under ``prefix``."""
-        granted = permissions(role, name=name, prefix=prefix)
+    def issue(
+        self, role: str, *, name: str = "", prefix: str = "al", approver: bool = False
+    ) -> str:
+        """A ``.creds`` text for ``role`` (``agent`` needs ``name``) under ``prefix``;
+        ``approver``: an agent that may approve or deny pending tool calls."""
+        granted = permissions(role, name=name, prefix=prefix, approver=approver)
         seed = new_seed(nkeys.PREFIX_BYTE_USER)
         user = public_key(seed)
         granted = granted.with_inbox(f"_INBOX.{user}")
         tags = [f"actline:role={role}", f"actline:prefix={prefix}"]
         if name:
             tags.append(f"actline:name={name}")
+        if approver:
+            tags.append("actline:approver=yes")
         claims = {
             "sub": user,
             "name": f"{role}-{name}@{prefix}" if name else f"{role}@{prefix}",
@@ -265,12 +270,16 @@ class Authority:
         }
         return creds_text(encode_jwt(claims, self._seeds["account"]), seed)
 
-    def creds_path(self, role: str, *, name: str = "", prefix: str = "al") -> Path:
+    def creds_path(
+        self, role: str, *, name: str = "", prefix: str = "al", approver: bool = False
+    ) -> Path:
         """Where the authority keeps the credentials of ``role`` (made on first ask)."""
-        if role not in ROLES:
-            permissions(role, name=name, prefix=prefix)  # raises the error that names it
+        if role not in ROLES or approver:
+            # raises the error that names it
+            permissions(role, name=name, prefix=prefix, approver=approver)
         stem = f"{role}-{name}" if name else role
+        stem += "-approver" if approver else ""
         path = self.root / "creds" / f"{stem}@{prefix}.creds"
         if not path.exists():
-            write_secret(path, self.issue(role, name=name, prefix=prefix))
+            write_secret(path, self.issue(role, name=name, prefix=prefix, approver=approver))
         return path

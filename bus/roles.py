@@ -7,12 +7,15 @@ issued for one prefix and reaches nothing of another one.
   buckets only (named in ``Subjects``), never another prefix's; replies to anyone.
   The only role that serves model calls (``llm.``), tool calls (``tools.``),
   conversations (``conv.``), and publishes results and agent tasks.
-- ``client``: submits turns; sends followups, feedback, skip and cancel; reads its
+- ``client``: submits turns; sends followups, feedback, skip, cancel and approvals
+  (``turn.approval``); reads its
   prefix's streams and results (and the results stream by direct get); asks for
   the agent list. Nothing under ``agent.``, ``llm.``, ``tools.``; no JetStream
   management (it cannot create, delete or purge a stream).
 - ``agent NAME``: says hello on its own subject, pulls its own tasks from its own
-  durable consumer, publishes DONE on its own DONE subject. Nothing else.
+  durable consumer, publishes DONE on its own DONE subject. Nothing else, unless its
+  credentials were issued with the right to approve (``approver``): then it may also send
+  approvals and denials of pending tool calls (``<prefix>.turn.*.approval``).
 - ``admin``: everything; for operators' maintenance (and tests), never for a program.
 
 Every role may subscribe only to its own reply inbox (``_INBOX.<its public key>.>``),
@@ -114,6 +117,7 @@ def _client(s: Subjects) -> Permissions:
         publish=(
             s.turn_submit,
             s.turn_control_any,
+            s.turn_approval_any,
             s.conv_any("followup"),
             s.conv_any("feedback"),
             s.agents_list,
@@ -125,7 +129,7 @@ def _client(s: Subjects) -> Permissions:
     )
 
 
-def _agent(s: Subjects, name: str) -> Permissions:
+def _agent(s: Subjects, name: str, approver: bool) -> Permissions:
     if not is_valid_name(name):
         raise RoleUnknown(
             "agent", f"an agent needs a name of letters, digits, - and _ (not {name!r})"
@@ -138,20 +142,26 @@ def _agent(s: Subjects, name: str) -> Permissions:
             f"$JS.API.CONSUMER.MSG.NEXT.{tasks}.{consumer}",
             f"$JS.API.CONSUMER.INFO.{tasks}.{consumer}",
             f"$JS.ACK.{tasks}.{consumer}.>",
+            *((s.turn_approval_any,) if approver else ()),
         ),
         subscribe=(),
     )
 
 
-def permissions(role: str, *, name: str = "", prefix: str = "al") -> Permissions:
-    """The permissions of ``role`` under ``prefix`` (without the user's inbox)."""
+def permissions(
+    role: str, *, name: str = "", prefix: str = "al", approver: bool = False
+) -> Permissions:
+    """The permissions of ``role`` under ``prefix`` (without the user's inbox); ``approver``
+    (agents only) adds the right to approve or deny pending tool calls."""
     s = Subjects(prefix)
+    if approver and role != "agent":
+        raise RoleUnknown(role, "only an agent's credentials take --approver")
     if role == "node":
         return _node(s)
     if role == "client":
         return _client(s)
     if role == "agent":
-        return _agent(s, name)
+        return _agent(s, name, approver)
     if role == "admin":
         return Permissions(publish=(">",), subscribe=(">",))
     raise RoleUnknown(role, f"choose one of {', '.join(ROLES)}")

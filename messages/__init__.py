@@ -28,7 +28,7 @@ from .codec import MAX_PAYLOAD, MESSAGE_ADAPTER, MESSAGE_TYPES, Message, decode,
 from .errors import DecodeError, EncodeError, MessageError, PayloadTooLarge, SubjectError
 from .ids import AgentName, Id, is_valid_id, is_valid_name, new_id
 from .llm import GenerateRequest, GenerateResult
-from .react import CancelReAct, Phase, ReActProgress, SkipWaiting, StreamDelta
+from .react import ApprovalDecision, CancelReAct, Phase, ReActProgress, SkipWaiting, StreamDelta
 from .subjects import Subjects
 from .system import Ack, DeadLetter, ErrorReply
 from .tools import ToolCall, ToolResult
@@ -46,6 +46,7 @@ __all__ = [
     "AgentWelcome",
     "AgentsList",
     "AgentsListed",
+    "ApprovalDecision",
     "ArtifactRef",
     "Attachment",
     "CancelReAct",

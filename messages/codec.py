@@ -15,7 +15,7 @@ from pydantic import Field, TypeAdapter, ValidationError
 from .agents import AgentHello, AgentsList, AgentsListed, AgentTask, AgentWelcome, DoneSignal
 from .errors import DecodeError, EncodeError, PayloadTooLarge
 from .llm import GenerateRequest, GenerateResult
-from .react import CancelReAct, ReActProgress, SkipWaiting, StreamDelta
+from .react import ApprovalDecision, CancelReAct, ReActProgress, SkipWaiting, StreamDelta
 from .system import Ack, DeadLetter, ErrorReply
 from .tools import ToolCall, ToolResult
 from .turn import Feedback, Followup, ReActResult, TurnAccepted, TurnRequest
@@ -33,6 +33,7 @@ Message = Annotated[
     | StreamDelta
     | SkipWaiting
     | CancelReAct
+    | ApprovalDecision
     | GenerateRequest
     | GenerateResult
     | AgentTask
@@ -63,6 +64,7 @@ MESSAGE_TYPES: Final[dict[str, type[Any]]] = {
         StreamDelta,
         SkipWaiting,
         CancelReAct,
+        ApprovalDecision,
         GenerateRequest,
         GenerateResult,
         AgentTask,

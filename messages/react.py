@@ -50,6 +50,22 @@ class SkipWaiting(WireModel):
     ts: UtcDatetime = Field(default_factory=utcnow)
 
 
+class ApprovalDecision(WireModel):
+    """Approve or deny a running turn's pending tool call(s) (a request on
+    ``al.turn.<tid>.approval``; the node answers ``ack`` or ``error``).
+
+    ``approval_id`` None: every approval the turn has pending. ``by`` names who decided
+    (a user, an approver agent), ``reason`` says why; both reach the timeline."""
+
+    kind: Literal["turn.approval"] = "turn.approval"
+    turn_id: Id
+    approval_id: Id | None = None
+    approved: bool
+    by: str = ""
+    reason: str = ""
+    ts: UtcDatetime = Field(default_factory=utcnow)
+
+
 class CancelReAct(WireModel):
     """Cancel the turn from any state (public wire contract)."""
 

@@ -120,6 +120,25 @@ class Subjects:
         """Skip-waiting and cancel of every turn (wildcard): a node routes them to its turns."""
         return f"{self.prefix}.turn.*.control"
 
+    def turn_approval(self, turn_id: str) -> str:
+        """Approvals and denials (``turn.approval``, a request) for one running turn."""
+        return f"{self.prefix}.turn.{_token(turn_id, 'turn id')}.approval"
+
+    @property
+    def turn_approval_any(self) -> str:
+        """Approvals of every turn (wildcard): the node running the turn answers."""
+        return f"{self.prefix}.turn.*.approval"
+
+    def turn_of(self, subject: str, verb: str) -> str:
+        """The turn id of ``<prefix>.turn.<tid>.<verb>``; ``SubjectError`` otherwise."""
+        head = f"{self.prefix}.turn."
+        tail = f".{_token(verb, 'verb')}"
+        if subject.startswith(head) and subject.endswith(tail):
+            tid = subject[len(head) : len(subject) - len(tail)]
+            if is_valid_id(tid):
+                return tid
+        raise SubjectError(f"{verb} subject of a turn", subject)
+
     def conv(self, conversation_id: str, verb: str) -> str:
         """One verb of a ConversationActor, e.g. ``render``."""
         cid = _token(conversation_id, "conversation id")

@@ -65,7 +65,13 @@ class Chat:
     """A chat child on a pty: write to it, wait for text, wait for its exit."""
 
     def __init__(
-        self, home: Path, *, grace: float = 0.0, conversation: str = "", nats_url: str = ""
+        self,
+        home: Path,
+        *,
+        grace: float = 0.0,
+        conversation: str = "",
+        nats_url: str = "",
+        approve_tools: str = "",
     ) -> None:
         env = {
             k: v for k, v in os.environ.items() if k != "NATS_URL" and not k.startswith("ACTLINE_")
@@ -75,6 +81,7 @@ class Chat:
             ACTLINE_DOCS="examples/kb",
             ACTLINE_FOLLOWUP_GRACE=str(grace),
             CHAT_CONVERSATION=conversation,
+            ACTLINE_APPROVE_TOOLS=approve_tools,
             COLUMNS="120",
             LINES="40",
             TERM="dumb",
@@ -334,6 +341,27 @@ def test_a_line_typed_while_the_turn_waits_joins_it(ctrl_chat: Chat) -> None:
     chat.expect("you> ")
     chat.line("/quit")
     assert chat.exit_code() == 0
+
+
+def test_a_tool_call_waiting_for_approval_is_shown_and_approved_from_the_chat(
+    tmp_path: Path,
+) -> None:
+    chat = Chat(tmp_path / "home", approve_tools="react.search_knowledge")
+    try:
+        chat.expect("you> ")
+        chat.line("How do the pricing tiers differ?")
+        chat.expect("needs approval: react.search_knowledge")
+        chat.expect("actline approve t-")
+        chat.line("/approve ap-nope")
+        chat.expect("refused: unknown_approval")
+        chat.line("/approve read-only")
+        chat.expect("approved: react.search_knowledge")
+        chat.expect("complete  completed")
+        chat.expect("you> ")
+        chat.line("/quit")
+        assert chat.exit_code() == 0
+    finally:
+        chat.close()
 
 
 def test_slash_cancel_typed_while_the_turn_waits_cancels_it(chat: Chat) -> None:

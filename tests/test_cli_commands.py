@@ -402,3 +402,38 @@ def test_debug_shows_the_traceback(tmp_path: Path) -> None:
     assert result.returncode != 0
     assert "Traceback" in result.stderr
     assert "ConfigError" in result.stderr and "nats://host:4222" in result.stderr
+
+
+# -- approve / deny --------------------------------------------------------------------------------
+
+APPROVE_LINE = re.compile(r"actline approve (t-[A-Za-z0-9]+) --approval (ap-[A-Za-z0-9]+)")
+
+
+def test_approve_lets_a_waiting_turn_go_on_and_deny_of_a_finished_turn_says_no_node(
+    nats: EmbeddedNats, tmp_path: Path
+) -> None:
+    gated = "react.search_knowledge"
+    node_env = clean_env(tmp_path / "node", ACTLINE_APPROVE_TOOLS=gated, **as_role(nats))
+    node = Running("serve", "--nats", nats.url, env=node_env)
+    client = clean_env(tmp_path / "client", NATS_URL=nats.url, **as_role(nats, "client"))
+    ask: Running | None = None
+    try:
+        node.wait_for("serving on")
+        ask = Running("ask", "How do the pricing tiers?", env=client | {"PYTHONUNBUFFERED": "1"})
+        assert gated in ask.wait_for("needs approval:")
+        match = APPROVE_LINE.search(ask.wait_for("actline approve"))
+        assert match, ask.seen
+        turn, approval = match.groups()
+        approved = actline("approve", turn, "--approval", approval, "--reason", "ok", env=client)
+        assert approved.returncode == 0, approved.stdout + approved.stderr
+        assert f"approved: {gated}" in approved.stdout
+        assert "· completed" in ask.wait_for(f"turn {turn}")
+        denied = actline("deny", turn, "--timeout", "1", env=client)
+        assert denied.returncode == 1
+        assert "no_node" in denied.stdout and f"no node runs turn {turn}" in denied.stdout
+        bad = actline("approve", "not an id!", env=client)
+        assert bad.returncode == 2 and "is not an id" in bad.stderr
+    finally:
+        if ask is not None:
+            ask.stop()
+        node.stop()

@@ -51,6 +51,23 @@ async def test_send_done_answers_an_outside_agent_and_followup_joins(tmp_path: P
     assert isinstance(wrong, ErrorReply) and wrong.code == "no_outstanding_task"
 
 
+async def test_approve_and_deny_decide_a_gated_tool_call(tmp_path: Path) -> None:
+    gated = {"approve_tools": ["react.search_knowledge"]}
+    async with Runtime(config(tmp_path)) as rt:
+        handle = await rt.submit("How do the pricing tiers differ?", config=gated)
+        card = await handle.wait_for("waiting", detail="approval", timeout=30)
+        [pending] = card.data["approvals"]
+        assert pending["tool"] == "react.search_knowledge" and pending["params"]
+        wrong = await rt.deny(handle.turn_id, approval_id="ap-nope", reason="typo")
+        verdict = await rt.approve(handle.turn_id, reason="read-only search")
+        result = await handle.wait(30)
+        finished = await rt.deny(handle.turn_id, timeout=1.0)
+    assert isinstance(wrong, ErrorReply) and wrong.code == "unknown_approval", wrong
+    assert verdict.kind == "ack" and "approved by" in verdict.detail, verdict
+    assert result.status == "completed" and result.sources_used
+    assert isinstance(finished, ErrorReply) and finished.code == "no_node", finished
+
+
 async def test_an_unreachable_server_is_a_config_error_naming_the_fix(tmp_path: Path) -> None:
     env = {"ACTLINE_HOME": str(tmp_path / "h"), "ACTLINE_INSECURE": "1"}
     cfg = Config.load(env=env, nats_url="nats://127.0.0.1:9")

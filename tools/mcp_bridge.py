@@ -53,6 +53,7 @@ MCP_ERRORS: dict[str, str] = {
     "connection_closed": "the MCP server exited; restart it",
     "protocol_error": "the server refused the request",
     "bad_result": "the server's answer did not match the MCP protocol",
+    "unknown_tool": "name only tools the server lists (approval in the MCP config)",
 }
 """Each ``McpError.code`` with the advice its message ends with."""
 
@@ -286,8 +287,11 @@ class McpServer:
             raise McpError(self.name, "bad_result", _describe(exc), tool) from None
 
 
-async def register_mcp_server(registry: ToolRegistry, server: McpServer) -> list[str]:
+async def register_mcp_server(
+    registry: ToolRegistry, server: McpServer, *, approval: bool | Sequence[str] = False
+) -> list[str]:
     """Register every tool of a started ``server`` as ``mcp.<server>.<tool>``; the names.
+    ``approval``: every tool (True) or the tools of these original names need approval.
 
     Names are made to fit ``TOOL_NAME_PATTERN`` (lowercase, other characters become ``_``, a
     leading non-letter gets ``t_`` before it) and a clash gets ``_2``, ``_3``… A tool whose
@@ -296,7 +300,16 @@ async def register_mcp_server(registry: ToolRegistry, server: McpServer) -> list
     names: list[str] = []
     taken = set(registry.names())
     prefix = f"mcp.{_word(server.name)}."
-    for tool in await server.list_tools():
+    listed = await server.list_tools()
+    named = () if isinstance(approval, bool) else approval
+    unknown = sorted(set(named) - {str(t["name"]) for t in listed})
+    if unknown:
+        raise McpError(
+            server.name,
+            "unknown_tool",
+            f"approval names tools the server does not have: {', '.join(unknown)}",
+        )
+    for tool in listed:
         original = str(tool["name"])
         name = prefix + _word(original)
         if name in taken:
@@ -313,6 +326,7 @@ async def register_mcp_server(registry: ToolRegistry, server: McpServer) -> list
             schema=_schema(tool.get("inputSchema"), server.name, original),
             description=tool.get("description")
             or f"{original} (from the MCP server {server.name})",
+            needs_approval=approval is True or original in named,
         )
         names.append(name)
     log.info("registered %d tools of MCP server %s", len(names), server.name)

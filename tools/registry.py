@@ -103,6 +103,8 @@ class RegisteredTool:
     description: str = ""
     schema: dict[str, Any] = field(default_factory=lambda: {"type": "object"})
     timeout_s: float | None = None
+    needs_approval: bool = False
+    """Each call waits for an approval before it runs (``actors.approvals``)."""
     _validator: Any = field(init=False, repr=False, compare=False, default=None)
 
     def __post_init__(self) -> None:
@@ -156,8 +158,10 @@ class ToolRegistry:
         schema: Mapping[str, Any] | None = None,
         description: str = "",
         timeout_s: float | None = None,
+        needs_approval: bool = False,
     ) -> RegisteredTool:
-        """Add a tool; ``description`` defaults to the function's docstring.
+        """Add a tool; ``description`` defaults to the function's docstring. A tool with
+        ``needs_approval`` runs only once a human (or an approver agent) approves each call.
 
         Raises ``ValueError`` for a bad or reserved name, a duplicate, or a broken schema.
         """
@@ -171,6 +175,7 @@ class ToolRegistry:
             description=description or inspect.getdoc(fn) or "",
             schema=copy.deepcopy(dict(schema)) if schema is not None else {"type": "object"},
             timeout_s=timeout_s,
+            needs_approval=needs_approval,
         )
         self._tools[name] = tool
         return tool
@@ -182,11 +187,19 @@ class ToolRegistry:
         schema: Mapping[str, Any] | None = None,
         description: str = "",
         timeout_s: float | None = None,
+        needs_approval: bool = False,
     ) -> Callable[[ToolFn], ToolFn]:
         """Decorator form of ``register``; returns the function unchanged."""
 
         def decorate(fn: ToolFn) -> ToolFn:
-            self.register(name, fn, schema=schema, description=description, timeout_s=timeout_s)
+            self.register(
+                name,
+                fn,
+                schema=schema,
+                description=description,
+                timeout_s=timeout_s,
+                needs_approval=needs_approval,
+            )
             return fn
 
         return decorate
@@ -194,6 +207,10 @@ class ToolRegistry:
     def names(self) -> list[str]:
         """The registered names, sorted."""
         return sorted(self._tools)
+
+    def approval_required(self) -> list[str]:
+        """The names of the tools registered with ``needs_approval``, sorted."""
+        return sorted(n for n, t in self._tools.items() if t.needs_approval)
 
     def get(self, name: str) -> RegisteredTool | None:
         """The tool called ``name``, or None."""

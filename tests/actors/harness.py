@@ -10,6 +10,7 @@ from typing import Any
 from actors import NodeSettings
 from actors.client import Client, TurnHandle
 from actors.node import Node
+from actors.tool_executor import ToolRegistry
 from bus import Bus
 from llm import ReplayModel
 from llm.protocol import Chunk
@@ -84,13 +85,20 @@ def settings(home: Path, **changes: Any) -> NodeSettings:
 
 
 async def start_node(
-    bus: Bus, home: Path, model: Any, *, store: Store | None = None, **changes: Any
+    bus: Bus,
+    home: Path,
+    model: Any,
+    *,
+    store: Store | None = None,
+    registry: ToolRegistry | None = None,
+    **changes: Any,
 ) -> Node:
     node = Node(
         bus,
         settings(home, **changes),
         model=model,
         store=store,
+        registry=registry,
         knowledge=KnowledgeSpace(KB),
     )
     await node.start()

@@ -20,12 +20,15 @@ from actors.errors import InputRefused
 from actors.events import (
     AgentCall,
     AnswerDeferred,
+    ApprovalDecided,
+    ApprovalVerdict,
     CallModel,
     CallRefused,
     CancelModel,
     CancelReAct,
     CancelTools,
     CancelWaitTimer,
+    DenyCall,
     DoneSignal,
     Effect,
     EmitProgress,
@@ -70,6 +73,7 @@ TURN = "turn-1"
 SEARCH = ToolSpec("call-1", "web.search", {"query": "actors"})
 ASK_REVIEWER = AgentCall("call-2", "task-1", "reviewer", "review the plan")
 ASK_TESTER = AgentCall("call-3", "task-2", "tester", "run the tests")
+GATED = ToolSpec("call-4", "code.exec_python", {"code": "print(1)"}, approval_id="ap-1")
 
 
 def run(state: DecisionState, *events: Event) -> tuple[DecisionState, list[Effect]]:
@@ -112,6 +116,11 @@ def waiting(limits: Limits | None = None) -> DecisionState:
     return run(acting(limits), ToolsFinished(1))[0]
 
 
+def waiting_for_approval() -> DecisionState:
+    """Round 1 decided a gated call, a search and task-1: the calls wait for approval ap-1."""
+    return run(thinking(), ModelDecided(1, (GATED, SEARCH), (ASK_REVIEWER,)))[0]
+
+
 def thinking_with_open_task() -> DecisionState:
     """Round 2, after the wait for task-1 was skipped: task-1 stays open."""
     return run(waiting(), SkipWaiting(TURN))[0]
@@ -132,6 +141,7 @@ STATES: dict[str, Callable[[], DecisionState]] = {
     "thinking": thinking_with_open_task,
     "acting": acting,
     "waiting": waiting,
+    "waiting for approval": waiting_for_approval,
     "complete": complete_with_open_task,
     "idle after a turn": idle_after_turn,
 }
@@ -150,15 +160,18 @@ EVENTS: dict[str, Callable[[DecisionState], Event]] = {
     "SkipWaiting": lambda s: SkipWaiting(TURN),
     "WaitTimeout": lambda s: WaitTimeout(s.wait_generation),
     "CancelReAct": lambda s: CancelReAct(TURN),
+    "ApprovalDecided": lambda s: ApprovalDecided(TURN, None, True, "alice"),
     "Reset": lambda s: Reset(),
 }
 
 IGNORED = ("same", ["Ignored"])
+NOT_WAITING = ("same", ["ApprovalVerdict"])  # a refused approval: the sender is told why
 NOTICE = ["RecordNotice", "EmitProgress"]
 LATE = ("same", ["RecordLateSignal", "EmitProgress"])
 CALL = ["EmitProgress", "CallModel"]
 FINISH = ["EmitProgress", "Finish"]
 CANCEL = [*NOTICE, *FINISH]
+DENY_ALL = ["ApprovalVerdict", "EmitProgress", "CancelWaitTimer", "DenyCall", *NOTICE]
 
 TABLE: dict[str, dict[str, tuple[str, list[str]]]] = {
     "idle": {
@@ -193,6 +206,16 @@ TABLE: dict[str, dict[str, tuple[str, list[str]]]] = {
         "WaitTimeout": ("thinking", [*NOTICE, *CALL]),
         "CancelReAct": ("complete", ["CancelWaitTimer", *CANCEL]),
     },
+    "waiting for approval": {
+        "DoneSignal": ("same", ["EmitProgress"]),  # queued until the held calls ran
+        "SkipWaiting": ("acting", [*DENY_ALL, "RunTools"]),  # the search still runs
+        "WaitTimeout": ("acting", [*DENY_ALL, "RunTools"]),
+        "CancelReAct": ("complete", ["CancelWaitTimer", *CANCEL]),
+        "ApprovalDecided": (
+            "acting",
+            ["ApprovalVerdict", "EmitProgress", "CancelWaitTimer", "RunTools"],
+        ),
+    },
     "complete": {
         "DoneSignal": LATE,
         "Reset": ("idle", []),
@@ -203,7 +226,11 @@ TABLE: dict[str, dict[str, tuple[str, list[str]]]] = {
         "DoneSignal": LATE,
     },
 }
-CASES = [(p, e, *TABLE[p].get(e, IGNORED)) for p in STATES for e in EVENTS]
+CASES = [
+    (p, e, *TABLE[p].get(e, NOT_WAITING if e == "ApprovalDecided" else IGNORED))
+    for p in STATES
+    for e in EVENTS
+]
 
 
 @pytest.mark.parametrize(("start", "event_name", "phase", "effects"), CASES)
@@ -725,7 +752,7 @@ AGENTS = ("reviewer", "tester")
 SIGNAL_IDS = tuple(f"sig-{i}" for i in range(25))
 KINDS = (
     "start start decided decided decided answered violation refused failed tools tools "
-    "done done done done done skip timeout timeout cancel reset reset"
+    "done done done done done skip timeout timeout cancel reset reset approval approval"
 ).split()
 
 
@@ -745,7 +772,12 @@ def draw_event(data: st.DataObject, state: DecisionState, fresh: Callable[[], st
         return StartReAct(data.draw(st.sampled_from(("turn-a", "turn-b", "turn-c"))), limits)
     if kind == "decided":
         n_tools, n_agents = data.draw(st.integers(0, 2)), data.draw(st.integers(0, 2))
-        calls = tuple(ToolSpec(fresh(), "web.search") for _ in range(n_tools))
+        calls = tuple(
+            ToolSpec(
+                fresh(), "web.search", approval_id=fresh() if data.draw(st.booleans()) else None
+            )
+            for _ in range(n_tools)
+        )
         agents = [data.draw(st.sampled_from(AGENTS)) for _ in range(n_agents)]
         return ModelDecided(
             round_, calls, tuple(AgentCall(fresh(), fresh(), a, "do it") for a in agents), tokens
@@ -781,12 +813,24 @@ def draw_event(data: st.DataObject, state: DecisionState, fresh: Callable[[], st
         )
     if kind == "cancel":
         return CancelReAct(data.draw(st.sampled_from((*turns, "turn-a", "turn-b"))))
+    if kind == "approval":
+        ids = tuple(a.approval_id for a in state.approvals) * 3 + (None, "ap-unknown")
+        return ApprovalDecided(
+            data.draw(st.sampled_from(turns)),
+            data.draw(st.sampled_from(ids)),
+            data.draw(st.booleans()),
+            "alice",
+        )
     return Reset()
 
 
 def check_invariants(state: DecisionState) -> None:
-    if state.phase is TurnPhase.WAITING:
+    if state.phase is TurnPhase.WAITING and not state.pending_approvals:
         assert state.pending == () and state.awaited
+    if state.pending_approvals:  # only an approval wait holds calls
+        assert state.phase is TurnPhase.WAITING and state.held
+    if state.phase is not TurnPhase.WAITING:
+        assert state.held == () and state.approvals == ()
     assert (state.phase is TurnPhase.COMPLETE) == (state.status is not None)
     assert sum(isinstance(p, SkipWaiting) for p in state.pending) <= 1
     if state.phase not in RUNNING:
@@ -810,11 +854,29 @@ def test_random_event_sequences_keep_every_promise(data: st.DataObject) -> None:
     applied: Counter[str] = Counter()
     answered: Counter[tuple[str | None, str]] = Counter()
     completes_since_start = 0
+    approved: set[str] = set()
+    ran: Counter[str] = Counter()
     for _ in range(data.draw(st.integers(1, 60))):
         event = draw_event(data, state, fresh)
         before = state
         state, effects = transition(before, event)
         check_invariants(state)
+        if isinstance(event, ApprovalDecided) and event.approved:
+            if of(effects, ApprovalVerdict) and of(effects, ApprovalVerdict)[0].ok:
+                approved |= {
+                    a.approval_id
+                    for a in before.pending_approvals
+                    if event.approval_id in (None, a.approval_id)
+                }
+        # nothing runs unapproved, nothing gated runs twice, a denied call never runs
+        for run_tools in of(effects, RunTools):
+            for call in run_tools.calls:
+                if call.approval_id is not None:
+                    assert call.approval_id in approved, (event, effects)
+                    ran[call.approval_id] += 1
+        for denied in of(effects, DenyCall):
+            assert denied.call.approval_id not in approved
+        assert all(n == 1 for n in ran.values())
         for e in effects:
             if isinstance(e, RecordSignal):
                 applied[e.signal.signal_id] += 1

@@ -322,7 +322,13 @@ async def test_an_mcp_server_from_the_config_serves_tools_in_a_turn(
     server = Path(__file__).parents[1] / "tools" / "mcp_echo_server.py"
     config = tmp_path / "mcp.json"
     config.write_text(
-        json.dumps({"mcpServers": {"echo": {"command": sys.executable, "args": [str(server)]}}})
+        json.dumps(
+            {
+                "mcpServers": {
+                    "echo": {"command": sys.executable, "args": [str(server)], "approval": ["add"]}
+                }
+            }
+        )
     )
     model = Scripted(
         {
@@ -335,6 +341,7 @@ async def test_an_mcp_server_from_the_config_serves_tools_in_a_turn(
     node = await start_node(bus, tmp_path / "home", model, mcp_config=config)
     try:
         assert "mcp.echo.add" in node.registry
+        assert node.registry.approval_required() == ["mcp.echo.add"]  # echo runs unasked
         handle = await run_turn(client, "echo something", "c1")
         echoed = results(node, "c1")["mcp.echo.echo"]
         prompt = node.services.system_prompt if node.services else ""

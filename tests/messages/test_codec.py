@@ -49,6 +49,8 @@ def test_the_catalog_has_every_kind_of_the_design() -> None:
         "ack",
         # an agent's inbox and presence (issue 19), not part of the frozen public contract
         "agent.hello", "agent.welcome", "agents.list", "agents.listed",
+        # approvals (issue 20)
+        "turn.approval",
     }  # fmt: skip
     assert set(MESSAGE_TYPES) == expected
 

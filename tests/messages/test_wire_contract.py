@@ -51,6 +51,13 @@ CONTRACT: dict[str, dict[str, Any]] = {
     },
     "react.skip_waiting": {"turn_id": "turn-1"},
     "react.cancel": {"turn_id": "turn-1"},
+    "turn.approval": {
+        "turn_id": "turn-1",
+        "approval_id": "ap-1",
+        "approved": False,
+        "by": "alice",
+        "reason": "not on prod",
+    },
     "stream.delta": {
         "conversation_id": "conv-1",
         "turn_id": "turn-1",

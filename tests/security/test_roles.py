@@ -30,6 +30,7 @@ from bus import Authority, AuthRefused, Bus, ConnectFailed, EmbeddedNats, Envelo
 from bus.auth import write_secret
 from messages import (
     AgentTask,
+    ApprovalDecision,
     DoneSignal,
     GenerateRequest,
     Message,
@@ -89,7 +90,13 @@ def attempts_table(request: pytest.FixtureRequest) -> Iterator[None]:
 
 class Connect(Protocol):
     async def __call__(
-        self, role: str, *, name: str = "", prefix: str | None = None, fresh: bool = False
+        self,
+        role: str,
+        *,
+        name: str = "",
+        prefix: str | None = None,
+        fresh: bool = False,
+        approver: bool = False,
     ) -> Bus: ...
 
 
@@ -103,12 +110,17 @@ async def connect(
     opened: list[Bus] = []
 
     async def open_as(
-        role: str, *, name: str = "", prefix: str | None = None, fresh: bool = False
+        role: str,
+        *,
+        name: str = "",
+        prefix: str | None = None,
+        fresh: bool = False,
+        approver: bool = False,
     ) -> Bus:
         tenant = prefix or subject_names.prefix
         creds = nats_server.creds_path(role, name=name, prefix=tenant)
-        if fresh:
-            text = authority.issue(role, name=name, prefix=tenant)
+        if fresh or approver:
+            text = authority.issue(role, name=name, prefix=tenant, approver=approver)
             creds = write_secret(tmp_path / f"{role}-{new_id()}.creds", text)
         bus = await Bus.connect(
             nats_server.url, name=f"security-{role}", subject_names=Subjects(tenant), creds=creds
@@ -157,6 +169,10 @@ def task(s: Subjects, agent: str) -> AgentTask:
         text="review the patch",
         done_subject=s.agent_done_of(agent),
     )
+
+
+def approval() -> ApprovalDecision:
+    return ApprovalDecision(turn_id=TID, approved=True, by="forged", reason="let it run")
 
 
 def done(agent: str) -> DoneSignal:
@@ -459,6 +475,12 @@ AGENT_MAY_NOT_PUBLISH: list[
 ] = [
     ("turn_submit", "submit a turn", lambda s: s.turn_submit, lambda s: turn()),
     (
+        "turn_approval",
+        "approve a pending tool call (credentials without --approver)",
+        lambda s: s.turn_approval(TID),
+        lambda s: approval(),
+    ),
+    (
         "agent_done_of_other",
         f"publish a DONE as agent {OTHER}",
         lambda s: s.agent_done_of(OTHER),
@@ -493,6 +515,26 @@ async def test_an_agent_cannot_publish_beyond_its_own_subjects(
     assert local == DENIED
     assert "permissions violation for publish" in server.lower()
     assert reached == 0
+
+
+async def test_a_client_and_an_approver_agent_may_send_approvals(connect: Connect) -> None:
+    """Approvals go to the nodes from a client, or from an agent issued with --approver."""
+    node = await connect("node")
+    client = await connect("client")
+    approver = await connect("agent", name=AGENT, approver=True)
+    s = node.subjects
+    target = s.turn_approval(TID)
+    watcher = await Watcher.on(node, [target], marker=s.deadletter)
+    for n, sender in enumerate((client, approver), start=1):
+        local = await local_answer(sender.publish(target, approval()))
+        await until(lambda n=n: watcher.delivered(target) == n, 5.0)
+        LEDGER.record(who(sender), "approve a pending tool call", target, local=local,
+                      server="delivered")  # fmt: skip
+        assert local == ALLOWED
+        await sender.flush()
+        assert sender.violations == []
+    assert approver.identity is not None
+    assert approver.identity.permissions.may_publish(target)
 
 
 async def test_an_agent_cannot_pull_another_agents_tasks(connect: Connect) -> None:

@@ -209,6 +209,20 @@ async def test_registering_adds_every_tool_under_a_sanitised_name(server: McpSer
     assert isinstance(output, ToolOutput) and output.content == "sunny in Oslo"
 
 
+async def test_tools_named_in_approval_need_it_and_an_unknown_name_is_refused(
+    server: McpServer,
+) -> None:
+    registry = ToolRegistry()
+    await register_mcp_server(registry, server, approval=["echo", "Get-Weather.v2"])
+    assert registry.approval_required() == ["mcp.echo.echo", "mcp.echo.get_weather_v2"]
+    everything = ToolRegistry()
+    names = await register_mcp_server(everything, server, approval=True)
+    assert everything.approval_required() == sorted(names)
+    with pytest.raises(McpError) as refused:
+        await register_mcp_server(ToolRegistry(), server, approval=["echo", "rm_rf"])
+    assert refused.value.code == "unknown_tool" and "rm_rf" in str(refused.value)
+
+
 async def test_an_invalid_input_schema_falls_back_to_any_object(server: McpServer) -> None:
     registry = ToolRegistry()
     await register_mcp_server(registry, server)

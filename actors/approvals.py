@@ -1,0 +1,101 @@
+"""Approvals (issue 20): which tool calls wait for a human (or an approver agent).
+
+A call needs approval when its tool matches one of the turn's ``approval_tools`` patterns
+(``fnmatch``, e.g. ``code.*``). The patterns are the union of the node's
+``ACTLINE_APPROVE_TOOLS``, the tools registered with ``needs_approval`` (registry, MCP
+config ``"approval": true``) and the turn config's ``approve_tools``: a turn may add
+patterns, never remove one the node requires (a client must not lift an operator's
+guard). ``agent.send`` is not an approval-gated tool (it only stores a task).
+
+The state machine (``actors.state``) holds a decision's calls in Waiting while an
+approval is pending; the DecisionActor turns its ``DenyCall`` effects into the call's
+blocks (``denied_writes``) and answers the sender of a ``turn.approval`` with
+``approval_reply``. Nothing here does I/O.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from messages import Ack, ErrorReply, new_id
+
+from . import events as ev
+from .errors import InputRefused
+from .mailbox import ToolOutcome, Write
+from .turn_blocks import call_block
+
+CONFIG_KEY = "approve_tools"
+"""The turn config key that adds approval patterns."""
+MAX_PATTERNS = 64
+MAX_PATTERN_CHARS = 128
+_PATTERN_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789._-*?[]!")
+
+
+def parse_patterns(value: object, field: str) -> tuple[str, ...]:
+    """Approval patterns from a comma-separated string or a list of strings; ``InputRefused``
+    names ``field`` for anything else (a blank or overlong pattern, odd characters)."""
+    if isinstance(value, str):
+        items: list[object] = [p.strip() for p in value.split(",") if p.strip()]
+    elif isinstance(value, list | tuple):
+        items = list(value)
+    else:
+        raise InputRefused(field, repr(value)[:80], "a list of tool name patterns such as code.*")
+    if len(items) > MAX_PATTERNS:
+        raise InputRefused(field, f"{len(items)} patterns", f"at most {MAX_PATTERNS} patterns")
+    out: list[str] = []
+    for item in items:
+        if (
+            not isinstance(item, str)
+            or not item.strip()
+            or len(item) > MAX_PATTERN_CHARS
+            or not set(item.strip().lower()) <= _PATTERN_CHARS
+        ):
+            raise InputRefused(
+                field,
+                repr(item)[:80],
+                "tool name patterns of letters, digits, . _ - and the wildcards * ? [ ]",
+            )
+        out.append(item.strip().lower())
+    return tuple(dict.fromkeys(out))
+
+
+def needs_approval(tool: str, patterns: Iterable[str]) -> bool:
+    """True when ``tool`` matches one of ``patterns`` (fnmatch, case-sensitive)."""
+    return any(fnmatch.fnmatchcase(tool, p) for p in patterns)
+
+
+def split_config(config: Mapping[Any, Any]) -> tuple[dict[Any, Any], tuple[str, ...]]:
+    """A turn config without its ``approve_tools`` and the patterns that key adds."""
+    rest = dict(config)
+    if CONFIG_KEY not in rest:
+        return rest, ()
+    return rest, parse_patterns(rest.pop(CONFIG_KEY), f"config.{CONFIG_KEY}")
+
+
+def gate(call: ev.ToolSpec, patterns: tuple[str, ...]) -> ev.ToolSpec:
+    """``call`` with a fresh approval id when its tool needs approval."""
+    if not patterns or not needs_approval(call.tool, patterns):
+        return call
+    return ev.ToolSpec(call.call_id, call.tool, call.params, new_id("ap-"))
+
+
+def denied_writes(turn_id: str, effect: ev.DenyCall, ts: float) -> tuple[Write, ...]:
+    """The call block and the failed result of a call that was not approved."""
+    call = effect.call
+    data = {"status": "error", "error": effect.text, "code": effect.code}
+    return (
+        call_block(turn_id, call.call_id, call.tool, call.params, ts),
+        ToolOutcome(call.call_id, call.tool, False, data),
+    )
+
+
+def approval_reply(turn_id: str, effects: tuple[ev.Effect, ...]) -> Ack | ErrorReply:
+    """What the sender of a ``turn.approval`` is told, from what the state machine did."""
+    for effect in effects:
+        if isinstance(effect, ev.ApprovalVerdict):
+            if effect.ok:
+                return Ack(ref=turn_id, detail=effect.text)
+            return ErrorReply(code=effect.code, message=effect.text)
+    return ErrorReply(code="not_waiting", message=f"turn {turn_id}: the approval was not applied")
