@@ -115,6 +115,19 @@ def test_turn_settings_take_the_profile_then_the_configs_top_level_keys() -> Non
     assert turn.profile.timeline_config(200_000).max_tokens == BUILTINS["fast"].context_tokens
 
 
+def test_approvals_join_from_the_node_the_profile_and_the_turn() -> None:
+    node = NodeSettings(
+        approve_tools="code.*",
+        profile="guarded",
+        profiles={"guarded": {"extends": "fast", "approve_tools": ["http.fetch"]}},
+    )
+    turn = TurnSettings.parse({"approve_tools": ["files.write"]}, node)
+    assert turn.approval_tools == ("code.*", "http.fetch", "files.write")
+    assert turn.profile.approve_tools == turn.approval_tools  # recorded as it ran
+    table = {"extends": "balanced", "approve_tools": []}
+    assert TurnSettings.parse({"profile": table}, node).approval_tools == ("code.*",)
+
+
 def test_the_recorded_table_re_runs_with_the_same_settings() -> None:
     custom = check_custom({"quick": {"extends": "fast", "max_iterations": 9, "recent_results": 2}})
     for choice in [*BUILTIN, "quick", {"extends": "quick", "context_rot": 0.3}]:
