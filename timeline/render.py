@@ -1,6 +1,8 @@
 """The render pipeline: timeline -> the ordered content parts a model sees, with cache marks.
 
-Order (seed 003 §6): TTL pruning -> compaction when over the ceiling -> slice
+Order (seed 003 §6): TTL pruning -> tool-response retention (``timeline.retention``:
+a batch of old results by policy, at once when the cache is cold) -> compaction
+when over the ceiling (retaining what waits first, which may be enough) -> slice
 after the latest summary -> hidden replacements -> cache marks -> SOURCES POOL
 and ANNOUNCE appended as the uncached tail.
 
@@ -20,7 +22,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar, overload
 
-from . import compaction, ttl
+from . import compaction, retention, ttl
 from .announce import AnnounceContext, announce_text
 from .blocks import TURN_HEADER, Block
 from .cache import CachePoints, compute_points, round_key
@@ -74,6 +76,7 @@ class RenderEvents:
 
     ttl: ttl.TtlOutcome
     compaction: compaction.CompactionOutcome | None = None
+    retention: retention.RetentionOutcome = retention.DISABLED
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +148,9 @@ class Renderer:
         self._rounds: dict[str, list[int]] = {}
         self._ends: list[int] = []
         self._pool_cache: tuple[int, str, int] = (-1, "", 0)
+        self._retention = retention.RetentionState(timeline)
+        self._rendered_at: float | None = None
+        """The time of the previous ``render``: results stamped since are new to the model."""
 
     # -- the visible stream ---------------------------------------------------------------------
 
@@ -302,11 +308,13 @@ class Renderer:
     ) -> RenderResult:
         """Run the pipeline for one round at time ``now`` (epoch seconds)."""
         tl, cfg = self.timeline, self.config
-        pruned = ttl.apply(tl, cfg, now=now, counter=self.counter)
+        pruned, retained = self._prune(now)
         self.sync()
         compacted = None
-        ceiling = cfg.compaction_ratio * cfg.max_tokens
-        if cfg.max_tokens and (force_compaction or system_tokens + self.stable_tokens > ceiling):
+        if self._over(system_tokens, force_compaction):
+            retained = retained.merge(self._retain(force=True))
+            self.sync()
+        if self._over(system_tokens, force_compaction):
             compacted = compaction.compact(
                 tl,
                 cfg,
@@ -319,6 +327,8 @@ class Renderer:
             )
             self.sync()
             if compacted is not None:
+                retained = retained.merge(self._retain(force=True))
+                self.sync()
                 compacted = replace(compacted, after_tokens=self.stable_tokens)
         points = self.points()
         tail: list[dict[str, Any]] = []
@@ -339,6 +349,7 @@ class Renderer:
             labels.append("announce")
             tail_tokens += self.counter.count(text)
         n = len(self._bi)
+        self._rendered_at = now
         return RenderResult(
             stable=PrefixView(self._parts, n),
             tail=tuple(tail),
@@ -346,7 +357,7 @@ class Renderer:
             paths=PrefixView(self._paths, n),
             stable_tokens=self.stable_tokens,
             tail_tokens=tail_tokens,
-            events=RenderEvents(ttl=pruned, compaction=compacted),
+            events=RenderEvents(ttl=pruned, compaction=compacted, retention=retained),
             labels=tuple(labels),
         )
 
@@ -363,12 +374,13 @@ class Renderer:
         cfg = self.config
         if not cfg.max_tokens:
             return None
-        ttl.apply(self.timeline, cfg, now=now, counter=self.counter)
+        self._prune(now)
         self.sync()
-        if (
-            not force
-            and system_tokens + self.stable_tokens <= cfg.compaction_ratio * cfg.max_tokens
-        ):
+        if not self._over(system_tokens, force):
+            return None
+        self._retain(force=True)
+        self.sync()
+        if not self._over(system_tokens, force):
             return None
         return compaction.plan(
             self.timeline,
@@ -386,6 +398,34 @@ class Renderer:
         outcome = compaction.finish(self.timeline, chosen, texts, now=now, counter=self.counter)
         self.sync()
         return None if outcome is None else replace(outcome, after_tokens=self.stable_tokens)
+
+    def _prune(self, now: float) -> tuple[ttl.TtlOutcome, retention.RetentionOutcome]:
+        """TTL pruning, then a retention pass (forced when the cache has gone cold).
+
+        Results stamped at or after the previous render's time are new to the model
+        (the round being rendered now) and are never retained.
+        """
+        if self._rendered_at is None:  # a new renderer (e.g. after a restart): the stored time
+            self._rendered_at = self.timeline.cache.last_touch_at
+        pruned = ttl.apply(self.timeline, self.config, now=now, counter=self.counter)
+        cold = pruned.status in ("no_effect", "pruned", "pruned_light")
+        return pruned, self._retain(force=cold)
+
+    def _retain(self, *, force: bool) -> retention.RetentionOutcome:
+        return retention.apply(
+            self.timeline,
+            self.config,
+            counter=self.counter,
+            state=self._retention,
+            fresh_since=self._rendered_at,
+            force=force,
+        )
+
+    def _over(self, system_tokens: int, force: bool) -> bool:
+        """True when compaction is due (over the ceiling, or forced)."""
+        cfg = self.config
+        ceiling = cfg.compaction_ratio * cfg.max_tokens
+        return bool(cfg.max_tokens) and (force or system_tokens + self.stable_tokens > ceiling)
 
     def _pool_text(self) -> tuple[str, int]:
         pool = self.timeline.sources
