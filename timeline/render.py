@@ -25,7 +25,7 @@ from typing import Any, TypeVar, overload
 from . import compaction, retention, ttl
 from .announce import AnnounceContext, announce_text
 from .blocks import TURN_HEADER, Block
-from .cache import CachePoints, compute_points, round_key
+from .cache import CachePoints, compute_points, restore_point, round_key
 from .config import TimelineConfig
 from .hide import HideResult, hide_path
 from .sources import pool_text
@@ -35,6 +35,10 @@ from .tokens import DEFAULT_COUNTER, IMAGE_TOKENS, TokenCounter
 from .view import PASS_THROUGH, block_text, to_part
 
 T = TypeVar("T")
+
+DEFAULT_CACHE_SECONDS = 300
+"""The provider cache lifetime assumed for restore points when TTL pruning is off."""
+MAX_REMEMBERED_MARKS = 64
 
 
 class PrefixView(Sequence[T]):
@@ -151,6 +155,10 @@ class Renderer:
         self._retention = retention.RetentionState(timeline)
         self._rendered_at: float | None = None
         """The time of the previous ``render``: results stamped since are new to the model."""
+        self._changed: int | None = None
+        """The lowest entry rebuilt because content changed (not appended) since the last render."""
+        self._marked: dict[str, tuple[Block, float]] = {}
+        """Blocks that carried a mark in recent renders, with the time of the last one."""
 
     # -- the visible stream ---------------------------------------------------------------------
 
@@ -165,9 +173,11 @@ class Renderer:
         start = tl.visible_start
         if start != self._start:
             self._start, dirty = start, 0
+            self._changed = 0
         keep = bisect.bisect_left(self._bi, dirty)
         if keep < len(self._bi):
             self._truncate(keep)
+            self._changed = keep if self._changed is None else min(self._changed, keep)
         resume = max(start, dirty) if keep else start
         blocks = tl.blocks
         built = 0
@@ -259,14 +269,19 @@ class Renderer:
         self.sync()
         return list(self._blocks)
 
-    def points(self) -> CachePoints:
-        """The cache points of the stream as it is now."""
+    def points(self, now: float | None = None) -> CachePoints:
+        """The cache points of the stream as it is now.
+
+        With ``now`` (a render) and content changed since the last render, CP1 is the
+        restore point: the newest entry before the change that a render within the cache
+        lifetime marked (``cache.restore_point``).
+        """
         tl = self.timeline
         header = None
         if tl.current_turn_id is not None:
             block = tl.header(tl.current_turn_id)
             header = None if block is None else self.entry_of(block)
-        return compute_points(
+        points = compute_points(
             count=len(self._bi),
             paths=self._paths,
             round_ends=self._ends,
@@ -275,6 +290,29 @@ class Renderer:
             min_rounds=self.config.cache_point_min_rounds,
             prefer_pre_tail=tl.suppress_prev_turn_cache,
         )
+        if now is None or self._changed is None:
+            return points
+        lifetime = self.config.cache_ttl_seconds or DEFAULT_CACHE_SECONDS
+        marked = [
+            e
+            for block, at in self._marked.values()
+            if now - at < lifetime and (e := self.entry_of(block)) is not None
+        ]
+        return restore_point(points, marked, self._changed)
+
+    def _remember_marks(self, points: CachePoints, now: float) -> None:
+        """Note the blocks marked by this render (their prefix is cached from now on)."""
+        lifetime = self.config.cache_ttl_seconds or DEFAULT_CACHE_SECONDS
+        for entry in points.marks:
+            block = self._blocks[entry]
+            self._marked.pop(block.id, None)
+            self._marked[block.id] = (block, now)
+        stale = [k for k, (_, at) in self._marked.items() if now - at >= lifetime]
+        for key in stale:
+            del self._marked[key]
+        while len(self._marked) > MAX_REMEMBERED_MARKS:
+            del self._marked[next(iter(self._marked))]
+        self._changed = None
 
     def _cost(self, block: Block) -> int:
         """What ``block`` costs in the stream as last synced (0 when not shown)."""
@@ -330,7 +368,8 @@ class Renderer:
                 retained = retained.merge(self._retain(force=True))
                 self.sync()
                 compacted = replace(compacted, after_tokens=self.stable_tokens)
-        points = self.points()
+        points = self.points(now)
+        self._remember_marks(points, now)
         tail: list[dict[str, Any]] = []
         labels: list[str] = []
         tail_tokens = 0

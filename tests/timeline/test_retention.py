@@ -165,8 +165,8 @@ def test_the_newest_results_stay_whole_and_older_ones_are_archived_by_path() -> 
 def test_results_wait_for_a_batch_then_go_together() -> None:
     b = Build()
     b.turn("t1")
-    rounds(b, 9)  # 3 outside the window of 6: fewer than the batch of 4
-    renderer = Renderer(b.tl, CFG)
+    rounds(b, 9)  # 3 outside the window of 6: fewer than a batch of 4
+    renderer = Renderer(b.tl, replace(CFG, retention_batch=4))
     first = render(renderer, b).events.retention
     assert first == RetentionOutcome("waiting", pending=3)
     assert hidden_paths(b.tl) == []
@@ -179,7 +179,7 @@ def test_results_wait_for_a_batch_then_go_together() -> None:
 def test_results_the_model_has_not_seen_yet_are_never_retained() -> None:
     """The original archived the freshest batch; here the round rendered now stays whole
     even with no recency window at all."""
-    cfg = replace(CFG, retention_recent_results=0, retention_batch=1)
+    cfg = replace(CFG, retention_recent_results=0)
     b = Build()
     b.turn("t1")
     renderer = Renderer(b.tl, cfg)
@@ -198,7 +198,7 @@ def test_critical_and_informative_results_stay_whole_under_the_defaults() -> Non
     rounds(b, 5, tool="react.read")
     rounds(b, 5, tool="web.search", text=words(40), start=5)
     rounds(b, 6, tool="web.search", start=10)
-    render(Renderer(b.tl, replace(CFG, retention_batch=1)), b)
+    render(Renderer(b.tl, CFG), b)
     assert hidden_paths(b.tl) == []
 
 
@@ -207,7 +207,6 @@ def test_keep_structured_and_drop_by_profile_and_by_tool() -> None:
         CFG,
         retention_informative="keep_structured",
         retention_by_tool=(("web.fetch", "drop"),),
-        retention_batch=1,
     )
     b = Build()
     b.turn("t1")
@@ -225,11 +224,10 @@ def test_keep_structured_and_drop_by_profile_and_by_tool() -> None:
 
 
 def test_a_small_result_is_not_replaced_by_a_longer_marker() -> None:
-    cfg = replace(CFG, retention_batch=1)
     b = Build()
     b.turn("t1")
     rounds(b, 8, text="ok")  # redundant -> drop, but the marker would be longer
-    assert render(Renderer(b.tl, cfg), b).events.retention.status == "none"
+    assert render(Renderer(b.tl, CFG), b).events.retention.status == "none"
     assert hidden_paths(b.tl) == []
 
 
@@ -247,7 +245,7 @@ def test_retention_off_leaves_every_result_whole() -> None:
 def test_a_model_hidden_result_is_left_alone() -> None:
     b = Build()
     b.turn("t1")
-    renderer = Renderer(b.tl, replace(CFG, retention_batch=1))
+    renderer = Renderer(b.tl, CFG)
     rounds(b, 2)
     render(renderer, b)
     hidden = renderer.hide(tc_path("t1", "c1", "result"), "not needed")
@@ -300,7 +298,9 @@ def test_a_reopened_result_is_not_retained_again(tmp_path: Path) -> None:
     assert original.hidden and not copy.hidden and copy.content == BIG
     assert resolve(b.tl, path).text.startswith(BIG)  # the timeline read API: the full text
     shown = "\n".join(texts(render(renderer, b)))
-    assert shown.count(BIG) == 7 and f"ARCHIVED tool result {path}" in shown
+    # the copy is in the window now, so c4 left it: c5..c9 and the copy are whole
+    assert shown.count(BIG) == 6 and f"ARCHIVED tool result {path}" in shown
+    assert f"ARCHIVED tool result {tc_path('t1', 'c4', 'result')}" in shown
     again = tools.run(
         "react.read", {"paths": [path]}, ReactContext(b.tl, renderer, "t1", "r2", b.at())
     )
@@ -327,7 +327,7 @@ def test_retaining_what_waits_can_spare_a_compaction() -> None:
     b = Build()
     b.turn("t1")
     rounds(b, 9)  # 3 waiting: no batch yet
-    cfg = replace(CFG, max_tokens=13_000)  # ceiling 11,700; ~12,400 tokens shown before
+    cfg = replace(CFG, max_tokens=13_000, retention_batch=4)  # ceiling 11,700; ~12,400 shown
     renderer = Renderer(b.tl, cfg)
     result = render(renderer, b)
     assert result.events.compaction is None and result.events.retention.status == "retained"
@@ -360,5 +360,5 @@ def test_a_pass_without_renderer_state_scans_the_whole_window() -> None:
     b = Build()
     b.turn("t1")
     rounds(b, 11)
-    outcome = apply(b.tl, replace(CFG, retention_batch=1), counter=DEFAULT_COUNTER)
+    outcome = apply(b.tl, CFG, counter=DEFAULT_COUNTER)
     assert len(outcome.retained) == 5
