@@ -42,7 +42,6 @@ from typing import Any, Literal
 from .blocks import TOOL_CALL, TOOL_RESULT, Block
 from .cache import round_key
 from .config import RETENTION_POLICIES, TimelineConfig
-from .paths import tc_path
 from .timeline import DirtyMark, Timeline
 from .tokens import TokenCounter, block_tokens
 from .view import preview
@@ -71,6 +70,8 @@ def classify(tool: str, text: str, tokens: int, cfg: TimelineConfig) -> Classifi
 
 
 def _redundant(text: str) -> bool:
+    if len(text) > 64:
+        return False
     flat = "".join(text.split()).lower()
     return flat in _REDUNDANT or flat == '{"status":"ok"}'
 
@@ -92,7 +93,7 @@ def summarize_object(value: Any) -> str:
     ``key=value`` pairs (values cut to 80 characters).
     """
     if isinstance(value, str):
-        return _cut(" ".join(value.split()), 240)
+        return _cut(" ".join(value[:1000].split()), 240)
     if isinstance(value, list):
         items = " | ".join(_cut(_flat(v), 120) for v in value[:3])
         return f"array(length={len(value)}) {items}".rstrip()
@@ -104,7 +105,7 @@ def summarize_object(value: Any) -> str:
 
 def _flat(value: Any) -> str:
     if isinstance(value, str):
-        return " ".join(value.split())
+        return " ".join(value[:1000].split())
     return json.dumps(value, ensure_ascii=False, sort_keys=True, default=str)
 
 
@@ -153,7 +154,7 @@ def tool_of(tl: Timeline, block: Block) -> str:
     call_id = round_key(block)
     if not call_id or call_id.startswith("__final__"):
         return ""
-    for call in tl.blocks_at(tc_path(block.turn_id, call_id, "call")):
+    for call in tl.blocks_at(f"tc:{block.turn_id}.{call_id}.call"):  # canonical, as tc_path
         if call.type == TOOL_CALL and isinstance(call.data, dict):
             name = call.data.get("tool")
             if isinstance(name, str):
@@ -231,8 +232,7 @@ class RetentionState:
             if dirty < resume:
                 while self.results and tl.index_of(self.results[-1]) >= dirty:
                     self.results.pop()
-                kept = {id(b) for b in self.results}
-                self.pending = [p for p in self.pending if id(p.block) in kept]
+                self.pending = [p for p in self.pending if tl.index_of(p.block) < dirty]
                 self.decided = min(self.decided, len(self.results))
                 resume = max(start, dirty)
         blocks = tl.blocks

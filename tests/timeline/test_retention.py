@@ -286,6 +286,7 @@ def test_a_reopened_result_is_not_retained_again(tmp_path: Path) -> None:
     renderer = Renderer(b.tl, CFG)
     render(renderer, b)
     path = tc_path("t1", "c0", "result")
+    assert renderer.hide(path, "x").status == "not_found"  # already out of the view
     tools = ReactTools()
     ctx = ReactContext(b.tl, renderer, "t1", "r1", b.at())
     outcome = tools.run("react.read", {"paths": [path]}, ctx)
@@ -333,6 +334,16 @@ def test_retaining_what_waits_can_spare_a_compaction() -> None:
     assert result.events.compaction is None and result.events.retention.status == "retained"
     assert result.stable_tokens < 11_700 and b.tl.latest_summary is None
     assert len(result.events.retention.retained) == 3
+
+
+def test_plan_compaction_retains_first_and_needs_no_summary_when_that_is_enough() -> None:
+    b = Build()
+    b.turn("t1")
+    rounds(b, 9)
+    renderer = Renderer(b.tl, replace(CFG, max_tokens=13_000, retention_batch=4))
+    assert renderer.plan_compaction(now=b.at()) is None
+    assert len(hidden_paths(b.tl)) == 3 and renderer.stable_tokens < 11_700
+    assert renderer.plan_compaction(now=b.at(), force=True) is not None
 
 
 def test_the_retained_view_survives_a_store_reload(tmp_path: Path) -> None:
