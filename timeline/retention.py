@@ -22,10 +22,14 @@ replacement that names the path that reopens it (``react.read``).
   now). The original archived the freshest results and the model looped on
   fetching them again; here a result reopened by react.read (or un-hidden) is
   never retained again, nor is one hidden by the model or by TTL pruning.
-- Batching: changing a result deep in the cached prefix costs a cache write of
-  everything after it, so results wait until ``retention_batch`` of them are
-  outside the window, unless the cache is cold anyway (``force``: the render
-  after TTL pruning, and around a compaction), and then go together.
+- Cache: changing a result inside the cached prefix costs a cache write of
+  everything after it. Results that leave the window in one round go together;
+  ``retention_batch`` makes them wait until that many are out (``force`` skips
+  the wait when the cache is cold anyway: the render after TTL pruning, and around
+  a compaction). The renderer's restore point (``timeline.cache``) then reads the
+  prefix up to the oldest changed result, so a later batch only moves the change
+  further back: bench/cache.py measured batches of 4 at +7 % cost over 1, the
+  default.
 
 A retained block carries ``meta["retention"] = {"class", "policy", "tokens", "tool"}``
 (persisted with its restyle, read by the summary and by telemetry).
