@@ -10,7 +10,7 @@ from .announce import AnnounceContext
 from .blocks import Block, iso
 from .cache import CachePoints, round_key
 from .compaction import CompactionOutcome, CompactionPlan
-from .config import TimelineConfig
+from .config import RETENTION_POLICIES, TimelineConfig
 from .errors import (
     BlockError,
     CompactionError,
@@ -24,6 +24,7 @@ from .memory import AckUpdate, NoteLine, Plan, PlanBook, PlanStep, parse_ack_lin
 from .paths import LogicalPath, format_path, format_sids, is_logical_path, parse_path
 from .read import ReadResult, resolve
 from .render import Renderer, RenderEvents, RenderResult
+from .retention import RetentionOutcome
 from .sources import SourceRow, SourcesPool, is_eligible, normalize_url
 from .summary import OfflineSummarizer, Summarizer, SummaryRequest
 from .timeline import Timeline
@@ -33,6 +34,7 @@ from .turn_index import turn_index
 
 __all__ = [
     "DEFAULT_COUNTER",
+    "RETENTION_POLICIES",
     "AckUpdate",
     "AnnounceContext",
     "Block",
@@ -55,6 +57,7 @@ __all__ = [
     "RenderEvents",
     "RenderResult",
     "Renderer",
+    "RetentionOutcome",
     "SourceError",
     "SourceRow",
     "SourcesPool",

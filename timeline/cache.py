@@ -15,6 +15,11 @@ block.
 - Each point moves forward to the end of a run of consecutive blocks sharing one
   path, so a mark never splits what a react.read or a hide treats as one thing.
 - After a hide in this turn, CP1 moves up to CP2 when it is before it.
+- Restore point: when content changed since the last render (a hide, tool-response
+  retention, TTL pruning, an un-hide), CP1 instead marks the newest entry before the
+  change that a recent render marked (``restore_point``). Its prefix was written then,
+  so the request reads everything up to the change and writes only from there; the
+  other marks' 20-block lookback often falls short of it (bench/cache.py).
 - At most three marks, all in the stable stream; the tail (SOURCES POOL,
   ANNOUNCE) is never marked. The system prompt is marked by the model client.
 """
@@ -111,3 +116,19 @@ def compute_points(
     if prefer_pre_tail and cp1 is not None and cp2 is not None and cp1 < cp2:
         cp1 = cp2
     return CachePoints(cp1, cp2, cp3)
+
+
+def restore_point(points: CachePoints, marked: Sequence[int], changed: int) -> CachePoints:
+    """``points`` with CP1 on the newest of the ``marked`` entries before ``changed``.
+
+    ``marked`` are the entries earlier renders marked, still cached; ``changed`` is the
+    first entry whose content changed since the last render. Unchanged when none is
+    before it or when it is already CP2 or CP3.
+    """
+    before = [e for e in marked if e < changed]
+    if not before:
+        return points
+    best = max(before)
+    if best in (points.cp2, points.cp3):
+        return points
+    return CachePoints(best, points.cp2, points.cp3)

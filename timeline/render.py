@@ -1,6 +1,8 @@
 """The render pipeline: timeline -> the ordered content parts a model sees, with cache marks.
 
-Order (seed 003 §6): TTL pruning -> compaction when over the ceiling -> slice
+Order (seed 003 §6): TTL pruning -> tool-response retention (``timeline.retention``:
+a batch of old results by policy, at once when the cache is cold) -> compaction
+when over the ceiling (retaining what waits first, which may be enough) -> slice
 after the latest summary -> hidden replacements -> cache marks -> SOURCES POOL
 and ANNOUNCE appended as the uncached tail.
 
@@ -20,10 +22,10 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar, overload
 
-from . import compaction, ttl
+from . import compaction, retention, ttl
 from .announce import AnnounceContext, announce_text
 from .blocks import TURN_HEADER, Block
-from .cache import CachePoints, compute_points, round_key
+from .cache import CachePoints, compute_points, restore_point, round_key
 from .config import TimelineConfig
 from .hide import HideResult, hide_path
 from .sources import pool_text
@@ -33,6 +35,10 @@ from .tokens import DEFAULT_COUNTER, IMAGE_TOKENS, TokenCounter
 from .view import PASS_THROUGH, block_text, to_part
 
 T = TypeVar("T")
+
+DEFAULT_CACHE_SECONDS = 300
+"""The provider cache lifetime assumed for restore points when TTL pruning is off."""
+MAX_REMEMBERED_MARKS = 64
 
 
 class PrefixView(Sequence[T]):
@@ -74,6 +80,7 @@ class RenderEvents:
 
     ttl: ttl.TtlOutcome
     compaction: compaction.CompactionOutcome | None = None
+    retention: retention.RetentionOutcome = retention.DISABLED
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +152,13 @@ class Renderer:
         self._rounds: dict[str, list[int]] = {}
         self._ends: list[int] = []
         self._pool_cache: tuple[int, str, int] = (-1, "", 0)
+        self._retention = retention.RetentionState(timeline)
+        self._rendered_at: float | None = None
+        """The time of the previous ``render``: results stamped since are new to the model."""
+        self._changed: int | None = None
+        """The lowest entry rebuilt because content changed (not appended) since the last render."""
+        self._marked: dict[str, tuple[Block, float]] = {}
+        """Blocks that carried a mark in recent renders, with the time of the last one."""
 
     # -- the visible stream ---------------------------------------------------------------------
 
@@ -159,9 +173,11 @@ class Renderer:
         start = tl.visible_start
         if start != self._start:
             self._start, dirty = start, 0
+            self._changed = 0
         keep = bisect.bisect_left(self._bi, dirty)
         if keep < len(self._bi):
             self._truncate(keep)
+            self._changed = keep if self._changed is None else min(self._changed, keep)
         resume = max(start, dirty) if keep else start
         blocks = tl.blocks
         built = 0
@@ -253,14 +269,19 @@ class Renderer:
         self.sync()
         return list(self._blocks)
 
-    def points(self) -> CachePoints:
-        """The cache points of the stream as it is now."""
+    def points(self, now: float | None = None) -> CachePoints:
+        """The cache points of the stream as it is now.
+
+        With ``now`` (a render) and content changed since the last render, CP1 is the
+        restore point: the newest entry before the change that a render within the cache
+        lifetime marked (``cache.restore_point``).
+        """
         tl = self.timeline
         header = None
         if tl.current_turn_id is not None:
             block = tl.header(tl.current_turn_id)
             header = None if block is None else self.entry_of(block)
-        return compute_points(
+        points = compute_points(
             count=len(self._bi),
             paths=self._paths,
             round_ends=self._ends,
@@ -269,6 +290,29 @@ class Renderer:
             min_rounds=self.config.cache_point_min_rounds,
             prefer_pre_tail=tl.suppress_prev_turn_cache,
         )
+        if now is None or self._changed is None:
+            return points
+        lifetime = self.config.cache_ttl_seconds or DEFAULT_CACHE_SECONDS
+        marked = [
+            e
+            for block, at in self._marked.values()
+            if now - at < lifetime and (e := self.entry_of(block)) is not None
+        ]
+        return restore_point(points, marked, self._changed)
+
+    def _remember_marks(self, points: CachePoints, now: float) -> None:
+        """Note the blocks marked by this render (their prefix is cached from now on)."""
+        lifetime = self.config.cache_ttl_seconds or DEFAULT_CACHE_SECONDS
+        for entry in points.marks:
+            block = self._blocks[entry]
+            self._marked.pop(block.id, None)
+            self._marked[block.id] = (block, now)
+        stale = [k for k, (_, at) in self._marked.items() if now - at >= lifetime]
+        for key in stale:
+            del self._marked[key]
+        while len(self._marked) > MAX_REMEMBERED_MARKS:
+            del self._marked[next(iter(self._marked))]
+        self._changed = None
 
     def _cost(self, block: Block) -> int:
         """What ``block`` costs in the stream as last synced (0 when not shown)."""
@@ -302,11 +346,13 @@ class Renderer:
     ) -> RenderResult:
         """Run the pipeline for one round at time ``now`` (epoch seconds)."""
         tl, cfg = self.timeline, self.config
-        pruned = ttl.apply(tl, cfg, now=now, counter=self.counter)
+        pruned, retained = self._prune(now)
         self.sync()
         compacted = None
-        ceiling = cfg.compaction_ratio * cfg.max_tokens
-        if cfg.max_tokens and (force_compaction or system_tokens + self.stable_tokens > ceiling):
+        if self._over(system_tokens, force_compaction):
+            retained = retained.merge(self._retain(force=True))
+            self.sync()
+        if self._over(system_tokens, force_compaction):
             compacted = compaction.compact(
                 tl,
                 cfg,
@@ -319,8 +365,11 @@ class Renderer:
             )
             self.sync()
             if compacted is not None:
+                retained = retained.merge(self._retain(force=True))
+                self.sync()
                 compacted = replace(compacted, after_tokens=self.stable_tokens)
-        points = self.points()
+        points = self.points(now)
+        self._remember_marks(points, now)
         tail: list[dict[str, Any]] = []
         labels: list[str] = []
         tail_tokens = 0
@@ -339,6 +388,7 @@ class Renderer:
             labels.append("announce")
             tail_tokens += self.counter.count(text)
         n = len(self._bi)
+        self._rendered_at = now
         return RenderResult(
             stable=PrefixView(self._parts, n),
             tail=tuple(tail),
@@ -346,7 +396,7 @@ class Renderer:
             paths=PrefixView(self._paths, n),
             stable_tokens=self.stable_tokens,
             tail_tokens=tail_tokens,
-            events=RenderEvents(ttl=pruned, compaction=compacted),
+            events=RenderEvents(ttl=pruned, compaction=compacted, retention=retained),
             labels=tuple(labels),
         )
 
@@ -363,12 +413,13 @@ class Renderer:
         cfg = self.config
         if not cfg.max_tokens:
             return None
-        ttl.apply(self.timeline, cfg, now=now, counter=self.counter)
+        self._prune(now)
         self.sync()
-        if (
-            not force
-            and system_tokens + self.stable_tokens <= cfg.compaction_ratio * cfg.max_tokens
-        ):
+        if not self._over(system_tokens, force):
+            return None
+        self._retain(force=True)
+        self.sync()
+        if not self._over(system_tokens, force):
             return None
         return compaction.plan(
             self.timeline,
@@ -386,6 +437,34 @@ class Renderer:
         outcome = compaction.finish(self.timeline, chosen, texts, now=now, counter=self.counter)
         self.sync()
         return None if outcome is None else replace(outcome, after_tokens=self.stable_tokens)
+
+    def _prune(self, now: float) -> tuple[ttl.TtlOutcome, retention.RetentionOutcome]:
+        """TTL pruning, then a retention pass (forced when the cache has gone cold).
+
+        Results stamped at or after the previous render's time are new to the model
+        (the round being rendered now) and are never retained.
+        """
+        if self._rendered_at is None:  # a new renderer (e.g. after a restart): the stored time
+            self._rendered_at = self.timeline.cache.last_touch_at
+        pruned = ttl.apply(self.timeline, self.config, now=now, counter=self.counter)
+        cold = pruned.status in ("no_effect", "pruned", "pruned_light")
+        return pruned, self._retain(force=cold)
+
+    def _retain(self, *, force: bool) -> retention.RetentionOutcome:
+        return retention.apply(
+            self.timeline,
+            self.config,
+            counter=self.counter,
+            state=self._retention,
+            fresh_since=self._rendered_at,
+            force=force,
+        )
+
+    def _over(self, system_tokens: int, force: bool) -> bool:
+        """True when compaction is due (over the ceiling, or forced)."""
+        cfg = self.config
+        ceiling = cfg.compaction_ratio * cfg.max_tokens
+        return bool(cfg.max_tokens) and (force or system_tokens + self.stable_tokens > ceiling)
 
     def _pool_text(self) -> tuple[str, int]:
         pool = self.timeline.sources

@@ -88,6 +88,11 @@ class OfflineSummarizer:
                 messages.append(f"- {b.turn_id} tool call {b.path}: {preview(text, 100)}")
             if b.path and b.type not in (TURN_HEADER, SUMMARY) and b.type != TOOL_CALL:
                 hidden = " (hidden)" if b.hidden else ""
+                kept = b.meta.get("retention")
+                if b.hidden and isinstance(kept, dict):
+                    hidden = (
+                        f" ({kept.get('policy', 'retained')}, {kept.get('tokens', '?')} tokens)"
+                    )
                 if b.type == TOOL_RESULT or b.path.startswith(("fi:", "so:", "ks:", "sk:")):
                     paths.append(f"- {b.path}{hidden}")
         notes.extend(plans.values())

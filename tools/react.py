@@ -46,6 +46,7 @@ from timeline.blocks import (
 from timeline.errors import PathError, PlanError
 from timeline.paths import LogicalPath, ar_path, parse_path
 from timeline.read import resolve
+from timeline.retention import retained_info
 from timeline.sources import SourceRow
 from timeline.tokens import DEFAULT_COUNTER, TokenCounter
 
@@ -229,9 +230,19 @@ class _Reader:
         self.entries.append(entry)
 
     def _on_timeline(self, path: str, blocks: list[Block]) -> bool:
-        """Un-hide or skip blocks of the visible window; False when none are in it."""
+        """Un-hide or skip blocks of the visible window; False when none are in it.
+
+        A result retained by tool-response retention (``timeline.retention``) is not
+        un-hidden in place, which would rewrite the cached prefix from that old block:
+        its full text is copied to the tail instead (``source: "archive"``), once.
+        """
         window = [b for b in blocks if self._in_window(b)]
-        hidden = [b for b in window if b.hidden]
+        archived = [b for b in window if b.hidden and retained_info(b) is not None]
+        others = [b for b in window if not any(b is a for a in archived)]
+        if archived and all(b.hidden for b in others):
+            self._copy(path, archived, "archive")
+            return True
+        hidden = [b for b in others if b.hidden]
         if hidden:
             for block_path in dict.fromkeys(b.path for b in hidden):
                 self.tl.unhide(block_path)

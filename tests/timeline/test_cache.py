@@ -6,7 +6,7 @@ import pytest
 
 from timeline import Block, Renderer, Timeline, TimelineConfig
 from timeline.blocks import COMPLETION, TOOL_CALL, TOOL_RESULT, USER_PROMPT
-from timeline.cache import compute_points, group_end
+from timeline.cache import CachePoints, compute_points, group_end, restore_point
 from timeline.paths import ar_path, tc_path
 
 T0 = 1_800_000_000.0
@@ -119,3 +119,51 @@ def test_the_hide_floor_is_cp2_then_cp1_then_nothing() -> None:
     assert CachePoints(1, 5, 9).hide_floor == 5
     assert CachePoints(1, None, 9).hide_floor == 1
     assert CachePoints(None, None, 9).hide_floor == -1
+
+
+# -- the restore point ------------------------------------------------------------------------
+
+
+def test_restore_point_is_the_newest_marked_entry_before_the_change() -> None:
+    points = CachePoints(4, 10, 18)
+    assert restore_point(points, [4, 10, 12, 14, 16], 15) == CachePoints(14, 10, 18)
+    assert restore_point(points, [4, 10], 12) == points  # already CP2
+    assert restore_point(points, [14], 3) == points  # nothing marked before the change
+
+
+def grow(tl: Timeline, renderer: Renderer, calls: range, now: float) -> tuple[set[int], float]:
+    """One round per call, each rendered; returns every entry marked and the time."""
+    marked: set[int] = set()
+    for i in calls:
+        for kind, part in ((TOOL_CALL, "call"), (TOOL_RESULT, "result")):
+            path = tc_path("t2", f"c{i}", part)
+            tl.append(Block.new(kind, "t2", now, path=path, call_id=f"c{i}", text=part))
+        now += 3
+        marked |= set(renderer.render(now=now).marks)
+    return marked, now
+
+
+def test_after_a_change_deep_in_the_prefix_cp1_marks_the_last_cached_entry_before_it() -> None:
+    """Retention or an un-hide changes a block behind CP2: CP1 then marks the newest entry
+    an earlier request marked before that block, an exact hit, instead of the previous turn."""
+    tl = worked_example()
+    renderer = Renderer(tl, TimelineConfig(cache_ttl_seconds=0))
+    marked, now = grow(tl, renderer, range(7, 13), T0 + 100)
+    changed = tl.blocks_at("tc:t2.c5.result")[0]
+    tl.set_hidden([changed], "short view")
+    result = renderer.render(now=now + 3)
+    entry = renderer.entry_of(changed)
+    assert entry is not None
+    expected = max(m for m in marked if m < entry)
+    assert result.points.cp1 == expected and expected > 4  # beyond the previous turn's end
+    assert result.points.cp2 is not None and result.points.cp2 > entry
+    # the next round changes nothing: CP1 is the previous turn's end again
+    assert renderer.render(now=now + 6).points.cp1 == 4
+
+
+def test_a_restore_point_older_than_the_cache_lifetime_is_not_used() -> None:
+    tl = worked_example()
+    renderer = Renderer(tl, TimelineConfig(cache_ttl_seconds=0))
+    _, now = grow(tl, renderer, range(7, 13), T0 + 100)
+    tl.set_hidden(tl.blocks_at("tc:t2.c5.result"), "short view")
+    assert renderer.render(now=now + 301).points.cp1 == 4
