@@ -31,13 +31,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
-from timeline import TimelineConfig
+from timeline import RETENTION_POLICIES, TimelineConfig
 
 from .errors import InputRefused
 
 BUILTIN = ("fast", "balanced", "deep", "research")
 DEFAULT_PROFILE = "balanced"
-RETENTION_POLICIES = ("keep_full", "keep_structured", "summarize_archive", "drop")
 MEMORY_SCOPES = ("conversation", "user")
 MAX_EXTENDS = 8
 """Custom profiles one chain may stack."""
@@ -204,6 +203,16 @@ class Profile:
             cache_ttl_seconds=_TIMELINE.cache_ttl_seconds if self.ttl_pruning else 0,
             keep_recent_turns=self.ttl_keep_turns,
             keep_recent_intact_turns=min(2, self.ttl_keep_turns),
+            retention=self.retention,
+            retention_max_chars=self.tool_response_max_chars,
+            retention_max_tokens=self.tool_response_max_tokens,
+            retention_informative=self.informative_policy,
+            retention_verbose=self.verbose_policy,
+            retention_redundant=self.redundant_policy,
+            retention_critical=self.critical_policy,
+            retention_critical_tools=self.critical_tools,
+            retention_by_tool=self.tool_policies,
+            retention_recent_results=self.recent_results,
         )
 
 

@@ -244,7 +244,10 @@ async def test_the_resolved_profile_is_read_back_from_the_stored_turn_and_re_run
         first = await client.submit("Tiers?", conversation_id="p1", turn_id="p1-t1", config=config)
         await first.wait(30)
         conversation = node.conversations["p1"]
-        assert conversation.renderer.config.max_tokens == BUILTINS["fast"].context_tokens
+        renderer = conversation.renderer.config  # the profile's context and retention
+        assert renderer.max_tokens == BUILTINS["fast"].context_tokens
+        assert renderer.retention_informative == "keep_structured"
+        assert renderer.retention_recent_results == 4 and renderer.retention_max_tokens == 800
     finally:
         await node.stop()
     recorded = stored_profile(tmp_path, "p1", "p1-t1")

@@ -200,6 +200,40 @@ async def test_token_drift_fires_when_rounds_add_more_than_the_threshold(
         await node.stop()
 
 
+async def test_context_rot_from_archived_results_fires(
+    bus: Bus, client: Client, tmp_path: Path
+) -> None:
+    searches = ["pricing tiers", "signing keys", "system requirements", "service level"]
+    model = Scripted(
+        {
+            "w3": [
+                *(say("Searching.", calls=[("react.search_knowledge", {"query": q})]) for q in searches),
+                say("Done.", answer="Done."),
+            ]
+        }
+    )  # fmt: skip
+    node = await start_node(bus, tmp_path, model)
+    try:
+        profile = {
+            "extends": "balanced",
+            "tool_response_max_tokens": 25,  # every search result is verbose: archived
+            "recent_results": 1,
+            "context_rot": 0.1,
+            "token_drift": 1_000_000,
+        }
+        handle = await run_turn(client, "Search four things.", "w3", config={"profile": profile})
+        context = handle.result.result().usage.context
+        assert context is not None and context.signals == {"context_rot": 1}
+        blocks = node.conversations["w3"].tl.blocks
+        archived = [b for b in blocks if b.hidden and "ARCHIVED" in b.replacement]
+        assert len(archived) >= 2  # results that left the recency window
+        [notice] = watchdog_notices(node, "w3")
+        assert "context rot" in notice and ">= 0.1 of the visible blocks" in notice
+        assert context.watchdog_compactions == 0  # under balanced's floor: the notice only
+    finally:
+        await node.stop()
+
+
 async def test_an_ordinary_turn_stays_under_every_threshold(
     bus: Bus, client: Client, tmp_path: Path
 ) -> None:
