@@ -108,6 +108,8 @@ class Watchdog:
     fired: Counter[str] = field(default_factory=Counter)
     """How many times each signal crossed its threshold."""
     _over: frozenset[str] = frozenset()
+    _asked: bool = False
+    """A compaction was asked for the next render."""
     _last_compaction_round: int = -COOLDOWN_ROUNDS
     _round: int = 0
 
@@ -119,8 +121,10 @@ class Watchdog:
         self.peak_tokens = max(self.peak_tokens, stats.tokens)
         if stats.compacted:
             self.compactions += 1
+            self.watchdog_compactions += self._asked  # asked, and something was compacted
             self._last_compaction_round = round_
             self.tokens = []
+        self._asked = False
         self.tokens = [*self.tokens, stats.tokens][-(DRIFT_ROUNDS + 1) :]
 
     def decided(self, event: ev.ModelEvent) -> None:
@@ -186,7 +190,7 @@ class Watchdog:
             for name in new
         )
         if compact:
-            self.watchdog_compactions += 1
+            self._asked = True
             self._last_compaction_round = self._round + 1
             action = (
                 "the older context is compacted before this round; what it held reopens by "

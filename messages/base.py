@@ -53,7 +53,7 @@ class ContextTelemetry(WireModel):
     """Share of summarised, hidden, pruned and archived content among visible blocks."""
     compactions: int = 0
     watchdog_compactions: int = 0
-    """Of them, asked by the watchdog."""
+    """Of them, asked by the watchdog (an ask that found nothing to compact is not one)."""
     signals: dict[str, int] = Field(default_factory=dict)
     """Signal -> times it crossed its threshold."""
 

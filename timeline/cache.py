@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from .blocks import FINAL_ROUND_TYPES, Block
 
 
-def round_key(block: Block) -> str | None:
-    """The round a block belongs to, or None."""
+def call_of(block: Block) -> str | None:
+    """The id of the tool call a block belongs to (its turn's own), or None."""
     if block.call_id:
         return block.call_id
     call = block.meta.get("tool_call_id")
@@ -43,6 +43,15 @@ def round_key(block: Block) -> str | None:
         parts = block.path.split(".")
         if len(parts) >= 3:
             return parts[1]
+    return None
+
+
+def round_key(block: Block) -> str | None:
+    """The round a block belongs to, or None. Call ids are a turn's own (``c1-1`` comes
+    again in the next turn), so the key is qualified by the turn."""
+    call = call_of(block)
+    if call is not None:
+        return f"{block.turn_id}:{call}"
     if block.type in FINAL_ROUND_TYPES:
         return f"__final__:{block.turn_id}"
     return None

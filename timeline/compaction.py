@@ -229,11 +229,11 @@ def _inside_rounds(blocks: list[Block], start: int) -> list[bool]:
     A call whose result has not arrived yet (an outside agent still working) is open
     to the end of the window: its result will land after everything seen so far.
     """
-    spans: dict[str, list[int]] = {}
-    answered: set[str] = set()
+    spans: dict[tuple[str, str], list[int]] = {}
+    answered: set[tuple[str, str]] = set()
     for i in range(start, len(blocks)):
-        call = blocks[i].call_id
-        if call:
+        if blocks[i].call_id:  # call ids are a turn's own (c1-1 comes again next turn)
+            call = (blocks[i].turn_id, blocks[i].call_id)
             span = spans.setdefault(call, [i, i])
             span[1] = i
             if blocks[i].type == TOOL_RESULT:

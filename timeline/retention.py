@@ -44,7 +44,7 @@ from fnmatch import fnmatchcase
 from typing import Any, Literal
 
 from .blocks import TOOL_CALL, TOOL_RESULT, Block
-from .cache import round_key
+from .cache import call_of, round_key
 from .config import RETENTION_POLICIES, TimelineConfig
 from .timeline import DirtyMark, Timeline
 from .tokens import TokenCounter, block_tokens
@@ -155,8 +155,8 @@ def tool_of(tl: Timeline, block: Block) -> str:
     tool = block.meta.get("tool")
     if isinstance(tool, str) and tool:
         return tool
-    call_id = round_key(block)
-    if not call_id or call_id.startswith("__final__"):
+    call_id = call_of(block)
+    if not call_id:
         return ""
     for call in tl.blocks_at(f"tc:{block.turn_id}.{call_id}.call"):  # canonical, as tc_path
         if call.type == TOOL_CALL and isinstance(call.data, dict):
@@ -252,7 +252,7 @@ def _boundary(results: Sequence[Block], recent: int, fresh_since: float | None) 
     i = len(results)
     while i > 0:
         block = results[i - 1]
-        key = f"{block.turn_id}:{round_key(block) or block.id}"
+        key = round_key(block) or block.id
         fresh = fresh_since is not None and block.ts >= fresh_since
         if key not in keys:
             if len(keys) >= max(1, recent) and not fresh:

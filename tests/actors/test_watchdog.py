@@ -204,14 +204,8 @@ async def test_context_rot_from_archived_results_fires(
     bus: Bus, client: Client, tmp_path: Path
 ) -> None:
     searches = ["pricing tiers", "signing keys", "system requirements", "service level"]
-    model = Scripted(
-        {
-            "w3": [
-                *(say("Searching.", calls=[("react.search_knowledge", {"query": q})]) for q in searches),
-                say("Done.", answer="Done."),
-            ]
-        }
-    )  # fmt: skip
+    rounds = [say("Searching.", calls=[("react.search_knowledge", {"query": q})]) for q in searches]
+    model = Scripted({"w3": [*rounds, say("Done.", answer="Done.")]})
     node = await start_node(bus, tmp_path, model)
     try:
         profile = {
