@@ -284,7 +284,7 @@ class DecisionActor(Actor):
         try:
             rendered = await self.conv.ask(render, timeout=ASK_TIMEOUT_S)
             gated = rendered.committing
-            result = await generate(self.services, rendered.request)
+            result = rendered.counted(await generate(self.services, rendered.request))
             followups = rendered.followups
         except asyncio.CancelledError:
             raise

@@ -61,6 +61,10 @@ class TurnSettings:
     grace_s: float = 0.75
     model: str = "extractive"
     tool_timeout_s: float = 60.0
+    memory_scope: Literal["conversation", "user"] = "conversation"
+    """Where memory facts live: this conversation, or every conversation of the turn's user."""
+    memory_hotset: int = 5
+    """How many memory facts ANNOUNCE shows (the most relevant to the user's prompt)."""
 
     @classmethod
     def parse(cls, config: Mapping[Any, Any], defaults: TurnDefaults) -> TurnSettings:

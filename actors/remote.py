@@ -207,7 +207,7 @@ async def render_and_generate(
     loop (the best effort when the budget is spent); None when either failed."""
     try:
         rendered = await conv.ask(render, timeout=timeout_s)
-        return await generate(services, rendered.request)
+        return rendered.counted(await generate(services, rendered.request))
     except (TimeoutError, BusError, ActorError) as exc:
         log.warning("best-effort answer of turn %s failed: %s", render.turn_id, exc)
         return None
