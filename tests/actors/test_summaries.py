@@ -6,19 +6,25 @@ from __future__ import annotations
 import json
 from collections import deque
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from actors.client import Client
+from actors.compactor import Compactor
+from actors.events import Limits
 from actors.node import Node
+from actors.policy import TurnSettings
 from bus import Bus
 from llm import AnthropicModel, LLMSettings, ReplayModel
 from llm.fake_anthropic import FakeAnthropicServer
 from llm.protocol import Chunk
-from messages import GenerateRequest
+from messages import GenerateRequest, TurnRequest
+from timeline import AnnounceContext, Renderer, Timeline
 from timeline.blocks import SUMMARY, TOOL_CALL, TOOL_RESULT
+from timeline.facts import Fact
 from timeline.summary import SUMMARY_RECORD, record_of
 
 from .harness import run_turn, say, settings
@@ -86,7 +92,9 @@ def note(content: str) -> tuple[str, dict[str, Any]]:
 
 
 def announce(request: GenerateRequest) -> str:
-    return next(b["text"] for b in reversed(request.blocks) if "[ANNOUNCE]" in b.get("text", ""))
+    return str(
+        next(b["text"] for b in reversed(request.blocks) if "[ANNOUNCE]" in b.get("text", ""))
+    )
 
 
 async def test_a_claude_conversation_compacts_with_a_structured_summary_and_remembers_facts(
@@ -170,3 +178,33 @@ async def test_the_turn_usage_counts_the_summary_calls(
     total = srv.usage_totals
     assert sum(r.usage.output_tokens for r in results) == total.output_tokens
     assert sum(r.usage.total_input_tokens for r in results) == total.total_input_tokens
+
+
+async def test_user_scope_facts_are_shared_by_the_conversations_of_a_user(node: Node) -> None:
+    services = node.services
+    assert services is not None
+    turn = replace(TurnSettings(limits=Limits()), memory_scope="user", memory_hotset=3)
+
+    def compactor(cid: str) -> Compactor:
+        tl = Timeline(cid)
+        return Compactor(services, tl, Renderer(tl), 0)
+
+    first = compactor("c-u1")
+    ask = TurnRequest(conversation_id="c-u1", turn_id="t1", text="region?", user_id="ann@x")
+    await first.begin_turn(ask, turn)
+    first.book.upsert(Fact("deploy region", "eu", turn_id="t1", ts=1.0), now=1.0)
+    await first.flush()
+    assert first.tl.facts.active() == []  # the user's book, not the conversation's
+
+    second = compactor("c-u2")
+    ask = TurnRequest(conversation_id="c-u2", turn_id="t2", text="Which region?", user_id="ann@x")
+    await second.begin_turn(ask, turn)
+    board = second.announce(AnnounceContext())
+    assert list(board.hotset) == ["deploy_region: eu (turn t1)"]
+
+    nobody = compactor("c-u3")
+    await nobody.begin_turn(TurnRequest(conversation_id="c-u3", turn_id="t3", text="x"), turn)
+    assert (
+        nobody.book is nobody.tl.facts
+        and "needs the turn's user_id" in nobody.tl.notices.current[0]
+    )
