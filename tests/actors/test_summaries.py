@@ -208,3 +208,21 @@ async def test_user_scope_facts_are_shared_by_the_conversations_of_a_user(node: 
         nobody.book is nobody.tl.facts
         and "needs the turn's user_id" in nobody.tl.notices.current[0]
     )
+
+
+async def test_a_context_window_error_compacts_with_the_model_summary(
+    node: Node, client: Client, served: tuple[FakeAnthropicServer, Policy]
+) -> None:
+    srv, policy = served
+    cid = "c-force"
+    for i in range(3):
+        policy.turns.append(say(answer=f"Short answer {i}."))
+        await run_turn(client, f"Short question {i}: " + " ".join(["word"] * 150), cid)
+    assert not policy.summaries and node.conversations[cid].tl.latest_summary is None
+    srv.fail_next("context_window")  # the next turn's model call: the render is forced
+    policy.turns.append(say(answer="After compaction."))
+    handle = await run_turn(client, "One more question.", cid)
+    assert (await handle.wait()).status == "completed"
+    su = node.conversations[cid].tl.latest_summary
+    assert len(policy.summaries) >= 1 and su is not None
+    assert su.meta[SUMMARY_RECORD]["writer"] == "model"
