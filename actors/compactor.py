@@ -131,6 +131,8 @@ class Compactor:
         Returns the summaries' usage (None: no model call) and whether a forced
         compaction was handled here (the render must not compact again).
         """
+        self.harvest()  # a summary the last render wrote offline
+        await self.flush()
         streamer = self.services.streamer
         model = streamer.models(model_name) if streamer is not None else None
         if model is None:
@@ -146,7 +148,7 @@ class Compactor:
         assert streamer is not None
         summarizer = ModelSummarizer(
             model,
-            call=streamer.complete,
+            call=lambda request: streamer.complete(request, model),
             counter=self.renderer.counter,
             conversation_id=self.tl.conversation_id,
         )

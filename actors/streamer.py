@@ -146,10 +146,11 @@ class StreamerActor:
             # calls that came over the wire).
             return await self.generate(request)
 
-    async def complete(self, request: GenerateRequest) -> Completion:
-        """One model call run to the end without streaming anything to clients (compaction
-        summaries): its text and usage; a ``ModelError`` or ``TimeoutError`` raises."""
-        model = self.models(request.model)
+    async def complete(self, request: GenerateRequest, model: Model | None = None) -> Completion:
+        """One model call (``model``, else the one ``request.model`` names) run to the end
+        without streaming anything to clients (compaction summaries): its text and usage;
+        a ``ModelError`` or ``TimeoutError`` raises."""
+        model = model or self.models(request.model)
         async with self._slots, asyncio.timeout(self.timeout_s):
             self.calls += 1
             return await complete(model, request)

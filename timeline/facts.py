@@ -293,7 +293,7 @@ def check_integrity(
         (revived if _matches(f, discarded) else kept).append(f)
     lost: list[Fact] = []
     if previous is not None:
-        keys = {fact_key(f.key) for f in kept} | {fact_key(f.key) for f in revived}
+        keys = {fact_key(f.key) for f in kept}
         own = _discarded(new.discarded)
         for f in previous.stable_facts:
             if fact_key(f.key) not in keys and not _matches(f, own):

@@ -92,6 +92,13 @@ def test_integrity_re_adds_lost_facts_and_removes_revived_ones() -> None:
         ("cache", "redis"),
         ("region", "eu"),
     ]
+    # A revived old value does not take its key away: the previous value comes back.
+    again, fixed = check_integrity(
+        StructuredSummary((Fact("region", "eu"),)),
+        StructuredSummary((Fact("region", "us"),), discarded=("region: eu",)),
+    )
+    assert [(f.key, f.value) for f in again.stable_facts] == [("region", "us")]
+    assert (fixed.lost_readded, fixed.revived_removed) == (("region",), ("region",))
     clean, nothing = check_integrity(repaired, repaired)
     assert clean == repaired and not nothing.repaired
 
