@@ -124,7 +124,22 @@ class Name:
         return value
 
 
-CONFIG: Mapping[str, Number | Name] = {
+@dataclass(frozen=True, slots=True)
+class Choice:
+    """A bound of a string setting that is one of ``values``."""
+
+    values: tuple[str, ...]
+
+    def describe(self) -> str:
+        return "one of " + ", ".join(self.values)
+
+    def check(self, field: str, value: object) -> str:
+        if not isinstance(value, str) or value not in self.values:
+            raise InputRefused(field, _show(value), self.describe())
+        return value
+
+
+CONFIG: Mapping[str, Number | Name | Choice] = {
     "max_iterations": Number(True, 1, 1000),
     "max_tokens": Number(True, 0, 100_000_000),
     "max_consecutive_refusals": Number(True, 1, 50),
@@ -133,6 +148,8 @@ CONFIG: Mapping[str, Number | Name] = {
     "followup_grace_s": Number(False, 0, 60, unit="of seconds"),
     "tool_timeout_s": Number(False, 0, 3_600, above=True, unit="of seconds"),
     "model": Name(MAX_MODEL_CHARS),
+    "memory_scope": Choice(("conversation", "user")),
+    "memory_hotset": Number(True, 0, 50),
 }
 """Every key a turn request's ``config`` may set, and its bound (docs/limits.md)."""
 
@@ -159,6 +176,8 @@ class TurnConfig:
     followup_grace_s: float | None = None
     tool_timeout_s: float | None = None
     model: str | None = None
+    memory_scope: str | None = None
+    memory_hotset: int | None = None
 
 
 def check_config(config: Mapping[Any, Any]) -> TurnConfig:

@@ -87,6 +87,8 @@ class TurnSettings:
             grace_s=float(_pick(given.followup_grace_s, defaults.followup_grace_s)),
             model=_pick(given.model, defaults.model),
             tool_timeout_s=float(_pick(given.tool_timeout_s, defaults.tool_timeout_s)),
+            memory_scope="user" if given.memory_scope == "user" else "conversation",
+            memory_hotset=_pick(given.memory_hotset, 5),
         )
 
 

@@ -6,25 +6,19 @@ from __future__ import annotations
 import json
 from collections import deque
 from collections.abc import AsyncIterator
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 from actors.client import Client
-from actors.compactor import Compactor
-from actors.events import Limits
 from actors.node import Node
-from actors.policy import TurnSettings
 from bus import Bus
 from llm import AnthropicModel, LLMSettings, ReplayModel
 from llm.fake_anthropic import FakeAnthropicServer
 from llm.protocol import Chunk
-from messages import GenerateRequest, TurnRequest
-from timeline import AnnounceContext, Renderer, Timeline
+from messages import GenerateRequest
 from timeline.blocks import SUMMARY, TOOL_CALL, TOOL_RESULT
-from timeline.facts import Fact
 from timeline.summary import SUMMARY_RECORD, record_of
 
 from .harness import run_turn, say, settings
@@ -180,34 +174,23 @@ async def test_the_turn_usage_counts_the_summary_calls(
     assert sum(r.usage.total_input_tokens for r in results) == total.total_input_tokens
 
 
-async def test_user_scope_facts_are_shared_by_the_conversations_of_a_user(node: Node) -> None:
-    services = node.services
-    assert services is not None
-    turn = replace(TurnSettings(limits=Limits()), memory_scope="user", memory_hotset=3)
-
-    def compactor(cid: str) -> Compactor:
-        tl = Timeline(cid)
-        return Compactor(services, tl, Renderer(tl), 0)
-
-    first = compactor("c-u1")
-    ask = TurnRequest(conversation_id="c-u1", turn_id="t1", text="region?", user_id="ann@x")
-    await first.begin_turn(ask, turn)
-    first.book.upsert(Fact("deploy region", "eu", turn_id="t1", ts=1.0), now=1.0)
-    await first.flush()
-    assert first.tl.facts.active() == []  # the user's book, not the conversation's
-
-    second = compactor("c-u2")
-    ask = TurnRequest(conversation_id="c-u2", turn_id="t2", text="Which region?", user_id="ann@x")
-    await second.begin_turn(ask, turn)
-    board = second.announce(AnnounceContext())
-    assert list(board.hotset) == ["deploy_region: eu (turn t1)"]
-
-    nobody = compactor("c-u3")
-    await nobody.begin_turn(TurnRequest(conversation_id="c-u3", turn_id="t3", text="x"), turn)
-    assert (
-        nobody.book is nobody.tl.facts
-        and "needs the turn's user_id" in nobody.tl.notices.current[0]
+async def test_user_scope_facts_are_shared_by_the_conversations_of_a_user(
+    node: Node, client: Client, served: tuple[FakeAnthropicServer, Policy]
+) -> None:
+    policy = served[1]
+    user = {"config": {"memory_scope": "user", "memory_hotset": 3}, "user_id": "ann@example"}
+    policy.turns.extend(
+        [say("note", calls=[note("[K] favourite editor: helix")]), say(answer="Noted.")]
     )
+    await run_turn(client, "I use helix.", "c-u1", **user)
+    assert node.conversations["c-u1"].tl.facts.active() == []  # the user's, not the chat's
+    policy.turns.append(say(answer="helix"))
+    await run_turn(client, "Which editor do I use?", "c-u2", **user)
+    assert "favourite_editor: helix (turn" in announce(policy.seen[-1])
+    policy.turns.append(say(answer="?"))
+    await run_turn(client, "Which editor do I use?", "c-u3", config=user["config"])
+    board = announce(policy.seen[-1])
+    assert "helix" not in board and "memory_scope: scope 'user' needs the turn's user_id" in board
 
 
 async def test_a_context_window_error_compacts_with_the_model_summary(

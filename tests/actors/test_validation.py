@@ -118,6 +118,8 @@ def test_parse_takes_every_key_at_its_bounds() -> None:
         "followup_grace_s": 0,
         "tool_timeout_s": 1,
         "model": "m",
+        "memory_scope": "conversation",
+        "memory_hotset": 0,
     }
     high = {
         "max_iterations": 1000,
@@ -128,6 +130,8 @@ def test_parse_takes_every_key_at_its_bounds() -> None:
         "followup_grace_s": 60.0,
         "tool_timeout_s": 3_600,
         "model": "m" * 128,
+        "memory_scope": "user",
+        "memory_hotset": 50,
     }
     assert set(low) == set(CONFIG) == set(high)
     first = TurnSettings.parse(low, NodeSettings())
@@ -137,6 +141,10 @@ def test_parse_takes_every_key_at_its_bounds() -> None:
     last = TurnSettings.parse(high, NodeSettings())
     assert last.limits.token_budget == 100_000_000 and last.limits.max_consecutive_refusals == 50
     assert last.limits.wait_timeout_s == 86_400.0 and isinstance(last.grace_s, float)
+    assert (first.memory_scope, first.memory_hotset) == ("conversation", 0)
+    assert (last.memory_scope, last.memory_hotset) == ("user", 50)
+    with pytest.raises(InputRefused, match="memory_scope"):
+        TurnSettings.parse({"memory_scope": "team"}, NodeSettings())
 
 
 def test_parse_leaves_what_config_does_not_set_to_the_node() -> None:

@@ -20,7 +20,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from actors.errors import SettingsError
-from actors.limits import CONFIG, Name, Number
+from actors.limits import CONFIG, Choice, Name, Number
 from actors.policy import TurnSettings
 from actors.settings import NodeSettings
 
@@ -42,6 +42,8 @@ FIELDS: Mapping[str, str] = {
     "grace_s": "followup_grace_s",
     "tool_timeout_s": "tool_timeout_s",
     "model": "model",
+    "memory_hotset": "memory_hotset",
+    "memory_scope": "memory_scope",
 }
 """Each field of ``TurnSettings`` and the config key that sets it."""
 
@@ -76,8 +78,10 @@ keys: st.SearchStrategy[Any] = st.one_of(
 )
 
 
-def _in_bound(bound: Number | Name, value: Any) -> bool:
+def _in_bound(bound: Number | Name | Choice, value: Any) -> bool:
     """Whether ``value`` is acceptable under ``bound``, as docs/limits.md states it."""
+    if isinstance(bound, Choice):
+        return isinstance(value, str) and value in bound.values
     if isinstance(bound, Name):
         return isinstance(value, str) and bool(value.strip()) and len(value) <= bound.max_chars
     if isinstance(value, bool) or not isinstance(value, int | float):
