@@ -152,13 +152,22 @@ class Compactor:
             counter=self.renderer.counter,
             conversation_id=self.tl.conversation_id,
         )
-        done = await compact(
-            self.renderer,
-            summarizer,
-            now=self.services.clock(),
-            system_tokens=self.system_tokens,
-            force=force,
-        )
+        try:
+            done = await compact(
+                self.renderer,
+                summarizer,
+                now=self.services.clock(),
+                system_tokens=self.system_tokens,
+                force=force,
+            )
+        except Exception as exc:  # the render still compacts, with the offline digest
+            log.exception("model compaction of %s failed", self.tl.conversation_id)
+            self.fallbacks += 1
+            self.tl.notices.once.append(
+                f"summary_fallback: the model compaction failed ({type(exc).__name__}); "
+                "the offline digest is used"
+            )
+            return None, False
         if done is None:
             return None, False
         self.fallbacks += summarizer.fallbacks

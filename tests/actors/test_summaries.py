@@ -209,3 +209,25 @@ async def test_a_context_window_error_compacts_with_the_model_summary(
     su = node.conversations[cid].tl.latest_summary
     assert len(policy.summaries) >= 1 and su is not None
     assert su.meta[SUMMARY_RECORD]["writer"] == "model"
+
+
+async def test_a_failed_summary_call_falls_back_with_a_notice_and_still_compacts(
+    node: Node, client: Client, served: tuple[FakeAnthropicServer, Policy]
+) -> None:
+    srv, policy = served
+    cid = "c-fallback"
+    for i in range(3):
+        policy.turns.append(say(answer=f"Short answer {i}."))
+        await run_turn(client, f"Short question {i}: " + " ".join(["word"] * 150), cid)
+    srv.fail_next("context_window")  # the turn's model call
+    srv.fail_next("overloaded")  # then the summary call (the node's model does not retry)
+    policy.turns.append(say(answer="After compaction."))
+    handle = await run_turn(client, "One more question.", cid)
+    assert (await handle.wait()).status == "completed"
+    conv = node.conversations[cid]
+    su = conv.tl.latest_summary
+    assert su is not None and su.meta[SUMMARY_RECORD]["writer"] == "fallback"
+    assert su.text.startswith("Summary of ") and conv.compactor.fallbacks == 1
+    assert "summary_fallback: the compaction summary is the offline digest" in announce(
+        policy.seen[-1]
+    )
