@@ -38,6 +38,7 @@ from tools.workspace import TurnFiles
 from . import commits
 from . import events as ev
 from .base import Actor
+from .compactor import Compactor
 from .conversation_files import ConversationFiles
 from .decision import DecisionActor
 from .errors import ConversationLost, InputRefused, UnexpectedMessage
@@ -85,6 +86,8 @@ class ConversationActor(Actor):
         config = TimelineConfig(max_tokens=services.settings.max_context_tokens)
         self.renderer = Renderer(self.tl, config)
         self.system_tokens = DEFAULT_COUNTER.count(services.system_prompt)
+        self.compactor = Compactor(services, timeline, self.renderer, self.system_tokens)
+        """Model-written compaction summaries and the memory facts (``actors.compactor``)."""
         self.decision_state = DecisionState()
         self.queue: deque[TurnJob] = deque()
         self.current: DecisionActor | None = None
@@ -99,7 +102,6 @@ class ConversationActor(Actor):
         self.memindex: MemIndex | None = None
         self._committing: asyncio.Task[None] | None = None
         """The commit of the last rendered round, while it becomes durable."""
-        self._sources: tuple[tuple[int, int], list[dict[str, Any]]] | None = None
 
     @classmethod
     async def load(cls, conversation_id: str, services: Services) -> ConversationActor:
@@ -223,6 +225,7 @@ class ConversationActor(Actor):
             services.tasks.recover([(self.cid, record)])  # its open agent tasks
             log.info("resuming turn %s after round %s", request.turn_id, record.get("round"))
         self.followups = 0
+        await self.compactor.begin_turn(request, turn)
         self.current_job = job
         decision = DecisionActor(
             self.ref(), services, request, self.decision_state, turn, resume=record
@@ -298,8 +301,14 @@ class ConversationActor(Actor):
             self._committing = self.spawn(
                 self._durable(started, message.round), f"commit-{message.round}"
             )
-        request, stats = self._render_request(message)
-        return Rendered(request, self.followups, committing, stats)
+        before = self.compactor.compactions
+        usage, forced = await self.compactor.before_render(
+            message.model, force=message.force_compaction
+        )
+        request, stats = self._render_request(
+            message, message.force_compaction and not forced, self.compactor.compactions > before
+        )
+        return Rendered(request, self.followups, committing, stats, usage)
 
     async def _durable(self, started: commits.Started, round_: int) -> None:
         """Await a round's commit, then tell the running turn how it went."""
@@ -321,9 +330,12 @@ class ConversationActor(Actor):
         if committing is not None:
             await asyncio.wait([committing])
 
-    def _render_request(self, message: Render) -> tuple[messages.GenerateRequest, ContextStats]:
+    def _render_request(
+        self, message: Render, force: bool, compacted: bool
+    ) -> tuple[messages.GenerateRequest, ContextStats]:
+        """The model request of a round (``compacted``: the model compacted before it)."""
         services = self.services
-        announce = message.announce
+        announce = self.compactor.announce(message.announce)
         if announce.timezone != self.timezone:
             announce = replace(announce, timezone=self.timezone)
         workspace = self.files.lines(message.turn_id)
@@ -333,9 +345,9 @@ class ConversationActor(Actor):
             now=services.clock(),
             system_tokens=self.system_tokens,
             announce=announce,
-            force_compaction=message.force_compaction,
+            force_compaction=force,
         )
-        compacted = result.events.compaction is not None
+        compacted = compacted or result.events.compaction is not None
         stats = ContextStats.of(self.renderer.visible_blocks(), result.stable_tokens, compacted)
         # Built from our own render: construct without re-validating thousands of parts.
         request = messages.GenerateRequest.model_construct(
@@ -348,20 +360,11 @@ class ConversationActor(Actor):
             cache_marks=list(result.marks),
             channels=CHANNELS,
             max_output_tokens=message.max_output_tokens,
-            sources=self._citable(),
+            sources=self.compactor.citable(),
             seq_start=message.seq_start,
             ts=messages.utcnow(),  # every field given: no default factory to inspect
         )
         return request, stats
-
-    def _citable(self) -> list[dict[str, Any]]:
-        """The pool as the streamer resolves citations against it (rebuilt when it changed)."""
-        pool = self.tl.sources
-        key = (id(pool), pool.revision)
-        if self._sources is None or self._sources[0] != key:
-            rows = [{"sid": r.sid, "title": r.title, "url": r.url} for r in pool.rows()]
-            self._sources = (key, rows)
-        return self._sources[1]
 
     async def _run_tools(self, message: RunTools) -> tuple[ReactOutcome, ...]:
         outcomes = []
@@ -369,6 +372,7 @@ class ConversationActor(Actor):
             self.files.changed()
         for call in message.calls:
             outcomes.append(await self._run_react(call, message.turn_id))
+        await self.compactor.flush()  # [K] notes under memory scope user
         return tuple(outcomes)
 
     async def _run_react(self, call: ev.ToolSpec, turn_id: str) -> ReactOutcome:
@@ -388,6 +392,7 @@ class ConversationActor(Actor):
             workspace=self.workspace,
             local=self.local,
             memindex=memindex,
+            facts=self.compactor.book,
         )
         try:
             if call.tool in FILE_TOOLS:

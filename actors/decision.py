@@ -276,7 +276,7 @@ class DecisionActor(Actor):
             rendered = await self.conv.ask(render, timeout=ASK_TIMEOUT_S)
             self.watchdog.rendered(round_, rendered.stats)
             gated = rendered.committing
-            result = await remote.generate(self.services, rendered.request)
+            result = rendered.counted(await remote.generate(self.services, rendered.request))
             followups = rendered.followups
         except asyncio.CancelledError:
             raise

@@ -97,13 +97,22 @@ class Writes:
 @dataclass(frozen=True, slots=True)
 class Rendered:
     """A rendered model request and how many followups of the turn it includes;
-    ``committing``: the round's commit is on its way (a ``Durable`` follows)."""
+    ``committing``: the round's commit is on its way (a ``Durable`` follows); ``usage``:
+    the compaction summaries written before it (``actors.compactor``)."""
 
     request: messages.GenerateRequest
     followups: int
     committing: bool = False
     stats: ContextStats = NO_STATS
     """The rendered context as the watchdog reads it."""
+    usage: messages.Usage | None = None
+    """What the compaction summaries written for this render cost (the turn counts it)."""
+
+    def counted(self, result: messages.GenerateResult) -> messages.GenerateResult:
+        """``result`` with the summaries' usage added to its own."""
+        if self.usage is None:
+            return result
+        return result.model_copy(update={"usage": result.usage + self.usage})
 
 
 @dataclass(frozen=True, slots=True)

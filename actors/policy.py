@@ -84,6 +84,17 @@ class TurnSettings:
     """Tool name patterns whose calls wait for an approval (``actors.approvals``): the
     node's, the profile's and the config's ``approve_tools``."""
 
+    @property
+    def memory_scope(self) -> Literal["conversation", "user"]:
+        """Where memory facts live: this conversation, or every conversation of the turn's
+        user (the profile's ``memory_scope``)."""
+        return "user" if self.profile.memory_scope == "user" else "conversation"
+
+    @property
+    def memory_hotset(self) -> int:
+        """How many memory facts ANNOUNCE shows (the profile's ``memory_hotset``)."""
+        return self.profile.memory_hotset
+
     @classmethod
     def parse(cls, config: Mapping[Any, Any], defaults: TurnDefaults) -> TurnSettings:
         """The settings of a turn: ``config``'s values, else its profile's

@@ -224,7 +224,7 @@ async def best_effort(
         return fallback
     try:
         rendered = await conv.ask(render, timeout=timeout_s)
-        result = await generate(services, rendered.request)
+        result = rendered.counted(await generate(services, rendered.request))
     except (TimeoutError, BusError, ActorError) as exc:
         log.warning("best-effort answer of turn %s failed: %s", render.turn_id, exc)
         return fallback

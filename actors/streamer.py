@@ -42,7 +42,7 @@ from llm.errors import (
     ModelStreamError,
     ModelUnavailable,
 )
-from llm.protocol import Model, opened
+from llm.protocol import Completion, Model, complete, opened
 from messages import (
     CancelReAct,
     ErrorReply,
@@ -145,6 +145,15 @@ class StreamerActor:
             # In the caller's task: the caller cancels it directly (al.llm.cancel is for
             # calls that came over the wire).
             return await self.generate(request)
+
+    async def complete(self, request: GenerateRequest, model: Model | None = None) -> Completion:
+        """One model call (``model``, else the one ``request.model`` names) run to the end
+        without streaming anything to clients (compaction summaries): its text and usage;
+        a ``ModelError`` or ``TimeoutError`` raises."""
+        model = model or self.models(request.model)
+        async with self._slots, asyncio.timeout(self.timeout_s):
+            self.calls += 1
+            return await complete(model, request)
 
     async def _guarded(self, request: GenerateRequest) -> GenerateResult:
         """``generate`` registered for ``al.llm.cancel`` of its turn."""

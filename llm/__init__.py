@@ -6,7 +6,7 @@ first call (the import alone takes over a second).
 """
 
 from .anthropic import AnthropicModel
-from .config import MODELS, LLMSettings, ModelSpec, model_spec
+from .config import MODELS, OFFLINE_MODELS, LLMSettings, ModelSpec, model_spec
 from .errors import (
     ContextWindowExceeded,
     ModelConfigError,
@@ -21,7 +21,7 @@ from .prompt import DECISION_PROTOCOL, system_prompt
 from .protocol import Chunk, Completion, Model, close_stream, complete, opened
 from .replay import Recorded, ReplayModel
 from .retry import stream_with_compaction
-from .summarizer import ModelSummarizer, compact
+from .summarizer import Compacted, ModelSummarizer, SummaryOutcome, compact
 from .wire import from_messages_params, to_messages_params
 
 
@@ -34,11 +34,25 @@ def make_model(settings: LLMSettings) -> Model:
     return AnthropicModel(settings)
 
 
+def writes_summaries(model: Model) -> bool:
+    """True for a real model: compaction summaries are then written by it (structured).
+
+    The offline models (``extractive``, ``replay``) and scripted test models keep the
+    offline digest: a real model is an ``AnthropicModel`` or one named after a known
+    claude model.
+    """
+    name = getattr(model, "name", "")
+    if isinstance(model, AnthropicModel):
+        return True
+    return name not in OFFLINE_MODELS and model_spec(name).known
+
+
 __all__ = [
     "DECISION_PROTOCOL",
     "MODELS",
     "AnthropicModel",
     "Chunk",
+    "Compacted",
     "Completion",
     "ContextWindowExceeded",
     "ExtractiveModel",
@@ -54,6 +68,7 @@ __all__ = [
     "Recorded",
     "ReplayModel",
     "ScriptExhausted",
+    "SummaryOutcome",
     "close_stream",
     "compact",
     "complete",
@@ -64,4 +79,5 @@ __all__ = [
     "stream_with_compaction",
     "system_prompt",
     "to_messages_params",
+    "writes_summaries",
 ]

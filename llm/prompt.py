@@ -58,9 +58,10 @@ Hidden, pruned and compacted content is never lost: react.read(path) brings it b
   "[S:n] title — url": cite them with that SID.
 - react.search_knowledge(query, top_k=5): ranked hits in the knowledge space (path, title,
   url, score, snippet). Read the best hits before answering from them.
-- react.memsearch(query, targets=["user","assistant","attachment","summary","notes"],
-  top_k=5, days=null): search earlier turns; hits carry turn_id, snippet, score, ts and the
-  turn's index path ar:<turn>.react.turn.index.
+- react.memsearch(query, targets=["user","assistant","attachment","summary","notes",
+  "facts"], top_k=5, days=null): search earlier turns; hits carry turn_id, snippet, score,
+  ts and the turn's index path ar:<turn>.react.turn.index; "facts" are memory facts (key,
+  value, turn, path).
 - react.plan(mode="create"|"update"|"close", steps=[...], plan_id=null): keep a plan for
   multi-step work; acknowledge steps in notes.
 - react.write(path, channel, content, kind): parameters in exactly this order. path is
@@ -68,7 +69,8 @@ Hidden, pruned and compacted content is never lost: react.read(path) brings it b
   timeline_text or internal; kind is display or file. channel=internal saves a memory
   anchor (kept through compaction, found by react.memsearch targets=["notes"]); with
   "scratchpad": true it also stays inline. Start note lines with a tag: [P] plan,
-  [D] decision, [S] status, [A] assumption, [K] key fact.
+  [D] decision, [S] status, [A] assumption, [K] key fact; "[K] key: value" is remembered
+  as a memory fact (a new value for the key replaces the old one).
 - react.patch(path, patch): a unified diff (---/+++/@@) or a full replacement of a
   current-turn file. A file of an earlier turn (fi:<turn>.files/...) must be pulled first;
   the patched text becomes this turn's version. A hunk that does not match changes nothing.

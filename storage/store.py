@@ -22,6 +22,9 @@ One LMDB environment per node with named databases (keys are bytes)::
                                               by every conversation of the node)
     usage      <cid>                       -> msgpack per-conversation counters, written with
                                               what they count (see ``storage.quota``)
+    ufacts     <sha256(user_id)[:32]>/<row> -> msgpack memory fact row (``fact/<hash>``,
+                                              ``timeline.facts``) shared by a user's
+                                              conversations (memory scope ``user``)
     artifacts, artrefs, workspace: see their modules.
 
 Persisting a turn (``append_turn``) is one write transaction that writes only
@@ -89,6 +92,7 @@ DATABASES = (
     "turns",
     "vectors",
     "usage",
+    "ufacts",
 )
 DEFAULT_MAP_SIZE = 64 << 20
 DEFAULT_MAX_MAP_SIZE = 1 << 40
@@ -826,6 +830,40 @@ class Store:
                 txn.put(key, value, db=self.db["vectors"])
 
         self.write(fn)
+
+    @staticmethod
+    def _user_prefix(user_id: str) -> bytes:
+        if not user_id:
+            raise ValueError("user facts need a user id")
+        return hashlib.sha256(user_id.encode()).hexdigest()[:32].encode() + b"/"
+
+    def user_facts(self, user_id: str) -> dict[str, Any]:
+        """The memory fact rows of a user (row key -> row), shared by their conversations."""
+        prefix = self._user_prefix(user_id)
+
+        def fn(txn: lmdb.Transaction) -> dict[str, Any]:
+            out: dict[str, Any] = {}
+            cursor = txn.cursor(db=self.db["ufacts"])
+            if cursor.set_range(prefix):
+                for key, value in cursor:
+                    if not bytes(key).startswith(prefix):
+                        break
+                    out[bytes(key)[len(prefix) :].decode()] = unpack(value)
+            return out
+
+        return self.read(fn)
+
+    def put_user_facts(self, user_id: str, rows: Mapping[str, Any]) -> None:
+        """Write a user's changed fact rows (one transaction; other rows stay)."""
+        prefix = self._user_prefix(user_id)
+        items = [(prefix + key.encode(), pack(value)) for key, value in rows.items()]
+
+        def fn(txn: lmdb.Transaction) -> None:
+            for key, value in items:
+                txn.put(key, value, db=self.db["ufacts"])
+
+        if items:
+            self.write(fn)
 
     def index_rows(self, cid: str) -> list[dict[str, Any]]:
         """The memsearch rows of a conversation in the order they were written."""

@@ -27,7 +27,7 @@ summaries from a model in between (``plan`` -> summarise -> ``apply``);
 from __future__ import annotations
 
 import bisect
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -47,8 +47,9 @@ from .blocks import (
 )
 from .config import TimelineConfig
 from .errors import CompactionError
+from .facts import StructuredSummary
 from .paths import ar_path, su_path
-from .summary import Summarizer, SummaryRequest
+from .summary import SUMMARY_RECORD, Summarizer, SummaryRequest, offline_record, record_of
 from .timeline import Timeline
 from .tokens import TokenCounter, block_tokens
 
@@ -96,6 +97,8 @@ class CompactionPlan:
     """What the compacted range costs now, minus what is carried past the cut."""
     revision: int
     """``Timeline.version`` when planned: ``apply`` refuses a timeline changed since."""
+    previous_record: StructuredSummary | None = None
+    """The structured summary of the latest ``su:`` block (what the integrity check uses)."""
 
     def requests(self, cfg: TimelineConfig, budget: int) -> list[SummaryRequest]:
         """The summary requests, history first then the split turn's prefix (if any).
@@ -206,6 +209,7 @@ def plan(
         before_tokens=sum(tokens),
         saved_tokens=sum(tokens[: cut - start]) - carried_tokens,
         revision=tl.version,
+        previous_record=record_of(summary),
     )
 
 
@@ -253,9 +257,16 @@ def _inside_rounds(blocks: list[Block], start: int) -> list[bool]:
 
 
 def apply(
-    tl: Timeline, plan: CompactionPlan, *, summary: str, prefix_summary: str = "", now: float
+    tl: Timeline,
+    plan: CompactionPlan,
+    *,
+    summary: str,
+    prefix_summary: str = "",
+    now: float,
+    record: Mapping[str, Any] | None = None,
 ) -> CompactionOutcome:
-    """Insert the summary and the carried blocks before the cut."""
+    """Insert the summary and the carried blocks before the cut; ``record`` (the
+    structured summary as a dict) goes on the ``su:`` block's ``meta``."""
     if tl.version != plan.revision or tl.get(plan.cut.id) is not plan.cut:
         raise CompactionError("the timeline changed since the compaction was planned")
     if plan.split_turn_id is not None:
@@ -277,6 +288,7 @@ def apply(
             "covered_turn_ids": list(covered),
             "compaction_digest": digest,
             **({"split_turn_id": plan.split_turn_id} if plan.split_turn_id else {}),
+            **({SUMMARY_RECORD: dict(record)} if record is not None else {}),
         },
     )
     tl.insert_before(cut, [head, *carried])
@@ -384,7 +396,9 @@ def compact(
         return None
     requests = chosen.requests(cfg, max(1, cfg.max_tokens - system_tokens))
     texts = [summarizer.summarize(r) if needs_summary(r) else "" for r in requests]
-    return finish(tl, chosen, texts, now=now, counter=counter)
+    record, report = offline_record(requests[0], chosen.previous_record)
+    stored = {**record.to_dict(), "integrity": report.to_dict(), "writer": "offline"}
+    return finish(tl, chosen, texts, now=now, counter=counter, record=stored)
 
 
 def needs_summary(request: SummaryRequest) -> bool:
@@ -399,8 +413,10 @@ def finish(
     *,
     now: float,
     counter: TokenCounter,
+    record: Mapping[str, Any] | None = None,
 ) -> CompactionOutcome | None:
-    """Apply ``chosen`` with the summary ``texts`` (one per request, in order).
+    """Apply ``chosen`` with the summary ``texts`` (one per request, in order) and the
+    structured ``record`` of the history summary (stored on the ``su:`` block).
 
     None when the summary is missing or would cost as much as what it replaces.
     """
@@ -412,6 +428,6 @@ def finish(
     head = f"[CONVERSATION SUMMARY] {su_path(chosen.cut.turn_id)} · 2000-01-01T00:00:00Z\n"
     if counter.count(head + SPLIT_SEPARATOR.join(t for t in texts if t)) >= chosen.saved_tokens:
         return None
-    outcome = apply(tl, chosen, summary=texts[0], prefix_summary=texts[-1], now=now)
+    outcome = apply(tl, chosen, summary=texts[0], prefix_summary=texts[-1], now=now, record=record)
     after = sum(visible_tokens(b, counter) for b in tl.blocks[tl.visible_start :])
     return replace(outcome, after_tokens=after)

@@ -12,7 +12,7 @@ spent.
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, Protocol
 
 from .blocks import (
@@ -30,6 +30,14 @@ from .blocks import (
     Block,
 )
 from .errors import PlanError
+from .facts import (
+    Fact,
+    IntegrityReport,
+    StructuredSummary,
+    canonical_facts,
+    check_integrity,
+    note_facts,
+)
 from .memory import Plan
 from .tokens import DEFAULT_COUNTER, TokenCounter
 from .view import preview
@@ -139,3 +147,49 @@ class OfflineSummarizer:
         if dropped:
             out.append(trailer.format(dropped))
         return "\n".join(out)
+
+
+SUMMARY_RECORD = "summary_record"
+"""The ``meta`` key of a ``su:`` block that holds its structured summary."""
+
+
+def record_of(block: Block | None) -> StructuredSummary | None:
+    """The structured summary stored on a ``su:`` block (None: none stored)."""
+    if block is None:
+        return None
+    data = block.meta.get(SUMMARY_RECORD)
+    return StructuredSummary.from_dict(data) if isinstance(data, dict) else None
+
+
+def block_facts(blocks: Sequence[Block]) -> tuple[list[Fact], list[str]]:
+    """Facts of ``[K]`` notes and canonical tool output, in block order (a later value of
+    a key wins), and the earlier values they replaced as ``key: value``."""
+    found: dict[str, Fact] = {}
+    replaced: list[str] = []
+    for b in blocks:
+        if b.type in (NOTE, NOTE_PRESERVED, REACT_NOTES):
+            facts = note_facts(b.content, turn_id=b.turn_id, path=b.path, ts=b.ts)
+            source = str(b.meta.get("source_path") or "")
+            if source:
+                facts = [replace(f, path=source) for f in facts]
+        elif b.type == TOOL_RESULT:
+            facts = canonical_facts(b.content, turn_id=b.turn_id, path=b.path, ts=b.ts)
+        else:
+            continue
+        for f in facts:
+            old = found.get(f.key)
+            if old is not None and old.value != f.value:
+                replaced.append(f"{old.key}: {old.value}")
+            found[f.key] = f
+    return list(found.values()), replaced
+
+
+def offline_record(
+    request: SummaryRequest, previous: StructuredSummary | None
+) -> tuple[StructuredSummary, IntegrityReport]:
+    """The structured record of an offline digest: facts from ``[K]`` notes and canonical
+    tool output, checked against ``previous`` (its facts carried forward)."""
+    facts, replaced = block_facts(request.blocks)
+    current = {(f.key, f.value) for f in facts}
+    discarded = tuple(d for d in dict.fromkeys(replaced) if tuple(d.split(": ", 1)) not in current)
+    return check_integrity(StructuredSummary(tuple(facts), discarded=discarded), previous)

@@ -20,6 +20,7 @@ from typing import Any
 
 from .blocks import PLAN, PLAN_ACK, SUMMARY, TURN_HEADER, Block
 from .errors import BlockError, PathError
+from .facts import FACT_PREFIX, FactBook
 from .memory import AckUpdate, Plan, PlanBook, ack_text, parse_ack_lines
 from .paths import ar_path, parse_path
 from .snapshot import (
@@ -89,6 +90,8 @@ class Timeline:
         self._seqs_sorted = True
         self.sources = SourcesPool()
         self.plans = PlanBook()
+        self.facts = FactBook()
+        """The conversation's memory facts (``timeline.facts``), persisted as ``fact/`` rows."""
         self._rows_of: tuple[SourcesPool, PlanBook] = (self.sources, self.plans)
         """The pool and book whose changes ``take_row_changes`` tracks (a new one is all new)."""
         self.cache = CacheState()
@@ -399,10 +402,12 @@ class Timeline:
         self._rows_of = (self.sources, self.plans)
         rows = source_rows(self.sources.take_dirty())
         rows.update(plan_rows(self.plans.take_dirty()))
+        rows.update(self.facts.take_dirty())
         return rows
 
     def requeue_row_changes(self, rows: Iterable[str]) -> None:
         """Report the rows with these keys again on the next ``take_row_changes``."""
+        rows = list(rows)
         sids: list[int] = []
         plan_ids: list[str] = []
         for key in rows:
@@ -410,6 +415,7 @@ class Timeline:
                 sids.append(int(key[len(SOURCE_PREFIX) :]))
             elif key.startswith(PLAN_PREFIX):
                 plan_ids.append(key[len(PLAN_PREFIX) :])
+        self.facts.mark_dirty(k for k in rows if k.startswith(FACT_PREFIX))
         self.sources.mark_dirty(sids)
         self.plans.mark_dirty(plan_ids)
 
@@ -469,6 +475,7 @@ class Timeline:
         tl.sources, inline_sources = restore_pool(snapshot, rows or {})
         tl.plans, inline_plans = restore_plans(snapshot, rows or {})
         tl._rows_of = (tl.sources, tl.plans)
+        tl.facts = FactBook.from_rows(rows or {})
         if inline_sources:
             tl.sources.mark_dirty()
         if inline_plans:

@@ -44,6 +44,7 @@ from timeline.blocks import (
     iso,
 )
 from timeline.errors import PathError, PlanError
+from timeline.facts import note_facts
 from timeline.paths import LogicalPath, ar_path, parse_path
 from timeline.read import resolve
 from timeline.retention import retained_info
@@ -79,6 +80,8 @@ __all__ = [
 
 MAX_READ_PATHS: Final = 10
 MEMSEARCH_TOP_K: Final = 20
+FACTS_TARGET: Final = "facts"
+"""The react.memsearch target of memory facts (``timeline.facts``)."""
 DAY: Final = 86_400.0
 ANCHOR_DIGEST: Final = 100
 NOTE_TAG_RE: Final = re.compile(r"\[([PDSAK])\]")
@@ -636,15 +639,19 @@ class ReactTools:
         top_k = min(top_k, MEMSEARCH_TOP_K)
         targets = params.get("targets")
         if targets is None:
-            targets = list(MEMSEARCH_TARGETS)
+            targets = [*MEMSEARCH_TARGETS, FACTS_TARGET]
         elif isinstance(targets, str):
             targets = [targets]
         if not (
             isinstance(targets, list | tuple)
             and targets
-            and all(isinstance(t, str) and t in MEMSEARCH_TARGETS for t in targets)
+            and all(
+                isinstance(t, str) and (t in MEMSEARCH_TARGETS or t == FACTS_TARGET)
+                for t in targets
+            )
         ):
-            message = f"targets must be a list drawn from {', '.join(MEMSEARCH_TARGETS)}."
+            names = ", ".join([*MEMSEARCH_TARGETS, FACTS_TARGET])
+            message = f"targets must be a list drawn from {names}."
             return refuse(tool, "memsearch_bad_target", f"{message} Got {targets!r}.")
         days = params.get("days")
         if days is not None and (
@@ -652,14 +659,19 @@ class ReactTools:
         ):
             return refuse(tool, "bad_params", "react.memsearch: days must be a positive number.")
         since = None if days is None else ctx.now - float(days) * DAY
+        roles = set(targets) - {FACTS_TARGET}
         index = _memory_index(ctx)
-        found = index.search(
-            query,
-            roles=set(targets),
-            top_k=top_k,
-            since=since,
-            exclude_turns={ctx.turn_id},
-            now=ctx.now,
+        found = (
+            index.search(
+                query,
+                roles=roles,
+                top_k=top_k,
+                since=since,
+                exclude_turns={ctx.turn_id},
+                now=ctx.now,
+            )
+            if roles
+            else []
         )
         hits = [
             {
@@ -682,6 +694,19 @@ class ReactTools:
             "searched": len(index),
             "hits": hits,
         }
+        if FACTS_TARGET in targets:
+            result["facts"] = [
+                {
+                    "key": fact.key,
+                    "value": fact.value,
+                    "turn_id": fact.turn_id,
+                    "path": fact.path,
+                    "confidence": round(fact.confidence, 3),
+                    "score": round(score, 4),
+                }
+                for score, fact in ctx.fact_book.search(query, top_k)
+                if since is None or fact.ts >= since
+            ]
         return ReactOutcome(result)
 
     # -- react.hide --------------------------------------------------------------------------
@@ -748,6 +773,12 @@ def _anchor(path: str, content: str, scratchpad: bool, ctx: ReactContext) -> Rea
         "tags": note.meta["tags"],
         "inline": scratchpad,
     }
+    facts = note_facts(content, turn_id=ctx.turn_id, path=note_path, ts=ctx.now)
+    if facts:  # [K] key: value lines are memory facts (a new value supersedes the old)
+        book, cid = ctx.fact_book, ctx.timeline.conversation_id
+        for fact in facts:
+            book.upsert(fact, now=ctx.now, conversation_id=cid)
+        result["facts"] = [f"{f.key}: {f.value}" for f in facts]
     notices: list[Notice] = []
     if scratchpad and not tags:
         message = (

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Final
 from storage import Store
 from timeline import Block, Renderer, Timeline
 from timeline.blocks import NOTICE, TOOL_RESULT
+from timeline.facts import FactBook
 from timeline.paths import tc_path
 
 from .knowledge import KnowledgeSpace
@@ -80,6 +81,13 @@ class ReactContext:
     """The files on disk (pulled refs); needed by react.pull and cross-turn react.patch."""
     memindex: MemIndex | None = None
     """The conversation's memsearch index; None: built from the store's index rows per call."""
+    facts: FactBook | None = None
+    """The memory facts in effect (the user's under memory scope ``user``); None: the
+    timeline's own (``Timeline.facts``)."""
+
+    @property
+    def fact_book(self) -> FactBook:
+        return self.facts if self.facts is not None else self.timeline.facts
 
     def files(self) -> WorkspaceBackend | None:
         """The workspace to use: the given one, else the custom workspace of the store."""

@@ -21,11 +21,9 @@ from llm.prompt import DECISION_PROTOCOL
 from llm.protocol import complete
 from llm.replay import ReplayModel
 from llm.retry import stream_with_compaction
-from llm.summarizer import ModelSummarizer, compact
 from messages import GenerateRequest, Usage
 from tests.timeline.builders import Build, words
 from timeline import Renderer, TimelineConfig
-from timeline.summary import SummaryRequest
 
 REPLY = (
     "<channel:thinking>ok</channel:thinking><channel:answer>Hello from the model.</channel:answer>"
@@ -230,40 +228,3 @@ async def test_cancelling_the_consuming_task_closes_the_http_stream_too() -> Non
 def test_a_claude_model_without_a_key_says_how_to_fix_it() -> None:
     with pytest.raises(ModelConfigError, match=r"ANTHROPIC_API_KEY.*extractive"):
         AnthropicModel(LLMSettings(model="claude-sonnet-4-6"))
-
-
-async def test_the_model_summarizer_writes_within_budget_and_falls_back_offline(
-    server: FakeAnthropicServer,
-) -> None:
-    b = Build()
-    b.turn("t1", "what is the retention?")
-    b.rounds(2, size=30)
-    summary_model = ReplayModel.of(["The user asked about retention. " * 40])
-    summarizer = ModelSummarizer(summary_model)
-    text = await summarizer.summarize(SummaryRequest(list(b.tl.blocks), max_tokens=50))
-    assert text.startswith("The user asked about retention.") and len(text) < 50 * 4 + 10
-    sent = summary_model.requests[0]
-    assert (
-        "at most 50 tokens" in sent.blocks[0]["text"] and "USER MESSAGE" in sent.blocks[-1]["text"]
-    )
-
-    failing = ModelSummarizer(model_for(server))
-    server.fail_next("overloaded")
-    text = await failing.summarize(SummaryRequest(list(b.tl.blocks), max_tokens=200))
-    assert text and failing.fallbacks == 1
-
-
-async def test_compaction_with_a_model_summarizer_runs_in_two_halves() -> None:
-    b = Build()
-    for t in range(1, 8):
-        b.turn(f"t{t}", words(50, "question"))
-        b.rounds(3, size=150, prefix=f"r{t}-")
-        b.completion(words(30, "answer"))
-    renderer = Renderer(b.tl, TimelineConfig(max_tokens=6_000))
-    model = ReplayModel.of(["Summary of the early turns: retention questions."] * 4)
-    outcome = await compact(renderer, ModelSummarizer(model), now=b.at(), system_tokens=1000)
-    assert outcome is not None and outcome.after_tokens < outcome.before_tokens
-    assert "Summary of the early turns" in b.tl.latest_summary.text  # type: ignore[union-attr]
-    rendered = renderer.render(now=b.at(), system_tokens=1000)
-    assert rendered.events.compaction is None
-    assert await compact(renderer, ModelSummarizer(model), now=b.at(), system_tokens=1000) is None

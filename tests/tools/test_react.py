@@ -393,6 +393,22 @@ def test_an_internal_write_returns_a_note_block_with_its_tag() -> None:
     assert conv.tl.blocks_at("ar:t1.react.note.c1") == [note]
 
 
+def test_k_notes_are_memory_facts_that_memsearch_finds() -> None:
+    conv = Conv()
+    conv.begin("t1")
+    out = conv.run("react.write", _note("[K] retention: 72h\n[D] keep it"))
+    assert out.result["facts"] == ["retention: 72h"]
+    conv.begin("t2")
+    conv.run("react.write", _note("[K] Retention = 48h"))
+    assert [f.line() for f in conv.tl.facts.active()] == ["retention: 48h (turn t2)"]
+    assert conv.tl.facts.history("retention")[0].superseded_by == "t2"
+    found = conv.run("react.memsearch", {"query": "retention period", "targets": ["facts"]})
+    assert found.result["hits"] == []  # only the facts were searched
+    [fact] = found.result["facts"]
+    assert (fact["key"], fact["value"], fact["turn_id"]) == ("retention", "48h", "t2")
+    assert fact["path"] == "ar:t2.react.note.c2"
+
+
 @pytest.mark.parametrize("channel", ["canvas", "timeline_text"])
 def test_a_canvas_or_timeline_write_stores_a_file_of_the_turn(store: Store, channel: str) -> None:
     conv = Conv(store=store)
@@ -483,7 +499,10 @@ def test_memsearch_finds_earlier_turns_and_points_at_their_index() -> None:
     assert hits[0]["role"] == "user" and hits[0]["block_path"] == "ar:t1.user.prompt"
     assert isinstance(hits[0]["score"], float) and hits[0]["ts"] < conv.now
     everywhere = conv.run("react.memsearch", {"query": "retention reports"})
-    assert everywhere.result["targets"] == ["user", "assistant", "notes", "summary", "attachment"]
+    assert everywhere.result["targets"] == [
+        *["user", "assistant", "notes", "summary", "attachment"],
+        "facts",
+    ]
     assert everywhere.result["hits"][0]["turn_id"] == "t2"  # found through its note
 
 
