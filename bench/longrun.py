@@ -58,7 +58,7 @@ MODEL = "claude-sonnet-4-6"
 KB = Path(__file__).parents[1] / "examples" / "kb"
 FACT_RE = re.compile(r"PLANTED\|code=(F\d+)\|value=([a-z]+-\d+)")
 REREAD_EVERY = 4
-TURN_RE = re.compile(r"══ TURN (\S+) ")
+TURN_RE = re.compile(r"(?:ar|tc):(t-[0-9A-Z]+)\.")
 ITERATION_RE = re.compile(r"iteration (\d+)/")
 
 
@@ -112,7 +112,7 @@ class ScriptedAgent:
             )
             return
         self.last_prompt = text
-        turn = TURN_RE.findall(text)[-1]  # the request's own turn id does not cross HTTP
+        turn = TURN_RE.findall(text)[-1]  # the newest path's turn: the id does not cross HTTP
         r = int(ITERATION_RE.findall(text)[-1])  # ANNOUNCE's iteration: the turn's round
         self.rounds[turn] = r
         if r >= self.rounds_per_turn:

@@ -218,6 +218,17 @@ def merge_facts(summary: StructuredSummary, extra: Iterable[Fact]) -> Structured
     return replace(summary, stable_facts=tuple(merged.values()))
 
 
+def result_text(block: Any) -> str:
+    """A tool result's text as the tool wrote it (a ``Block``): the string fields of its
+    data (a JSON result's content keeps its own lines), else its content."""
+    data = block.data
+    if isinstance(data, dict):
+        texts = [v for v in data.values() if isinstance(v, str)]
+        if texts:
+            return "\n".join(texts)
+    return str(block.content)
+
+
 def canonical_facts(text: str, *, turn_id: str = "", path: str = "", ts: float = 0.0) -> list[Fact]:
     """Facts from ``LABEL|k=v|...`` lines of tool output (§3.6 step 4, confidence 0.98)."""
     out: dict[str, Fact] = {}

@@ -46,6 +46,7 @@ from typing import Any, Literal
 from .blocks import TOOL_CALL, TOOL_RESULT, Block
 from .cache import call_of, round_key
 from .config import RETENTION_POLICIES, TimelineConfig
+from .facts import canonical_facts, result_text
 from .timeline import DirtyMark, Timeline
 from .tokens import TokenCounter, block_tokens
 from .view import preview
@@ -55,6 +56,8 @@ Policy = Literal["keep_full", "keep_structured", "summarize_archive", "drop"]
 RetentionStatus = Literal["disabled", "none", "waiting", "retained"]
 CLASSIFICATIONS: tuple[Classification, ...] = ("critical", "verbose", "redundant", "informative")
 POLICIES: tuple[str, ...] = RETENTION_POLICIES
+MAX_VIEW_FACTS = 12
+"""Canonical facts a retained result keeps in its view."""
 META_KEY = "retention"
 
 _REDUNDANT = frozenset({"", "ok", '"ok"', "true", "null", "none", "{}", "[]", '""'})
@@ -138,16 +141,26 @@ def replacement(
     hint = f"react.read {where} for the full result" if path else "its full text is stored"
     if policy == "keep_full":
         return None
+    facts = _facts_line(block)
     if policy == "keep_structured":
         return f"STRUCTURED tool result {where} ({tokens:,} tokens): " + (
-            f"{summarize_object(_value(block))} — {hint}"
+            f"{summarize_object(_value(block))}{facts} — {hint}"
         )
     if policy == "summarize_archive":
         summary = preview(summarize_object(_value(block)), cfg.replacement_preview_chars)
-        return f"ARCHIVED tool result {where} ({tokens:,} tokens): {summary} — {hint}"
+        return f"ARCHIVED tool result {where} ({tokens:,} tokens): {summary}{facts} — {hint}"
     if policy == "drop":
         return f"DROPPED tool result {where} ({tokens:,} tokens) — {hint}"
     raise ValueError(f"unknown retention policy {policy!r}")
+
+
+def _facts_line(block: Block) -> str:
+    """The canonical facts (``LABEL|k=v`` lines, REFERENCE.md §3.6) of a result, kept in its
+    retained view: a verbose result's facts are what the model must not lose."""
+    facts = canonical_facts(result_text(block))[:MAX_VIEW_FACTS]
+    if not facts:
+        return ""
+    return " · facts: " + "; ".join(f"{f.key}={f.value}" for f in facts)
 
 
 def tool_of(tl: Timeline, block: Block) -> str:

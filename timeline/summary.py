@@ -37,6 +37,7 @@ from .facts import (
     canonical_facts,
     check_integrity,
     note_facts,
+    result_text,
 )
 from .memory import Plan
 from .tokens import DEFAULT_COUNTER, TokenCounter
@@ -173,7 +174,7 @@ def block_facts(blocks: Sequence[Block]) -> tuple[list[Fact], list[str]]:
             if source:
                 facts = [replace(f, path=source) for f in facts]
         elif b.type == TOOL_RESULT:
-            facts = canonical_facts(b.content, turn_id=b.turn_id, path=b.path, ts=b.ts)
+            facts = canonical_facts(result_text(b), turn_id=b.turn_id, path=b.path, ts=b.ts)
         else:
             continue
         for f in facts:

@@ -105,6 +105,21 @@ def test_replacement_texts_name_the_path_that_reopens_the_result() -> None:
     assert replacement("keep_full", path=path, tokens=900, block=block, cfg=CFG) is None
 
 
+def test_an_archived_view_keeps_the_results_canonical_facts() -> None:
+    """A ``LABEL|k=v`` line in the middle of a verbose result (a JSON result's content, as
+    external tools write it) survives into its archived and structured views."""
+    content = f"{words(450)}\nPLANTED|code=F07|value=amber-4412\n{words(450)}"
+    block = Block.new(TOOL_RESULT, "t1", 1.0, path="tc:t1.c1.result", data={"content": content})
+    block.text = json.dumps(block.data)
+    archived = replacement("summarize_archive", path=block.path, tokens=1350, block=block, cfg=CFG)
+    assert archived is not None and "planted.f07.value=amber-4412" in archived
+    structured = replacement("keep_structured", path=block.path, tokens=1350, block=block, cfg=CFG)
+    assert structured is not None and "facts: planted.f07.code=F07" in structured
+    plain = replace(block, data={"content": words(900)})
+    archived = replacement("summarize_archive", path=block.path, tokens=1350, block=plain, cfg=CFG)
+    assert archived is not None and "facts:" not in archived
+
+
 @pytest.mark.parametrize(
     ("field", "value", "words_in_error"),
     [
