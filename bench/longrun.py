@@ -14,8 +14,10 @@ Summary requests (the compaction's tool-free model call) are answered extractive
 planted facts found in the request, as the structured summary's JSON.
 
 Reported per profile and watchdog setting: the peak rendered context (the largest prompt in
-tokens), compactions (and how many the watchdog asked for), the cache-read share of all
-input tokens, the cost against no caching, and the planted facts still recalled at the end:
+tokens), compactions (and how many the watchdog asked for), all input tokens, the cache-read
+share of them, the cost (in base-price input tokens by CACHE_RULES.md: uncached + 1.25 x
+cache writes + 0.1 x cache reads, summary calls included) and that cost against the same
+run's tokens without caching, and the planted facts still recalled at the end:
 the share of planted values present in the last prompt the model saw (in the context, a
 summary or the memory hotset), which is what a model could answer from without a tool call.
 
@@ -226,6 +228,7 @@ async def run_one(
         "input_tokens_total": total,
         "cache_read_pct": 100 * usage.cache_read_tokens / total if total else 0.0,
         "cost_vs_no_cache": weighted / total if total else 1.0,
+        "cost_base_tokens": weighted,
         "facts_planted": len(planted),
         "facts_recalled": len(recalled),
         "recall_pct": 100 * len(recalled) / len(planted) if planted else 0.0,
@@ -274,8 +277,8 @@ def table(result: dict[str, Any]) -> Table:
         title=f"{result['turns'] * result['rounds_per_turn']} rounds in one conversation, "
         f"tool results of {result['result_tokens']:,} words"
     )
-    for name in ("profile", "watchdog", "peak context", "compactions (watchdog)", "cache read",
-                 "cost vs none", "facts recalled", "s"):  # fmt: skip
+    for name in ("profile", "watchdog", "peak context", "compactions (watchdog)", "input tokens",
+                 "cache read", "cost", "cost vs none", "facts recalled", "s"):  # fmt: skip
         out.add_column(name, justify="right" if name not in ("profile",) else "left")
     for r in result["runs"]:
         out.add_row(
@@ -283,7 +286,9 @@ def table(result: dict[str, Any]) -> Table:
             "on" if r["watchdog"] else "off",
             f"{r['peak_context_tokens']:,}",
             f"{r['compactions']} ({r['watchdog_compactions']})",
+            f"{r['input_tokens_total'] / 1e6:.2f} M",
             f"{r['cache_read_pct']:.1f} %",
+            f"{r['cost_base_tokens'] / 1e6:.2f} M",
             f"{r['cost_vs_no_cache']:.3f}x",
             f"{r['facts_recalled']}/{r['facts_planted']}",
             f"{r['seconds']:.0f}",
