@@ -22,43 +22,12 @@ from typing import Any
 from messages import Ack, ErrorReply, new_id
 
 from . import events as ev
-from .errors import InputRefused
 from .mailbox import ToolOutcome, Write
+from .profiles import parse_patterns
 from .turn_blocks import call_block
 
 CONFIG_KEY = "approve_tools"
 """The turn config key that adds approval patterns."""
-MAX_PATTERNS = 64
-MAX_PATTERN_CHARS = 128
-_PATTERN_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789._-*?[]!")
-
-
-def parse_patterns(value: object, field: str) -> tuple[str, ...]:
-    """Approval patterns from a comma-separated string or a list of strings; ``InputRefused``
-    names ``field`` for anything else (a blank or overlong pattern, odd characters)."""
-    if isinstance(value, str):
-        items: list[object] = [p.strip() for p in value.split(",") if p.strip()]
-    elif isinstance(value, list | tuple):
-        items = list(value)
-    else:
-        raise InputRefused(field, repr(value)[:80], "a list of tool name patterns such as code.*")
-    if len(items) > MAX_PATTERNS:
-        raise InputRefused(field, f"{len(items)} patterns", f"at most {MAX_PATTERNS} patterns")
-    out: list[str] = []
-    for item in items:
-        if (
-            not isinstance(item, str)
-            or not item.strip()
-            or len(item) > MAX_PATTERN_CHARS
-            or not set(item.strip().lower()) <= _PATTERN_CHARS
-        ):
-            raise InputRefused(
-                field,
-                repr(item)[:80],
-                "tool name patterns of letters, digits, . _ - and the wildcards * ? [ ]",
-            )
-        out.append(item.strip().lower())
-    return tuple(dict.fromkeys(out))
 
 
 def needs_approval(tool: str, patterns: Iterable[str]) -> bool:

@@ -29,10 +29,10 @@ from messages import (
 from messages.ids import is_valid_name
 
 from . import events as ev
-from .approvals import gate, parse_patterns, split_config
+from .approvals import gate, split_config
 from .decision_protocol import CallLedger, Notice, check_decision
 from .limits import check_config, check_defaults
-from .profiles import BALANCED, Profile, resolve
+from .profiles import BALANCED, Profile, parse_patterns, resolve
 
 AGENT_SEND = "agent.send"
 AGENT_ABSENT = "agent_absent"

@@ -26,7 +26,6 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-import fnmatch
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
@@ -41,7 +40,37 @@ MEMORY_SCOPES = ("conversation", "user")
 MAX_EXTENDS = 8
 """Custom profiles one chain may stack."""
 MAX_PATTERNS = 64
+MAX_PATTERN_CHARS = 128
+_PATTERN_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789._-*?[]!")
 _TIMELINE = TimelineConfig()
+
+
+def parse_patterns(value: object, field: str) -> tuple[str, ...]:
+    """Approval patterns from a comma-separated string or a list of strings; ``InputRefused``
+    names ``field`` for anything else (a blank or overlong pattern, odd characters)."""
+    if isinstance(value, str):
+        items: list[object] = [p.strip() for p in value.split(",") if p.strip()]
+    elif isinstance(value, list | tuple):
+        items = list(value)
+    else:
+        raise InputRefused(field, repr(value)[:80], "a list of tool name patterns such as code.*")
+    if len(items) > MAX_PATTERNS:
+        raise InputRefused(field, f"{len(items)} patterns", f"at most {MAX_PATTERNS} patterns")
+    out: list[str] = []
+    for item in items:
+        if (
+            not isinstance(item, str)
+            or not item.strip()
+            or len(item) > MAX_PATTERN_CHARS
+            or not set(item.strip().lower()) <= _PATTERN_CHARS
+        ):
+            raise InputRefused(
+                field,
+                repr(item)[:80],
+                "tool name patterns of letters, digits, . _ - and the wildcards * ? [ ]",
+            )
+        out.append(item.strip().lower())
+    return tuple(dict.fromkeys(out))
 
 
 @dataclass(frozen=True, slots=True)
@@ -91,11 +120,9 @@ class Bound:
                     raise bad
                 return value
             case "patterns":
-                if not isinstance(value, list | tuple) or len(value) > MAX_PATTERNS:
+                if not isinstance(value, list | tuple):
                     raise bad
-                if not all(isinstance(p, str) and 0 < len(p) <= 128 for p in value):
-                    raise bad
-                return tuple(dict.fromkeys(value))
+                return parse_patterns(value, field)
         if not isinstance(value, list | tuple | Mapping) or len(value) > MAX_PATTERNS:
             raise bad
         pairs = list(value.items()) if isinstance(value, Mapping) else list(value)
@@ -186,9 +213,6 @@ class Profile:
                 value = [list(v) if isinstance(v, tuple) else v for v in value]
             out[key] = value
         return out
-
-    def needs_approval(self, tool: str) -> bool:
-        return any(fnmatch.fnmatchcase(tool, p) for p in self.approve_tools)
 
     def timeline_config(self, max_context_tokens: int) -> TimelineConfig:
         """The renderer's settings under this profile (the context capped by the node's)."""

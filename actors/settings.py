@@ -19,10 +19,9 @@ from storage import Quota
 from tools.confinement import SANDBOX_MODES
 from tools.workspace import WORKSPACE_MODES
 
-from .approvals import parse_patterns
 from .errors import McpConfigError, SettingsError
 from .limits import check_settings
-from .profiles import DEFAULT_PROFILE, check_custom, resolve
+from .profiles import DEFAULT_PROFILE, check_custom, parse_patterns, resolve
 
 AGENT_BEAT_RANGE = (0.05, 300.0)
 """The seconds ``ACTLINE_AGENT_BEAT`` may be."""
