@@ -93,7 +93,8 @@ async def run_serve(args: argparse.Namespace, console: Console) -> int:
             docs = config.node.knowledge_dir
             _say(
                 console,
-                f"  model {config.node.model} · docs {docs or '(none)'} · home {config.node.home}",
+                f"  model {config.node.model} · profile {config.node.profile} · "
+                f"docs {docs or '(none)'} · home {config.node.home}",
                 "dim",
             )
             if rt.server is not None:
