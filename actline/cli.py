@@ -242,6 +242,14 @@ def _parser() -> argparse.ArgumentParser:
     timeline.add_argument(
         "--home", metavar="DIR", type=Path, default=None, help="the node's store (ACTLINE_HOME)"
     )
+    trace = command("trace", "a turn's span tree: timings, tokens, cache reads (no NATS needed)")
+    trace.add_argument("turn", nargs="?", metavar="TURN_ID", default=None)
+    trace.add_argument("--last", action="store_true", help="the latest turn traced")
+    trace.add_argument("--json", action="store_true", help="the session and its spans as JSON")
+    trace.add_argument(
+        "--home", metavar="DIR", type=Path, action="append", default=None,
+        help="whose traces (ACTLINE_HOME); repeat to join spans served on other nodes",
+    )  # fmt: skip
     return parser
 
 
@@ -301,6 +309,10 @@ def _dispatch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             from .cmd_timeline import run_timeline
 
             return asyncio.run(run_timeline(args, console))
+        case "trace":
+            from .cmd_trace import run_trace
+
+            return run_trace(args, console)
     parser.print_help(sys.stderr)
     return 2
 

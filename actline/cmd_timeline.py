@@ -190,6 +190,8 @@ async def run_timeline(args: argparse.Namespace, console: Console) -> int:
         else:
             stored = "stored: " + quota.summary(store.usage(cid), config.node.quota)
             _table(console, cid, _blocks(store, cid), stored)
+            hint = "where a turn's time and tokens went: actline trace TURN_ID (or --last)"
+            console.print(Text(hint, "dim"), soft_wrap=True)
     except NotStored:
         raise ConfigError(
             f"conversation {cid!r} does not exist in {home}; list the stored conversations "

@@ -13,7 +13,8 @@ flight and ``ResumeReAct`` continues it. Every way a turn ends (a result, a runt
 failure, the conversation lost to another node) is one ``EndTurn``.
 
 Cancellation: stopping the actor cancels its child tasks; an ask in flight to the
-conversation is abandoned (its answer, if any, is dropped).
+conversation is abandoned (its answer, if any, is dropped). ``self.trace`` records the
+turn's spans (``actors.turn_trace``).
 """
 
 from __future__ import annotations
@@ -40,12 +41,12 @@ from .services import Services
 from .state import DecisionState, checkpoint, resume_event, transition
 from .tool_round import BlockBudget, ToolRound
 from .turn_blocks import call_block, final_blocks, notes_block, notice_block, signal_block
+from .turn_trace import TurnTrace
 from .watchdog import WATCHDOG, Watchdog
 
 log = logging.getLogger(__name__)
 
-ASK_TIMEOUT_S = 120.0
-"""How long one exchange with the conversation may take (a render, a commit)."""
+ASK_TIMEOUT_S = 120.0  # how long one exchange with the conversation may take
 
 
 class _Begin:
@@ -69,8 +70,7 @@ class DecisionActor(Actor):
         self.conv = conv
         self.services = services
         self.request = request
-        self.cid = request.conversation_id
-        self.tid = request.turn_id
+        self.cid, self.tid = request.conversation_id, request.turn_id
         self.state = state
         self.resume = resume
         self.turn = turn
@@ -78,10 +78,8 @@ class DecisionActor(Actor):
         self.ledger = CallLedger()
         self.out = TurnOutput(self.cid, self.tid)
         self.notices = 0
-        self.pending: list[mb.Write] = []
-        """What goes on the timeline with the next exchange with the conversation."""
-        self.followups_arrived = 0
-        self.followups_rendered = 0
+        self.pending: list[mb.Write] = []  # on the timeline with the next exchange
+        self.followups_arrived = self.followups_rendered = 0
         self.best_effort: str | None = None
         self._model_task: asyncio.Task[None] | None = None
         self._tools_task: asyncio.Task[None] | None = None
@@ -89,11 +87,10 @@ class DecisionActor(Actor):
         self._timer: asyncio.Task[None] | None = None
         self._grace: asyncio.Task[None] | None = None
         self._finished = False
-        self._durable: set[int] = set()
-        """Rounds whose commit is durable."""
-        self._held: mb.ModelReply | None = None
-        """A model reply waiting for its round's commit."""
+        self._durable: set[int] = set()  # rounds whose commit is durable
+        self._held: mb.ModelReply | None = None  # a model reply waiting for its round's commit
         self.watchdog = Watchdog(turn.profile)
+        self.trace = TurnTrace(services.tracer.session(self.tid, self.cid))
 
     def start(self) -> None:
         super().start()
@@ -134,6 +131,7 @@ class DecisionActor(Actor):
                 await self._abort(f"the round could not be stored: {error}")
             case mb.Durable(round=r):
                 self._durable.add(r)
+                self.trace.durable(r)
                 held, self._held = self._held, None
                 if held is not None and held.round == r:
                     await self._on_model_reply(held)
@@ -166,6 +164,7 @@ class DecisionActor(Actor):
 
     async def feed(self, event: ev.Event) -> tuple[ev.Effect, ...]:
         self.state, effects = transition(self.state, event)
+        self.trace.fed(event, self.state)
         self.services.tasks.awaiting(self.tid, [t.task_id for t in self.state.awaited])
         for effect in effects:
             await self._execute(effect)
@@ -185,6 +184,7 @@ class DecisionActor(Actor):
     async def _execute(self, effect: ev.Effect) -> None:
         match effect:
             case ev.CallModel(round=r):
+                self.trace.round(r)
                 verdict = self.watchdog.check()  # a notice and compaction before this round
                 for text in verdict.notices:
                     self.pending.append(self._notice(WATCHDOG, text))
@@ -204,7 +204,9 @@ class DecisionActor(Actor):
                 await self._send_task(effect)
             case ev.StartWaitTimer(generation=g, seconds=s):
                 commit = mb.Commit(self.tid, self._writes(), checkpoint(self.state))
-                await self.conv.ask(commit, timeout=ASK_TIMEOUT_S)
+                with self.trace.step("commit", self.state.round):
+                    await self.conv.ask(commit, timeout=ASK_TIMEOUT_S)
+                self.trace.wait(self.state)
                 self._timer = self.spawn(self._wait(g, s), f"wait-{g}")
             case ev.CancelWaitTimer():
                 if self._timer is not None:
@@ -273,10 +275,14 @@ class DecisionActor(Actor):
     async def _model_round(self, render: mb.Render) -> None:
         round_ = render.round
         try:
-            rendered = await self.conv.ask(render, timeout=ASK_TIMEOUT_S)
+            with self.trace.step("render", round_) as span:
+                rendered = await self.conv.ask(render, timeout=ASK_TIMEOUT_S)
+                self.trace.rendered(span, round_, rendered)
             self.watchdog.rendered(round_, rendered.stats)
             gated = rendered.committing
-            result = rendered.counted(await remote.generate(self.services, rendered.request))
+            with self.trace.step("model", round_) as span:
+                result = rendered.counted(await remote.generate(self.services, rendered.request))
+                self.trace.generated(span, result)
             followups = rendered.followups
         except asyncio.CancelledError:
             raise
@@ -394,6 +400,7 @@ class DecisionActor(Actor):
         ones to the tool executors from a child task (``ExternalRan``), at the same time."""
         now = self._now()
         self.pending.extend(call_block(self.tid, c.call_id, c.tool, c.params, now) for c in calls)
+        self.trace.tools(round_, calls)
         tools = self._round_tools = ToolRound(round_, calls)
         if tools.react:
             self.conv.tell(mb.RunTools(self.tid, round_, tools.react, self._writes()))
@@ -407,6 +414,7 @@ class DecisionActor(Actor):
             conversation_id=self.cid,
             turn_id=self.tid,
             timeout_s=self.turn.tool_timeout_s,
+            headers=self.trace.headers,
         )
         self.tell(mb.ExternalRan(round_, outcomes))
 
@@ -416,6 +424,7 @@ class DecisionActor(Actor):
         if tools is None or tools.round != message.round or self.state.round != message.round:
             log.debug("stale tool outcomes of round %d", message.round)
             return
+        self.trace.tools_ran(message, tools.react)
         if isinstance(message, mb.ReactRan):
             tools.react_ran(message.outcomes, self._notice)
         else:
@@ -479,6 +488,7 @@ class DecisionActor(Actor):
         if self._finished:
             return
         self._finished = True
+        self.trace.finish(result, how)
         if how == "lost":
             await self._cancel_model()
         for task in (self._tools_task, self._timer, self._grace):

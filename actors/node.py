@@ -52,6 +52,7 @@ from tools.builtin import BuiltinConfig, register_builtins
 from tools.react import ReactTools
 from tools.workspace import TurnFiles
 
+from . import trace_sinks
 from .agent_tasks import AgentTasks
 from .conversation import ConversationActor
 from .done_queue import DoneQueue
@@ -180,6 +181,7 @@ class Node:
         self._commits = Committer(self._store)
         self._commits.start()
         book = TaskBook()
+        tracer = trace_sinks.tracer(settings)
         self.agents = AgentTasks(self.bus, settings, book, self._store)
         self.services = Services(
             bus=self.bus,
@@ -196,6 +198,7 @@ class Node:
             local_tools=settings.tool_workers > 0,
             ownership=self.ownership,
             queue=self.queue,
+            tracer=tracer,
         )
         if settings.streamers > 0:
             self.streamer = StreamerActor(
@@ -203,6 +206,7 @@ class Node:
                 models_by_name(self._default_model(), self._models),
                 concurrency=settings.streamers,
                 timeout_s=settings.model_timeout_s,
+                tracer=tracer,
             )
             await self.streamer.start()
             self.services.streamer = self.streamer
@@ -213,6 +217,7 @@ class Node:
                 concurrency=settings.tool_workers,
                 node_id=self.node_id,
                 files=self._turn_files,
+                tracer=tracer,
             )
             await self.executor.start()
         subjects = self.bus.subjects
@@ -263,6 +268,8 @@ class Node:
         if self.executor is not None:
             await self.executor.stop()
         await self._mcp.aclose()
+        if self.services is not None:
+            await self.services.tracer.drain()
         if self._commits is not None:
             self._commits.close()
             self._commits = None

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -30,6 +30,7 @@ from messages import (
 )
 
 from . import events as ev
+from . import tracing
 from .base import ActorRef
 from .errors import ActorError
 from .mailbox import Render, ToolOutcome
@@ -54,7 +55,11 @@ async def generate(services: Services, request: GenerateRequest) -> GenerateResu
     timeout = services.settings.model_timeout_s + 5.0
     try:
         reply = await bus.request(
-            bus.subjects.llm_generate, request, timeout=timeout, raise_remote=False
+            bus.subjects.llm_generate,
+            request,
+            timeout=timeout,
+            raise_remote=False,
+            headers=tracing.headers(),  # the streamer's span joins the turn's trace
         )
     except BusError as exc:
         return failed_result(request, "model_unreachable", f"no streamer answered: {exc}")
@@ -71,9 +76,11 @@ async def call_tool(
     conversation_id: str,
     turn_id: str,
     timeout_s: float,
+    headers: dict[str, str] | None = None,
 ) -> ToolOutcome:
     """One external tool call: this node's executor when it has one (it sees the
-    conversation's workspace), else the pool on ``al.tools.exec``."""
+    conversation's workspace), else the pool on ``al.tools.exec``; ``headers``: the
+    call's trace context."""
     bus = services.bus
     message = ToolCall(
         conversation_id=conversation_id,
@@ -89,7 +96,9 @@ async def call_tool(
         else bus.subjects.tools_exec
     )
     try:
-        reply = await bus.request(subject, message, timeout=timeout_s + 2.0, raise_remote=False)
+        reply = await bus.request(
+            subject, message, timeout=timeout_s + 2.0, raise_remote=False, headers=headers
+        )
     except BusError as exc:
         return failed(call, f"the tool executors did not answer: {exc}")
     except MessageError as exc:  # e.g. parameters too large to send
@@ -122,9 +131,11 @@ async def call_tools(
     conversation_id: str,
     turn_id: str,
     timeout_s: float,
+    headers: Callable[[str], dict[str, str] | None] = lambda call_id: None,
 ) -> tuple[ToolOutcome, ...]:
     """External calls at the same time, outcomes in call order; never raises but for
-    cancellation (a failure inside the runtime is every call's failed outcome)."""
+    cancellation (a failure inside the runtime is every call's failed outcome).
+    ``headers``: a call id's trace context."""
     try:
         return tuple(
             await asyncio.gather(
@@ -135,6 +146,7 @@ async def call_tools(
                         conversation_id=conversation_id,
                         turn_id=turn_id,
                         timeout_s=timeout_s,
+                        headers=headers(c.call_id),
                     )
                     for c in calls
                 )

@@ -28,6 +28,7 @@ from .base import ActorRef
 from .ownership import Ownership
 from .settings import NodeSettings
 from .streamer import StreamerActor
+from .tracing import Tracer
 
 
 class Settler(Protocol):
@@ -258,6 +259,8 @@ class Services:
     """This node's streamer pool, called in process (None: use the pool over NATS)."""
     tasks: TaskBook = field(default_factory=TaskBook)
     clock: Callable[[], float] = time.time
+    tracer: Tracer = field(default_factory=Tracer)
+    """Trace sessions of this node's turns and their sinks (none: spans are not exported)."""
     local_tools: bool = False
     """This node runs a tool executor: external calls go to ``al.tools.exec.<node>``, where
     the conversation's workspace is (``ToolContext.files``)."""

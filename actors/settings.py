@@ -66,6 +66,8 @@ class NodeSettings:
     (a live turn is marked every quarter of it, so only a dead node's turns come back)."""
     max_active_turns: int = 64
     """``ACTLINE_MAX_TURNS``: turns (queued or running) one node takes at once."""
+    trace: bool = True
+    """``ACTLINE_TRACE``: write each turn's spans to ``HOME/traces/traces-YYYYMMDD.jsonl``."""
     streamers: int = 32
     """``ACTLINE_STREAMERS``: model calls this node runs at once (0: none, use the pool)."""
     tool_workers: int = 8
@@ -254,6 +256,7 @@ _ENV: dict[str, tuple[str, type]] = {
     "model_timeout_s": ("ACTLINE_MODEL_TIMEOUT", float),
     "ack_wait_s": ("ACTLINE_ACK_WAIT", float),
     "max_active_turns": ("ACTLINE_MAX_TURNS", int),
+    "trace": ("ACTLINE_TRACE", bool),
     "streamers": ("ACTLINE_STREAMERS", int),
     "tool_workers": ("ACTLINE_TOOL_WORKERS", int),
     "storage_sync": ("ACTLINE_SYNC", bool),

@@ -53,6 +53,8 @@ from messages import (
     Usage,
 )
 
+from .tracing import Tracer
+
 log = logging.getLogger(__name__)
 
 CHANNEL_SPECS: Final = (
@@ -92,8 +94,10 @@ class StreamerActor:
         *,
         concurrency: int = 32,
         timeout_s: float = 600.0,
+        tracer: Tracer | None = None,
     ) -> None:
         self.bus = bus
+        self.tracer = tracer or Tracer()
         self.models = models
         self.concurrency = concurrency
         self._slots = asyncio.Semaphore(concurrency)
@@ -136,7 +140,13 @@ class StreamerActor:
                 message=f"the streamers take llm.generate, not {msg.kind}",
                 subject=env.subject,
             )
-        return await self._guarded(msg)
+        with self.tracer.remote("streamer", env.headers, msg.turn_id, round=msg.round) as span:
+            result = await self._guarded(msg)
+            if span is not None:  # the served call, as a child of the turn's model span
+                u = result.usage
+                span.attrs.update(model=u.model, error_code=result.error_code or "")
+                span.attrs.update(input_tokens=u.input_tokens, output_tokens=u.output_tokens)
+            return result
 
     async def call(self, request: GenerateRequest) -> GenerateResult:
         """One model call for a decision loop of this node, in process (no copy of the

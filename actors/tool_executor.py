@@ -48,6 +48,8 @@ from tools.registry import (
 )
 from tools.workspace import TurnFiles
 
+from .tracing import Tracer
+
 __all__ = [  # the registry types live in tools.registry; re-exported for callers here
     "TOOL_NAME_PATTERN",
     "RegisteredTool",
@@ -87,6 +89,7 @@ class ToolExecutorActor:
         max_content_chars: int = 200_000,
         node_id: str | None = None,
         files: Callable[[str, str], TurnFiles | None] | None = None,
+        tracer: Tracer | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
@@ -100,6 +103,7 @@ class ToolExecutorActor:
         self.stats = ToolExecutorStats()
         self.node_id = node_id
         self.files = files
+        self.tracer = tracer or Tracer()
         self._sub: Subscription | None = None
         self._local: Subscription | None = None
         self._in_flight: set[asyncio.Task[Any]] = set()
@@ -159,7 +163,11 @@ class ToolExecutorActor:
         if task is not None:
             self._in_flight.add(task)
         try:
-            result = await self._run(msg)
+            with self.tracer.remote("tool.exec", env.headers, msg.turn_id, tool=msg.tool) as span:
+                result = await self._run(msg)
+                if span is not None:  # a child of the turn's tool span
+                    span.status = "ok" if result.ok else "error"
+                    span.attrs["content_chars"] = len(result.content)
         finally:
             if task is not None:
                 self._in_flight.discard(task)

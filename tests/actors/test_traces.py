@@ -1,0 +1,354 @@
+"""Trace sessions over a real nats-server: the JSONL span tree of a turn, a sink that
+fails (``partial``), spans joined across two nodes by ``traceparent`` headers, OTLP/HTTP
+export to a local receiver, and ``actline trace``."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import threading
+from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
+    ExportTraceServiceRequest,
+    ExportTraceServiceResponse,
+)
+
+from actline.cli import main as actline_main
+from actline.cmd_trace import turn_trace
+from actors import NodeSettings, ToolRegistry, trace_sinks
+from actors.client import Client
+from actors.tracing import Span
+from bus import Bus
+from messages import ReActResult
+from messages.subjects import Subjects
+from tests.waiting import until
+from timeline.blocks import TOOL_RESULT
+
+from .harness import Scripted, say, start_node
+
+TIMEOUT = 30.0
+REVIEWER = "reviewer"
+ADD = ("math.add", {"a": 41})
+SEND = ("agent.send", {"name": REVIEWER, "text": "check the sum"})
+
+
+def adder() -> ToolRegistry:
+    registry = ToolRegistry()
+
+    @registry.tool(
+        "math.add",
+        schema={"type": "object", "properties": {"a": {"type": "number"}}, "required": ["a"]},
+    )
+    async def add(params: dict[str, Any], ctx: Any) -> str:
+        return str(params["a"] + 1)
+
+    return registry
+
+
+def used(output: str, tokens_in: int, tokens_out: int, cache_read: int) -> dict[str, Any]:
+    usage = {"input_tokens": tokens_in, "output_tokens": tokens_out}
+    return {"output": output, "usage": usage | {"cache_read_tokens": cache_read}}
+
+
+def two_rounds(*calls: tuple[str, Mapping[str, Any]]) -> list[Any]:
+    return [
+        used(say("adding", calls=[ADD, *calls]), 100, 10, 40),
+        used(say("done", answer="42, checked"), 200, 20, 150),
+    ]
+
+
+def one_round() -> list[Any]:
+    return [used(say("easy", answer="hello"), 30, 5, 0)]
+
+
+@pytest.fixture
+async def client(bus: Bus) -> AsyncIterator[Client]:
+    c = Client(bus)
+    yield c
+    await c.close()
+
+
+async def traced(home: Path, turn_id: str, *more: str) -> dict[str, Any]:
+    """The turn's session and spans once its session line (and spans named ``more``) are in."""
+
+    def ready() -> bool:
+        records = trace_sinks.read(home)
+        if not any(r["type"] == "session" and r["turn_id"] == turn_id for r in records):
+            return False
+        names = {r["name"] for r in records if r["type"] == "span"}
+        return all(n in names for n in more)
+
+    await until(ready, TIMEOUT)
+    return turn_trace(trace_sinks.read(home), turn_id)
+
+
+def named(spans: Sequence[Mapping[str, Any]], name: str) -> list[Mapping[str, Any]]:
+    return [s for s in spans if s["name"] == name]
+
+
+async def answer_the_agent(client: Client, node: Any, handle: Any) -> ReActResult:
+    """Wait for the turn to wait, answer the reviewer's task with a DONE, and the result."""
+    await handle.wait_for("waiting", timeout=TIMEOUT)
+    blocks = node.conversations["c1"].tl.blocks
+    [task_id] = [
+        b.data["task_id"]
+        for b in blocks
+        if b.type == TOOL_RESULT and b.meta.get("tool") == "agent.send"
+    ]
+    await client.send_done(
+        REVIEWER, "sum checked", turn_id=handle.turn_id, task_id=task_id, timeout=TIMEOUT
+    )
+    result: ReActResult = await handle.wait(TIMEOUT)
+    assert result.status == "completed", result
+    return result
+
+
+def check_tree(found: Mapping[str, Any], result: ReActResult, *, waited: bool = True) -> None:
+    """The figures on the spans against the turn result."""
+    session, spans = found["session"], found["spans"]
+    by_id = {s["span_id"]: s for s in spans}
+    [root] = named(spans, "turn")
+    assert root["parent_id"] is None
+    assert all(s["parent_id"] in by_id for s in spans if s is not root)
+    assert {s["trace_id"] for s in spans} == {session["trace_id"]}
+    rounds = named(spans, "round")
+    assert len(rounds) == result.rounds == root["attrs"]["rounds"] == 2
+    models = named(spans, "model")
+    assert len(models) == 2
+    u = result.usage
+    assert sum(m["attrs"]["input_tokens"] for m in models) == u.input_tokens == 300
+    assert sum(m["attrs"]["output_tokens"] for m in models) == u.output_tokens == 30
+    assert sum(m["attrs"]["cache_read_tokens"] for m in models) == u.cache_read_tokens == 190
+    assert root["attrs"]["input_tokens"] == u.input_tokens
+    round_ids = [r["span_id"] for r in sorted(rounds, key=lambda r: r["attrs"]["round"])]
+    assert [m["parent_id"] for m in sorted(models, key=lambda m: m["attrs"]["round"])] == round_ids
+    [tool] = named(spans, "tool")
+    assert (tool["attrs"]["tool"], tool["status"]) == ("math.add", "ok")
+    assert tool["attrs"]["result_bytes"] > 0 and tool["parent_id"] == round_ids[0]
+    if not waited:
+        assert not named(spans, "wait")
+        return
+    [wait] = named(spans, "wait")
+    assert (wait["attrs"]["agents"], wait["attrs"]["ended"]) == (REVIEWER, "done")
+    assert wait["parent_id"] == round_ids[0]
+    renders = named(spans, "render")
+    assert len(renders) == 2 and all(r["attrs"]["context_tokens"] > 0 for r in renders)
+    assert named(spans, "commit")  # the round's blocks stored before the wait
+    assert all(s["end"] >= s["start"] for s in spans)
+
+
+async def test_a_two_round_turn_writes_its_span_tree_with_the_figures_of_its_result(
+    bus: Bus, client: Client, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    node = await start_node(bus, home, Scripted({"c1": two_rounds(SEND)}), registry=adder())
+    try:
+        handle = await client.submit("add 41 and 1", conversation_id="c1")
+        result = await answer_the_agent(client, node, handle)
+        found = await traced(home, handle.turn_id, "tool.exec")
+    finally:
+        await node.stop()
+    assert found["session"]["status"] == "ok"
+    check_tree(found, result)
+    # the executor served the call from the turn's traceparent header: a child of its span
+    [tool] = named(found["spans"], "tool")
+    [served] = named(found["spans"], "tool.exec")
+    assert served["parent_id"] == tool["span_id"] and served["attrs"]["tool"] == "math.add"
+
+
+class Broken:
+    """A sink whose export raises (a full disk, a collector away)."""
+
+    def export(self, spans: Sequence[Span]) -> None:
+        raise OSError("the disk is on fire")
+
+    def session(self, record: Mapping[str, Any]) -> None:
+        return None
+
+
+async def test_a_sink_that_raises_leaves_the_turn_completed_and_the_session_partial(
+    bus: Bus, client: Client, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    node = await start_node(bus, home, Scripted({"c1": one_round()}))
+    assert node.services is not None
+    node.services.tracer.sinks.append(Broken())
+    try:
+        handle = await client.submit("hi", conversation_id="c1")
+        result = await handle.wait(TIMEOUT)
+        found = await traced(home, handle.turn_id)
+    finally:
+        await node.stop()
+    assert result.status == "completed" and result.answer == "hello"
+    session = found["session"]
+    assert session["status"] == "partial"
+    assert "the disk is on fire" in session["sink_errors"][0]
+    assert node.services.tracer.sessions[handle.turn_id] == "partial"
+    assert named(found["spans"], "model")  # the JSONL sink still has the spans
+
+
+async def test_spans_served_on_another_node_join_the_turns_trace(
+    bus: Bus, client: Client, nats_server: Any, subject_names: Subjects, tmp_path: Path
+) -> None:
+    creds = nats_server.creds_path("node", prefix=subject_names.prefix)
+    other = await Bus.connect(nats_server.url, subject_names=subject_names, creds=creds)
+    # node A runs the turn but no model calls or tools; node B serves both, takes no turns
+    a_home, b_home = tmp_path / "a", tmp_path / "b"
+    b = await start_node(
+        other,
+        b_home,
+        Scripted({"c1": two_rounds()}),
+        registry=adder(),
+        node_id="n2",
+        max_active_turns=0,
+    )
+    a = await start_node(
+        bus, a_home, Scripted(), registry=adder(), streamers=0, tool_workers=0, node_id="n1"
+    )
+    try:
+        handle = await client.submit("add 41 and 1", conversation_id="c1")
+        result = await handle.wait(TIMEOUT)
+        found = await traced(a_home, handle.turn_id)
+        await until(lambda: len(named(trace_sinks.read(b_home), "streamer")) == 2, TIMEOUT)
+        await until(lambda: len(named(trace_sinks.read(b_home), "tool.exec")) == 1, TIMEOUT)
+    finally:
+        await a.stop()
+        await b.stop()
+        await other.close()
+    assert result.status == "completed", result
+    check_tree(found, result, waited=False)
+    spans = found["spans"]
+    served = trace_sinks.read(b_home)
+    trace_id = found["session"]["trace_id"]
+    assert {s["trace_id"] for s in served} == {trace_id}  # one trace across the two nodes
+    assert {s["node"] for s in spans} == {"n1"} and {s["node"] for s in served} == {"n2"}
+    models = {m["span_id"]: m for m in named(spans, "model")}
+    for streamed in named(served, "streamer"):
+        model = models[streamed["parent_id"]]
+        assert streamed["attrs"]["round"] == model["attrs"]["round"]
+        assert streamed["attrs"]["input_tokens"] == model["attrs"]["input_tokens"]
+    [tool] = named(spans, "tool")
+    [executed] = named(served, "tool.exec")
+    assert executed["parent_id"] == tool["span_id"]
+    # actline trace over both homes draws the served spans under the turn's
+    found_both = turn_trace(trace_sinks.read(a_home) + served, handle.turn_id)
+    assert len(found_both["spans"]) == len(spans) + len(served)
+
+
+class Receiver(http.server.BaseHTTPRequestHandler):
+    """A local OTLP/HTTP endpoint: decodes each protobuf export request at /v1/traces."""
+
+    received: list[ExportTraceServiceRequest]
+
+    def do_POST(self) -> None:
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        if self.path != "/v1/traces":
+            self.send_response(404)
+            self.end_headers()
+            return
+        request = ExportTraceServiceRequest()
+        request.ParseFromString(body)
+        self.received.append(request)
+        reply = ExportTraceServiceResponse().SerializeToString()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/x-protobuf")
+        self.send_header("Content-Length", str(len(reply)))
+        self.end_headers()
+        self.wfile.write(reply)
+
+    def log_message(self, format: str, *args: Any) -> None:
+        return None
+
+
+@pytest.fixture
+def otlp(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[ExportTraceServiceRequest]]:
+    received: list[ExportTraceServiceRequest] = []
+    handler = type("Handler", (Receiver,), {"received": received})
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/v1/traces"
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", url)
+    try:
+        yield received
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def otlp_spans(received: Sequence[ExportTraceServiceRequest]) -> list[Any]:
+    return [
+        span
+        for request in received
+        for resource in request.resource_spans
+        for scope in resource.scope_spans
+        for span in scope.spans
+    ]
+
+
+async def test_otlp_export_reaches_a_local_receiver_with_span_names_and_attributes(
+    bus: Bus, client: Client, tmp_path: Path, otlp: list[ExportTraceServiceRequest]
+) -> None:
+    home = tmp_path / "home"
+    node = await start_node(bus, home, Scripted({"c1": one_round()}))
+    try:
+        handle = await client.submit("hi", conversation_id="c1")
+        result = await handle.wait(TIMEOUT)
+        found = await traced(home, handle.turn_id)
+        await until(lambda: any(s.name == "turn" for s in otlp_spans(otlp)), TIMEOUT)
+    finally:
+        await node.stop()
+    assert result.status == "completed" and found["session"]["status"] == "ok"
+    spans = otlp_spans(otlp)
+    assert {"turn", "round", "render", "model"} <= {s.name for s in spans}
+    assert {s.trace_id.hex() for s in spans} == {found["session"]["trace_id"]}
+    [model] = [s for s in spans if s.name == "model"]
+    attrs = {a.key: a.value for a in model.attributes}
+    assert attrs["actline.input_tokens"].int_value == 30
+    assert attrs["actline.output_tokens"].int_value == 5
+    assert attrs["actline.turn_id"].string_value == handle.turn_id
+    [turn] = [s for s in spans if s.name == "turn"]
+    assert model.parent_span_id != b"" and turn.parent_span_id == b""
+    names = {a.key: a.value.string_value for a in otlp[0].resource_spans[0].resource.attributes}
+    assert names["service.name"] == "actline"
+
+
+def stored_trace(home: Path) -> str:
+    """A turn's spans written by the real JSONL sink, as a node would; its turn id."""
+    tracer = trace_sinks.tracer(NodeSettings(home=home, node_id="n1"), env={})
+    clock = iter(float(t) for t in range(100, 200))
+    tracer.clock = lambda: next(clock)
+    session = tracer.session("t-stored", "c1")
+    round_ = session.start("round", round=1)
+    model = session.start("model", round_, round=1)
+    session.end(model, input_tokens=60, output_tokens=7, cache_read_tokens=140)
+    tool = session.start("tool", round_, round=1, tool="math.add")
+    session.end(tool, result_bytes=42)
+    session.end(round_)
+    session.end(session.root, rounds=1)
+    record = {"type": "session", "trace_id": session.root.trace_id, "turn_id": "t-stored"}
+    assert tracer.export_now(session.spans, record | {"status": "ok", "end": 106.0}) == "ok"
+    return "t-stored"
+
+
+def test_actline_trace_draws_the_tree_and_prints_json(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    home = tmp_path / "home"
+    turn = stored_trace(home)
+    assert actline_main(["trace", turn, "--home", str(home)]) == 0
+    text = capsys.readouterr().out
+    assert f"turn {turn}" in text and "status ok" in text
+    assert "model" in text and "tokens 60 in / 7 out" in text
+    assert "cache read 70%" in text  # 140 of 60 + 140
+    assert "tool=math.add" in text and "42 B" in text
+    assert actline_main(["trace", "--last", "--json", "--home", str(home)]) == 0
+    found = json.loads(capsys.readouterr().out)
+    assert found["session"]["turn_id"] == turn
+    assert [s["name"] for s in found["spans"]] == ["turn", "round", "model", "tool"]
+    assert actline_main(["trace", "t-nope", "--home", str(home)]) != 0
+    assert "no trace of turn 't-nope'" in capsys.readouterr().err
