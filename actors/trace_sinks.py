@@ -25,6 +25,8 @@ from .errors import SettingsError
 from .settings import NodeSettings
 from .tracing import Sink, Span, Tracer
 
+__all__ = ["JsonlSink", "OtelSink", "Tracer", "read", "sinks", "tracer"]
+
 MAX_BYTES = 64 * 1024 * 1024
 OTEL_VARS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 

@@ -352,3 +352,22 @@ def test_actline_trace_draws_the_tree_and_prints_json(
     assert [s["name"] for s in found["spans"]] == ["turn", "round", "model", "tool"]
     assert actline_main(["trace", "t-nope", "--home", str(home)]) != 0
     assert "no trace of turn 't-nope'" in capsys.readouterr().err
+
+
+def test_the_jsonl_sink_rotates_by_size_and_actline_trace_0_turns_it_off(tmp_path: Path) -> None:
+    sink = trace_sinks.JsonlSink(tmp_path / "traces", max_bytes=1)
+    tracer = trace_sinks.Tracer([sink], node="n1")
+    for turn in ("t-a", "t-b"):
+        session = tracer.session(turn, "c1")
+        session.end(session.root)
+        record = {"type": "session", "trace_id": session.root.trace_id, "turn_id": turn}
+        tracer.export_now(session.spans, record | {"status": "ok", "end": session.root.end})
+    day = Path(sink.path().name).name.split(".")[0]  # traces-YYYYMMDD
+    files = {p.name for p in (tmp_path / "traces").iterdir()}
+    assert files == {f"{day}.jsonl", *(f"{day}.{n}.jsonl" for n in (1, 2, 3))}
+    records = trace_sinks.read(tmp_path)
+    assert [r["turn_id"] for r in records] == ["t-a", "t-a", "t-b", "t-b"]
+    assert turn_trace(records, None)["session"]["turn_id"] == "t-b"  # --last
+    off = NodeSettings.from_env({"ACTLINE_TRACE": "0", "ACTLINE_HOME": str(tmp_path)})
+    assert trace_sinks.sinks(off, env={}) == []
+    assert isinstance(trace_sinks.sinks(off.with_(trace=True), env={})[0], trace_sinks.JsonlSink)
