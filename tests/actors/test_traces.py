@@ -24,15 +24,16 @@ from actors.client import Client
 from actors.tracing import Span
 from bus import Bus
 from messages import ReActResult
-from messages.subjects import Subjects
 from tests.waiting import until
 from timeline.blocks import TOOL_RESULT
 
 from .harness import Scripted, say, start_node
+from .nodeprocs import NodeOptions, NodeProcess
 
 TIMEOUT = 30.0
 REVIEWER = "reviewer"
 ADD = ("math.add", {"a": 41})
+READ = ("files.read", {"path": "files/notes.md"})
 SEND = ("agent.send", {"name": REVIEWER, "text": "check the sum"})
 
 
@@ -107,7 +108,13 @@ async def answer_the_agent(client: Client, node: Any, handle: Any) -> ReActResul
     return result
 
 
-def check_tree(found: Mapping[str, Any], result: ReActResult, *, waited: bool = True) -> None:
+def check_tree(
+    found: Mapping[str, Any],
+    result: ReActResult,
+    *,
+    tool: tuple[str, str] = ("math.add", "ok"),
+    waited: bool = True,
+) -> None:
     """The figures on the spans against the turn result."""
     session, spans = found["session"], found["spans"]
     by_id = {s["span_id"]: s for s in spans}
@@ -126,9 +133,9 @@ def check_tree(found: Mapping[str, Any], result: ReActResult, *, waited: bool = 
     assert root["attrs"]["input_tokens"] == u.input_tokens
     round_ids = [r["span_id"] for r in sorted(rounds, key=lambda r: r["attrs"]["round"])]
     assert [m["parent_id"] for m in sorted(models, key=lambda m: m["attrs"]["round"])] == round_ids
-    [tool] = named(spans, "tool")
-    assert (tool["attrs"]["tool"], tool["status"]) == ("math.add", "ok")
-    assert tool["attrs"]["result_bytes"] > 0 and tool["parent_id"] == round_ids[0]
+    [call] = named(spans, "tool")
+    assert (call["attrs"]["tool"], call["status"]) == tool
+    assert call["attrs"]["result_bytes"] > 0 and call["parent_id"] == round_ids[0]
     if not waited:
         assert not named(spans, "wait")
         return
@@ -191,26 +198,25 @@ async def test_a_sink_that_raises_leaves_the_turn_completed_and_the_session_part
     assert named(found["spans"], "model")  # the JSONL sink still has the spans
 
 
-async def test_spans_served_on_another_node_join_the_turns_trace(
-    bus: Bus, client: Client, nats_server: Any, subject_names: Subjects, tmp_path: Path
+async def test_spans_served_on_another_node_process_join_the_turns_trace(
+    bus: Bus, client: Client, nats_server: Any, tmp_path: Path
 ) -> None:
-    creds = nats_server.creds_path("node", prefix=subject_names.prefix)
-    other = await Bus.connect(nats_server.url, subject_names=subject_names, creds=creds)
-    # node A runs the turn but no model calls or tools; node B serves both, takes no turns
+    """Node A, a ``python -m actors.node`` process without streamers or tool executors, runs
+    the turn; node B (this process) serves its model calls and its tool call, takes no turns."""
     a_home, b_home = tmp_path / "a", tmp_path / "b"
-    b = await start_node(
-        other,
-        b_home,
-        Scripted({"c1": two_rounds()}),
-        registry=adder(),
-        node_id="n2",
-        max_active_turns=0,
-    )
-    a = await start_node(
-        bus, a_home, Scripted(), registry=adder(), streamers=0, tool_workers=0, node_id="n1"
-    )
+    outputs = [
+        used(say("reading", calls=[READ]), 100, 10, 40),
+        used(say("done", answer="42, checked"), 200, 20, 150),
+    ]
+    b = await start_node(bus, b_home, Scripted({"c1": outputs}), node_id="n2", max_active_turns=0)
+    env = (("ACTLINE_STREAMERS", "0"), ("ACTLINE_TOOL_WORKERS", "0"))
+    a = NodeProcess(
+        nats_server.url, bus.subjects.prefix, a_home, tmp_path / "logs",
+        NodeOptions(model_delay_s=0.0, env=env), node_id="n1",
+    )  # fmt: skip
+    await a.start()
     try:
-        handle = await client.submit("add 41 and 1", conversation_id="c1")
+        handle = await client.submit("read the notes", conversation_id="c1")
         result = await handle.wait(TIMEOUT)
         found = await traced(a_home, handle.turn_id)
         await until(lambda: len(named(trace_sinks.read(b_home), "streamer")) == 2, TIMEOUT)
@@ -218,9 +224,8 @@ async def test_spans_served_on_another_node_join_the_turns_trace(
     finally:
         await a.stop()
         await b.stop()
-        await other.close()
     assert result.status == "completed", result
-    check_tree(found, result, waited=False)
+    check_tree(found, result, tool=(READ[0], "error"), waited=False)  # no workspace on B
     spans = found["spans"]
     served = trace_sinks.read(b_home)
     trace_id = found["session"]["trace_id"]
@@ -233,7 +238,7 @@ async def test_spans_served_on_another_node_join_the_turns_trace(
         assert streamed["attrs"]["input_tokens"] == model["attrs"]["input_tokens"]
     [tool] = named(spans, "tool")
     [executed] = named(served, "tool.exec")
-    assert executed["parent_id"] == tool["span_id"]
+    assert executed["parent_id"] == tool["span_id"] and executed["status"] == "error"
     # actline trace over both homes draws the served spans under the turn's
     found_both = turn_trace(trace_sinks.read(a_home) + served, handle.turn_id)
     assert len(found_both["spans"]) == len(spans) + len(served)
