@@ -301,13 +301,15 @@ class ConversationActor(Actor):
             self._committing = self.spawn(
                 self._durable(started, message.round), f"commit-{message.round}"
             )
-        before = self.compactor.compactions
+        before, began = self.compactor.compactions, self.services.clock()
         usage, forced = await self.compactor.before_render(
             message.model, force=message.force_compaction
         )
         request, stats = self._render_request(
             message, message.force_compaction and not forced, self.compactor.compactions > before
         )
+        if stats.compacted and self.current is not None:  # the turn's trace: how long it took
+            self.current.trace.compaction(message.round, began, usage)
         return Rendered(request, self.followups, committing, stats, usage)
 
     async def _durable(self, started: commits.Started, round_: int) -> None:

@@ -13,7 +13,7 @@ import contextlib
 from collections.abc import Iterable, Iterator, Sequence
 from typing import Any
 
-from messages import GenerateResult, ReActResult
+from messages import GenerateResult, ReActResult, Usage
 
 from . import events as ev
 from .mailbox import ExternalRan, ReactRan, Rendered
@@ -38,6 +38,7 @@ class TurnTrace:
         self.persist: dict[int, Span] = {}
         self.tool_spans: dict[str, Span] = {}
         self.wait_span: Span | None = None
+        self.renders: dict[int, Span] = {}
 
     def round(self, round_: int) -> None:
         self.session.end(self.round_span)
@@ -47,6 +48,8 @@ class TurnTrace:
     def step(self, name: str, round_: int, **attrs: Any) -> Iterator[Span]:
         """A span under the round, current inside the block (a request carries it)."""
         span = self.session.start(name, self.rounds.get(round_), round=round_, **attrs)
+        if name == "render":
+            self.renders[round_] = span
         status = "error"
         try:
             with using(span):
@@ -60,18 +63,21 @@ class TurnTrace:
         span.attrs.update(context_tokens=stats.tokens, blocks=stats.blocks)
         if stats.compacted:
             span.attrs["compacted"] = True
-            usage = rendered.usage
-            compaction = self.session.start("compaction", span, round=round_)
-            compaction.start = span.start  # it ran inside the conversation's render
-            self.session.end(
-                compaction,
-                input_tokens=usage.input_tokens if usage else 0,
-                output_tokens=usage.output_tokens if usage else 0,
-            )
         if rendered.committing:
             self.persist[round_] = self.session.start(
                 "persist", self.rounds.get(round_), round=round_
             )
+
+    def compaction(self, round_: int, began: float, usage: Usage | None) -> None:
+        """The conversation compacted in a render that began at ``began`` (summaries
+        written by the model cost ``usage``)."""
+        span = self.session.start("compaction", self.renders.get(round_), round=round_)
+        span.start = began
+        self.session.end(
+            span,
+            input_tokens=usage.input_tokens if usage else 0,
+            output_tokens=usage.output_tokens if usage else 0,
+        )
 
     @staticmethod
     def generated(span: Span, result: GenerateResult) -> None:

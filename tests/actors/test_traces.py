@@ -21,14 +21,18 @@ from actline.cli import main as actline_main
 from actline.cmd_trace import turn_trace
 from actors import NodeSettings, ToolRegistry, trace_sinks
 from actors.client import Client
+from actors.node import Node
 from actors.tracing import Span
 from bus import Bus
+from llm import AnthropicModel, LLMSettings
+from llm.fake_anthropic import FakeAnthropicServer
 from messages import ReActResult
 from tests.waiting import until
 from timeline.blocks import TOOL_RESULT
 
-from .harness import Scripted, say, start_node
+from .harness import Scripted, run_turn, say, settings, start_node
 from .nodeprocs import NodeOptions, NodeProcess
+from .test_summaries import MODEL, Policy
 
 TIMEOUT = 30.0
 REVIEWER = "reviewer"
@@ -376,3 +380,41 @@ def test_the_jsonl_sink_rotates_by_size_and_actline_trace_0_turns_it_off(tmp_pat
     off = NodeSettings.from_env({"ACTLINE_TRACE": "0", "ACTLINE_HOME": str(tmp_path)})
     assert trace_sinks.sinks(off, env={}) == []
     assert isinstance(trace_sinks.sinks(off.with_(trace=True), env={})[0], trace_sinks.JsonlSink)
+
+
+@pytest.fixture
+async def claude(bus: Bus, tmp_path: Path) -> AsyncIterator[tuple[Node, Policy]]:
+    """A node on a Claude model served by the fake Anthropic server, with a small context."""
+    policy = Policy()
+    async with FakeAnthropicServer(policy) as srv:
+        llm = LLMSettings(model=MODEL, api_key="k", base_url=srv.base_url, max_retries=0)
+        model = AnthropicModel(llm)
+        node = Node(bus, settings(tmp_path, model=MODEL, max_context_tokens=5_000), model=model)
+        await node.start()
+        try:
+            yield node, policy
+        finally:
+            await node.stop()
+            await model.aclose()
+
+
+async def test_a_compaction_is_a_span_under_its_render_with_the_summary_tokens(
+    claude: tuple[Node, Policy], client: Client
+) -> None:
+    """A Claude conversation long enough to compact its context."""
+    node, policy = claude
+    long = " ".join(["context"] * 700)
+    turns = []
+    for i in range(4):
+        policy.turns.append(say(answer=f"Answer {i}."))
+        turns.append((await run_turn(client, f"Question {i}. " + long, "c-long")).turn_id)
+    assert policy.summaries
+    home = node.settings.home
+    found = [await traced(home, turn) for turn in turns]
+    compactions = [(f, s) for f in found for s in named(f["spans"], "compaction")]
+    assert compactions, "no compaction span"
+    for f, span in compactions:
+        [render] = [s for s in f["spans"] if s["span_id"] == span["parent_id"]]
+        assert render["name"] == "render" and render["attrs"]["compacted"] is True
+        assert render["start"] <= span["start"] <= span["end"] <= render["end"]
+    assert sum(s["attrs"]["output_tokens"] for _, s in compactions) > 0  # the summaries' cost
