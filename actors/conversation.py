@@ -297,6 +297,8 @@ class ConversationActor(Actor):
         await self._settled()
         committing = message.record is not None
         if message.record is not None:
+            if self.current is not None:
+                self.current.trace.persisting(message.round)  # until Durable
             started = self._start_commit({message.turn_id: message.record})
             self._committing = self.spawn(
                 self._durable(started, message.round), f"commit-{message.round}"

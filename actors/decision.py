@@ -277,7 +277,7 @@ class DecisionActor(Actor):
         try:
             with self.trace.step("render", round_) as span:
                 rendered = await self.conv.ask(render, timeout=ASK_TIMEOUT_S)
-                self.trace.rendered(span, round_, rendered)
+                self.trace.rendered(span, rendered)
             self.watchdog.rendered(round_, rendered.stats)
             gated = rendered.committing
             with self.trace.step("model", round_) as span:

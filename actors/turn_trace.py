@@ -58,15 +58,16 @@ class TurnTrace:
         finally:
             self.session.end(span, status)
 
-    def rendered(self, span: Span, round_: int, rendered: Rendered) -> None:
+    @staticmethod
+    def rendered(span: Span, rendered: Rendered) -> None:
         stats = rendered.stats
         span.attrs.update(context_tokens=stats.tokens, blocks=stats.blocks)
         if stats.compacted:
             span.attrs["compacted"] = True
-        if rendered.committing:
-            self.persist[round_] = self.session.start(
-                "persist", self.rounds.get(round_), round=round_
-            )
+
+    def persisting(self, round_: int) -> None:
+        """The conversation started the round's commit (``durable`` ends it)."""
+        self.persist[round_] = self.session.start("persist", self.rounds.get(round_), round=round_)
 
     def compaction(self, round_: int, began: float, usage: Usage | None) -> None:
         """The conversation compacted in a render that began at ``began`` (summaries

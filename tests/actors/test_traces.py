@@ -143,12 +143,14 @@ def check_tree(
     if not waited:
         assert not named(spans, "wait")
         return
+    assert named(spans, "commit")  # the round's blocks stored before the wait
     [wait] = named(spans, "wait")
     assert (wait["attrs"]["agents"], wait["attrs"]["ended"]) == (REVIEWER, "done")
     assert wait["parent_id"] == round_ids[0]
     renders = named(spans, "render")
     assert len(renders) == 2 and all(r["attrs"]["context_tokens"] > 0 for r in renders)
-    assert named(spans, "commit")  # the round's blocks stored before the wait
+    persists = named(spans, "persist")  # each round's commit until it is durable
+    assert sorted(p["parent_id"] for p in persists) == sorted(round_ids)
     assert all(s["end"] >= s["start"] for s in spans)
 
 
