@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -47,6 +48,8 @@ from tools.registry import (
     shorten,
 )
 from tools.workspace import TurnFiles
+
+from . import diag
 
 __all__ = [  # the registry types live in tools.registry; re-exported for callers here
     "TOOL_NAME_PATTERN",
@@ -158,12 +161,14 @@ class ToolExecutorActor:
         task = asyncio.current_task()
         if task is not None:
             self._in_flight.add(task)
+        started = time.monotonic()
         try:
             result = await self._run(msg)
         finally:
             if task is not None:
                 self._in_flight.discard(task)
         self._count(result)
+        diag.tool_ran(result, started)
         return result
 
     async def _run(self, call: ToolCall) -> ToolResult:
