@@ -22,6 +22,8 @@ from actline import __version__
 from actors.errors import DoneNotStored
 from bus import BusError
 from llm import ModelConfigError
+from messages import diag
+from messages.errors import LogConfigError
 from storage import StorageError
 
 from .config import ConfigError
@@ -34,6 +36,7 @@ FAILURES: tuple[type[Exception], ...] = (
     ModelConfigError,
     StorageError,
     DoneNotStored,
+    LogConfigError,
 )
 """Errors that mean "fix the setup": reported in one line, exit code 2."""
 DEFAULT_WAIT_S = 300.0
@@ -50,7 +53,17 @@ def _common() -> argparse.ArgumentParser:
         "--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks"
     )
     common.add_argument(
-        "-v", "--verbose", action="store_true", default=argparse.SUPPRESS, help="log at DEBUG"
+        "-v",
+        "--verbose",
+        action="count",
+        default=argparse.SUPPRESS,
+        help="log at INFO (ids, sizes, timings); -vv at DEBUG (with prompt and tool bodies)",
+    )
+    common.add_argument(
+        "--log-format",
+        choices=diag.FORMATS,
+        default=argparse.SUPPRESS,
+        help="the log lines: text or json, one object a line (ACTLINE_LOG_FORMAT)",
     )
     common.add_argument(
         "--creds",
@@ -127,7 +140,7 @@ def _parser() -> argparse.ArgumentParser:
         description="A timeline-native ReAct agent runtime: actors over NATS, a Ray cluster job.",
         parents=[_common()],  # its own copy: set_defaults below changes the actions' defaults
     )
-    parser.set_defaults(config=None, debug=False, verbose=False)
+    parser.set_defaults(config=None, debug=False, verbose=0, log_format=None)
     parser.add_argument("--version", action="version", version=f"actline {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
@@ -317,15 +330,21 @@ def _dispatch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
     return 2
 
 
+def _configure_logging(args: argparse.Namespace) -> None:
+    """The log level: ``-vv`` DEBUG, ``-v`` INFO, else ``ACTLINE_LOG_LEVEL`` (default WARNING);
+    the format: ``--log-format``, else ``ACTLINE_LOG_FORMAT`` (default text)."""
+    level = None
+    if args.verbose:
+        level = logging.DEBUG if args.verbose > 1 else logging.INFO
+    diag.configure_from_env(level, args.log_format)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the process exit code."""
     parser = _parser()
     args = parser.parse_args(argv)
-    logging.basicConfig(
-        level=logging.DEBUG if args.verbose else logging.WARNING,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
     try:
+        _configure_logging(args)
         return _dispatch(args, parser)
     except KeyboardInterrupt:
         return 130

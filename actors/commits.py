@@ -13,10 +13,12 @@ starting the next.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
+from messages import diag
 from storage.store import PreparedRound
 from timeline import Block, Timeline
 from tools.react import index_rows
@@ -31,6 +33,7 @@ class Started:
     prepared: PreparedRound
     future: asyncio.Future[int]
     index_rows: list[dict[str, Any]]
+    started: float = field(default_factory=time.monotonic)
 
 
 def start(services: Services, tl: Timeline, records: Mapping[str, Mapping[str, Any]]) -> Started:
@@ -58,5 +61,17 @@ async def finish(services: Services, conversation_id: str, started: Started) -> 
     except BaseException:
         started.prepared.undo()
         raise
-    await services.ownership.committed(conversation_id, started.prepared.done(revision))
+    written = started.prepared.done(revision)
+    await services.ownership.committed(conversation_id, written)
+    diag.info(
+        diag.STORE,
+        conv=conversation_id,
+        revision=revision,
+        blocks=len(written.blocks),
+        updated=len(written.updated),
+        records=len(written.turn_records or {}),
+        rows=len(written.rows),
+        index_rows=len(started.index_rows),
+        ms=diag.ms_since(started.started),
+    )
     return revision

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import replace
@@ -35,7 +36,7 @@ from tools.memindex import MemIndex
 from tools.react import ReactContext, ReactOutcome
 from tools.workspace import TurnFiles
 
-from . import commits
+from . import commits, diag
 from . import events as ev
 from .base import Actor
 from .compactor import Compactor
@@ -375,7 +376,9 @@ class ConversationActor(Actor):
         if any(call.tool in FILE_TOOLS for call in message.calls):
             self.files.changed()
         for call in message.calls:
+            started = time.monotonic()
             outcomes.append(await self._run_react(call, message.turn_id))
+            diag.react_ran(self.cid, message.turn_id, call, outcomes[-1], started)
         await self.compactor.flush()  # [K] notes under memory scope user
         return tuple(outcomes)
 

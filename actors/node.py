@@ -44,6 +44,7 @@ from messages import (
     SkipWaiting,
     SubjectError,
     TurnRequest,
+    diag,
 )
 from storage import Store
 from storage.committer import Committer
@@ -476,9 +477,7 @@ async def _serve(args: argparse.Namespace) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s"
-    )
+    diag.configure_from_env(default_level="INFO")
     return asyncio.run(_serve(_parse(argv)))
 
 

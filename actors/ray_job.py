@@ -40,7 +40,7 @@ from rich.progress import Progress
 
 import messages
 from bus import Bus
-from messages import ReActResult, TurnRequest
+from messages import ReActResult, TurnRequest, diag
 
 from .client import Client
 from .errors import RequestsFileError
@@ -63,10 +63,7 @@ class NodeActor:
         model_latency: float = 0.0,
         creds: str | None = None,
     ) -> None:
-        import logging
-
-        level = os.environ.get("ACTLINE_LOG_LEVEL", "WARNING").upper()
-        logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+        diag.configure_from_env()  # ACTLINE_LOG_LEVEL (default WARNING), ACTLINE_LOG_FORMAT
         self.nats_url = nats_url
         self.settings = NodeSettings(**{"cluster": True, **settings})
         self.model_delay = model_delay

@@ -53,6 +53,7 @@ from messages import (
     Usage,
 )
 
+from . import diag
 from .tracing import Tracer
 
 log = logging.getLogger(__name__)
@@ -186,6 +187,12 @@ class StreamerActor:
 
     async def generate(self, request: GenerateRequest) -> GenerateResult:
         """Run one model call, streaming its deltas; failures come back as results."""
+        started = diag.model_request(request)
+        result = await self._generate(request)
+        diag.model_result(result, started)
+        return result
+
+    async def _generate(self, request: GenerateRequest) -> GenerateResult:
         self.calls += 1
         model = self.models(request.model)
         parser = ChannelStream(CHANNEL_SPECS, sources=request.sources)

@@ -26,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -48,6 +49,7 @@ from tools.registry import (
 )
 from tools.workspace import TurnFiles
 
+from . import diag
 from .tracing import Tracer
 
 __all__ = [  # the registry types live in tools.registry; re-exported for callers here
@@ -162,6 +164,7 @@ class ToolExecutorActor:
         task = asyncio.current_task()
         if task is not None:
             self._in_flight.add(task)
+        started = time.monotonic()
         try:
             with self.tracer.remote("tool.exec", env.headers, msg.turn_id, tool=msg.tool) as span:
                 result = await self._run(msg)
@@ -172,6 +175,7 @@ class ToolExecutorActor:
             if task is not None:
                 self._in_flight.discard(task)
         self._count(result)
+        diag.tool_ran(result, started)
         return result
 
     async def _run(self, call: ToolCall) -> ToolResult:

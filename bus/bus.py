@@ -34,6 +34,7 @@ import contextlib
 import logging
 import os
 import ssl
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
@@ -56,6 +57,7 @@ from messages import (
     Message,
     Subjects,
     decode,
+    diag,
     encode,
     subjects,
 )
@@ -409,6 +411,7 @@ class Bus:
         if self._nc.is_closed:
             raise NotConnected("publish after close()")
         await self._nc.publish(subject, data, reply=reply or "", headers=headers)
+        diag.debug(diag.BUS, op="publish", subject=subject, kind=msg.kind, bytes=len(data))
 
     async def publish_stored(
         self,
@@ -475,6 +478,7 @@ class Bus:
         data = self._encode(msg)
         if self._nc.is_closed:
             raise NotConnected("request after close()")
+        started = time.monotonic()
         try:
             resp = await self._nc.request(subject, data, timeout=timeout, headers=headers)
         except nats.errors.NoRespondersError:
@@ -482,6 +486,16 @@ class Bus:
         except (nats.errors.TimeoutError, TimeoutError):
             raise RequestTimeout(subject, timeout) from None
         reply = decode(resp.data, max_size=self.max_payload)
+        diag.debug(
+            diag.BUS,
+            op="request",
+            subject=subject,
+            kind=msg.kind,
+            bytes=len(data),
+            reply=reply.kind,
+            reply_bytes=len(resp.data),
+            ms=diag.ms_since(started),
+        )
         if raise_remote and isinstance(reply, ErrorReply):
             raise RemoteError(subject, reply.code, reply.message)
         return reply

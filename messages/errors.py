@@ -6,7 +6,8 @@ Hierarchy::
     ├── DecodeError            bytes that are not a valid message (reason, size)
     ├── EncodeError            a message that cannot be put on the wire (reason)
     │   └── PayloadTooLarge    encoded size over the limit (size, limit)
-    └── SubjectError           a token or prefix that cannot go into a subject (what, value)
+    ├── SubjectError           a token or prefix that cannot go into a subject (what, value)
+    └── LogConfigError         a log level or format that does not exist (key, value, allowed)
 
 Every error keeps its fields and pickles (they cross Ray process boundaries).
 """
@@ -70,3 +71,16 @@ class SubjectError(MessageError, ValueError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.what, self.value))
+
+
+class LogConfigError(MessageError):
+    """A log level or format that does not exist (``key`` names the setting)."""
+
+    def __init__(self, key: str, value: str, allowed: tuple[str, ...]) -> None:
+        self.key = key
+        self.value = value
+        self.allowed = allowed
+        super().__init__(f"{key}={value!r}: use one of {', '.join(allowed)}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.key, self.value, self.allowed))
