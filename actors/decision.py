@@ -29,9 +29,9 @@ from bus import BusError
 from messages import CancelReAct, GenerateResult, ReActResult, SkipWaiting, TurnRequest
 from timeline import AnnounceContext, Block
 
-from . import diag, remote
 from . import events as ev
 from . import mailbox as mb
+from . import remote
 from .approvals import approval_reply, denied_writes
 from .base import Actor, ActorRef
 from .decision_protocol import CallLedger, Notice
@@ -90,7 +90,7 @@ class DecisionActor(Actor):
         self._durable: set[int] = set()  # rounds whose commit is durable
         self._held: mb.ModelReply | None = None  # a model reply waiting for its round's commit
         self.watchdog = Watchdog(turn.profile)
-        self.trace = TurnTrace(services.tracer.session(self.tid, self.cid))
+        self.trace = TurnTrace(services.tracer.session(self.tid, self.cid), self.cid)
 
     def start(self) -> None:
         super().start()
@@ -398,7 +398,6 @@ class DecisionActor(Actor):
     def _start_tools(self, round_: int, calls: tuple[ev.ToolSpec, ...]) -> None:
         """React.* calls go to the conversation (told; ``ReactRan`` comes back), external
         ones to the tool executors from a child task (``ExternalRan``), at the same time."""
-        diag.tool_calls(self.cid, self.tid, round_, calls)
         now = self._now()
         self.pending.extend(call_block(self.tid, c.call_id, c.tool, c.params, now) for c in calls)
         self.trace.tools(round_, calls)

@@ -10,11 +10,12 @@ before a wait) and ``wait`` (the agents, how it ended: done, skip, timeout, canc
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 from messages import GenerateResult, ReActResult, Usage
 
+from . import diag
 from . import events as ev
 from .mailbox import ExternalRan, ReactRan, Rendered
 from .state import DecisionState, TurnPhase
@@ -31,8 +32,9 @@ _WAIT_ENDS: dict[type, str] = {
 class TurnTrace:
     """One turn's session and its open spans."""
 
-    def __init__(self, session: TraceSession) -> None:
+    def __init__(self, session: TraceSession, conversation_id: str = "") -> None:
         self.session = session
+        self.conversation_id = conversation_id
         self.rounds: dict[int, Span] = {}
         self.round_span: Span | None = None
         self.persist: dict[int, Span] = {}
@@ -98,7 +100,9 @@ class TurnTrace:
         span = self.persist.pop(round_, None)
         self.session.end(span, "error" if error else "ok")
 
-    def tools(self, round_: int, calls: Iterable[ev.ToolSpec]) -> None:
+    def tools(self, round_: int, calls: Sequence[ev.ToolSpec]) -> None:
+        """A round's calls start: a span each, and the ``AI-FnCall`` log line."""
+        diag.tool_calls(self.conversation_id, self.session.turn_id, round_, calls)
         for c in calls:
             self.tool_spans[c.call_id] = self.session.start(
                 "tool", self.rounds.get(round_), round=round_, tool=c.tool, call_id=c.call_id
