@@ -15,6 +15,7 @@ A case file that cannot be used is one line naming the line and field, exit code
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import tempfile
 from collections.abc import Callable, Sequence
@@ -263,7 +264,8 @@ async def run_eval(args: argparse.Namespace, console: Console) -> int:
         cases_file=str(args.cases),
     )
     if args.json is not None:
-        Path(args.json).write_text(json.dumps(report, indent=2) + "\n")
+        text = json.dumps(report, indent=2) + "\n"
+        await asyncio.to_thread(Path(args.json).write_text, text)
         console.print(Text(f"wrote {args.json}", "dim"))
     score = report["aggregate"]["score"]
     if args.min_score is not None and score < args.min_score:

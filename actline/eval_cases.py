@@ -291,9 +291,8 @@ def _cost_score(tokens: float) -> float:
     return 1.0 / (1.0 + tokens / COST_SCALE)
 
 
-def _weighted(task_success: float, trajectory: float, precision: float, recovery: float,
-              cost_score: float) -> float:  # fmt: skip
-    parts = (task_success, trajectory, precision, recovery, cost_score)
+def _weighted(*parts: float) -> float:
+    """The §3.11 score of (task success, trajectory, tool precision, recovery, cost score)."""
     return sum(w * p for w, p in zip(WEIGHTS.values(), parts, strict=True))
 
 

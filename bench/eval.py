@@ -27,6 +27,7 @@ from actline.cmd_eval import evaluate
 from actline.config import Config
 from actline.eval_cases import WEIGHTS, load_cases
 from bench.common import RESULTS, write_result
+from tools.embeddings import default_embedder
 
 ROOT = Path(__file__).parents[1]
 CASES = ROOT / "examples" / "eval" / "kb.jsonl"
@@ -35,7 +36,9 @@ MODEL = "extractive"
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.eval", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.eval", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--cases", type=Path, default=CASES, help="the case file (JSONL)")
     parser.add_argument("--limit", type=int, default=None, help="only the first N cases")
     parser.add_argument("--profile", default=None, help="the turns' profile (default: the node's)")
@@ -61,6 +64,7 @@ def main(argv: list[str] | None = None) -> int:
         "python": platform.python_version(),
         "seconds": round(time.perf_counter() - started, 1),
         "weights": WEIGHTS,
+        "embeddings": "on" if default_embedder() is not None else "off (BM25 memsearch)",
         **report,
     }
     write_result(console, args.out, report)
