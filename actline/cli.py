@@ -245,6 +245,18 @@ def _parser() -> argparse.ArgumentParser:
     profiles.add_argument("name", nargs="?", default=None, help="only this one")
     profiles.add_argument("--json", action="store_true", help="as turn config tables")
 
+    evals = command("eval", "run eval cases (JSONL) against a model and profile, and score them")
+    evals.add_argument("cases", metavar="CASES.jsonl", help="one case per line (README)")
+    _node_options(evals)
+    evals.add_argument("--json", metavar="OUT", default=None, help="write the report here")
+    evals.add_argument("--only", metavar="ID,...", default=None, help="run only these cases")
+    evals.add_argument(
+        "--min-score", metavar="X", type=float, default=None, help="exit 1 below this score"
+    )
+    evals.add_argument(
+        "--timeout", metavar="S", type=float, default=120.0, help="wait this long per turn"
+    )
+
     timeline = command("timeline", "show a stored conversation (no NATS needed)")
     timeline.add_argument("conversation", nargs="?", metavar="CID", default=None)
     timeline.add_argument(
@@ -318,6 +330,10 @@ def _dispatch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             from .cmd_profiles import run_profiles
 
             return run_profiles(args, console)
+        case "eval":
+            from .cmd_eval import run_eval
+
+            return asyncio.run(run_eval(args, console))
         case "timeline":
             from .cmd_timeline import run_timeline
 

@@ -7,6 +7,7 @@ import sys
 
 BENCHMARKS = [
     "cluster",
+    "eval",
     "bus",
     "cache",
     "channels",
