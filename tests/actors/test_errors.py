@@ -15,7 +15,7 @@ import pytest
 
 import actline.errors as actline_errors
 import actors.errors as actor_errors
-from actline.errors import ActlineError, ConfigError, RuntimeNotStarted
+from actline.errors import ActlineError, CaseFileError, ConfigError, RuntimeNotStarted
 from actors.base import Actor, Request
 from actors.errors import (
     ActorError,
@@ -99,6 +99,16 @@ CASES: list[tuple[type[Exception], tuple[Any, ...], dict[str, Any]]] = [
     ),
     (ActlineError, ("facade",), {}),
     (ConfigError, ("set ACTLINE_HOME",), {"message": "set ACTLINE_HOME"}),
+    (
+        CaseFileError,
+        ("cases.jsonl", 3, "turns[1].config", "must be an object"),
+        {
+            "path": "cases.jsonl",
+            "line": 3,
+            "field": "turns[1].config",
+            "problem": "must be an object",
+        },
+    ),
     (RuntimeNotStarted, ("rt.client",), {"what": "rt.client"}),
 ]
 
