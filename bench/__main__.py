@@ -17,6 +17,7 @@ BENCHMARKS = [
     "render",
     "resume",
     "storage",
+    "trace_overhead",
 ]
 
 

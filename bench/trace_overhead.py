@@ -12,14 +12,22 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import platform
 import statistics
 import tempfile
 from pathlib import Path
 
+from rich.console import Console
+from rich.table import Table
+
 from actors import trace_sinks
+from bench.common import RESULTS, write_result
 from bench.loop import KB, open_case, run_turn
 from bus import EmbeddedNats
 from tools import KnowledgeSpace
+
+TARGET_PCT = 10.0
+"""The most a round may slow down with tracing on."""
 
 
 async def measure(blocks: int, turns: int, rounds: int) -> dict[str, float]:
@@ -56,18 +64,42 @@ async def measure(blocks: int, turns: int, rounds: int) -> dict[str, float]:
     }
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.trace_overhead",
+        description=__doc__.splitlines()[0] if __doc__ else None,
+    )
     parser.add_argument("--blocks", type=int, default=2000)
     parser.add_argument("--turns", type=int, default=40)
     parser.add_argument("--rounds", type=int, default=4)
-    args = parser.parse_args()
+    parser.add_argument("--out", type=Path, default=RESULTS / "trace_overhead.json")
+    args = parser.parse_args(argv)
+    console = Console()
     figures = asyncio.run(measure(args.blocks, args.turns, args.rounds))
-    print(
-        f"round p50: tracing on {figures['on_p50_ms']:.2f} ms, off {figures['off_p50_ms']:.2f} ms, "
-        f"overhead {figures['overhead_pct']:+.1f} % ({figures['records']:.0f} JSONL records)"
+    table = Table(title=f"tracing on a round ({args.blocks:,}-block conversation)")
+    for name in ("round p50 on", "round p50 off", "overhead", "JSONL records"):
+        table.add_column(name, justify="right")
+    table.add_row(
+        f"{figures['on_p50_ms']:.2f} ms",
+        f"{figures['off_p50_ms']:.2f} ms",
+        f"{figures['overhead_pct']:+.1f} %",
+        f"{figures['records']:.0f}",
     )
+    console.print(table)
+    target = figures["overhead_pct"] <= TARGET_PCT
+    result = {
+        "benchmark": "trace_overhead",
+        "machine": platform.platform(),
+        "blocks": args.blocks,
+        "turns": args.turns,
+        "rounds": args.rounds,
+        **figures,
+        "target_pct": TARGET_PCT,
+        "target_met": target,
+    }
+    write_result(console, args.out, result)
+    return 0 if target else 1
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())
