@@ -1,6 +1,7 @@
 """``actline trace TURN_ID``: a turn's span tree from the JSONL trace sink under the home.
 
-The tree shows each span's duration, tokens in and out, the cache-read share of the input
+The tree shows each span's duration, tokens in (every prompt token: uncached, cache reads
+and writes) and out, the cache-read share of the input
 (cache read / (input + cache read + cache write)), tools, waits and status; spans served on
 other nodes join it when their home's traces are merged in (``--home`` is repeatable).
 ``--json`` prints the session and its spans as one JSON object; ``--last`` picks the latest
@@ -65,7 +66,10 @@ def label(span: dict[str, Any]) -> str:
         if value not in (None, ""):
             parts.append(f"{key}={value}")
     if "input_tokens" in a or "output_tokens" in a:
-        parts.append(f"tokens {a.get('input_tokens', 0)} in / {a.get('output_tokens', 0)} out")
+        prompt = sum(
+            int(a.get(k) or 0) for k in ("input_tokens", "cache_read_tokens", "cache_write_tokens")
+        )
+        parts.append(f"tokens {prompt} in / {a.get('output_tokens', 0)} out")
         share = cache_share(a)
         if share is not None:
             parts.append(f"cache read {share:.0%}")

@@ -354,7 +354,7 @@ def test_actline_trace_draws_the_tree_and_prints_json(
     assert actline_main(["trace", turn, "--home", str(home)]) == 0
     text = capsys.readouterr().out
     assert f"turn {turn}" in text and "status ok" in text
-    assert "model" in text and "tokens 60 in / 7 out" in text
+    assert "model" in text and "tokens 200 in / 7 out" in text  # every prompt token
     assert "cache read 70%" in text  # 140 of 60 + 140
     assert "tool=math.add" in text and "42 B" in text
     assert actline_main(["trace", "--last", "--json", "--home", str(home)]) == 0
