@@ -171,7 +171,7 @@ class Tracer:
         try:
             with using(span):
                 yield span
-        except BaseException:
+        except Exception:  # a cancelled request ends its span with the status it had
             span.status = "error"
             raise
         finally:
