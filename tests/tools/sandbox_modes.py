@@ -1,35 +1,30 @@
 """The sandbox's kernel layers as test parameters, and what tests check after a run.
 
-A layer this machine cannot provide is skipped with the reason: Landlock when the kernel has
-none, bubblewrap only when it is not installed (``make sandbox-deps`` installs it) or cannot
-create its namespaces here.
+The tests that run code take the layers this machine provides (``AVAILABLE``, probed once at
+collection: Landlock when the kernel has it, bubblewrap when it is installed — ``make
+sandbox-deps`` installs it — and can create its namespaces). A layer it cannot provide is not
+skipped: ``tests/tools/test_sandbox_layers.py`` checks that asking for it is refused with the
+reason and nothing runs, as ``ACTLINE_SANDBOX`` promises.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 from pathlib import Path
-
-import pytest
 
 from tools.confinement import Confinement, choose
 
 KERNEL_MODES = ("landlock", "bwrap")
 """The kernel layers; ``unconfined`` (the audit hook alone) is asked for by name."""
+AVAILABLE = tuple(mode for mode in KERNEL_MODES if choose(mode).usable)
+"""The kernel layers this machine provides."""
 
 
-def confinement_or_skip(mode: str) -> Confinement:
-    """The ``ACTLINE_SANDBOX=mode`` confinement, or a skip saying why it is unavailable."""
+def available_layer(mode: str) -> Confinement:
+    """The ``ACTLINE_SANDBOX=mode`` confinement; only asked for modes in ``AVAILABLE``."""
     found = choose(mode)
-    if found.usable:
-        return found
-    if mode == "bwrap" and shutil.which("bwrap") is None:
-        pytest.skip(
-            "bubblewrap is not installed and could not be: `make sandbox-deps` "
-            "(apt-get install bubblewrap) as root or with sudo"
-        )
-    pytest.skip(found.detail)
+    assert found.usable, f"{mode} was probed as available: {found.detail}"
+    return found
 
 
 def running(marker: Path) -> list[int]:

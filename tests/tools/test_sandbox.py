@@ -24,16 +24,16 @@ from tools import _sandbox_runner
 from tools.confinement import Confinement
 from tools.sandbox import ExecResult, SandboxError, run_python
 
-from .sandbox_modes import KERNEL_MODES, confinement_or_skip, running
+from .sandbox_modes import AVAILABLE, available_layer, running
 
 WRITE_ONLY_WORKSPACE = "the only writable place"
 _layer: dict[str, Confinement] = {}
 
 
-@pytest.fixture(params=KERNEL_MODES)
+@pytest.fixture(params=AVAILABLE)
 def ws(request: pytest.FixtureRequest, tmp_path: Path) -> Path:
     """The workspace of a test run under the kernel layer of this parameter."""
-    _layer["current"] = confinement_or_skip(request.param)
+    _layer["current"] = available_layer(request.param)
     path = tmp_path / "ws"
     path.mkdir()
     return path.resolve()

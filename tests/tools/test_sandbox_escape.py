@@ -37,7 +37,7 @@ from tools.confinement import SANDBOX_MODES, Confinement, Probe, choose, decide
 from tools.sandbox import ExecResult, SandboxError, run_python
 
 from ..actors.harness import Scripted, run_turn, say, start_node
-from .sandbox_modes import KERNEL_MODES, confinement_or_skip, running
+from .sandbox_modes import AVAILABLE, KERNEL_MODES, available_layer, running
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -173,11 +173,11 @@ async def run_in(
 # --- the attempts, per mode ---------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("mode", [*KERNEL_MODES, "unconfined"])
+@pytest.mark.parametrize("mode", [*AVAILABLE, "unconfined"])
 async def test_escape_attempts_with_the_whole_sandbox(
     node: Node, nats_server: EmbeddedNats, mode: str
 ) -> None:
-    layer = confinement_or_skip(mode) if mode != "unconfined" else choose("unconfined")
+    layer = available_layer(mode) if mode != "unconfined" else choose("unconfined")
     outcomes = {}
     for attempt in attempts(node, nats_server.port):
         result = await run_in(node, attempt.code, layer)
@@ -195,11 +195,11 @@ async def test_escape_attempts_with_the_whole_sandbox(
             assert result.exit_code == 1, (name, result)
 
 
-@pytest.mark.parametrize("mode", KERNEL_MODES)
+@pytest.mark.parametrize("mode", AVAILABLE)
 async def test_escape_attempts_with_the_kernel_layer_alone(
     node: Node, nats_server: EmbeddedNats, mode: str
 ) -> None:
-    layer = confinement_or_skip(mode)
+    layer = available_layer(mode)
     for attempt in attempts(node, nats_server.port):
         result = await run_in(node, attempt.code, layer, audit_hook=False)
         assert result.refused == ()  # no hook: only the kernel said no
@@ -215,9 +215,9 @@ def _drop_pwned(home: Path) -> None:
         env.close()
 
 
-@pytest.mark.parametrize("mode", [*KERNEL_MODES, "unconfined"])
+@pytest.mark.parametrize("mode", [*AVAILABLE, "unconfined"])
 async def test_process_bombs_are_stopped_and_the_limits_hold(node: Node, mode: str) -> None:
-    layer = confinement_or_skip(mode) if mode != "unconfined" else choose("unconfined")
+    layer = available_layer(mode) if mode != "unconfined" else choose("unconfined")
     forks = await run_in(node, "import os\nwhile True:\n    os.fork()\n", layer)
     assert forks.exit_code == 1 and any("os.fork" in r for r in forks.refused)
     threads = await run_in(
@@ -437,11 +437,11 @@ def _results(node: Any, cid: str) -> list[dict[str, Any]]:
 
 
 @pytest.mark.parametrize("workspace", ["custom", "git"])
-@pytest.mark.parametrize("mode", KERNEL_MODES)
+@pytest.mark.parametrize("mode", AVAILABLE)
 async def test_exec_python_through_a_node_works_and_keeps_the_store_closed(
     bus: Bus, tmp_path: Path, mode: str, workspace: str
 ) -> None:
-    confinement_or_skip(mode)
+    available_layer(mode)
     home = tmp_path / "home"
     model = Scripted(
         {
