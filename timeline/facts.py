@@ -26,7 +26,7 @@ import hashlib
 import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any, Final, Literal
 
 FACT_PREFIX: Final = "fact/"
@@ -66,15 +66,7 @@ class Fact:
     ts: float = 0.0
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "key": self.key,
-            "value": self.value,
-            "confidence": self.confidence,
-            "source": self.source,
-            "turn_id": self.turn_id,
-            "path": self.path,
-            "ts": self.ts,
-        }
+        return asdict(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> Fact:
@@ -350,19 +342,7 @@ class MemoryFact:
         return f"{self.key}: {self.value}{turn}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {
-            "key": self.key,
-            "value": self.value,
-            "confidence": self.confidence,
-            "source": self.source,
-            "turn_id": self.turn_id,
-            "path": self.path,
-            "ts": self.ts,
-            "updated_at": self.updated_at,
-            "status": self.status,
-            "superseded_by": self.superseded_by,
-            "conversation_id": self.conversation_id,
-        }
+        return asdict(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> MemoryFact:
