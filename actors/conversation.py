@@ -353,7 +353,7 @@ class ConversationActor(Actor):
             force_compaction=force,
         )
         compacted = compacted or result.events.compaction is not None
-        stats = ContextStats.of(self.renderer.visible_blocks(), result.stable_tokens, compacted)
+        stats = ContextStats(result.stable_tokens, *self.renderer.rot_counts, compacted)
         # Built from our own render: construct without re-validating thousands of parts.
         request = messages.GenerateRequest.model_construct(
             conversation_id=self.cid,

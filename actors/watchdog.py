@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 
 from messages import ContextTelemetry
 from timeline import Block
-from timeline.blocks import STAGE_GATE, SUMMARY, TURN_HEADER
+from timeline.render import rot_weight
 
 from . import events as ev
 from .profiles import Profile
@@ -45,8 +45,6 @@ COOLDOWN_ROUNDS = 3
 READ = "react.read"
 WATCHDOG = "context_watchdog"
 """The code of the watchdog's notices."""
-STRUCTURAL = frozenset({TURN_HEADER, STAGE_GATE})
-"""Blocks that are not content: left out of the rot share."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -64,16 +62,10 @@ class ContextStats:
 
     @classmethod
     def of(cls, visible: Iterable[Block], tokens: int, compacted: bool) -> ContextStats:
-        blocks = rotten = 0
-        for block in visible:
-            if block.type in STRUCTURAL:
-                continue
-            blocks += 1
-            if block.type == SUMMARY:
-                rotten += 2
-            elif block.hidden and not block.meta.get("anchor"):  # a folded anchor is whole
-                rotten += 1
-        return cls(tokens, blocks, rotten, compacted)
+        """The stats of a list of visible blocks (the renderer keeps them as it goes:
+        ``Renderer.rot_counts``)."""
+        weights = [rot_weight(block) for block in visible]
+        return cls(tokens, sum(w[0] for w in weights), sum(w[1] for w in weights), compacted)
 
     @property
     def rot(self) -> float:

@@ -24,7 +24,7 @@ from typing import Any, TypeVar, overload
 
 from . import compaction, retention, ttl
 from .announce import AnnounceContext, announce_text
-from .blocks import TURN_HEADER, Block
+from .blocks import STAGE_GATE, SUMMARY, TURN_HEADER, Block
 from .cache import CachePoints, compute_points, restore_point, round_key
 from .config import TimelineConfig
 from .hide import HideResult, hide_path
@@ -125,6 +125,22 @@ class RenderResult:
         return "\n".join(out)
 
 
+NOT_CONTENT = frozenset({TURN_HEADER, STAGE_GATE})
+"""Visible blocks left out of the rot share (they carry no content)."""
+
+
+def rot_weight(block: Block) -> tuple[int, int]:
+    """A visible block's part in context rot (seed 004): (1 when it is content, its weight):
+    a summary weighs 2 (as the original's ``estimateContextRotScore``), a block shown by a
+    replacement (hidden, TTL-pruned, archived) 1; a folded ``react.write`` anchor is shown by
+    its digest by design and is not rot."""
+    if block.type in NOT_CONTENT:
+        return 0, 0
+    if block.type == SUMMARY:
+        return 1, 2
+    return 1, int(block.hidden and not block.meta.get("anchor"))
+
+
 class Renderer:
     """Renders one timeline round after round, redoing only what changed."""
 
@@ -147,6 +163,8 @@ class Renderer:
         self._bi: list[int] = []
         self._paths: list[str] = []
         self._cum: list[int] = []
+        self._rot: list[tuple[int, int]] = []
+        """Cumulative (content blocks, rot weight) of the stream (``rot_weight``)."""
         self._rkeys: list[str | None] = []
         self._frame: list[tuple[str | None, int]] = []
         self._rounds: dict[str, list[int]] = {}
@@ -161,6 +179,12 @@ class Renderer:
         """Blocks that carried a mark in recent renders, with the time of the last one."""
 
     # -- the visible stream ---------------------------------------------------------------------
+
+    @property
+    def rot_counts(self) -> tuple[int, int]:
+        """The visible stream's content blocks and their rot weight (``rot_weight``), as of
+        the last sync: the context watchdog's rot share, kept as blocks are added."""
+        return self._rot[-1] if self._rot else (0, 0)
 
     @property
     def stable_tokens(self) -> int:
@@ -217,6 +241,9 @@ class Renderer:
         self._bi.append(index)
         self._paths.append(block.path)
         self._cum.append((self._cum[-1] if e else 0) + tokens)
+        counted, rotten = rot_weight(block)
+        before = self._rot[-1] if e else (0, 0)
+        self._rot.append((before[0] + counted, before[1] + rotten))
         self._rkeys.append(key)
         self._frame.append(frame)
         if key is not None:
@@ -248,7 +275,7 @@ class Renderer:
         # New lists, so that results handed out earlier keep their parts and paths.
         self._parts = self._parts[:keep]
         self._paths = self._paths[:keep]
-        for lst in (self._blocks, self._bi, self._cum, self._rkeys, self._frame):
+        for lst in (self._blocks, self._bi, self._cum, self._rot, self._rkeys, self._frame):
             del lst[keep:]
 
     def entry_of(self, block: Block) -> int | None:

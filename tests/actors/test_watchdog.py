@@ -219,7 +219,10 @@ async def test_context_rot_from_archived_results_fires(
         handle = await run_turn(client, "Search four things.", "w3", config={"profile": profile})
         context = handle.result.result().usage.context
         assert context is not None and context.signals == {"context_rot": 1}
-        blocks = node.conversations["w3"].tl.blocks
+        conversation = node.conversations["w3"]
+        counted = ContextStats.of(conversation.renderer.visible_blocks(), 0, False)
+        assert conversation.renderer.rot_counts == (counted.blocks, counted.rotten) != (0, 0)
+        blocks = conversation.tl.blocks
         archived = [b for b in blocks if b.hidden and "ARCHIVED" in b.replacement]
         assert len(archived) >= 2  # results that left the recency window
         [notice] = watchdog_notices(node, "w3")
