@@ -18,15 +18,16 @@ Every problem is a ``ConfigError`` whose message names the setting and the fix.
 from __future__ import annotations
 
 import os
-import tomllib
 from collections.abc import Mapping
-from dataclasses import dataclass, fields, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from actors.settings import ENV_VARS, NodeSettings
+from actors.config_file import load_settings
+from actors.errors import SettingsFileError
+from actors.settings import NodeSettings
 from bus import AuthError, Authority, CredsInvalid, read_identity
-from llm import LLMSettings, ModelConfigError
+from llm import LLMSettings, ModelConfigError, check_servable
 from messages import subjects
 
 from .errors import ConfigError
@@ -34,13 +35,6 @@ from .errors import ConfigError
 __all__ = ["NATS_SCHEMES", "Config", "ConfigError", "check_nats_url"]
 
 NATS_SCHEMES = ("nats://", "tls://", "ws://", "wss://")
-ALIASES = {"docs": "knowledge_dir", "workspace": "workspace_mode", "sync": "storage_sync"}
-"""Short TOML names of node settings."""
-PATH_SETTINGS = frozenset({"home", "knowledge_dir", "mcp_config"})
-LLM_KEYS = frozenset(
-    {"max_retries", "backoff_base", "backoff_max", "timeout", "max_output_tokens"}
-    | {"temperature", "cache_ttl", "system_cache_ttl", "cache_system", "base_url"}
-)
 
 
 def check_nats_url(url: str) -> str:
@@ -63,57 +57,6 @@ def _flag(value: str | None, name: str) -> bool | None:
     if lowered in ("0", "false", "no", "off"):
         return False
     raise ConfigError(f"{name}={value!r}: write 1 or 0")
-
-
-def _config_path(path: str | os.PathLike[str] | None, env: Mapping[str, str]) -> Path | None:
-    if path is not None:
-        return Path(path)
-    if env.get("ACTLINE_CONFIG"):
-        return Path(env["ACTLINE_CONFIG"])
-    default = Path("actline.toml")
-    return default if default.is_file() else None
-
-
-def _read_toml(path: Path) -> dict[str, Any]:
-    try:
-        with path.open("rb") as handle:
-            data = tomllib.load(handle)
-    except FileNotFoundError:
-        raise ConfigError(
-            f"config file {path} does not exist; fix --config or ACTLINE_CONFIG"
-        ) from None
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"config file {path} is not valid TOML: {exc}") from None
-    table = data.get("actline", data)
-    if not isinstance(table, dict):
-        raise ConfigError(f"config file {path}: [actline] must be a table")
-    return dict(table)
-
-
-def _node_values(table: Mapping[str, Any], path: Path) -> dict[str, Any]:
-    names = {f.name: f.type for f in fields(NodeSettings)}
-    out: dict[str, Any] = {}
-    for key, value in table.items():
-        name = ALIASES.get(key, key)
-        if name not in names:
-            known = ", ".join(sorted({*names, *ALIASES, "nats_url", "llm"}))
-            raise ConfigError(f"config file {path}: unknown setting {key!r}; known: {known}")
-        default = getattr(NodeSettings(), name)
-        if name in PATH_SETTINGS:
-            if not isinstance(value, str):
-                raise ConfigError(f"config file {path}: {key} must be a path (a string)")
-            value = Path(value).expanduser()
-        elif isinstance(default, bool):
-            if not isinstance(value, bool):
-                raise ConfigError(f"config file {path}: {key} must be true or false")
-        elif isinstance(default, int | float) and not isinstance(default, bool):
-            if isinstance(value, bool) or not isinstance(value, int | float):
-                raise ConfigError(f"config file {path}: {key} must be a number")
-            value = type(default)(value)
-        elif isinstance(default, str) and not isinstance(value, str):
-            raise ConfigError(f"config file {path}: {key} must be a string")
-        out[name] = value
-    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,50 +85,18 @@ class Config:
     ) -> Config:
         """Defaults < TOML file < environment < ``overrides`` (node setting names)."""
         source_env = dict(os.environ if env is None else env)
-        file = _config_path(path, source_env)
-        table = _read_toml(file) if file is not None else {}
-        url = table.pop("nats_url", None)
-        creds_file = table.pop("nats_creds", None)
-        insecure_file = table.pop("insecure", False)
-        if not isinstance(insecure_file, bool):
-            raise ConfigError(f"config file {file}: insecure must be true or false")
-        llm_table = table.pop("llm", {})
-        if not isinstance(llm_table, dict) or set(llm_table) - LLM_KEYS:
-            bad = sorted(set(llm_table) - LLM_KEYS) if isinstance(llm_table, dict) else "llm"
-            raise ConfigError(
-                f"config file {file}: [llm] takes {', '.join(sorted(LLM_KEYS))}; got {bad}"
-                " (API keys belong in the environment: ANTHROPIC_API_KEY)"
-            )
-        profiles = table.pop("profiles", {})
-        if not isinstance(profiles, dict):
-            raise ConfigError(f"config file {file}: [profiles.NAME] must be tables")
-        assert file is not None or not table
-        from_file = _node_values(table, file) if file is not None else {}
-        if profiles:
-            from_file["profiles"] = profiles
-        in_env = {name for name, (var, _) in ENV_VARS.items() if source_env.get(var)}
-        node_values = {k: v for k, v in from_file.items() if k not in in_env}
         creds = overrides.pop("nats_creds", None) or source_env.get("ACTLINE_NATS_CREDS")
         insecure = overrides.pop("insecure", None)
+        try:
+            loaded = load_settings(path, env=source_env, overrides=overrides)
+        except SettingsFileError as exc:
+            raise ConfigError(exc.message) from None
+        node, llm, file = loaded.node, loaded.llm, loaded.source
+        url = loaded.connection.get("nats_url")
+        creds_file = loaded.connection.get("nats_creds")
         if insecure is None:
             insecure = _flag(source_env.get("ACTLINE_INSECURE"), "ACTLINE_INSECURE")
-            insecure = insecure if insecure is not None else insecure_file
-        for key, value in overrides.items():
-            if value is None:
-                continue
-            name = ALIASES.get(key, key)
-            if name in PATH_SETTINGS and isinstance(value, str):
-                value = Path(value).expanduser()
-            node_values[name] = value
-        try:
-            node = NodeSettings.from_env(source_env, **node_values)
-        except ValueError as exc:
-            where = f"config file {file}: " if file is not None and profiles else ""
-            raise ConfigError(f"{where}{exc}") from None
-        try:
-            llm = LLMSettings.from_env(source_env, model=node.model, **llm_table)
-        except ModelConfigError as exc:
-            raise ConfigError(f"model setting {exc}") from None
+            insecure = insecure if insecure is not None else loaded.connection.get("insecure")
         chosen = nats_url or source_env.get("NATS_URL") or url
         if chosen is not None and not isinstance(chosen, str):
             raise ConfigError(f"config file {file}: nats_url must be a string")
@@ -248,13 +159,7 @@ class Config:
 
     def check_model(self) -> None:
         """``ConfigError`` when the model cannot run here (a claude model without a key)."""
-        model = self.node.model
-        if model.startswith("claude") and not self.llm.api_key:
-            raise ConfigError(
-                f"model {model} needs an Anthropic API key: export ANTHROPIC_API_KEY=... "
-                "or use the offline model (--model extractive)"
-            )
-        if not (model.startswith("claude") or model in ("extractive",)):
-            raise ConfigError(
-                f"model {model!r} is unknown: use extractive (offline) or a claude-* model"
-            )
+        try:
+            check_servable(self.llm)
+        except ModelConfigError as exc:
+            raise ConfigError(str(exc)) from None

@@ -160,6 +160,7 @@ class Runtime:
                 self._bus,
                 settings,
                 model=self._model,
+                llm=config.llm,
                 registry=self._registry,
                 store=self.store,
                 knowledge=self._knowledge,

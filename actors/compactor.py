@@ -28,7 +28,7 @@ import logging
 from dataclasses import replace
 from typing import Any
 
-from llm import ModelSummarizer, compact, writes_summaries
+from llm import ModelConfigError, ModelSummarizer, compact, writes_summaries
 from llm.config import OFFLINE_MODELS, model_spec
 from messages import TurnRequest, Usage
 from timeline import Renderer, Timeline
@@ -135,7 +135,10 @@ class Compactor:
         self.harvest()  # a summary the last render wrote offline
         await self.flush()
         streamer = self.services.streamer
-        model = streamer.models(model_name) if streamer is not None else None
+        try:
+            model = streamer.models(model_name) if streamer is not None else None
+        except ModelConfigError:  # not served here: the round's model call fails with why
+            return None, False
         if model is None:
             named = model_name not in OFFLINE_MODELS and model_spec(model_name).known
             if named and force:

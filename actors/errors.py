@@ -9,6 +9,7 @@
     ├── McpConfigError      the MCP servers file cannot be used (path, reason)
     ├── SettingsError       an ``ACTLINE_*`` setting cannot work (name, value, reason)
     │   └── InputRefused    a turn's config or a text over its limit (field, value, limit)
+    ├── SettingsFileError   the settings file or the settings it gives cannot work (message)
     ├── RequestsFileError   a line of a Ray job's requests file is not a turn.request
     │                       (path, line, reason)
     ├── UnexpectedMessage   an actor was sent a message it does not take (actor, kind)
@@ -111,6 +112,18 @@ class InputRefused(SettingsError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.field, self.value, self.limit))
+
+
+class SettingsFileError(ActorError, ValueError):
+    """The settings file (``actline.toml``) or a setting it gives cannot work; the message
+    says which and what to do."""
+
+    def __init__(self, message: str) -> None:
+        self.message = message
+        super().__init__(message)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.message,))
 
 
 class RequestsFileError(ActorError, ValueError):

@@ -32,6 +32,7 @@ from typing import Any
 
 import messages
 from bus import Bus, Envelope, Subscription
+from llm import LLMSettings, check_servable, make_model
 from llm.prompt import system_prompt
 from llm.protocol import Model
 from messages import (
@@ -55,17 +56,19 @@ from tools.workspace import TurnFiles
 
 from . import trace_sinks
 from .agent_tasks import AgentTasks
+from .config_file import load_settings
 from .conversation import ConversationActor
 from .done_queue import DoneQueue
 from .done_routing import ASK_TIMEOUT_S, DoneRouter, route_approval
 from .errors import ActorStopped, InputRefused, NodeNotStarted
 from .limits import refusal, validate_input
 from .mailbox import Control, TurnJob, UserInput
+from .models import NodeModels
 from .ownership import ClusterOwnership, LocalOwnership, Ownership
 from .results import open_results
 from .services import Services, TaskBook
 from .settings import NodeSettings, load_mcp_config
-from .streamer import StreamerActor, models_by_name
+from .streamer import StreamerActor
 from .tool_executor import ToolExecutorActor, ToolRegistry
 from .turn_queue import TurnQueue
 
@@ -85,6 +88,7 @@ class Node:
         *,
         model: Model | None = None,
         models: Mapping[str, Model] | None = None,
+        llm: LLMSettings | None = None,
         registry: ToolRegistry | None = None,
         store: Store | None = None,
         knowledge: KnowledgeSpace | None = None,
@@ -94,6 +98,8 @@ class Node:
         self.registry = registry or ToolRegistry()
         self._model = model
         self._models = dict(models or {})
+        self._llm = llm
+        """Model settings (None: ``LLMSettings.from_env``); claude per turn needs its key."""
         self._store = store
         self._own_store = store is None
         self._knowledge = knowledge
@@ -204,7 +210,7 @@ class Node:
         if settings.streamers > 0:
             self.streamer = StreamerActor(
                 self.bus,
-                models_by_name(self._default_model(), self._models),
+                self._node_models(),
                 concurrency=settings.streamers,
                 timeout_s=settings.model_timeout_s,
                 tracer=tracer,
@@ -298,12 +304,14 @@ class Node:
             names = await register_mcp_server(self.registry, server, approval=spec["approval"])
             log.info("MCP server %s: %d tools", name, len(names))
 
-    def _default_model(self) -> Model:
-        if self._model is not None:
-            return self._model
-        from llm import LLMSettings, make_model
-
-        return make_model(LLMSettings.from_env(model=self.settings.model))
+    def _node_models(self) -> NodeModels:
+        """The default model (given, else built from the settings) and the others a turn may
+        name (``actors.models``: an unservable name fails the turn, never falls back)."""
+        llm = self._llm or LLMSettings.from_env(model=self.settings.model)
+        if self._model is None:
+            check_servable(llm)
+        default = self._model if self._model is not None else make_model(llm)
+        return NodeModels(default, default_name=self.settings.model, named=self._models, llm=llm)
 
     # -- conversations ----------------------------------------------------------------------------
     async def _take(self, request: TurnRequest) -> bool:
@@ -456,14 +464,15 @@ async def _serve(args: argparse.Namespace) -> int:
     given = {"home": args.home, "knowledge_dir": args.docs, "model": args.model}
     given |= {"node_id": args.node_id, "ack_wait_s": args.ack_wait, "followup_grace_s": args.grace}
     overrides: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
-    settings = NodeSettings.from_env(**overrides)
+    loaded = load_settings(overrides=overrides)  # as `actline serve`: actline.toml, [llm]
+    settings = loaded.node
     model: Model | None = None
     if settings.model == "extractive":
         from llm import ExtractiveModel
 
         model = ExtractiveModel(delay=args.model_delay)
     bus = await Bus.connect(args.nats, name=f"actline-node-{settings.node_id}", creds=args.creds)
-    node = Node(bus, settings, model=model)
+    node = Node(bus, settings, model=model, llm=loaded.llm)
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):

@@ -1,7 +1,9 @@
 """actline as a Ray job: N node actors that share one NATS, and an optional batch of turns.
 
-    python -m actors.ray_job --nats URL --nodes 2 [--requests turns.jsonl --out results.jsonl]
-    ray job submit --working-dir . -- python -m actors.ray_job --nats URL --nodes 4
+    python -m actors.ray_job --nats URL --nodes 2 [--model NAME] [--config actline.toml]
+                             [--requests turns.jsonl --out results.jsonl]
+    ray job submit --working-dir . --runtime-env-json '{"env_vars": {...}}' \
+        -- python -m actors.ray_job --nats URL --nodes 4 --model claude-sonnet-4-6
 
 Each ``NodeActor`` is an async Ray actor that runs one ``actors.node.Node`` in cluster mode
 (its asyncio loop, its NATS connection, its own LMDB under ``<home>/<node id>``; conversations
@@ -15,6 +17,18 @@ in parallel — collects every ``turn.result`` with a progress bar, writes them 
 and exits 1 when any turn did not complete or timed out. Without ``--requests`` it serves
 until SIGINT/SIGTERM. ``ray.init()`` joins the cluster named by ``RAY_ADDRESS`` (as under
 ``ray job submit``) or starts a local one.
+
+The model: the node actors build it from the same settings as ``actline serve``
+(``actors.config_file.load_settings``: defaults < ``--config`` / ``ACTLINE_CONFIG`` /
+``./actline.toml`` < ``ACTLINE_*`` < ``--model``; the ``[llm]`` table). The driver resolves
+them once and refuses to start what cannot run (a claude model without
+``ANTHROPIC_API_KEY``) with the fix, before any actor starts; every actor gets the node
+settings and the ``[llm]`` settings without the key. The key reaches the actors through
+the environment: the job's runtime environment (``ray job submit --runtime-env-json
+'{"env_vars": {"ANTHROPIC_API_KEY": ...}}'``, inherited by every actor of the job), and the
+driver passes the key it read in each actor's ``runtime_env`` too (never printed). A turn
+whose ``config.model`` names a model its node cannot serve fails with the reason
+(``actors.models``). ``model_delay`` / ``model_latency`` (benchmarks) slow any model down.
 
 Credentials: ``--creds FILE`` (or ``ACTLINE_NATS_CREDS``) names the node credentials
 (``actline creds node``); the driver reads the file and hands its text to every node
@@ -32,6 +46,7 @@ import signal
 import sys
 from collections import defaultdict
 from collections.abc import AsyncIterator, Sequence
+from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
@@ -40,10 +55,12 @@ from rich.progress import Progress
 
 import messages
 from bus import Bus
+from llm import LLMSettings, ModelConfigError, check_servable
 from messages import ReActResult, TurnRequest, diag
 
 from .client import Client
-from .errors import RequestsFileError
+from .config_file import load_settings
+from .errors import RequestsFileError, SettingsFileError
 from .settings import NodeSettings
 
 __all__ = ["NodeActor", "load_requests", "main", "run_requests"]
@@ -62,6 +79,7 @@ class NodeActor:
         model_delay: float = 0.0,
         model_latency: float = 0.0,
         creds: str | None = None,
+        llm: dict[str, Any] | None = None,
     ) -> None:
         diag.configure_from_env()  # ACTLINE_LOG_LEVEL (default WARNING), ACTLINE_LOG_FORMAT
         self.nats_url = nats_url
@@ -72,10 +90,22 @@ class NodeActor:
         self.bus: Bus | None = None
         self.creds = creds
         """The text of the node credentials (None: ``ACTLINE_NATS_CREDS``, or none)."""
+        self.llm = llm
+        """``LLMSettings`` fields but the key (None: ``LLMSettings.from_env``)."""
+
+    def llm_settings(self) -> LLMSettings:
+        """The model settings: the driver's, with this process's ``ANTHROPIC_API_KEY``."""
+        if self.llm is None:
+            return LLMSettings.from_env(model=self.settings.model)
+        env = os.environ
+        values = {**self.llm, "model": self.settings.model}
+        values["api_key"] = env.get("ANTHROPIC_API_KEY") or None
+        values["base_url"] = values.get("base_url") or env.get("ANTHROPIC_BASE_URL") or None
+        return LLMSettings(**values)
 
     async def start(self) -> str:
         """Connect and serve; returns the node id once the node pulls turns."""
-        from llm.extractive import ExtractiveModel
+        from llm import ExtractiveModel, make_model
         from tools import KnowledgeSpace
 
         from .node import Node
@@ -90,15 +120,18 @@ class NodeActor:
         self.bus = await Bus.connect(
             self.nats_url, name=f"actline-{self.settings.node_id}", creds=path
         )
-        model: Any = None
-        if self.settings.model == "extractive":
-            model = ExtractiveModel(delay=self.model_delay)
-            if self.model_latency:
-                model = FixedLatency(model, self.model_latency)
+        llm = self.llm_settings()
+        model: Any = (
+            ExtractiveModel(delay=self.model_delay)
+            if self.settings.model == "extractive"
+            else make_model(llm)  # ModelConfigError (the fix) when it cannot run here
+        )
+        if self.model_latency:
+            model = FixedLatency(model, self.model_latency)
         knowledge = None
         if self.settings.knowledge_dir is not None:
             knowledge = await asyncio.to_thread(KnowledgeSpace, self.settings.knowledge_dir)
-        self.node = Node(self.bus, self.settings, model=model, knowledge=knowledge)
+        self.node = Node(self.bus, self.settings, model=model, llm=llm, knowledge=knowledge)
         await self.node.start()
         return str(self.node.node_id)
 
@@ -206,6 +239,15 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=None, help="JSONL of turn results")
     parser.add_argument("--home", type=Path, default=Path(".actline-cluster"))
     parser.add_argument("--docs", type=Path, default=None, help="knowledge space folder")
+    parser.add_argument(
+        "--model", default=None, help="the nodes' model (ACTLINE_MODEL; default extractive)"
+    )
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="settings file (default: ACTLINE_CONFIG, else ./actline.toml when it exists)",
+    )
     parser.add_argument("--cpus-per-node", type=float, default=1.0)
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per turn")
     parser.add_argument("--lease-ttl", type=float, default=15.0, help="conversation lease TTL")
@@ -249,6 +291,17 @@ async def _drive(args: argparse.Namespace, actors: list[Any], console: Console) 
     return 1 if failed else 0
 
 
+def job_settings(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any], str | None]:
+    """The node settings, the model settings without the key, and the key: resolved as
+    ``actline serve`` does and checked (``ModelConfigError``: a claude model without a key)."""
+    overrides = {"model": args.model, "knowledge_dir": args.docs}
+    overrides |= {"lease_ttl_s": args.lease_ttl, "ack_wait_s": args.ack_wait}
+    loaded = load_settings(args.config, overrides=overrides)
+    check_servable(loaded.llm)
+    llm = {f.name: getattr(loaded.llm, f.name) for f in fields(loaded.llm) if f.name != "api_key"}
+    return {**loaded.node.as_dict(), "cluster": True}, llm, loaded.llm.api_key
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     import ray
 
@@ -262,6 +315,11 @@ def main(argv: Sequence[str] | None = None) -> int:
             "no node credentials: pass --creds FILE (make it with `actline creds node`) or set "
             "ACTLINE_NATS_CREDS, or --insecure for a server without authentication"
         )
+        return 2
+    try:
+        nodes, llm, key = job_settings(args)
+    except (SettingsFileError, ModelConfigError) as exc:
+        console.print(str(exc))
         return 2
     creds = None
     if args.creds is not None:
@@ -280,17 +338,14 @@ def main(argv: Sequence[str] | None = None) -> int:
             ray.init(num_cpus=max(2, int(args.nodes * args.cpus_per_node)), include_dashboard=False)
     actor_class = node_actor_class(args.cpus_per_node)
     actors = []
+    options: dict[str, Any] = {}
+    if key:  # the key the driver read, to every actor (merged with the job's runtime env)
+        options["runtime_env"] = {"env_vars": {"ANTHROPIC_API_KEY": key}}
     for i in range(args.nodes):
         node_id = f"ray-node-{i}"
-        settings = {
-            "home": args.home / node_id,
-            "node_id": node_id,
-            "knowledge_dir": args.docs,
-            "lease_ttl_s": args.lease_ttl,
-            "ack_wait_s": args.ack_wait,
-        }
-        actor = actor_class.options(name=f"actline-{node_id}")
-        actors.append(actor.remote(args.nats, settings, creds=creds))
+        settings = {**nodes, "home": args.home / node_id, "node_id": node_id}
+        actor = actor_class.options(name=f"actline-{node_id}", **options)
+        actors.append(actor.remote(args.nats, settings, creds=creds, llm=llm))
     try:
         return asyncio.run(_drive(args, actors, console))
     finally:

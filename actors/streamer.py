@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any, Final
 
 from bus import Bus, Envelope, Subscription
@@ -71,16 +71,8 @@ PRIVATE_CHANNELS: Final = frozenset({"decision"})
 """Channels never streamed to clients."""
 
 ModelResolver = Callable[[str], Model]
-
-
-def models_by_name(default: Model, named: Mapping[str, Model] | None = None) -> ModelResolver:
-    """A resolver: the model of that name, else ``default`` (an empty name is the default)."""
-    table = dict(named or {})
-
-    def resolve(name: str) -> Model:
-        return table.get(name, default)
-
-    return resolve
+"""The model a request names (``actors.models.NodeModels``); ``ModelConfigError`` when
+this node cannot serve it (the call fails with ``model_config``, never another model)."""
 
 
 class StreamerActor:
@@ -194,7 +186,10 @@ class StreamerActor:
 
     async def _generate(self, request: GenerateRequest) -> GenerateResult:
         self.calls += 1
-        model = self.models(request.model)
+        try:
+            model = self.models(request.model)
+        except ModelConfigError as exc:
+            return self._failed(request, "model_config", str(exc))
         parser = ChannelStream(CHANNEL_SPECS, sources=request.sources)
         seq = request.seq_start
         usage = Usage(model=model.name)

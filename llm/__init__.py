@@ -6,7 +6,7 @@ first call (the import alone takes over a second).
 """
 
 from .anthropic import AnthropicModel
-from .config import MODELS, OFFLINE_MODELS, LLMSettings, ModelSpec, model_spec
+from .config import MODELS, OFFLINE_MODELS, LLMSettings, ModelSpec, check_servable, model_spec
 from .errors import (
     ContextWindowExceeded,
     ModelConfigError,
@@ -69,6 +69,7 @@ __all__ = [
     "ReplayModel",
     "ScriptExhausted",
     "SummaryOutcome",
+    "check_servable",
     "close_stream",
     "compact",
     "complete",

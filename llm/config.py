@@ -143,3 +143,22 @@ class LLMSettings:
             values["cache_ttl"] = env["ACTLINE_LLM_CACHE_TTL"]
         values.update(overrides)
         return cls(**values)  # type: ignore[arg-type]
+
+
+def check_servable(settings: LLMSettings) -> None:
+    """``ModelConfigError`` when ``settings.model`` cannot be a node's model with these
+    settings: a claude model without an API key, or a name that is neither ``extractive``
+    nor ``claude-*`` (``replay`` needs a script, which only code can give)."""
+    model = settings.model
+    if model.startswith("claude"):
+        if not settings.api_key:
+            raise ModelConfigError(
+                f"model {model}",
+                "needs an Anthropic API key: export ANTHROPIC_API_KEY=... "
+                "or use the offline model (--model extractive)",
+            )
+        return
+    if model != "extractive":
+        raise ModelConfigError(
+            f"model {model!r}", "is unknown: use extractive (offline) or a claude-* model"
+        )

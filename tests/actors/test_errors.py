@@ -33,6 +33,7 @@ from actors.errors import (
     NoTurnQueue,
     RequestsFileError,
     SettingsError,
+    SettingsFileError,
     UnexpectedMessage,
 )
 
@@ -72,6 +73,11 @@ CASES: list[tuple[type[Exception], tuple[Any, ...], dict[str, Any]]] = [
         AgentNotWelcome,
         ("reviewer", "no responders"),
         {"agent": "reviewer", "reason": "no responders"},
+    ),
+    (
+        SettingsFileError,
+        ("config file actline.toml: model must be a string",),
+        {"message": "config file actline.toml: model must be a string"},
     ),
     (
         RequestsFileError,
@@ -116,6 +122,7 @@ BUILTIN_BASES: dict[type[Exception], type[Exception]] = {
     McpConfigError: ValueError,
     SettingsError: ValueError,
     RequestsFileError: ValueError,
+    SettingsFileError: ValueError,
     UnexpectedMessage: TypeError,
     NoTurnQueue: RuntimeError,
     ConfigError: ValueError,

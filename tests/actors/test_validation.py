@@ -458,7 +458,7 @@ async def test_good_turns_are_unaffected_before_and_after_a_restart(
     home = tmp_path / "home"
     model = Scripted()
     model.script("c1", [say("one", answer="First."), say("two", answer="Second.")])
-    config = {"max_iterations": 4, "wait_timeout_s": 30, "followup_grace_s": 0, "model": "x"}
+    config = {"max_iterations": 4, "wait_timeout_s": 30, "followup_grace_s": 0, "model": "scripted"}
     node = await start_node(bus, home, model, max_active_turns=1)
     try:
         first = await run_turn(client, "first", "c1", config=config)
