@@ -19,7 +19,14 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import replace
 
-from llm import AnthropicModel, ExtractiveModel, LLMSettings, ModelConfigError
+from llm import (
+    AnthropicModel,
+    ExtractiveModel,
+    LLMSettings,
+    ModelConfigError,
+    check_servable,
+    make_model,
+)
 from llm.protocol import Model
 
 __all__ = ["NodeModels"]
@@ -44,6 +51,23 @@ class NodeModels:
         self._models: dict[str, Model] = dict(named or {})
         for name in {self.default_name, getattr(default, "name", ""), ""}:
             self._models[name] = default
+
+    @classmethod
+    def of_node(
+        cls,
+        name: str,
+        given: Model | None,
+        named: Mapping[str, Model] | None = None,
+        llm: LLMSettings | None = None,
+    ) -> NodeModels:
+        """A node's models: its default ``given``, else built from ``llm`` (settings of the
+        environment when None) for the model ``name`` of its settings (``ModelConfigError``
+        when that cannot run here)."""
+        llm = llm or LLMSettings.from_env(model=name)
+        if given is None:
+            check_servable(llm)
+            given = make_model(llm)
+        return cls(given, default_name=name, named=named, llm=llm)
 
     @property
     def claude(self) -> bool:

@@ -32,7 +32,7 @@ from typing import Any
 
 import messages
 from bus import Bus, Envelope, Subscription
-from llm import LLMSettings, check_servable, make_model
+from llm import LLMSettings, ModelConfigError, check_servable
 from llm.prompt import system_prompt
 from llm.protocol import Model
 from messages import (
@@ -60,7 +60,7 @@ from .config_file import load_settings
 from .conversation import ConversationActor
 from .done_queue import DoneQueue
 from .done_routing import ASK_TIMEOUT_S, DoneRouter, route_approval
-from .errors import ActorStopped, InputRefused, NodeNotStarted
+from .errors import ActorStopped, InputRefused, NodeNotStarted, SettingsFileError
 from .limits import refusal, validate_input
 from .mailbox import Control, TurnJob, UserInput
 from .models import NodeModels
@@ -210,7 +210,7 @@ class Node:
         if settings.streamers > 0:
             self.streamer = StreamerActor(
                 self.bus,
-                self._node_models(),
+                NodeModels.of_node(self.settings.model, self._model, self._models, self._llm),
                 concurrency=settings.streamers,
                 timeout_s=settings.model_timeout_s,
                 tracer=tracer,
@@ -303,15 +303,6 @@ class Node:
             await self._mcp.enter_async_context(server)
             names = await register_mcp_server(self.registry, server, approval=spec["approval"])
             log.info("MCP server %s: %d tools", name, len(names))
-
-    def _node_models(self) -> NodeModels:
-        """The default model (given, else built from the settings) and the others a turn may
-        name (``actors.models``: an unservable name fails the turn, never falls back)."""
-        llm = self._llm or LLMSettings.from_env(model=self.settings.model)
-        if self._model is None:
-            check_servable(llm)
-        default = self._model if self._model is not None else make_model(llm)
-        return NodeModels(default, default_name=self.settings.model, named=self._models, llm=llm)
 
     # -- conversations ----------------------------------------------------------------------------
     async def _take(self, request: TurnRequest) -> bool:
@@ -471,6 +462,8 @@ async def _serve(args: argparse.Namespace) -> int:
         from llm import ExtractiveModel
 
         model = ExtractiveModel(delay=args.model_delay)
+    else:
+        check_servable(loaded.llm)  # the fix before connecting (a claude model needs its key)
     bus = await Bus.connect(args.nats, name=f"actline-node-{settings.node_id}", creds=args.creds)
     node = Node(bus, settings, model=model, llm=loaded.llm)
     stop = asyncio.Event()
@@ -487,7 +480,11 @@ async def _serve(args: argparse.Namespace) -> int:
 
 def main(argv: list[str] | None = None) -> int:
     diag.configure_from_env(default_level="INFO")
-    return asyncio.run(_serve(_parse(argv)))
+    try:
+        return asyncio.run(_serve(_parse(argv)))
+    except (SettingsFileError, ModelConfigError) as exc:
+        print(f"python -m actors.node: {exc}", file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

@@ -115,3 +115,19 @@ def test_the_resolver_serves_extractive_anywhere_and_names_the_claude_fix() -> N
     claude = keyed("claude-sonnet-4-6")
     assert claude.name == "claude-sonnet-4-6" and keyed("claude-sonnet-4-6") is claude
     assert "claude-* (it has an Anthropic API key)" in keyed.served()
+
+
+def test_a_node_process_refuses_a_model_it_cannot_run_before_connecting(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    from actors.node import main
+
+    monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
+    monkeypatch.delenv("ACTLINE_CONFIG", raising=False)
+    monkeypatch.chdir(tmp_path)  # no ./actline.toml
+    nowhere = ["--nats", "nats://127.0.0.1:9", "--home", str(tmp_path / "home")]
+    assert main([*nowhere, "--model", "claude-sonnet-4-6"]) == 2
+    assert "model claude-sonnet-4-6: needs an Anthropic API key" in capsys.readouterr().err
+    assert main([*nowhere, "--model", "gpt-9"]) == 2
+    assert "model 'gpt-9': is unknown: use extractive" in capsys.readouterr().err
+    assert not (tmp_path / "home").exists()
