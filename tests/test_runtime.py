@@ -136,3 +136,25 @@ def test_bad_config_files_say_what_to_fix(tmp_path: Path, text: str, match: str)
 def test_a_missing_config_file_is_named() -> None:
     with pytest.raises(ConfigError, match="does not exist"):
         Config.load("/nonexistent/actline.toml", env={})
+
+
+async def test_a_claude_node_takes_its_llm_table_and_serves_the_claude_model_a_turn_names(
+    tmp_path: Path,
+) -> None:
+    from llm import ReplayModel
+    from llm.fake_anthropic import FakeAnthropicServer
+    from tests.actors.harness import say
+
+    policy = ReplayModel.of([say("from claude", answer="Answered by Claude.")] * 4)
+    async with FakeAnthropicServer(policy) as srv:
+        toml = tmp_path / "actline.toml"  # the key stays in the environment
+        toml.write_text(f'model = "claude-sonnet-4-6"\n[llm]\nbase_url = "{srv.base_url}"\n')
+        env = {"ACTLINE_HOME": str(tmp_path / "home"), "ACTLINE_FOLLOWUP_GRACE": "0"}
+        cfg = Config.load(toml, env={**env, "ANTHROPIC_API_KEY": "sk-test"})
+        async with Runtime(cfg) as rt:
+            own = await rt.ask("hello")
+            named = await rt.ask("again", config={"model": "claude-haiku-4-5"})
+            unknown = await rt.ask("and?", config={"model": "gpt-9"})
+    assert own.status == named.status == "completed" and own.answer == "Answered by Claude."
+    assert [r.body["model"] for r in srv.requests] == ["claude-sonnet-4-6", "claude-haiku-4-5"]
+    assert unknown.status == "failed" and "model 'gpt-9': unknown model" in (unknown.error or "")
