@@ -39,7 +39,7 @@ class KvLeases:
     ``held`` are the conversations this node holds (as far as it knows: a lease
     whose renewal fails is dropped from it). Renew every held lease well within
     ``ttl_s`` (``renew_all`` every ttl/3); the server removes a key about 0.25 s
-    after its TTL.
+    after its TTL. ``replicas``: of both buckets (None: the bus's, ``replicas_for``).
     """
 
     def __init__(
@@ -49,7 +49,7 @@ class KvLeases:
         *,
         ttl_s: float = 15.0,
         node_ttl_s: float = 2.0,
-        replicas: int = 1,
+        replicas: int | None = None,
     ) -> None:
         self.bus = bus
         self.replicas = replicas
