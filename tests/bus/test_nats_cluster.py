@@ -201,16 +201,3 @@ async def test_a_url_list_connects_past_a_dead_server_and_rejects_a_bad_entry(
         await Bus.connect(f"{nats_cluster.urls[1]},nats://127.0.0.1")
     with pytest.raises(ConnectFailed, match="'' is not a server URL"):
         await Bus.connect(f"{nats_cluster.urls[1]},")
-
-
-async def test_a_killed_server_restarts_on_its_ports_and_rejoins(
-    nats_cluster: EmbeddedCluster,
-) -> None:
-    leader = nats_cluster.meta_leader()
-    assert leader is not None
-    nats_cluster.kill(leader)
-    assert any("is down" in p for p in nats_cluster.problems())
-    await until(lambda: nats_cluster.meta_leader() not in (None, leader), 15)
-    nats_cluster.restart(leader)
-    await nats_cluster.await_ready(20)
-    assert nats_cluster.servers[leader].running and nats_cluster.problems() == []
