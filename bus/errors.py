@@ -214,7 +214,9 @@ class JetStreamUnavailable(JetStreamError):
 
     def __init__(self, operation: str) -> None:
         super().__init__(
-            operation, "JetStream is not enabled on this NATS server; run nats-server -js"
+            operation,
+            "JetStream is not enabled on this NATS server; run nats-server -js (in a NATS "
+            "cluster: the stream or consumer has no leader now, while one is elected)",
         )
 
     def __reduce__(self) -> tuple[Any, ...]:

@@ -164,9 +164,12 @@ async def _ensure_replicas(js: JetStreamContext, have: StreamConfig, wanted: int
 
 
 async def _settled(js: JetStreamContext, name: str, replicas: int, limit: float = 20.0) -> None:
-    """Wait (up to ``limit`` seconds) until the stream has a leader and ``replicas - 1``
-    current followers: requests to a stream whose peers are being added time out (a work
-    queue with its consumer took ~10 s here, a stream alone ~1 s)."""
+    """Wait (up to ``limit`` seconds) until a replicated stream has a leader and ``replicas
+    - 1`` current followers: a stream just made or scaled up answers no publish until it has
+    (its leader is elected in a moment; a work queue scaled up with its consumer took ~10 s
+    here). A stream of one replica is led at once."""
+    if replicas <= 1:
+        return
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
         with contextlib.suppress(nats.errors.Error):
@@ -201,6 +204,7 @@ async def _ensure_stream(js: JetStreamContext, config: StreamConfig, timeout: fl
                 await js.stream_info(name)
             except nats.js.errors.NotFoundError:
                 raise exc from None
+        await _settled(js, name, int(config.num_replicas or 1))
     except nats.errors.Error as exc:
         raise translate(exc, "create stream", target=name, timeout=timeout) from None
 
@@ -392,6 +396,14 @@ class WorkQueue:
                 widened = replace(info.config, filter_subject=None, filter_subjects=wanted)
                 info = await js.add_consumer(name, widened)
                 log.info("consumer %s on %s now takes %s", consumer, name, ", ".join(wanted))
+            # A replicated consumer just made serves no pull until its leader is elected.
+            deadline = time.monotonic() + 20.0
+            while info.cluster is not None and not info.cluster.leader:
+                if time.monotonic() > deadline:
+                    log.warning("consumer %s on %s has no leader after 20s", consumer, name)
+                    break
+                await asyncio.sleep(0.05)  # polling: the server sends no event
+                info = await psub.consumer_info()
         except nats.errors.Error as exc:
             raise translate(exc, "bind consumer", target=name, timeout=timeout) from None
         actual = float(info.config.ack_wait or ack_wait_s)
@@ -519,6 +531,7 @@ class KvBucket:
                     log.info("created KV bucket %s (ttl %s)", name, ttl_s)
                 except nats.js.errors.APIError:  # created meanwhile by another node
                     kv = await js.key_value(name)
+                await _settled(js, f"KV_{name}", replicas)
             else:
                 await _ensure_replicas(js, (await js.stream_info(f"KV_{name}")).config, replicas)
             bucket = cls(name, kv, None, timeout, js)

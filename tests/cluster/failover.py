@@ -122,6 +122,26 @@ class Batch:
         """Turns answered so far."""
         return sum(1 for t in self.observer.traces.values() if t.results)
 
+    async def describe_stall(self) -> str:
+        """What a batch that did not finish waits on: its unanswered turns and the queue."""
+        js = self.bus.nc.jetstream()
+        lines = [
+            f"{t.plan.turn_id}: submitted={t.submitted_at is not None} accepted={t.accepted}"
+            for t in self.observer.unanswered()
+        ]
+        with contextlib.suppress(Exception):
+            info = await js.consumer_info(self.subjects.turn_stream, self.subjects.turn_consumer)
+            lines.append(
+                f"turn consumer: pending {info.num_pending}, ack pending {info.num_ack_pending}, "
+                f"redelivered {info.num_redelivered}, waiting {info.num_waiting}"
+            )
+        for node in self.nodes:
+            lines.append(
+                f"{node.node_id}: taken {node.turns_taken}, settled {node.turns_settled}, "
+                f"active {node.queue.active}, conversations {sorted(node.conversations)}"
+            )
+        return "the batch did not finish:\n" + "\n".join(lines)
+
     def resumed_after(self, moment: float) -> float:
         """Seconds from ``moment`` (monotonic, a fault's) to the first result of a turn
         accepted after it: when the batch resumed (inf: none yet)."""
@@ -140,7 +160,10 @@ class Batch:
         """Wait until every turn is answered and the turn queue is empty (a late
         redelivery would be seen), then read each conversation's durable copy (cluster
         mode) or the single node's store."""
-        await asyncio.wait_for(self.observer.all_answered.wait(), timeout)
+        try:
+            await asyncio.wait_for(self.observer.all_answered.wait(), timeout)
+        except TimeoutError:
+            raise AssertionError(await self.describe_stall()) from None
         await asyncio.gather(*self._submitters)
         js = self.bus.nc.jetstream()
 
@@ -149,6 +172,11 @@ class Batch:
             return int(info.state.messages) == 0
 
         await until(drained, timeout)
+
+        def copied() -> bool:  # rounds whose copy failed in the fault are sent again
+            return all(getattr(n.ownership, "unpublished", 0) == 0 for n in self.nodes)
+
+        await until(copied, timeout)
         wall = time.monotonic() - self._began
         if self.cluster:
             stored = await read_durable(self.bus, self.plans)
