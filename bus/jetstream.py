@@ -17,6 +17,11 @@ consumers come from ``messages.Subjects``.
   ``next_after`` walks one subject and ``last`` reads its newest message, with
   direct gets.
 
+Replicas: every stream and bucket is made with ``replicas`` (None: ``replicas_for(bus,
+bus.js_replicas)``, which follows the cluster: 1 on one server, 3 on three or more, or
+``ACTLINE_JS_REPLICAS``); an existing one with fewer is raised to it (logged), and a
+replicated one just made or raised is waited for until it has a leader.
+
 Errors: every method raises ``bus.errors`` types only: ``JetStreamError``
 subclasses, ``RequestTimeout`` (no answer within the timeout) or
 ``NotConnected`` (the connection is closed). Cancellation: each call is one

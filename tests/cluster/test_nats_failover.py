@@ -71,7 +71,7 @@ async def test_the_meta_leader_killed_mid_batch_loses_no_turn_and_rejoins(
         assert leader is not None
         nats_cluster.kill(leader)
         killed_at = time.monotonic()
-        record = await batch.record(timeout=120)
+        record = await batch.record(timeout=60)
         done = time.monotonic() - killed_at
         resumed = batch.resumed_after(killed_at)
         print(f"\nmeta leader n{leader} killed: the batch resumed after {resumed:.2f} s")
