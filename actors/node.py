@@ -444,7 +444,9 @@ class Node:
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m actors.node", description=__doc__)
-    parser.add_argument("--nats", default=None, help="NATS URL (default: NATS_URL)")
+    parser.add_argument(
+        "--nats", default=None, help="NATS URL, several comma-separated (default: NATS_URL)"
+    )
     parser.add_argument("--creds", default=None, help="node credentials (ACTLINE_NATS_CREDS)")
     parser.add_argument("--home", type=Path, default=None, help="LMDB folder (ACTLINE_HOME)")
     parser.add_argument("--docs", type=Path, default=None, help="knowledge space folder")
