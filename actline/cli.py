@@ -81,7 +81,12 @@ def _common() -> argparse.ArgumentParser:
 
 
 def _nats(parser: argparse.ArgumentParser, what: str) -> None:
-    parser.add_argument("--nats", metavar="URL", default=None, help=f"NATS server ({what})")
+    parser.add_argument(
+        "--nats",
+        metavar="URL",
+        default=None,
+        help=f"NATS server ({what}); a cluster's servers comma-separated",
+    )
 
 
 def _node_options(parser: argparse.ArgumentParser) -> None:

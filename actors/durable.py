@@ -125,10 +125,11 @@ def _as_dict(block: Block | Mapping[str, Any]) -> dict[str, Any]:
 class JetStreamCopy:
     """The durable copy of every conversation's timeline: a blocks stream and a heads bucket.
 
-    ``writer`` (the node id) is recorded in each head and reported by ``HeadConflict``.
+    ``writer`` (the node id) is recorded in each head and reported by ``HeadConflict``;
+    ``replicas`` (None: the bus's, ``bus.jetstream.replicas_for``) those of both.
     """
 
-    def __init__(self, bus: Bus, *, writer: str = "", replicas: int = 1) -> None:
+    def __init__(self, bus: Bus, *, writer: str = "", replicas: int | None = None) -> None:
         self.bus = bus
         self.writer = writer
         self.stream = bus.subjects.blocks_stream

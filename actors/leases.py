@@ -39,7 +39,7 @@ class KvLeases:
     ``held`` are the conversations this node holds (as far as it knows: a lease
     whose renewal fails is dropped from it). Renew every held lease well within
     ``ttl_s`` (``renew_all`` every ttl/3); the server removes a key about 0.25 s
-    after its TTL.
+    after its TTL. ``replicas``: of both buckets (None: the bus's, ``replicas_for``).
     """
 
     def __init__(
@@ -49,7 +49,7 @@ class KvLeases:
         *,
         ttl_s: float = 15.0,
         node_ttl_s: float = 2.0,
-        replicas: int = 1,
+        replicas: int | None = None,
     ) -> None:
         self.bus = bus
         self.replicas = replicas
@@ -61,6 +61,10 @@ class KvLeases:
         self._nodes: KvBucket | None = None
         self._beat_revision: int | None = None
         self._beating: asyncio.Task[None] | None = None
+        self._beats_ok_since: float | None = None
+        """Since when (monotonic) this node's beats go through without a failure: None
+        while they fail (the nodes bucket unreachable, or without a leader while NATS
+        fails over)."""
         self.taken_over = 0
         """Leases taken from nodes found dead (their beat gone)."""
         self._revisions: dict[str, int] = {}
@@ -125,6 +129,7 @@ class KvLeases:
                 self._beat_revision = await nodes.update(
                     key, self._value(), last=self._beat_revision
                 )
+                self._beat_went_through()
                 return
             except WrongRevision:
                 pass  # aged out (a stall longer than the TTL) or rewritten: take it again
@@ -134,6 +139,11 @@ class KvLeases:
             entry = await nodes.get(key)
             last = int(entry.revision or 0) if entry is not None else 0
             self._beat_revision = await nodes.update(key, self._value(), last=last)
+        self._beat_went_through()
+
+    def _beat_went_through(self) -> None:
+        if self._beats_ok_since is None:
+            self._beats_ok_since = time.monotonic()
 
     async def _beat_forever(self) -> None:
         while True:
@@ -141,13 +151,22 @@ class KvLeases:
             try:
                 await self._beat()
             except (BusError, TimeoutError) as exc:
+                self._beats_ok_since = None
                 log.warning("node beat of %s failed: %s", self.node_id, exc)
 
     async def alive(self, node: str) -> bool:
-        """Whether ``node`` beats (its key in the nodes bucket is there)."""
+        """Whether ``node`` beats (its key in the nodes bucket is there).
+
+        A missing key proves a node dead only once this node's own beats have gone
+        through for a whole node TTL: while NATS fails over (a stream leader elected
+        anew, ~5 s) every node's beats fail and their keys age out together, and a
+        living node beats again within a quarter TTL of the bucket coming back."""
         if self._nodes is None:
             return True
-        return await self._nodes.get(self.bus.subjects.kv_key(node)) is not None
+        if await self._nodes.get(self.bus.subjects.kv_key(node)) is not None:
+            return True
+        since = self._beats_ok_since
+        return since is None or time.monotonic() - since < self.node_ttl_s
 
     async def _entry(self, cid: str) -> tuple[str, int] | None:
         """(owner, KV revision) of the live lease, or None."""

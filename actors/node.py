@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import messages
-from bus import Bus, Envelope, Subscription
+from bus import Bus, Envelope, Subscription, replicas_for
 from llm import LLMSettings, ModelConfigError, check_servable
 from llm.prompt import system_prompt
 from llm.protocol import Model
@@ -159,8 +159,12 @@ class Node:
     async def start(self) -> None:
         if self._started:
             return
-        self._started = True
         settings = self.settings
+        # Every stream and bucket made through this bus gets this count; a count the
+        # cluster cannot hold is refused here, before anything is created.
+        replicas_for(self.bus, settings.js_replicas)
+        self.bus.js_replicas = settings.js_replicas
+        self._started = True
         if self._store is None:
             self._store = await asyncio.to_thread(Store, settings.home, sync=settings.storage_sync)
         if self._knowledge is None and settings.knowledge_dir is not None:
@@ -439,7 +443,9 @@ class Node:
 
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m actors.node", description=__doc__)
-    parser.add_argument("--nats", default=None, help="NATS URL (default: NATS_URL)")
+    parser.add_argument(
+        "--nats", default=None, help="NATS URL, several comma-separated (default: NATS_URL)"
+    )
     parser.add_argument("--creds", default=None, help="node credentials (ACTLINE_NATS_CREDS)")
     parser.add_argument("--home", type=Path, default=None, help="LMDB folder (ACTLINE_HOME)")
     parser.add_argument("--docs", type=Path, default=None, help="knowledge space folder")

@@ -10,7 +10,9 @@ A node chooses its ``Ownership`` once, when it starts (``ACTLINE_CLUSTER``):
   loading a conversation (``prepare``), copies every committed round to JetStream under
   a check-and-set on the conversation's head (``committed``: a lost race raises
   ``ConversationLost`` and the turn goes back to the queue), renews its leases and
-  answers only the inputs of conversations it owns.
+  answers only the inputs of conversations it owns. A round whose copy fails (NATS
+  away, or a stream electing a new leader while a NATS server fails over) is kept and
+  sent again, merged with any later one, until it is copied.
 
 Nothing outside this module asks which mode runs.
 """
@@ -36,6 +38,8 @@ from .leases import KvLeases
 
 log = logging.getLogger(__name__)
 
+RECOPY_S = (0.25, 2.0)
+"""First and longest wait between two tries of a copy that failed (doubling)."""
 NOT_MINE = frozenset({"unknown_task", "unknown_turn", "no_outstanding_task"})
 """DONE verdicts a node keeps to itself in cluster mode (another node may run the turn)."""
 
@@ -133,6 +137,14 @@ class ClusterOwnership:
         """The KV revision of each conversation's durable head as this node last wrote it."""
         self._unpublished: dict[str, list[PersistedRound]] = {}
         """Rounds committed here but not yet in the durable copy (NATS was away)."""
+        self._copying: dict[str, asyncio.Lock] = {}
+        """One copy of a conversation's rounds at a time (a retry and a new round)."""
+        self._recopies: dict[str, asyncio.Task[None]] = {}
+
+    @property
+    def unpublished(self) -> int:
+        """Rounds committed here that the durable copy does not hold yet."""
+        return sum(len(rounds) for rounds in self._unpublished.values())
 
     @property
     def renew_every_s(self) -> float:
@@ -143,7 +155,17 @@ class ClusterOwnership:
         await self.durable.start()
 
     async def stop(self) -> None:
-        """A graceful stop hands every conversation on at once."""
+        """A graceful stop copies what is not copied yet and hands every conversation on
+        at once."""
+        for task in self._recopies.values():
+            task.cancel()
+        await asyncio.gather(*self._recopies.values(), return_exceptions=True)
+        self._recopies.clear()
+        for cid in sorted(self._unpublished):
+            try:
+                await self._copy(cid)
+            except ConversationLost as exc:
+                log.warning("conversation %s lost before its last rounds were copied: %s", cid, exc)
         for cid in sorted(self.leases.held):
             try:
                 await self.leases.release(cid)
@@ -183,31 +205,71 @@ class ClusterOwnership:
         self._heads[cid] = copy.kv_revision
 
     async def committed(self, cid: str, persisted: PersistedRound) -> None:
-        pending = self._unpublished.setdefault(cid, [])
-        pending.append(persisted)
-        try:
-            self._heads[cid] = await self.durable.publish_persisted(
-                cid, merge_rounds(pending), expect=self._heads.get(cid)
-            )
-        except HeadConflict as exc:
-            raise ConversationLost(cid, str(exc)) from None
-        except (BusError, TimeoutError) as exc:  # kept: the next round sends it merged
-            log.warning("round of %s not copied to JetStream yet: %s", cid, exc)
-            return
-        pending.clear()
+        self._unpublished.setdefault(cid, []).append(persisted)
+        if not await self._copy(cid):
+            self._recopy_later(cid)
 
-    async def release(self, cid: str) -> None:
+    async def _copy(self, cid: str) -> bool:
+        """Copy the rounds of ``cid`` not copied yet, merged; False when NATS refused (they
+        stay, for the next try). Raises ``ConversationLost`` when another node wrote."""
+        async with self._copying.setdefault(cid, asyncio.Lock()):
+            pending = self._unpublished.get(cid)
+            if not pending:
+                return True
+            try:
+                self._heads[cid] = await self.durable.publish_persisted(
+                    cid, merge_rounds(pending), expect=self._heads.get(cid)
+                )
+            except HeadConflict as exc:
+                raise ConversationLost(cid, str(exc)) from None
+            except (BusError, TimeoutError) as exc:  # kept: tried again, merged with later ones
+                log.warning("round of %s not copied to JetStream yet: %s", cid, exc)
+                return False
+            pending.clear()
+            return True
+
+    def _recopy_later(self, cid: str) -> None:
+        running = self._recopies.get(cid)
+        if running is None or running.done():
+            self._recopies[cid] = asyncio.create_task(self._recopy(cid), name=f"recopy:{cid}")
+
+    async def _recopy(self, cid: str) -> None:
+        """Try the copy of ``cid`` again, waiting longer each time, until it goes through
+        (a later round may send it first) or the conversation is dropped here."""
+        wait = RECOPY_S[0]
+        while self._unpublished.get(cid):
+            await asyncio.sleep(wait)  # NATS is away or electing: no event says it is back
+            wait = min(wait * 2, RECOPY_S[1])
+            try:
+                if await self._copy(cid):
+                    log.info("rounds of %s copied to JetStream", cid)
+                    return
+            except ConversationLost as exc:  # the lease renewal finds it lost and drops it
+                log.warning("rounds of %s not copied: %s", cid, exc)
+                return
+
+    def _forget(self, cid: str) -> None:
         self._heads.pop(cid, None)
         self._unpublished.pop(cid, None)
+        self._copying.pop(cid, None)
+        task = self._recopies.pop(cid, None)
+        if task is not None and task is not asyncio.current_task():
+            task.cancel()
         self.durable.forget(cid)
+
+    async def release(self, cid: str) -> None:
+        if self._unpublished.get(cid):  # what the next owner adopts must hold them
+            try:
+                await self._copy(cid)
+            except ConversationLost as exc:
+                log.warning("rounds of %s not copied at release: %s", cid, exc)
+        self._forget(cid)
         await self.leases.release(cid)
 
     async def renew(self) -> list[str]:
         lost = await self.leases.renew_all()
         for cid in lost:
-            self._heads.pop(cid, None)
-            self._unpublished.pop(cid, None)
-            self.durable.forget(cid)
+            self._forget(cid)
         return lost
 
     async def accepts(self, cid: str, msg: messages.Message, *, loaded: bool) -> bool:

@@ -108,6 +108,11 @@ class NodeSettings:
     """``ACTLINE_CLUSTER``: several nodes share this NATS: each conversation is leased to one
     node (a JetStream KV bucket) and every persisted round is copied to JetStream, so another
     node takes a conversation over when its node dies."""
+    js_replicas: int | None = None
+    """``ACTLINE_JS_REPLICAS``: the replicas (1 to 5) of every JetStream stream, work queue,
+    KV bucket and durable copy this node creates; an existing one with fewer is raised to it.
+    None follows the NATS cluster: 1 on one server, 3 on three or more. More than the
+    cluster has servers is refused when the node starts."""
     lease_ttl_s: float = 15.0
     """``ACTLINE_LEASE_TTL``: a conversation lease lapses this long after its node stops
     renewing it (renewed every third of it)."""
@@ -182,6 +187,15 @@ class NodeSettings:
             resolve(self.profile, self.profiles, where="ACTLINE_PROFILE")
         except SettingsError as exc:
             raise SettingsError("ACTLINE_PROFILE", self.profile, str(exc)) from None
+        replicas = self.js_replicas
+        if replicas is not None and (
+            isinstance(replicas, bool) or not isinstance(replicas, int) or not 1 <= replicas <= 5
+        ):
+            reason = (
+                f"ACTLINE_JS_REPLICAS={replicas!r} must be a whole number from 1 to 5 "
+                "(unset: follow the NATS cluster)"
+            )
+            raise SettingsError("ACTLINE_JS_REPLICAS", str(replicas), reason)
         for name in QUOTAS:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
@@ -276,6 +290,7 @@ _ENV: dict[str, tuple[str, type]] = {
     "result_retention_s": ("ACTLINE_RESULT_RETENTION", float),
     "result_max_bytes": ("ACTLINE_RESULT_MAX_BYTES", int),
     "cluster": ("ACTLINE_CLUSTER", bool),
+    "js_replicas": ("ACTLINE_JS_REPLICAS", int),
     "lease_ttl_s": ("ACTLINE_LEASE_TTL", float),
     "node_ttl_s": ("ACTLINE_NODE_TTL", float),
     "agent_beat_s": ("ACTLINE_AGENT_BEAT", float),

@@ -21,13 +21,24 @@ from .errors import (
     NotConnected,
     PermissionDenied,
     RemoteError,
+    ReplicasUnavailable,
     RequestTimeout,
     RoleUnknown,
     StreamMissing,
     WrongRevision,
 )
 from .inbox import AgentPull, TaskStream, raise_lost_cancel
-from .jetstream import EventLog, JetStreamAccount, KvBucket, KvEntry, QueueItem, WorkQueue
+from .jetstream import (
+    EventLog,
+    JetStreamAccount,
+    KvBucket,
+    KvEntry,
+    QueueItem,
+    WorkQueue,
+    cluster_size,
+    replicas_for,
+)
+from .nats_cluster import EmbeddedCluster
 
 __all__ = [
     "DEFAULT_URL",
@@ -41,6 +52,7 @@ __all__ = [
     "BusError",
     "ConnectFailed",
     "CredsInvalid",
+    "EmbeddedCluster",
     "EmbeddedNats",
     "Envelope",
     "EventLog",
@@ -60,6 +72,7 @@ __all__ = [
     "PermissionDenied",
     "QueueItem",
     "RemoteError",
+    "ReplicasUnavailable",
     "RequestTimeout",
     "RoleUnknown",
     "StreamMissing",
@@ -67,7 +80,9 @@ __all__ = [
     "TaskStream",
     "WorkQueue",
     "WrongRevision",
+    "cluster_size",
     "find_nats_server",
     "raise_lost_cancel",
     "read_identity",
+    "replicas_for",
 ]

@@ -149,10 +149,31 @@ def _tls_context(ca: str | None) -> ssl.SSLContext:
         raise ConnectFailed(f"ACTLINE_NATS_CA={ca}", f"cannot load the CA: {exc}") from None
 
 
-def _embedded_creds(url: str) -> str | None:
-    """Admin credentials of an embedded server this process runs at ``url`` (if any)."""
-    authority = running_authority(url)
-    return str(authority.creds_path("admin")) if authority is not None else None
+def _embedded_creds(servers: list[str]) -> str | None:
+    """Admin credentials of an embedded server this process runs at one of ``servers``."""
+    for url in servers:
+        authority = running_authority(url)
+        if authority is not None:
+            return str(authority.creds_path("admin"))
+    return None
+
+
+def server_urls(target: str) -> list[str]:
+    """The servers of a URL list (``nats://h1:4222,nats://h2:4222``); ``ConnectFailed``
+    names an entry that is empty or has no port."""
+    servers = [part.strip() for part in target.split(",")]
+    for part in servers:
+        try:
+            port = urlsplit(part if "://" in part else f"nats://{part}").port
+        except ValueError:
+            port = None
+        if not part or port is None:
+            raise ConnectFailed(
+                target,
+                f"{part!r} is not a server URL: give scheme://host:port, several "
+                "comma-separated (NATS_URL or --nats)",
+            )
+    return servers
 
 
 def _label(msg: Message) -> str:
@@ -178,6 +199,9 @@ class Bus:
         self.identity: Identity | None = None
         """Who the credentials say this connection is (None without credentials)."""
         self._verdicts: dict[tuple[str, str], bool] = {}
+        self.js_replicas: int | None = None
+        """The replica count of the streams and buckets made through this connection (None:
+        follow the cluster, ``bus.jetstream.replicas_for``); a node sets ACTLINE_JS_REPLICAS."""
         self.violations: list[str] = []
         """The server's last permission-violation errors on this connection (at most 20)."""
         self._connected = asyncio.Event()
@@ -201,15 +225,22 @@ class Bus:
     ) -> Bus:
         """Connect to ``url`` (default ``NATS_URL``, else ``nats://127.0.0.1:4222``).
 
+        ``url`` may list the servers of a cluster, comma-separated: the client connects to
+        one of them (in random order, spreading clients over the cluster) and, once
+        connected, fails over to the others (and to those the servers announce) when its
+        server goes away. TLS verifies every server under the first URL's host name
+        (``python -m bus.certs`` puts every host in the one server certificate).
+
         The first connection is tried ``connect_attempts`` times, then
         ``ConnectFailed`` says what to do (``AuthRefused`` when the server refused the
         credentials or wants some); once connected, the client reconnects forever.
         ``creds``: see the module docstring.
         """
         target = url or os.environ.get("NATS_URL") or DEFAULT_URL
+        servers = server_urls(target)
         nc = Client()
         bus = cls(nc, subject_names or subjects.current(), target)
-        path = creds or os.environ.get("ACTLINE_NATS_CREDS") or _embedded_creds(target)
+        path = creds or os.environ.get("ACTLINE_NATS_CREDS") or _embedded_creds(servers)
         auth: dict[str, Any] = {}
         ca = os.environ.get("ACTLINE_NATS_CA")
         if ca or target.startswith("tls://"):
@@ -225,7 +256,7 @@ class Bus:
                 # (an unknown CA) retries forever instead of raising.
                 await nc.connect(
                     **auth,
-                    servers=[target],
+                    servers=servers,
                     name=name,
                     connect_timeout=int(max(1, connect_timeout)),
                     reconnect_time_wait=reconnect_wait,  # type: ignore[arg-type]
@@ -278,7 +309,7 @@ class Bus:
         self._connected.clear()
 
     async def _on_reconnect(self) -> None:
-        log.info("nats reconnected to %s", self.url)
+        log.info("nats reconnected to %s", self.server)
         self.counters["reconnects"] += 1
         self._connected.set()
         async with self._reconnected:
@@ -328,6 +359,12 @@ class Bus:
         JetStream goes through ``bus.jetstream`` and ``publish_stored`` instead.
         """
         return self._nc
+
+    @property
+    def server(self) -> str:
+        """The server this connection is on now (one of a cluster's), "" while it is not."""
+        now = self._nc.connected_url
+        return f"{now.scheme}://{now.netloc}" if now is not None else ""
 
     @property
     def is_connected(self) -> bool:

@@ -52,6 +52,16 @@ class TlsFiles:
     ca: Path
 
 
+@dataclass(frozen=True, slots=True)
+class Routes:
+    """A cluster member's ``cluster {}`` block: the cluster's name, the port its routes
+    listen on (loopback) and the route URLs of the other members."""
+
+    name: str
+    port: int
+    routes: tuple[str, ...]
+
+
 _PORT_RE = re.compile(r"Listening for client connections on [^\s]*:(\d+)")
 _READY = "Server is ready"
 _RUNNING: weakref.WeakSet[EmbeddedNats] = weakref.WeakSet()
@@ -102,6 +112,9 @@ class EmbeddedNats:
         authority: Authority | None = None,
         insecure: bool = False,
         tls: TlsFiles | None = None,
+        server_name: str | None = None,
+        routes: Routes | None = None,
+        http_port: int | None = None,
     ) -> None:
         self._requested_port = port
         self._store_dir_arg = Path(store_dir) if store_dir is not None else None
@@ -115,6 +128,11 @@ class EmbeddedNats:
         self.authority = authority
         self.insecure = insecure
         self.tls = tls
+        self.server_name = server_name
+        """The server's name (JetStream clustering needs a unique one per member)."""
+        self.routes = routes
+        self.http_port = http_port
+        """The monitoring port (``/jsz``, ``/healthz``) on 127.0.0.1; None: no monitoring."""
         self._proc: subprocess.Popen[bytes] | None = None
         self._tmp: tempfile.TemporaryDirectory[str] | None = None
         self._port: int | None = None
@@ -169,35 +187,11 @@ class EmbeddedNats:
         self.store_dir.mkdir(parents=True, exist_ok=True)
         self.log_path = self.store_dir / "nats-server.log"
         config = self.store_dir / "nats-server.conf"
-        port = self._requested_port if self._requested_port is not None else -1
-        js_dir = self.store_dir  # nats-server keeps its state under <store_dir>/jetstream
-        trust = ""
         if self.insecure:
             log.warning("the embedded nats-server runs WITHOUT authentication (insecure)")
-        else:
-            if self.authority is None:
-                self.authority = Authority.open(self.store_dir / "auth")
-            trust = self.authority.server_config()
-        if self.tls is not None:
-            tls = self.tls
-            trust += (
-                f'tls {{\n  cert_file: "{tls.cert}"\n  key_file: "{tls.key}"\n'
-                f'  ca_file: "{tls.ca}"\n  timeout: 2\n}}\n'
-            )
-        config.write_text(
-            trust + "host: 127.0.0.1\n"
-            f"port: {port}\n"
-            f"max_payload: {self._max_payload}\n"
-            # A node's credentials name the JetStream API of each of its streams: its
-            # CONNECT line is ~6 KB, over the default 4 KB limit.
-            "max_control_line: 65536\n"
-            f'log_file: "{self.log_path}"\n'
-            "jetstream {\n"
-            f'  store_dir: "{js_dir}"\n'
-            f"  max_mem: {self._max_mem}\n"
-            f"  max_file: {self._max_file}\n"
-            "}\n"
-        )
+        elif self.authority is None:
+            self.authority = Authority.open(self.store_dir / "auth")
+        config.write_text(self._config_text())
         # Truncate the log so readiness is read from this run only.
         self.log_path.write_text("")
         with open(self.store_dir / "nats-server.stderr", "ab") as err:
@@ -210,6 +204,43 @@ class EmbeddedNats:
             )
         _RUNNING.add(self)
         log.debug("nats-server pid=%s starting (store=%s)", self._proc.pid, self.store_dir)
+
+    def _config_text(self) -> str:
+        """The server's configuration file (authority, TLS, cluster, JetStream)."""
+        assert self.store_dir is not None and self.log_path is not None
+        port = self._requested_port if self._requested_port is not None else -1
+        text = self.authority.server_config() if self.authority is not None else ""
+        if self.tls is not None:
+            tls = self.tls
+            text += (
+                f'tls {{\n  cert_file: "{tls.cert}"\n  key_file: "{tls.key}"\n'
+                f'  ca_file: "{tls.ca}"\n  timeout: 2\n}}\n'
+            )
+        if self.server_name is not None:
+            text += f'server_name: "{self.server_name}"\n'
+        if self.http_port is not None:
+            text += f"http: 127.0.0.1:{self.http_port}\n"
+        if self.routes is not None:
+            routes = ", ".join(f'"{r}"' for r in self.routes.routes)
+            text += (
+                f'cluster {{\n  name: "{self.routes.name}"\n'
+                f"  listen: 127.0.0.1:{self.routes.port}\n  routes: [{routes}]\n}}\n"
+            )
+        return text + (
+            "host: 127.0.0.1\n"
+            f"port: {port}\n"
+            f"max_payload: {self._max_payload}\n"
+            # A node's credentials name the JetStream API of each of its streams: its
+            # CONNECT line is ~6 KB, over the default 4 KB limit.
+            "max_control_line: 65536\n"
+            f'log_file: "{self.log_path}"\n'
+            "jetstream {\n"
+            # nats-server keeps its state under <store_dir>/jetstream
+            f'  store_dir: "{self.store_dir}"\n'
+            f"  max_mem: {self._max_mem}\n"
+            f"  max_file: {self._max_file}\n"
+            "}\n"
+        )
 
     def _check_ready(self, deadline: float) -> bool:
         """One look at the log; True once ready, raises if the process died or time is up."""
@@ -269,6 +300,16 @@ class EmbeddedNats:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait(timeout=5)
+        _RUNNING.discard(self)
+
+    def kill(self) -> None:
+        """SIGKILL the server (a crash: nothing flushed, no goodbye to its routes); the
+        store stays, so ``start()`` brings the same server back."""
+        proc, self._proc = self._proc, None
+        if proc is not None:
+            if proc.poll() is None:
+                proc.kill()
+            proc.wait(timeout=5)
         _RUNNING.discard(self)
 
     def stop(self, *, keep_store: bool = False) -> None:

@@ -20,6 +20,8 @@ Hierarchy::
         ├── JetStreamUnavailable  the server has no JetStream (operation)
         ├── NoStream          no stream captures a stored publish's subject (subject)
         ├── StreamMissing     a stream or bucket opened before is gone (name)
+        ├── ReplicasUnavailable  more replicas asked than the cluster has servers
+        │                     (wanted, servers)
         ├── KeyExists         create of a key that is live (key, revision)
         ├── WrongRevision     a check-and-set lost: the key is not at ``expected``
         │                     (key, expected)
@@ -212,7 +214,9 @@ class JetStreamUnavailable(JetStreamError):
 
     def __init__(self, operation: str) -> None:
         super().__init__(
-            operation, "JetStream is not enabled on this NATS server; run nats-server -js"
+            operation,
+            "JetStream is not enabled on this NATS server; run nats-server -js (in a NATS "
+            "cluster: the stream or consumer has no leader now, while one is elected)",
         )
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -239,6 +243,23 @@ class StreamMissing(JetStreamError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.name,))
+
+
+class ReplicasUnavailable(JetStreamError):
+    """``ACTLINE_JS_REPLICAS`` asks for more replicas than the NATS cluster has servers."""
+
+    def __init__(self, wanted: int, servers: int) -> None:
+        self.wanted = wanted
+        self.servers = servers
+        super().__init__(
+            "replicas",
+            f"ACTLINE_JS_REPLICAS={wanted} asks for {wanted} replicas of every stream and "
+            f"bucket, but the NATS cluster has {servers} server{'s' if servers != 1 else ''}: "
+            f"set it to {servers} or fewer, or unset it (1 on one server, 3 on three or more)",
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.wanted, self.servers))
 
 
 class KeyExists(JetStreamError):

@@ -17,6 +17,11 @@ consumers come from ``messages.Subjects``.
   ``next_after`` walks one subject and ``last`` reads its newest message, with
   direct gets.
 
+Replicas: every stream and bucket is made with ``replicas`` (None: ``replicas_for(bus,
+bus.js_replicas)``, which follows the cluster: 1 on one server, 3 on three or more, or
+``ACTLINE_JS_REPLICAS``); an existing one with fewer is raised to it (logged), and a
+replicated one just made or raised is waited for until it has a leader.
+
 Errors: every method raises ``bus.errors`` types only: ``JetStreamError``
 subclasses, ``RequestTimeout`` (no answer within the timeout) or
 ``NotConnected`` (the connection is closed). Cancellation: each call is one
@@ -27,7 +32,10 @@ next ``pull`` returns it.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import logging
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Protocol, Self
@@ -56,6 +64,7 @@ from .errors import (
     KeyExists,
     NoStream,
     NotConnected,
+    ReplicasUnavailable,
     RequestTimeout,
     StreamMissing,
     WrongRevision,
@@ -69,6 +78,7 @@ class Bus(Protocol):
     def nc(self) -> Client: ...
 
     url: str
+    js_replicas: int | None
 
 
 log = logging.getLogger(__name__)
@@ -108,10 +118,79 @@ def _context(bus: Bus, timeout: float) -> JetStreamContext:
     return bus.nc.jetstream(timeout=timeout)
 
 
+# --- replicas ---------------------------------------------------------------------------------
+
+MAX_REPLICAS = 5
+"""The most replicas JetStream keeps of a stream."""
+
+
+def cluster_size(bus: Bus) -> int:
+    """How many servers the NATS cluster of ``bus`` has: 1 when its server is not in a
+    cluster, else the larger of the servers the cluster announces now (INFO
+    ``connect_urls``, the servers up) and the URLs ``bus`` was given (so a member that is
+    down still counts when every member's URL was given)."""
+    info: dict[str, object] = getattr(bus.nc, "_server_info", None) or {}
+    if not info.get("cluster"):
+        return 1
+    announced = info.get("connect_urls")
+    up = len(set(announced)) if isinstance(announced, list) else 1
+    given = len({part.strip() for part in bus.url.split(",") if part.strip()})
+    return max(up, given, 1)
+
+
+def replicas_for(bus: Bus, wanted: int | None) -> int:
+    """The replica count of what ``bus`` creates: ``wanted`` (``ACTLINE_JS_REPLICAS``) when
+    the cluster has that many servers (``ReplicasUnavailable`` naming both when not); None
+    follows the cluster: 1 on one or two servers, 3 on three or more."""
+    servers = cluster_size(bus)
+    if wanted is None:
+        return 3 if servers >= 3 else 1
+    if isinstance(wanted, bool) or not 1 <= wanted <= MAX_REPLICAS or wanted > servers:
+        raise ReplicasUnavailable(wanted, servers)
+    return wanted
+
+
+async def _ensure_replicas(js: JetStreamContext, have: StreamConfig, wanted: int) -> None:
+    """Raise an existing stream with fewer replicas than ``wanted`` to ``wanted`` (a log
+    line); a stream with more keeps them. ``JetStreamError`` when the server refuses."""
+    count = int(have.num_replicas or 1)
+    if count >= wanted:
+        return
+    try:
+        await js.update_stream(replace(have, num_replicas=wanted))
+    except nats.js.errors.APIError as exc:
+        raise JetStreamError(
+            f"raise the replicas of {have.name} from {count} to {wanted}",
+            exc.description or type(exc).__name__,
+            int(exc.err_code or exc.code or 0),
+        ) from None
+    log.info("stream %s now has %d replicas (it had %d)", have.name, wanted, count)
+    await _settled(js, str(have.name), wanted)
+
+
+async def _settled(js: JetStreamContext, name: str, replicas: int, limit: float = 20.0) -> None:
+    """Wait (up to ``limit`` seconds) until a replicated stream has a leader and ``replicas
+    - 1`` current followers: a stream just made or scaled up answers no publish until it has
+    (its leader is elected in a moment; a work queue scaled up with its consumer took ~10 s
+    here). A stream of one replica is led at once."""
+    if replicas <= 1:
+        return
+    deadline = time.monotonic() + limit
+    while time.monotonic() < deadline:
+        with contextlib.suppress(nats.errors.Error):
+            info = await js.stream_info(name)
+            cluster = info.cluster
+            peers = [p for p in (cluster.replicas or []) if p.current] if cluster else []
+            if cluster is not None and cluster.leader and len(peers) >= replicas - 1:
+                return
+        await asyncio.sleep(0.05)  # polling the stream's state: the server sends no event
+    log.warning("stream %s has not settled on %d replicas within %gs", name, replicas, limit)
+
+
 async def _ensure_stream(js: JetStreamContext, config: StreamConfig, timeout: float) -> None:
     """Create the stream unless it exists (a concurrent creator wins harmlessly). An existing
     stream keeps its limits but gains the subjects of ``config`` it lacks (made by an older
-    version that captured fewer)."""
+    version that captured fewer) and the replicas it lacks."""
     name = str(config.name)
     try:
         try:
@@ -120,6 +199,7 @@ async def _ensure_stream(js: JetStreamContext, config: StreamConfig, timeout: fl
             pass
         else:
             await _add_subjects(js, info.config, list(config.subjects or []))
+            await _ensure_replicas(js, info.config, int(config.num_replicas or 1))
             return
         try:
             await js.add_stream(config)
@@ -129,6 +209,7 @@ async def _ensure_stream(js: JetStreamContext, config: StreamConfig, timeout: fl
                 await js.stream_info(name)
             except nats.js.errors.NotFoundError:
                 raise exc from None
+        await _settled(js, name, int(config.num_replicas or 1))
     except nats.errors.Error as exc:
         raise translate(exc, "create stream", target=name, timeout=timeout) from None
 
@@ -138,6 +219,7 @@ async def _add_subjects(js: JetStreamContext, have: StreamConfig, wanted: list[s
     if not missing:
         return
     await js.update_stream(replace(have, subjects=[*(have.subjects or []), *missing]))
+    have.subjects = [*(have.subjects or []), *missing]
     log.info("stream %s now also captures %s", have.name, ", ".join(missing))
 
 
@@ -281,13 +363,14 @@ class WorkQueue:
         consumer: str,
         ack_wait_s: float,
         max_msg_size: int,
-        replicas: int = 1,
+        replicas: int | None = None,
         timeout: float = DEFAULT_TIMEOUT,
     ) -> WorkQueue:
         """Create the stream (file storage, WORK_QUEUE retention) if missing and bind the
         durable pull consumer (explicit ack, ``max_deliver`` and ``max_ack_pending``
         unlimited), creating it if missing. An existing stream or consumer that takes
-        fewer subjects is widened to ``subject``."""
+        fewer subjects is widened to ``subject``. ``replicas``: None is the bus's
+        (``replicas_for(bus, bus.js_replicas)``); an existing stream with fewer is raised."""
         wanted = [subject] if isinstance(subject, str) else list(subject)
         js = _context(bus, timeout)
         await _ensure_stream(
@@ -298,7 +381,7 @@ class WorkQueue:
                 retention=RetentionPolicy.WORK_QUEUE,
                 storage=StorageType.FILE,
                 max_msg_size=max_msg_size,
-                num_replicas=replicas,
+                num_replicas=replicas or replicas_for(bus, bus.js_replicas),
             ),
             timeout,
         )
@@ -318,6 +401,14 @@ class WorkQueue:
                 widened = replace(info.config, filter_subject=None, filter_subjects=wanted)
                 info = await js.add_consumer(name, widened)
                 log.info("consumer %s on %s now takes %s", consumer, name, ", ".join(wanted))
+            # A replicated consumer just made serves no pull until its leader is elected.
+            deadline = time.monotonic() + 20.0
+            while info.cluster is not None and not info.cluster.leader:
+                if time.monotonic() > deadline:
+                    log.warning("consumer %s on %s has no leader after 20s", consumer, name)
+                    break
+                await asyncio.sleep(0.05)  # polling: the server sends no event
+                info = await psub.consumer_info()
         except nats.errors.Error as exc:
             raise translate(exc, "bind consumer", target=name, timeout=timeout) from None
         actual = float(info.config.ack_wait or ack_wait_s)
@@ -417,15 +508,17 @@ class KvBucket:
         name: str,
         ttl_s: float | None = None,
         history: int = 1,
-        replicas: int = 1,
+        replicas: int | None = None,
         timeout: float = DEFAULT_TIMEOUT,
     ) -> KvBucket:
         """Bind the bucket, creating it when missing (direct gets, file storage).
 
-        A concurrent creator wins harmlessly; an existing bucket keeps its limits, so
-        read ``ttl_s`` after opening.
+        A concurrent creator wins harmlessly; an existing bucket keeps its limits (but
+        for replicas: one with fewer than ``replicas`` is raised), so read ``ttl_s``
+        after opening. ``replicas``: None is the bus's (``replicas_for``).
         """
         js = _context(bus, timeout)
+        replicas = replicas or replicas_for(bus, bus.js_replicas)
         try:
             try:
                 kv = await js.key_value(name)
@@ -443,6 +536,9 @@ class KvBucket:
                     log.info("created KV bucket %s (ttl %s)", name, ttl_s)
                 except nats.js.errors.APIError:  # created meanwhile by another node
                     kv = await js.key_value(name)
+                await _settled(js, f"KV_{name}", replicas)
+            else:
+                await _ensure_replicas(js, (await js.stream_info(f"KV_{name}")).config, replicas)
             bucket = cls(name, kv, None, timeout, js)
             bucket.ttl_s = await bucket.status_ttl()
         except nats.js.errors.BucketNotFoundError:
@@ -575,7 +671,7 @@ class EventLog:
         name: str,
         subjects: str,
         max_msg_size: int,
-        replicas: int = 1,
+        replicas: int | None = None,
         max_age_s: float | None = None,
         max_bytes: int | None = None,
         max_msgs_per_subject: int | None = None,
@@ -586,7 +682,8 @@ class EventLog:
         ``max_age_s``, ``max_bytes`` and ``max_msgs_per_subject`` are LIMITS retention's
         limits (None: none); the oldest messages go first. The server reserves
         ``max_bytes`` of its JetStream storage for the stream. An existing stream keeps
-        its own limits.
+        its own limits, but for fewer replicas than ``replicas`` (None: the bus's,
+        ``replicas_for``), which are raised.
         """
         js = _context(bus, timeout)
         config = StreamConfig(
@@ -596,7 +693,7 @@ class EventLog:
             storage=StorageType.FILE,
             max_msg_size=max_msg_size,
             allow_direct=True,
-            num_replicas=replicas,
+            num_replicas=replicas or replicas_for(bus, bus.js_replicas),
             max_age=max_age_s,
             max_bytes=max_bytes,
             max_msgs_per_subject=max_msgs_per_subject or -1,

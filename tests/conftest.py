@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from bus import Authority, Bus, EmbeddedNats
+from bus import Authority, Bus, EmbeddedCluster, EmbeddedNats
 from messages import Subjects, new_id
 
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
@@ -51,6 +51,14 @@ def fresh_nats(tmp_path: Path, authority: Authority) -> Iterator[EmbeddedNats]:
         yield server
     finally:
         server.stop()
+
+
+@pytest.fixture
+def nats_cluster(tmp_path: Path, authority: Authority) -> Iterator[EmbeddedCluster]:
+    """Three nats-servers of this test alone with routes between them (JetStream on each,
+    the session authority): ready, with a JetStream meta leader, when the test starts."""
+    with EmbeddedCluster(3, root=tmp_path / "nats-cluster", authority=authority) as cluster:
+        yield cluster
 
 
 @pytest.fixture

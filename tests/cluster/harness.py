@@ -4,27 +4,47 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from actors import Node, NodeSettings
 from bus import Bus
 from llm import ExtractiveModel
+from messages import Subjects
 from tools import KnowledgeSpace
 
 KB = Path(__file__).resolve().parents[2] / "examples" / "kb"
 
 
-async def start(url: str, home: Path, node_id: str) -> Node:
-    """A started cluster-mode node ``node_id`` with its own store under ``home``."""
-    bus = await Bus.connect(url)
+async def start(
+    url: str,
+    home: Path,
+    node_id: str,
+    *,
+    subject_names: Subjects | None = None,
+    **overrides: Any,
+) -> Node:
+    """A started cluster-mode node ``node_id`` with its own store under ``home``.
+
+    ``url``: one server, or a cluster's servers comma-separated (``EmbeddedCluster.url``).
+    ``overrides``: other ``NodeSettings`` (``cluster=False`` for a single-mode node).
+    """
+    bus = await Bus.connect(url, subject_names=subject_names)
     settings = NodeSettings(
-        home=home / node_id,
-        node_id=node_id,
-        cluster=True,
-        lease_ttl_s=30.0,
-        ack_wait_s=5.0,
-        followup_grace_s=0.0,
-        storage_sync=False,
+        **{
+            "home": home / node_id,
+            "node_id": node_id,
+            "cluster": True,
+            "lease_ttl_s": 30.0,
+            "ack_wait_s": 5.0,
+            "followup_grace_s": 0.0,
+            "storage_sync": False,
+            **overrides,
+        }
     )
     node = Node(bus, settings, model=ExtractiveModel(), knowledge=KnowledgeSpace(KB))
-    await node.start()
+    try:
+        await node.start()
+    except BaseException:
+        await bus.close()
+        raise
     return node

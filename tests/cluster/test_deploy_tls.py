@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from bus import AuthRefused, Bus, ConnectFailed, find_nats_server
+from bus import AuthRefused, Bus, ConnectFailed, KvBucket, find_nats_server
 from messages import Ack, Message
 from tests.waiting import until
 
@@ -67,9 +67,16 @@ class Server:
         self.log.close()
 
 
+@pytest.fixture(scope="module")
+def prepared(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """One ``make deploy-keys`` for the module; each test copies it."""
+    return prepare(tmp_path_factory.mktemp("prepared") / "deploy")
+
+
 @pytest.fixture
-def deployment(tmp_path: Path) -> Iterator[tuple[Server, Server, Path]]:
-    first = prepare(tmp_path / "deploy")
+def deployment(prepared: Path, tmp_path: Path) -> Iterator[tuple[Server, Server, Path]]:
+    first = tmp_path / "deploy"
+    shutil.copytree(prepared, first)
     second = tmp_path / "deploy-b"
     shutil.copytree(first, second)
     a = Server(first, "a")
@@ -81,10 +88,29 @@ def deployment(tmp_path: Path) -> Iterator[tuple[Server, Server, Path]]:
         b.stop()
 
 
-async def connect(server: Server, creds: Path | None, ca: Path) -> Bus:
+@pytest.fixture
+def three_hosts(prepared: Path, tmp_path: Path) -> Iterator[tuple[list[Server], Path]]:
+    """The three NATS hosts of cluster.yaml: the other two route to the first."""
+    first = tmp_path / "deploy"
+    shutil.copytree(prepared, first)
+    servers = [Server(first, "nats-head")]
+    try:
+        for name in ("nats-w1", "nats-w2"):
+            folder = tmp_path / f"deploy-{name}"
+            shutil.copytree(first, folder)
+            servers.append(Server(folder, name, route_to=servers[0].cluster))
+        yield servers, first
+    finally:
+        for server in servers:
+            server.stop()
+
+
+async def connect(server: Server | str, creds: Path | None, ca: Path) -> Bus:
+    url = server if isinstance(server, str) else server.url
+
     async def attempt() -> Bus | None:
         try:
-            return await Bus.connect(server.url, creds=creds, connect_attempts=1)
+            return await Bus.connect(url, creds=creds, connect_attempts=1)
         except ConnectFailed as exc:
             if isinstance(exc, AuthRefused):
                 raise
@@ -138,3 +164,33 @@ async def test_two_hosts_route_over_mutual_tls_and_clients_need_tls_and_credenti
         await node_b.close()
     assert "Route connection created" in (folder / "server.log").read_text()
     assert a.proc.poll() is None and b.proc.poll() is None
+
+
+async def test_three_hosts_cluster_jetstream_and_give_a_node_three_replicas(
+    three_hosts: tuple[list[Server], Path], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    servers, folder = three_hosts
+    monkeypatch.delenv("ACTLINE_NATS_CREDS", raising=False)
+    monkeypatch.setenv("ACTLINE_NATS_CA", str(folder / "tls" / "ca.pem"))
+    every = ",".join(server.url for server in servers)  # what the job's --nats gets
+    node = await connect(every, folder / "node.creds", folder / "tls" / "ca.pem")
+    bucket: KvBucket | None = None
+
+    async def opened() -> bool:  # JetStream answers once the three elected a meta leader
+        nonlocal bucket
+        try:
+            bucket = await KvBucket.open(node, name=node.subjects.nodes_bucket, timeout=2.0)
+        except Exception:
+            return False
+        return True
+
+    try:
+        await until(opened, timeout=60)
+        assert bucket is not None
+        info = await node.nc.jetstream().stream_info(f"KV_{node.subjects.nodes_bucket}")
+        assert info.config.num_replicas == 3
+        assert info.cluster is not None and info.cluster.name == "actline"
+        placed = {info.cluster.leader, *(p.name for p in info.cluster.replicas or [])}
+        assert placed == {"nats-head", "nats-w1", "nats-w2"}
+    finally:
+        await node.close()

@@ -61,3 +61,26 @@ async def test_a_stalled_node_finds_its_lease_gone_at_its_next_renewal(
         for lease, bus in ((a, bus_a), (b, bus_b)):
             await lease.stop()
             await bus.close()
+
+
+async def test_a_node_whose_own_beats_just_came_back_does_not_count_another_dead(
+    fresh_nats: EmbeddedNats,
+) -> None:
+    """While NATS fails over every node's beats fail and their keys age out together: a
+    missing key proves its node dead only once the judge's own beats have gone through
+    for a whole node TTL (the owner, alive, would have beaten again by then)."""
+    bus_a, a = await leases(fresh_nats.url, "a")
+    bus_b, b = await leases(fresh_nats.url, "b")
+    try:
+        assert await a.acquire("c1")
+        assert a._beating is not None and a._nodes is not None
+        a._beating.cancel()  # a's beat stops, as in a failover ...
+        await a._nodes.delete(bus_a.subjects.kv_key("a"))  # ... and its key aged out
+        b._beats_ok_since = None  # b's beats failed too, and come back with its next one
+        await until(lambda: b._beats_ok_since is not None, 5)
+        assert not await b.acquire("c1") and b.taken_over == 0  # too soon to judge a
+        await until(lambda: b.acquire("c1"), 5)  # a node TTL of b's beats: a is dead
+        assert b.taken_over == 1
+    finally:
+        await bus_a.close()
+        await bus_b.close()

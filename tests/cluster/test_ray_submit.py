@@ -2,7 +2,8 @@
 
 The command is taken from the README (so the two cannot drift) and run as written, with the
 cluster's addresses, the credentials and the batch files of this test put in for the
-deployment's (``HEAD``, ``/home/ubuntu/actline/...``, ``turns.jsonl``, the results path).
+deployment's (hosts ``H1``..``H3``, ``/home/ubuntu/actline/...``, ``turns.jsonl``, the
+results path).
 Two changes to its runtime environment, both because this NATS is local: no
 ``ACTLINE_NATS_CA`` (the test server has no TLS) and ``ANTHROPIC_BASE_URL`` pointing at the
 local Messages API. The job uploads this checkout (``--working-dir .``) and runs the copy; its
@@ -141,8 +142,8 @@ def localised(
     env_vars |= {"ANTHROPIC_API_KEY": KEY, "ANTHROPIC_BASE_URL": api.base_url}
     words[at + 1] = json.dumps(runtime_env)
     swaps = {
-        "http://HEAD:8265": head.address,
-        "tls://HEAD:4222": nats.url,
+        "http://H1:8265": head.address,
+        "tls://H1:4222,tls://H2:4222,tls://H3:4222": nats.url,
         "/home/ubuntu/actline/deploy/node.creds": str(nats.creds_path("node")),
         "turns.jsonl": str(tmp / "turns.jsonl"),
         "/srv/actline/results.jsonl": str(tmp / "results.jsonl"),
