@@ -82,7 +82,7 @@ class DecisionActor(Actor):
         self._model_task: asyncio.Task[None] | None = None
         self._tools_task: asyncio.Task[None] | None = None
         self._round_tools: ToolRound | None = None
-        self._timer: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
         self._grace: asyncio.Task[None] | None = None
         self._finished = False
         self._durable: set[int] = set()  # rounds whose commit is durable
@@ -207,7 +207,7 @@ class DecisionActor(Actor):
                 with self.trace.step("commit", self.state.round):
                     await self.conv.ask(commit, timeout=ASK_TIMEOUT_S)
                 self.trace.wait(self.state)
-                self._timer = self.spawn(self._wait(g, s), f"wait-{g}")
+                self._timer = self.later(s, ev.WaitTimeout(g))
             case ev.CancelWaitTimer():
                 if self._timer is not None:
                     self._timer.cancel()
@@ -445,10 +445,6 @@ class DecisionActor(Actor):
         self.pending.extend((call, sent.outcome))
         if sent.notice is not None:  # the agent is not connected: the model hears it
             self.pending.append(self._notice(AGENT_ABSENT, sent.notice))
-
-    async def _wait(self, generation: int, seconds: float) -> None:
-        await asyncio.sleep(seconds)
-        self.tell(ev.WaitTimeout(generation))
 
     # -- the end --------------------------------------------------------------------------------
     async def _finish(self, effect: ev.Finish) -> None:

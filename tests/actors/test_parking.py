@@ -12,8 +12,10 @@ answer. Every wait is on a condition, never a sleep.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -63,8 +65,8 @@ async def client(bus: Bus) -> AsyncIterator[Client]:
     await client.close()
 
 
-async def node_with(bus: Bus, tmp_path: Path, model: object, **changes: object) -> Node:
-    settings = {"max_active_turns": 2, "park_s": PARK_S, **changes}
+async def node_with(bus: Bus, tmp_path: Path, model: object, **changes: Any) -> Node:
+    settings: dict[str, Any] = {"max_active_turns": 2, "park_s": PARK_S, **changes}
     return await start_node(bus, tmp_path / "home", model, **settings)
 
 
@@ -79,6 +81,10 @@ async def done(client: Client, task: AgentTask, summary: str) -> None:
         REVIEWER, summary, task_id=task.task_id, turn_id=task.turn_id, timeout=TIMEOUT
     )
     assert isinstance(reply, Ack), reply
+
+
+def record(ended: list[str], turn_id: str, _: object) -> None:
+    ended.append(turn_id)
 
 
 async def test_five_parked_turns_leave_room_and_each_completes_after_its_done(
@@ -148,7 +154,7 @@ async def test_a_later_turn_of_a_parked_conversation_waits_behind_it(
         await done(client, await agent.task_of(first.turn_id), "order kept")
         ended: list[str] = []
         for handle in (first, second):
-            handle.result.add_done_callback(lambda _, t=handle.turn_id: ended.append(t))
+            handle.result.add_done_callback(functools.partial(record, ended, handle.turn_id))
         results = [await first.wait(TIMEOUT), await second.wait(TIMEOUT)]
         turns = node.conversations["c-order"].tl.turn_ids()
     finally:
