@@ -12,8 +12,9 @@ For each size (``--sizes``, cumulative: more turns are parked on top of the ones
 after the waiting turns are all parked:
 
 - the time to park the new ones (first request published to the last one parked);
-- this process's resident memory (``/proc/self/statm`` after ``gc.collect()``) and its
-  growth over the size-0 figure per waiting turn;
+- this process's resident memory (``/proc/self/statm`` after ``gc.collect()``, once the
+  ordinary turns' conversations of the row before were evicted as idle) and its growth
+  over the size-0 figure per waiting turn;
 - the turns/s of a batch of ``--new-turns`` ordinary turns, each in a new conversation,
   ``--workers`` at a time, answered by the offline model (``ExtractiveModel``: plan,
   search, read, note, answer), against the same batch with 0 waiting (the baseline, same
@@ -65,6 +66,8 @@ PARK_TIMEOUT_S = 1_800.0
 TURN_TIMEOUT_S = 120.0
 SUBMIT_BATCH = 100
 DONE_CONCURRENCY = 64
+EVICT_S = 1.0
+"""Idle conversations leave memory after this (``idle_evict_s``): RSS is the waiting turns'."""
 
 
 class WaitingCheckFailed(Exception):
@@ -146,6 +149,15 @@ class Bench:
         self.waiting.extend(turns)
         return time.perf_counter() - t0
 
+    async def evicted(self) -> None:
+        """Wait until the ordinary turns' conversations were evicted (idle)."""
+        node = self.node
+        await poll(
+            lambda: not any(c.startswith("c-new-") for c in node.conversations),
+            EVICT_S * 10 + 10,
+            "idle conversations evicted",
+        )
+
     async def new_turns(self, tag: str, count: int, workers: int) -> float:
         """Turns/s of ``count`` ordinary turns, each in a new conversation."""
         order = iter(range(count))
@@ -196,7 +208,12 @@ async def measure(
             node_bus = await Bus.connect(server.url, name="bench-waiting-node")
             client_bus = await Bus.connect(server.url, name="bench-waiting-client")
             settings = node_settings(
-                Path(tmp), "n-waiting", True, max_active_turns=slots, wait_timeout_s=3600.0
+                Path(tmp),
+                "n-waiting",
+                True,
+                max_active_turns=slots,
+                wait_timeout_s=3600.0,
+                idle_evict_s=EVICT_S,  # the new turns' conversations leave memory between rows
             )
             node = Node(node_bus, settings, model=BenchModel(), knowledge=KnowledgeSpace(KB))
             await node.start()
@@ -210,6 +227,7 @@ async def measure(
                     if parked < 0:
                         raise WaitingCheckFailed(f"sizes must grow: {list(sizes)}")
                     park_s = await bench.park(parked) if parked else 0.0
+                    await bench.evicted()
                     gc.collect()
                     rss, source = rss_bytes()
                     reparked = node.queue.parked.reparked
