@@ -19,11 +19,13 @@ from typing import Any
 
 import pytest
 
+import messages
 from actors.client import Client, TurnHandle
 from actors.node import Node
-from bus import Bus, EmbeddedNats
+from actors.parking import rearmed
+from bus import Bus, EmbeddedNats, QueueItem, WorkQueue
 from llm import ExtractiveModel
-from messages import Ack, AgentTask, ErrorReply, ReActResult
+from messages import Ack, AgentTask, ErrorReply, ReActResult, TurnRequest
 from tests.waiting import until
 
 from .harness import Scripted, say, start_node
@@ -81,6 +83,52 @@ async def done(client: Client, task: AgentTask, summary: str) -> None:
         REVIEWER, summary, task_id=task.task_id, turn_id=task.turn_id, timeout=TIMEOUT
     )
     assert isinstance(reply, Ack), reply
+
+
+async def test_a_delivery_parked_with_a_delayed_nak_can_still_be_acked_by_the_server(
+    bus: Bus,
+) -> None:
+    """What parking relies on (nats-server as installed): after ``nak(delay=...)`` the same
+    delivery, re-armed, still acks the message, before or after its redelivery."""
+    s = bus.subjects
+    queue = await WorkQueue.open(
+        bus,
+        name=s.turn_stream,
+        subject=s.turn_submit,
+        consumer=s.turn_consumer,
+        ack_wait_s=5.0,
+        max_msg_size=messages.MAX_PAYLOAD,
+    )
+
+    async def pulled() -> QueueItem:
+        async with asyncio.timeout(TIMEOUT):
+            while (item := await queue.pull(timeout=1.0)) is None:
+                pass
+        return item
+
+    try:
+        for cid in ("c-before", "c-after"):
+            await bus.publish_stored(
+                s.turn_submit, TurnRequest(conversation_id=cid, turn_id=f"t-{cid}", text="x")
+            )
+        before = await pulled()
+        await before.nak(delay=60.0)  # parked for a minute
+        await rearmed(before).in_progress()
+        await rearmed(before).ack()  # settled before its redelivery
+        after = await pulled()
+        assert after.stream_seq != before.stream_seq
+        await after.nak(delay=0.2)
+        again = await pulled()  # the delayed redelivery
+        assert (again.stream_seq, again.deliveries) == (after.stream_seq, 2)
+        await again.nak(delay=60.0)  # parked again
+        await rearmed(after).ack()  # the first delivery still settles it
+        await until(lambda: all_gone(queue, before.stream_seq, after.stream_seq), TIMEOUT)
+    finally:
+        await queue.close()
+
+
+async def all_gone(queue: WorkQueue, *seqs: int) -> bool:
+    return all([await queue.get(seq) is None for seq in seqs])
 
 
 def record(ended: list[str], turn_id: str, _: object) -> None:
