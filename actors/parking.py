@@ -11,10 +11,11 @@ working. When the turn becomes runnable again (``unpark``), the same delivery is
 in progress again and the turn takes its slot at once, even past the limit (it was
 admitted before; the pull loop takes no new turn until the count is back under it).
 
-Observed with nats-server 2.15.1 (and checked by ``tests/actors/test_parking.py``): after ``nak(delay=D)`` the message stays pending; ``in_progress`` on the same
-delivery restarts its ack wait (no redelivery while it is repeated), ``ack`` on it removes
-the message, before or after the delayed redelivery; the server keys all of these by the
-stream sequence. The redelivery arrives after ``D`` with ``deliveries + 1``. nats-py marks
+Observed with nats-server 2.15.1 (``tests/actors/test_parking.py`` checks the acks): after
+``nak(delay=D)`` the message stays pending; ``in_progress`` on the same delivery restarts
+its ack wait (no redelivery while it is repeated), ``ack`` on it removes the message,
+before or after the delayed redelivery; the server keys all of these by the stream
+sequence. The redelivery arrives after ``D`` with ``deliveries + 1``. nats-py marks
 a message acked after a nak, and ``bus.QueueItem`` then refuses every action on it:
 ``rearmed`` gives the same delivery back usable.
 
