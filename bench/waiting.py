@@ -19,10 +19,11 @@ after the waiting turns are all parked:
   charged to the waiting turns), and the marginal growth per turn from the row before;
 - the turns/s of a batch of ``--new-turns`` ordinary turns, each in a new conversation,
   ``--workers`` at a time, answered by the offline model (``ExtractiveModel``: plan,
-  search, read, note, answer), against the same batch with 0 waiting (the baseline, same
-  process, measured first, and again once every waiting turn was answered: the ratio is
-  against the mean of both, so that a machine shared with other work skews it less) is
-  the target (at least 0.8x).
+  search, read, note, answer), the better of two batches, against the same with 0
+  waiting (the baseline, same process, measured first and again once every waiting turn
+  was answered: the ratio is against the better of the two) is the target (at least
+  0.8x). The better of two runs, against the better idle figure: a machine shared with
+  other work lowers a figure, never raises it.
 
 Then every waiting turn gets its DONE (``Client.send_done`` with its turn id) and must
 complete with the signal applied. Prints a table and writes ``bench/results/waiting.json``.
@@ -71,6 +72,7 @@ TURN_TIMEOUT_S = 120.0
 SUBMIT_BATCH = 100
 DONE_CONCURRENCY = 64
 EVICT_S = 1.0
+BATCHES = 2
 """Idle conversations leave memory after this (``idle_evict_s``): RSS is the waiting turns'."""
 
 
@@ -162,6 +164,12 @@ class Bench:
             "idle conversations evicted",
         )
 
+    async def best_rate(self, tag: str, count: int, workers: int) -> float:
+        """The better turns/s of ``BATCHES`` batches of ``count`` new turns (the machine may
+        be shared: the best run is the node's own rate)."""
+        rates = [await self.new_turns(f"{tag}-{b}", count, workers) for b in range(BATCHES)]
+        return max(rates)
+
     async def new_turns(self, tag: str, count: int, workers: int) -> float:
         """Turns/s of ``count`` ordinary turns, each in a new conversation."""
         order = iter(range(count))
@@ -235,7 +243,7 @@ async def measure(
                     gc.collect()
                     rss, source = rss_bytes()
                     reparked = node.queue.parked.reparked
-                    rate = await bench.new_turns(str(size), new_turns, workers)
+                    rate = await bench.best_rate(str(size), new_turns, workers)
                     gc.collect()
                     after, _ = rss_bytes()
                     row = {
@@ -256,7 +264,7 @@ async def measure(
                     )
                 done_s, completed = await bench.answer_all()
                 await bench.evicted()
-                idle_after = await bench.new_turns("after", new_turns, workers)
+                idle_after = await bench.best_rate("after", new_turns, workers)
                 new_done = bench.new_done
             finally:
                 await client.close()
@@ -264,7 +272,7 @@ async def measure(
                 await client_bus.close()
                 await node_bus.close()
     base = rows[0]
-    idle = (base["new_turns_per_s"] + idle_after) / 2
+    idle = max(base["new_turns_per_s"], idle_after)
     for before, row in zip([None, *rows], rows, strict=False):
         row["new_turns_ratio"] = row["new_turns_per_s"] / idle
         # growth over the baseline after its batch (the heap keeps what a batch allocated)
