@@ -18,6 +18,11 @@ again and counts it at once, even past the limit. A request taken while a turn o
 conversation is parked here is parked too, until its own turn starts. After a crash a
 parked turn resumes when its nak delay runs out, not after ``ack_wait``.
 
+A redelivered request deferred by its lease (cluster mode: most often a turn parked by
+its owner, which holds the delivery it parked and needs no fetch of it) is handed back
+for ``DEFER_S`` per delivery so far, at most ``ack_wait``, and the pull loop does not
+pause after it: the owner's parked turns do not throttle the other nodes' pulls.
+
 Order (issue 18): a conversation's turns run in the order they were submitted, once,
 whatever crashes. The queue is the record of unfinished turns: a message leaves the
 stream only when its turn's result is stored and published. So before a request is
@@ -319,6 +324,9 @@ class TurnQueue:
             self._conversation.pop(tid, None)
             self.deferred += 1
             log.debug("turn %s deferred: its conversation is leased elsewhere", tid)
+            if item.deliveries > 1:  # maybe parked by its owner, which needs no fetch of it
+                await item.nak(delay=min(DEFER_S * item.deliveries, self.ack_wait_s))
+                return False  # no pause: this node's pulls go on
             await item.nak(delay=DEFER_S)
             return True
         self.taken += 1

@@ -71,7 +71,7 @@ PARK_TIMEOUT_S = 1_800.0
 TURN_TIMEOUT_S = 120.0
 SUBMIT_BATCH = 100
 DONE_CONCURRENCY = 64
-EVICT_S = 1.0
+EVICT_S = 10.0
 BATCHES = 2
 """Idle conversations leave memory after this (``idle_evict_s``): RSS is the waiting turns'."""
 
