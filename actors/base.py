@@ -13,12 +13,17 @@ A message that is asked subclasses ``Request[R]``: ``ask(msg, timeout=...)`` ret
 A handler that raises is logged and, for an ask, the exception goes to the asker;
 the actor keeps serving. ``stop()`` ends the task after the messages already queued;
 asks still queued when an actor stops or is killed fail with ``ActorStopped``.
+
+Memory (issue 22: a node keeps 10,000 turns waiting, each with two actors): the mailbox is
+a ``Mailbox`` (a deque and one waiter; ``asyncio.Queue`` keeps four deques and an Event),
+and ``later`` is a timer in the event loop's heap, not a task sleeping.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections import deque
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import Any, Generic, TypeVar
@@ -51,6 +56,40 @@ class _Stop:
     """Ends the actor's task once the messages before it are handled."""
 
 
+class Mailbox:
+    """A FIFO with one consumer (the actor's task): a deque and that consumer's waiter."""
+
+    __slots__ = ("_items", "_waiter")
+
+    def __init__(self) -> None:
+        self._items: deque[object] = deque()
+        self._waiter: asyncio.Future[None] | None = None
+
+    def put_nowait(self, item: object) -> None:
+        self._items.append(item)
+        waiter = self._waiter
+        if waiter is not None and not waiter.done():
+            waiter.set_result(None)
+
+    async def get(self) -> object:
+        while not self._items:
+            self._waiter = asyncio.get_running_loop().create_future()
+            try:
+                await self._waiter
+            finally:
+                self._waiter = None
+        return self._items.popleft()
+
+    def get_nowait(self) -> object:
+        return self._items.popleft()
+
+    def empty(self) -> bool:
+        return not self._items
+
+    def qsize(self) -> int:
+        return len(self._items)
+
+
 _STOP = _Stop()
 
 
@@ -80,9 +119,10 @@ class Actor:
 
     def __init__(self, name: str) -> None:
         self.name = name
-        self._mailbox: asyncio.Queue[object] = asyncio.Queue()
+        self._mailbox = Mailbox()
         self._task: asyncio.Task[None] | None = None
         self._children: set[asyncio.Task[Any]] = set()
+        self._timers: list[asyncio.TimerHandle] = []
         self._stopping = False
         self._killed = False
         """Set by ``kill``: the loop ends after the message at hand even if a handler
@@ -159,6 +199,20 @@ class Actor:
         task.add_done_callback(self._child_done)
         return task
 
+    def later(self, seconds: float, message: object) -> asyncio.TimerHandle:
+        """Tell this actor ``message`` in ``seconds`` (dropped once it stops); cancel the
+        handle to call it off. A timer in the loop's heap, cancelled when the actor stops."""
+        loop = asyncio.get_running_loop()
+        now = loop.time()
+        self._timers = [t for t in self._timers if t.when() > now and not t.cancelled()]
+        timer = loop.call_later(seconds, self._tell_later, message)
+        self._timers.append(timer)
+        return timer
+
+    def _tell_later(self, message: object) -> None:
+        if not self._stopping:
+            self._mailbox.put_nowait(message)
+
     # -- the mailbox -------------------------------------------------------------------------
     async def receive(self, message: object) -> object:
         raise NotImplementedError
@@ -206,6 +260,9 @@ class Actor:
             log.error("task %s failed", task.get_name(), exc_info=task.exception())
 
     async def _cancel_children(self) -> None:
+        for timer in self._timers:
+            timer.cancel()
+        self._timers.clear()
         children = [t for t in self._children if not t.done()]
         for task in children:
             task.cancel()

@@ -4,17 +4,15 @@
 (a model reply, tool outcomes, a DONE or skip/cancel routed by the node, its timers)
 and the effects run in order. Slow work runs in child tasks or other actors that post
 their outcome back, so a cancel or a DONE is handled at once whatever is in flight.
+While the state machine waits on outside input the turn is parked (``actors.parking``).
 
 What the turn puts on the timeline is collected as ``Writes`` and travels with its next
 exchange with the conversation (``actors.mailbox``: a round is at most three, and one
-group commit). A round's commit becomes durable while its model call runs; the reply
-is acted on only after ``Durable``, so a node that dies loses at most the round in
-flight and ``ResumeReAct`` continues it. Every way a turn ends (a result, a runtime
-failure, the conversation lost to another node) is one ``EndTurn``.
-
-Cancellation: stopping the actor cancels its child tasks; an ask in flight to the
-conversation is abandoned (its answer, if any, is dropped). ``self.trace`` records the
-turn's spans (``actors.turn_trace``).
+group commit). A round's commit becomes durable while its model call runs; the reply is
+acted on only after ``Durable``, so a node that dies loses at most the round in flight
+and ``ResumeReAct`` continues it. Every way a turn ends is one ``EndTurn``. Stopping the
+actor cancels its child tasks (an ask in flight is abandoned); ``self.trace`` records
+the turn's spans (``actors.turn_trace``).
 """
 
 from __future__ import annotations
@@ -38,7 +36,7 @@ from .decision_protocol import CallLedger, Notice
 from .errors import ActorStopped, ConversationLost, UnexpectedMessage
 from .policy import AGENT_ABSENT, AGENT_SEND, TurnOutput, TurnSettings, classify_reply, verdict
 from .services import Services
-from .state import DecisionState, checkpoint, resume_event, transition
+from .state import DecisionState, TurnPhase, checkpoint, resume_event, transition
 from .tool_round import BlockBudget, ToolRound
 from .turn_blocks import call_block, final_blocks, notes_block, notice_block, signal_block
 from .turn_trace import TurnTrace
@@ -84,10 +82,11 @@ class DecisionActor(Actor):
         self._model_task: asyncio.Task[None] | None = None
         self._tools_task: asyncio.Task[None] | None = None
         self._round_tools: ToolRound | None = None
-        self._timer: asyncio.Task[None] | None = None
+        self._timer: asyncio.TimerHandle | None = None
         self._grace: asyncio.Task[None] | None = None
         self._finished = False
         self._durable: set[int] = set()  # rounds whose commit is durable
+        self._parked: bool | None = None  # its queue message parked (None: not told yet)
         self._held: mb.ModelReply | None = None  # a model reply waiting for its round's commit
         self.watchdog = Watchdog(turn.profile)
         self.trace = TurnTrace(services.tracer.session(self.tid, self.cid), self.cid)
@@ -168,13 +167,14 @@ class DecisionActor(Actor):
         self.services.tasks.awaiting(self.tid, [t.task_id for t in self.state.awaited])
         for effect in effects:
             await self._execute(effect)
+        if (waiting := self.state.phase is TurnPhase.WAITING) is not self._parked:
+            self._parked = waiting  # waiting on outside input holds no work slot
+            await (self.services.queue.park if waiting else self.services.queue.unpark)(self.tid)
         return effects
 
     async def _begin(self) -> None:
-        if self.resume is not None:
-            await self.feed(resume_event(self.resume, self.limits))
-        else:
-            await self.feed(ev.StartReAct(self.tid, self.limits))
+        start = ev.StartReAct(self.tid, self.limits)
+        await self.feed(start if self.resume is None else resume_event(self.resume, self.limits))
 
     def _writes(self) -> mb.Writes:
         writes, self.pending = mb.Writes(tuple(self.pending)), []
@@ -207,7 +207,7 @@ class DecisionActor(Actor):
                 with self.trace.step("commit", self.state.round):
                     await self.conv.ask(commit, timeout=ASK_TIMEOUT_S)
                 self.trace.wait(self.state)
-                self._timer = self.spawn(self._wait(g, s), f"wait-{g}")
+                self._timer = self.later(s, ev.WaitTimeout(g))
             case ev.CancelWaitTimer():
                 if self._timer is not None:
                     self._timer.cancel()
@@ -445,10 +445,6 @@ class DecisionActor(Actor):
         self.pending.extend((call, sent.outcome))
         if sent.notice is not None:  # the agent is not connected: the model hears it
             self.pending.append(self._notice(AGENT_ABSENT, sent.notice))
-
-    async def _wait(self, generation: int, seconds: float) -> None:
-        await asyncio.sleep(seconds)
-        self.tell(ev.WaitTimeout(generation))
 
     # -- the end --------------------------------------------------------------------------------
     async def _finish(self, effect: ev.Finish) -> None:

@@ -14,7 +14,9 @@ came on, to ``route`` (the node's DONE routing):
 - ``Later`` hands it back for a moment: its turn is resuming on this node after a
   crash, or (cluster mode) another node may hold its task. The sender hears once that
   the signal is stored and waits. A signal nobody takes within ``horizon_s`` (from when
-  it was stored, or this node started if later) gets its verdict.
+  it was stored, or this node started if later) gets its verdict; a ``Later`` may hold
+  it longer (``hold_s``: a turn known to resume here, whose parked message comes back
+  only when its nak delay runs out, ``actors.parking``).
 
 An undecodable payload is a dead letter and is terminated. A signal being routed is
 kept *in progress*; a node that dies mid-way leaves it to be redelivered.
@@ -56,6 +58,9 @@ class Later:
 
     reason: str
     delay_s: float = 1.0
+    hold_s: float = 0.0
+    """Hold the signal this long past being stored (or this node starting), when longer
+    than the queue's horizon."""
 
 
 Route = Callable[[DoneSignal, float, str], Awaitable[messages.Message | Later]]
@@ -150,7 +155,7 @@ class DoneQueue:
         finally:
             beat.cancel()
             await asyncio.gather(beat, return_exceptions=True)
-        if isinstance(outcome, Later) and age >= self.horizon_s:
+        if isinstance(outcome, Later) and age >= max(self.horizon_s, outcome.hold_s):
             outcome = ErrorReply(
                 code="no_outstanding_task",
                 message=f"no node took this DONE of {signal.agent} within "

@@ -34,6 +34,7 @@ from .errors import ActorStopped, AskTimeout, ConversationLost, InputRefused
 from .limits import refusal, validate_done
 from .mailbox import ApplyApproval, ApplyDone, RouteDone
 from .ownership import Ownership
+from .parking import RESUMING_HOLD_S
 from .services import Services
 
 ASK_TIMEOUT_S = 30.0
@@ -105,7 +106,7 @@ class DoneRouter:
         if running is None and turn_id is not None and book.resuming(turn_id):
             running = await book.wait_running(turn_id, RESUME_WAIT_S)
             if running is None:
-                return Later(f"turn {turn_id} has not resumed yet", 0.5)
+                return Later(f"turn {turn_id} has not resumed yet", 0.5, RESUMING_HOLD_S)
         if running is not None:
             with contextlib.suppress(ActorStopped):  # it just ended: its conversation answers
                 return await running.decision.ask(ApplyDone(signal), timeout=ASK_TIMEOUT_S)

@@ -115,7 +115,10 @@ class Node:
         self._commits: Committer | None = None
         self.ownership: Ownership = LocalOwnership()
         self.queue = TurnQueue(
-            bus, ack_wait_s=self.settings.ack_wait_s, max_active=self.settings.max_active_turns
+            bus,
+            ack_wait_s=self.settings.ack_wait_s,
+            max_active=self.settings.max_active_turns,
+            park_s=self.settings.park_s,
         )
         self.dones = DoneQueue(bus, horizon_s=max(DONE_HORIZON_S, 4 * self.settings.ack_wait_s))
         self._started = False

@@ -42,6 +42,14 @@ class Settler(Protocol):
         """Hand the request back to the queue at once (another node owns it now)."""
         ...
 
+    async def park(self, turn_id: str) -> None:
+        """The turn waits on outside input: it holds no work slot (``actors.parking``)."""
+        ...
+
+    async def unpark(self, turn_id: str) -> None:
+        """The turn runs again: it holds a work slot (a no-op when it is not parked)."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class RunningTurn:
@@ -90,7 +98,8 @@ class TaskBook:
     A task is *open* while unanswered and its turn runs (or is about to resume here).
     A DONE without ids goes to the agent's oldest open task; when the agent has open
     tasks in more than one turn the signal is ambiguous. Entries of ended turns stay
-    (``keep`` of them) so a late DONE still finds its conversation.
+    (``keep`` of them) so a late DONE still finds its conversation; an entry still queued
+    (its turn awaits it, however many turns wait) is never dropped.
 
     Durable: the tasks of a running turn are in its checkpoint (``actors.state``), so a
     node that starts ``recover``s the open tasks of the turns a killed node left
@@ -115,14 +124,24 @@ class TaskBook:
         """Tasks in their agent's inbox, by turn id and task id."""
         self._withdrawn: list[TaskEntry] = []
         self._withdrawing = asyncio.Event()
+        self._closed: dict[str, None] = {}
+        """Task ids no turn awaits any more, oldest first: the entries ``keep`` bounds."""
 
     def add(self, entry: TaskEntry) -> None:
         self._tasks[entry.task_id] = entry
         if not entry.answered:
             self._queued.setdefault(entry.turn_id, {})[entry.task_id] = entry
-        while len(self._tasks) > self.keep:
-            oldest = next(iter(self._tasks))
-            del self._tasks[oldest]
+        else:
+            self._close(entry.task_id)
+
+    def _close(self, task_id: str) -> None:
+        self._closed[task_id] = None
+        while len(self._closed) > self.keep:
+            oldest = next(iter(self._closed))
+            del self._closed[oldest]
+            entry = self._tasks.get(oldest)
+            if entry is not None and oldest not in self._queued.get(entry.turn_id, {}):
+                del self._tasks[oldest]
 
     def recover(self, unfinished: Iterable[tuple[str, Mapping[str, Any]]]) -> int:
         """Take in the open tasks of turns stored ``running`` (``Store.unfinished_turns``);
@@ -165,6 +184,7 @@ class TaskBook:
             if entry is not None:
                 self._withdrawn.append(entry)
                 self._withdrawing.set()
+                self._close(task_id)
         if not queued:
             self._queued.pop(turn_id, None)
 
@@ -199,7 +219,8 @@ class TaskBook:
         if settled:
             self._withdraw(turn_id, list(self._queued.get(turn_id, ())))
         else:
-            self._queued.pop(turn_id, None)
+            for task_id in self._queued.pop(turn_id, {}):
+                self._close(task_id)
         self._running.pop(turn_id, None)
         self._resuming.pop(turn_id, None)
         started = self._started.pop(turn_id, None)

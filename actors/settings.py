@@ -65,7 +65,12 @@ class NodeSettings:
     """``ACTLINE_ACK_WAIT``: a turn request not marked in progress this long is redelivered
     (a live turn is marked every quarter of it, so only a dead node's turns come back)."""
     max_active_turns: int = 64
-    """``ACTLINE_MAX_TURNS``: turns (queued or running) one node takes at once."""
+    """``ACTLINE_MAX_TURNS``: turns (queued or running) one node takes at once; a turn
+    waiting on outside agents or approvals is parked and does not count."""
+    park_s: float = 10.0
+    """``ACTLINE_PARK``: a parked turn's queue message is handed back with this delay (more
+    when many are parked, up to 300 s: ``actors.parking``); after a crash, a parked turn
+    resumes within it."""
     trace: bool = True
     """``ACTLINE_TRACE``: write each turn's spans to ``HOME/traces/traces-YYYYMMDD.jsonl``."""
     streamers: int = 32
@@ -180,6 +185,10 @@ class NodeSettings:
             low, high = AGENT_BEAT_RANGE
             reason = f"ACTLINE_AGENT_BEAT={beat!r} must be seconds from {low:g} to {high:g}"
             raise SettingsError("ACTLINE_AGENT_BEAT", str(beat), reason)
+        park = self.park_s
+        if isinstance(park, bool) or not isinstance(park, int | float) or not 0.05 <= park <= 300:
+            reason = f"ACTLINE_PARK={park!r} must be seconds from 0.05 to 300"
+            raise SettingsError("ACTLINE_PARK", str(park), reason)
         parse_patterns(self.approve_tools, "ACTLINE_APPROVE_TOOLS")
         check_settings(self)  # turn defaults and size limits within docs/limits.md's bounds
         object.__setattr__(self, "profiles", check_custom(self.profiles))
@@ -270,6 +279,7 @@ _ENV: dict[str, tuple[str, type]] = {
     "model_timeout_s": ("ACTLINE_MODEL_TIMEOUT", float),
     "ack_wait_s": ("ACTLINE_ACK_WAIT", float),
     "max_active_turns": ("ACTLINE_MAX_TURNS", int),
+    "park_s": ("ACTLINE_PARK", float),
     "trace": ("ACTLINE_TRACE", bool),
     "streamers": ("ACTLINE_STREAMERS", int),
     "tool_workers": ("ACTLINE_TOOL_WORKERS", int),

@@ -2,11 +2,26 @@
 
 All nodes share one work-queue stream capturing ``al.turn.submit`` and one durable
 pull consumer (``bus.WorkQueue``). A node pulls one request at a time while it has
-room (``max_active_turns``), keeps each message *in progress* while its turn waits or
-runs (a heartbeat every ``ack_wait / 4``), acks it once the result is published
-(``settle``) and hands it back at once when another node owns the conversation
-(``requeue``, or ``defer`` for a moment while that node holds the lease). An
-undecodable request becomes a dead letter and is terminated (never redelivered).
+room (``max_active_turns``), keeps each message *in progress* while its turn runs (a
+heartbeat every ``ack_wait / 4``), acks it once the result is published (``settle``)
+and hands it back at once when another node owns the conversation (``requeue``, or
+``defer`` for a moment while that node holds the lease). An undecodable request
+becomes a dead letter and is terminated (never redelivered).
+
+Parking (issue 22, ``actors.parking``): a turn waiting on outside input (its state
+machine in the waiting phase) is ``park``ed by its DecisionActor: it holds no slot and
+gets no heartbeat; its message is handed back with a delayed nak (10 s, growing with
+the number parked up to 300 s), stays unacked in the stream, and each redelivery of it
+is parked again (recognised by its stream sequence, not decoded). ``unpark`` (a DONE,
+skip, timeout, approval or cancel moved the turn) marks the same delivery in progress
+again and counts it at once, even past the limit. A request taken while a turn of its
+conversation is parked here is parked too, until its own turn starts. After a crash a
+parked turn resumes when its nak delay runs out, not after ``ack_wait``.
+
+A redelivered request deferred by its lease (cluster mode: most often a turn parked by
+its owner, which holds the delivery it parked and needs no fetch of it) is handed back
+for ``DEFER_S`` per delivery so far, at most ``ack_wait``, and the pull loop does not
+pause after it: the owner's parked turns do not throttle the other nodes' pulls.
 
 Order (issue 18): a conversation's turns run in the order they were submitted, once,
 whatever crashes. The queue is the record of unfinished turns: a message leaves the
@@ -44,6 +59,8 @@ from collections.abc import Awaitable, Callable
 import messages
 from bus import Bus, BusError, QueueItem, WorkQueue
 from messages import DeadLetter, DecodeError, TurnRequest
+
+from .parking import ParkedTurns
 
 log = logging.getLogger(__name__)
 
@@ -109,12 +126,17 @@ class HealingQueue:
 class TurnQueue:
     """Pulls turn requests for one node and settles them (the ``Settler`` of its turns)."""
 
-    def __init__(self, bus: Bus, *, ack_wait_s: float, max_active: int) -> None:
+    def __init__(
+        self, bus: Bus, *, ack_wait_s: float, max_active: int, park_s: float = 10.0
+    ) -> None:
         self.bus = bus
         self.ack_wait_s = ack_wait_s
         self.max_active = max_active
         self._source = HealingQueue(f"turn queue {bus.subjects.turn_stream}", self._open)
         self._inflight: dict[str, list[QueueItem]] = {}
+        """The deliveries of each turn that holds a slot here (taken, not parked)."""
+        self.parked = ParkedTurns(park_s)
+        """Turns waiting on outside input: no slot, no heartbeat (``actors.parking``)."""
         self._room = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._seen: dict[str, dict[int, str]] = {}
@@ -122,7 +144,7 @@ class TurnQueue:
         self._seen_upto = 0
         """Every sequence below this one was read (those not in ``_seen`` are settled)."""
         self._conversation: dict[str, str] = {}
-        """The conversation of each turn in flight here."""
+        """The conversation of each turn in flight (or parked) here."""
         self._checks = 0
         self.taken = 0
         self.settled = 0
@@ -133,6 +155,7 @@ class TurnQueue:
 
     @property
     def active(self) -> int:
+        """Turns holding a slot (parked ones do not)."""
         return len(self._inflight)
 
     @property
@@ -177,7 +200,7 @@ class TurnQueue:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
-        for items in self._inflight.values():
+        for items in [*self._inflight.values(), self.parked.clear()]:
             for item in items:
                 with contextlib.suppress(BusError):
                     await item.nak()
@@ -187,7 +210,7 @@ class TurnQueue:
 
     async def settle(self, turn_id: str) -> None:
         cid = self._conversation.pop(turn_id, "")
-        for item in self._inflight.pop(turn_id, []):
+        for item in self._deliveries(turn_id):
             self._forget(cid, item.stream_seq)
             try:
                 await item.ack()
@@ -198,13 +221,41 @@ class TurnQueue:
 
     async def requeue(self, turn_id: str) -> None:
         self._conversation.pop(turn_id, None)
-        for item in self._inflight.pop(turn_id, []):
+        for item in self._deliveries(turn_id):
             with contextlib.suppress(BusError):
                 await item.nak()
         self._room.set()
 
+    def _deliveries(self, turn_id: str) -> list[QueueItem]:
+        """The turn's deliveries, taken out of the in-flight and parked sets."""
+        items = self._inflight.pop(turn_id, [])
+        parked = self.parked.pop(turn_id)
+        return items if parked is None else [*items, parked]
+
+    async def park(self, turn_id: str) -> None:
+        """The turn waits on outside input: it gives its slot back and its message is
+        handed back with a delay (kept unacked; ``actors.parking``)."""
+        items = self._inflight.pop(turn_id, None)
+        if not items:
+            return
+        self._room.set()
+        try:
+            await self.parked.park(turn_id, self._conversation.get(turn_id, ""), items[-1])
+        except BusError as exc:  # it comes back after the ack wait and is parked then
+            log.warning("turn %s: parking its queue message failed: %s", turn_id, exc)
+
+    async def unpark(self, turn_id: str) -> None:
+        """The turn runs again: its delivery is marked in progress and holds a slot."""
+        item = self.parked.pop(turn_id)
+        if item is None:
+            return
+        self._inflight[turn_id] = [item]
+        with contextlib.suppress(BusError):  # else redelivered after the delay, and joined
+            await item.in_progress()
+
     def running(self) -> list[str]:
-        return list(self._inflight)
+        """Every turn taken here and not settled, parked ones included."""
+        return [*self._inflight, *self.parked.turns()]
 
     async def _pull(self, take: Take) -> None:
         healed = 0
@@ -231,6 +282,8 @@ class TurnQueue:
                 await asyncio.sleep(DEFER_S * (1.5 + random.random()))
 
     async def _take(self, item: QueueItem, take: Take) -> bool:
+        if await self.parked.repark(item):
+            return False
         try:
             request = messages.decode(item.data)
         except DecodeError as exc:
@@ -271,9 +324,14 @@ class TurnQueue:
             self._conversation.pop(tid, None)
             self.deferred += 1
             log.debug("turn %s deferred: its conversation is leased elsewhere", tid)
+            if item.deliveries > 1:  # maybe parked by its owner, which needs no fetch of it
+                await item.nak(delay=min(DEFER_S * item.deliveries, self.ack_wait_s))
+                return False  # no pause: this node's pulls go on
             await item.nak(delay=DEFER_S)
             return True
         self.taken += 1
+        if self.parked.has_conversation(request.conversation_id) and tid in self._inflight:
+            await self.park(tid)  # behind a parked turn: it waits too, until it starts
         return False
 
     def _note(self, seq: int, cid: str, tid: str) -> None:
@@ -327,7 +385,7 @@ class TurnQueue:
             other_tid = seqs[at]
             if at >= seq:
                 break
-            if other_tid == tid or other_tid in self._inflight:
+            if other_tid == tid or other_tid in self._inflight or other_tid in self.parked:
                 continue
             if await self._queue.get(at) is None:  # settled since it was read
                 del seqs[at]

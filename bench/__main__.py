@@ -18,6 +18,7 @@ BENCHMARKS = [
     "resume",
     "storage",
     "trace_overhead",
+    "waiting",
 ]
 
 

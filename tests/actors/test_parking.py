@@ -1,0 +1,252 @@
+"""Waiting turns hold no work slot (issue 22, ``actors.parking``), over a real nats-server.
+
+A node with ``max_active_turns=2`` and a short park delay (so parked messages come back
+and are parked again during the tests): turns waiting on the outside agent ``reviewer``
+are parked and do not stop new turns; each completes after its DONE (or its skip, or
+its wait timeout); a later turn of a parked conversation waits behind it; and parked
+turns of a killed node process resume after the restart and take the DONE sent while
+no node ran. The offline model (``ExtractiveModel``) puts the agent's summary in its
+answer. Every wait is on a condition, never a sleep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import messages
+from actors.client import Client, TurnHandle
+from actors.node import Node
+from actors.parking import rearmed
+from bus import Bus, EmbeddedNats, QueueItem, WorkQueue
+from llm import ExtractiveModel
+from messages import Ack, AgentTask, ErrorReply, ReActResult, TurnRequest
+from tests.waiting import until
+
+from .harness import Scripted, say, start_node
+from .nodeprocs import NodeOptions, NodeProcess
+from .test_done_durable import QUESTION, REVIEWER, Inbox, applied
+
+pytestmark = pytest.mark.timeout(180)
+
+TIMEOUT = 30.0
+PARK_S = 0.3
+PLAIN = "What are the retention settings?"
+
+
+class Agent(Inbox):
+    """The reviewer's inbox (this test plays the agent), its tasks by turn."""
+
+    async def task_of(self, turn_id: str) -> AgentTask:
+        async with asyncio.timeout(TIMEOUT):
+            while True:
+                for task in self.tasks:
+                    if task.turn_id == turn_id:
+                        return task
+                self.changed.clear()
+                await self.changed.wait()
+
+
+@pytest.fixture
+async def agent(bus: Bus) -> AsyncIterator[Agent]:
+    inbox = Agent()
+    sub = await bus.subscribe(bus.subjects.agent_inbox(REVIEWER), inbox.on_task)
+    yield inbox
+    await sub.unsubscribe()
+
+
+@pytest.fixture
+async def client(bus: Bus) -> AsyncIterator[Client]:
+    client = Client(bus)
+    yield client
+    await client.close()
+
+
+async def node_with(bus: Bus, tmp_path: Path, model: object, **changes: Any) -> Node:
+    settings: dict[str, Any] = {"max_active_turns": 2, "park_s": PARK_S, **changes}
+    return await start_node(bus, tmp_path / "home", model, **settings)
+
+
+async def waiting(client: Client, cid: str, text: str = QUESTION, **kw: object) -> TurnHandle:
+    handle = await client.submit(text, conversation_id=cid, **kw)  # type: ignore[arg-type]
+    await handle.wait_for("waiting", detail=REVIEWER, timeout=TIMEOUT)
+    return handle
+
+
+async def done(client: Client, task: AgentTask, summary: str) -> None:
+    reply = await client.send_done(
+        REVIEWER, summary, task_id=task.task_id, turn_id=task.turn_id, timeout=TIMEOUT
+    )
+    assert isinstance(reply, Ack), reply
+
+
+async def test_a_delivery_parked_with_a_delayed_nak_can_still_be_acked_by_the_server(
+    bus: Bus,
+) -> None:
+    """What parking relies on (nats-server as installed): after ``nak(delay=...)`` the same
+    delivery, re-armed, still acks the message, before or after its redelivery."""
+    s = bus.subjects
+    queue = await WorkQueue.open(
+        bus,
+        name=s.turn_stream,
+        subject=s.turn_submit,
+        consumer=s.turn_consumer,
+        ack_wait_s=5.0,
+        max_msg_size=messages.MAX_PAYLOAD,
+    )
+
+    async def pulled() -> QueueItem:
+        async with asyncio.timeout(TIMEOUT):
+            while (item := await queue.pull(timeout=1.0)) is None:
+                pass
+        return item
+
+    try:
+        for cid in ("c-before", "c-after"):
+            await bus.publish_stored(
+                s.turn_submit, TurnRequest(conversation_id=cid, turn_id=f"t-{cid}", text="x")
+            )
+        before = await pulled()
+        await before.nak(delay=60.0)  # parked for a minute
+        await rearmed(before).in_progress()
+        await rearmed(before).ack()  # settled before its redelivery
+        after = await pulled()
+        assert after.stream_seq != before.stream_seq
+        await after.nak(delay=0.2)
+        again = await pulled()  # the delayed redelivery
+        assert (again.stream_seq, again.deliveries) == (after.stream_seq, 2)
+        await again.nak(delay=60.0)  # parked again
+        await rearmed(after).ack()  # the first delivery still settles it
+        await until(lambda: all_gone(queue, before.stream_seq, after.stream_seq), TIMEOUT)
+    finally:
+        await queue.close()
+
+
+async def all_gone(queue: WorkQueue, *seqs: int) -> bool:
+    return all([await queue.get(seq) is None for seq in seqs])
+
+
+def record(ended: list[str], turn_id: str, _: object) -> None:
+    ended.append(turn_id)
+
+
+async def test_five_parked_turns_leave_room_and_each_completes_after_its_done(
+    bus: Bus, tmp_path: Path, client: Client, agent: Agent
+) -> None:
+    node = await node_with(bus, tmp_path, ExtractiveModel())
+    try:
+        handles = [await waiting(client, f"c-park-{i}") for i in range(5)]
+        await until(lambda: len(node.queue.parked) == 5 and node.queue.active == 0, TIMEOUT)
+        # five waiting turns on a node of two slots: a new turn still runs, beside them
+        plain = await client.submit(PLAIN, conversation_id="c-new")
+        result = await plain.wait(TIMEOUT)
+        assert result.status == "completed", result.error
+        await until(lambda: node.queue.parked.reparked >= 5, TIMEOUT)  # came back, parked again
+        assert all(not h.result.done() for h in handles)
+
+        for i, handle in enumerate(handles):
+            await done(client, await agent.task_of(handle.turn_id), f"looks right {i}")
+        results = [await h.wait(TIMEOUT) for h in handles]
+    finally:
+        await node.stop()
+    for i, answer in enumerate(results):
+        assert answer.status == "completed", answer.error
+        assert f"{REVIEWER} reviewed this: looks right {i}" in answer.answer, answer.answer
+    assert len(node.queue.parked) == 0 and node.queue.active == 0
+    assert node.queue.settled == 6
+
+
+async def test_a_parked_turns_wait_timeout_and_skip_still_move_it(
+    bus: Bus, tmp_path: Path, client: Client
+) -> None:
+    send = ("agent.send", {"name": REVIEWER, "text": "review it"})
+    model = Scripted(
+        {
+            cid: [say("Asking.", calls=[send]), say("On without it.", answer=f"{cid} done.")]
+            for cid in ("c-timeout", "c-skip")
+        }
+    )
+    node = await node_with(bus, tmp_path, model, max_active_turns=1)
+    try:
+        timed = await waiting(client, "c-timeout", "Review.", config={"wait_timeout_s": 1.0})
+        skipped = await waiting(client, "c-skip", "Review.")
+        await until(lambda: len(node.queue.parked) == 2, TIMEOUT)
+        await client.skip_waiting(skipped.turn_id, "no time")
+        results = [await timed.wait(TIMEOUT), await skipped.wait(TIMEOUT)]
+    finally:
+        await node.stop()
+    assert [r.status for r in results] == ["completed", "completed"], results
+    assert [r.answer for r in results] == ["c-timeout done.", "c-skip done."]
+    await timed.wait_for("notice", detail="wait_timeout", timeout=TIMEOUT)
+    await skipped.wait_for("notice", detail="wait_skipped", timeout=TIMEOUT)
+
+
+async def test_a_later_turn_of_a_parked_conversation_waits_behind_it(
+    bus: Bus, tmp_path: Path, client: Client, agent: Agent
+) -> None:
+    node = await node_with(bus, tmp_path, ExtractiveModel())
+    try:
+        first = await waiting(client, "c-order")
+        second = await client.submit(PLAIN, conversation_id="c-order")
+        # both wait (the second behind the first), neither holds a slot: others run
+        await until(lambda: len(node.queue.parked) == 2 and node.queue.active == 0, TIMEOUT)
+        others = [await client.submit(PLAIN, conversation_id=f"c-other-{i}") for i in range(3)]
+        assert {(await h.wait(TIMEOUT)).status for h in others} == {"completed"}
+        assert not first.result.done() and not second.result.done()
+
+        await done(client, await agent.task_of(first.turn_id), "order kept")
+        ended: list[str] = []
+        for handle in (first, second):
+            handle.result.add_done_callback(functools.partial(record, ended, handle.turn_id))
+        results = [await first.wait(TIMEOUT), await second.wait(TIMEOUT)]
+        turns = node.conversations["c-order"].tl.turn_ids()
+    finally:
+        await node.stop()
+    assert [r.status for r in results] == ["completed", "completed"], results
+    assert f"{REVIEWER} reviewed this: order kept" in results[0].answer
+    assert turns == [first.turn_id, second.turn_id]  # on the timeline in submission order
+    assert ended == [first.turn_id, second.turn_id]
+
+
+async def test_parked_turns_of_a_killed_node_resume_and_take_a_done_sent_meanwhile(
+    bus: Bus, nats_server: EmbeddedNats, tmp_path: Path, client: Client, agent: Agent
+) -> None:
+    home = tmp_path / "home"
+    env = (("ACTLINE_PARK", "0.5"), ("ACTLINE_MAX_TURNS", "2"))
+    proc = NodeProcess(
+        nats_server.url, bus.subjects.prefix, home, tmp_path / "logs", NodeOptions(0.0, env=env)
+    )
+    cids = [f"c-kill-{i}" for i in range(3)]
+    try:
+        await proc.start()
+        handles = [await waiting(client, cid) for cid in cids]
+        # three waiting turns on two slots: a new turn still completes in the process
+        plain = await client.submit(PLAIN, conversation_id="c-kill-new")
+        assert (await plain.wait(TIMEOUT)).status == "completed"
+        tasks = [await agent.task_of(h.turn_id) for h in handles]
+        await proc.kill()
+
+        for i, task in enumerate(tasks):  # while no node runs: stored, applied later
+            verdict = await client.send_done(
+                REVIEWER, f"verdict {i}", task_id=task.task_id, turn_id=task.turn_id
+            )
+            assert not isinstance(verdict, ErrorReply), verdict
+        await proc.start()
+        results = [await asyncio.wait_for(asyncio.shield(h.result), 90) for h in handles]
+
+        # the same turn on a node that was never killed, for comparison
+        reference = await waiting(client, "c-kill-ref")
+        await done(client, await agent.task_of(reference.turn_id), "verdict 0")
+        expected: ReActResult = await reference.wait(TIMEOUT)
+    finally:
+        await proc.stop()
+    for i, (cid, task, result) in enumerate(zip(cids, tasks, results, strict=True)):
+        assert result.status == "completed", result.error
+        assert f"{REVIEWER} reviewed this: verdict {i}" in result.answer, result.answer
+        assert applied(home, cid) == [task.task_id]  # applied once, after the restart
+    assert results[0].answer == expected.answer
