@@ -207,10 +207,14 @@ class Client:
         )
         return await self.submit_request(request)
 
-    async def submit_request(self, request: TurnRequest) -> TurnHandle:
+    async def submit_request(self, request: TurnRequest, *, follow: bool = True) -> TurnHandle:
+        """Publish ``request``; its result comes to the handle. ``follow=False`` leaves the
+        conversation's stream (deltas and progress cards) unread, for callers that only
+        want results (a batch job): the handle's ``events`` stay empty."""
         handle = TurnHandle(request, client=self)
         self._handles[request.turn_id] = handle
-        await self._follow(request.conversation_id)
+        if follow:
+            await self._follow(request.conversation_id)
         subject = self.bus.subjects.result(request.turn_id)
         # The result follows the request sent below on this connection: no confirmation.
         self._results[request.turn_id] = await self.bus.subscribe(

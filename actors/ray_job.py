@@ -202,7 +202,8 @@ async def run_requests(
     timeout_s: float = 300.0,
     console: Console | None = None,
 ) -> list[ReActResult]:
-    """Submit the turns (each conversation's in order) and return every result."""
+    """Submit the turns (each conversation's in order, conversations at once) and return
+    every result (only results: the turns' streams are not followed)."""
     client = Client(bus)
     by_conversation: dict[str, list[TurnRequest]] = defaultdict(list)
     for request in requests:
@@ -213,7 +214,9 @@ async def run_requests(
 
         async def conversation(turns: list[TurnRequest]) -> None:
             for request in turns:
-                handle = await client.submit_request(request)
+                # Results only: the turns' deltas and cards would cost this driver
+                # ~3 ms of CPU per turn (bench/cluster.py), taken from the node actors.
+                handle = await client.submit_request(request, follow=False)
                 try:
                     result = await handle.wait(timeout_s)
                 except Exception as exc:  # the turn timed out: record it as failed

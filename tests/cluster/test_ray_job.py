@@ -166,8 +166,8 @@ def test_a_bad_requests_file_names_its_line(tmp_path: Path) -> None:
 
 
 def test_the_cluster_benchmark_measures_a_small_batch(ray_local: Any, tmp_path: Path) -> None:
-    from bench.cluster import throughput
+    from bench.cluster import embedded, throughput
 
-    row = throughput(ray_local, 1, 6, tmp_path)
-    assert row["turns"] == row["completed"] == 6
-    assert row["turns_per_s"] > 0 and row["seconds"] > 0
+    row = throughput(ray_local, embedded, tmp_path, model="io", nodes=1, per_node=6, warmup=2)
+    assert row["turns"] == row["completed"] == 6 and row["warmup_completed"] == 2
+    assert row["turns_per_s"] > 0 and row["seconds"] > 0 and row["node_cpu_ms_per_turn"] > 0
