@@ -253,8 +253,12 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--cpus-per-node", type=float, default=1.0)
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per turn")
-    parser.add_argument("--lease-ttl", type=float, default=15.0, help="conversation lease TTL")
-    parser.add_argument("--ack-wait", type=float, default=30.0, help="turn redelivery after")
+    parser.add_argument(
+        "--lease-ttl", type=float, default=None, help="conversation lease TTL (ACTLINE_LEASE_TTL)"
+    )
+    parser.add_argument(
+        "--ack-wait", type=float, default=None, help="turn redelivery after (ACTLINE_ACK_WAIT)"
+    )
     parser.add_argument(
         "--creds",
         type=Path,
