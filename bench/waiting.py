@@ -59,7 +59,13 @@ from tools import KnowledgeSpace
 SIZES = (0, 1_000, 5_000, 10_000)
 NEW_TURNS = 200
 WORKERS = 16
-QUICK: dict[str, Any] = {"sizes": (0, 20), "new_turns": 8, "workers": 4, "slots": 4}
+QUICK: dict[str, Any] = {
+    "sizes": (0, 20),
+    "new_turns": 8,
+    "workers": 4,
+    "slots": 4,
+    "evict_s": 1.0,
+}
 AGENT = "nobody"
 WAITING = "c-wait-"
 """Conversation ids of waiting turns start with this."""
@@ -72,6 +78,7 @@ TURN_TIMEOUT_S = 120.0
 SUBMIT_BATCH = 100
 DONE_CONCURRENCY = 64
 EVICT_S = 10.0
+"""Idle conversations leave memory after this (the new turns' between rows)."""
 BATCHES = 2
 """Idle conversations leave memory after this (``idle_evict_s``): RSS is the waiting turns'."""
 
@@ -128,6 +135,7 @@ class Bench:
 
     def __init__(self, node: Node, bus: Bus, client: Client) -> None:
         self.node = node
+        self.evict_s = node.settings.idle_evict_s
         self.bus = bus
         self.client = client
         self.waiting: list[tuple[str, str]] = []
@@ -160,7 +168,7 @@ class Bench:
         node = self.node
         await poll(
             lambda: not any(c.startswith("c-new-") for c in node.conversations),
-            EVICT_S * 10 + 10,
+            self.evict_s * 10 + 10,
             "idle conversations evicted",
         )
 
@@ -213,7 +221,12 @@ class Bench:
 
 
 async def measure(
-    sizes: Sequence[int], new_turns: int, workers: int, slots: int, console: Console
+    sizes: Sequence[int],
+    new_turns: int,
+    workers: int,
+    slots: int,
+    console: Console,
+    evict_s: float = EVICT_S,
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="actline-bench-waiting-") as tmp:
         async with EmbeddedNats(insecure=True) as server:
@@ -225,7 +238,7 @@ async def measure(
                 True,
                 max_active_turns=slots,
                 wait_timeout_s=3600.0,
-                idle_evict_s=EVICT_S,  # the new turns' conversations leave memory between rows
+                idle_evict_s=evict_s,  # the new turns' conversations leave memory between rows
             )
             node = Node(node_bus, settings, model=BenchModel(), knowledge=KnowledgeSpace(KB))
             await node.start()
@@ -342,7 +355,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--sizes must start with 0 (the baseline)")
     console = Console()
     try:
-        result = asyncio.run(measure(sizes, new_turns, workers, slots, console))
+        evict_s = base.get("evict_s", EVICT_S)
+        result = asyncio.run(measure(sizes, new_turns, workers, slots, console, evict_s))
     except WaitingCheckFailed as exc:
         console.print(f"[red]check failed: {exc}[/red]")
         return 1
