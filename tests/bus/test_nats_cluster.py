@@ -5,6 +5,7 @@ replica count that follows the cluster (``ACTLINE_JS_REPLICAS``)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from pathlib import Path
@@ -201,3 +202,29 @@ async def test_a_url_list_connects_past_a_dead_server_and_rejects_a_bad_entry(
         await Bus.connect(f"{nats_cluster.urls[1]},nats://127.0.0.1")
     with pytest.raises(ConnectFailed, match="'' is not a server URL"):
         await Bus.connect(f"{nats_cluster.urls[1]},")
+
+
+async def test_a_bucket_opened_while_the_cluster_has_no_quorum_is_made_once_it_has(
+    nats_cluster: EmbeddedCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two of three servers down: JetStream has no meta leader and its API does not answer.
+    Opening a replicated bucket keeps trying (logged) instead of failing after one request's
+    timeout, and succeeds once the servers are back."""
+    bus = await Bus.connect(nats_cluster.urls[0], subject_names=_prefix())
+    try:
+        assert cluster_size(bus) == 3
+        nats_cluster.kill(1)
+        nats_cluster.kill(2)
+        caplog.set_level(logging.WARNING, logger="bus.jetstream")
+        name = f"{bus.subjects.prefix.upper()}_LATE"
+        opening = asyncio.create_task(KvBucket.open(bus, name=name, timeout=1.0))
+        await until(lambda: "trying again" in caplog.text, timeout=30)
+        assert not opening.done()
+        nats_cluster.restart(1)
+        nats_cluster.restart(2)
+        bucket = await asyncio.wait_for(opening, 60)
+        assert await bucket.create("k", b"v") > 0
+        assert await _replicas(bus, f"KV_{name}") == 3
+        assert f"open bucket {name}: no answer from the JetStream cluster" in caplog.text
+    finally:
+        await bus.close()
