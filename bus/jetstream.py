@@ -164,17 +164,35 @@ async def _set_up(step: Callable[[], Awaitable[T]], what: str, replicas: int) ->
     while True:
         try:
             return await step()
-        except (nats.errors.TimeoutError, nats.errors.NoRespondersError) as exc:
-            if time.monotonic() + pause >= deadline:
+        except (
+            nats.errors.TimeoutError,
+            nats.errors.NoRespondersError,
+            nats.js.errors.APIError,
+        ) as exc:
+            if not _unavailable(exc) or time.monotonic() + pause >= deadline:
                 raise
             log.warning(
                 "%s: no answer from the JetStream cluster (%s); trying again (it may be "
-                "electing a leader)",
+                "electing a leader or missing servers)",
                 what,
-                type(exc).__name__,
+                getattr(exc, "description", None) or type(exc).__name__,
             )
             await asyncio.sleep(pause)  # backoff between tries of a setup request
             pause = min(pause * 2, 2.0)
+
+
+_CLUSTER_UNAVAILABLE = frozenset({10005, 10008, 10009, 10023})
+"""JetStream API errors of a cluster short of servers or leaders: no suitable peers,
+temporarily unavailable, not the leader, insufficient resources."""
+
+
+def _unavailable(exc: Exception) -> bool:
+    """Whether ``exc`` says the cluster cannot answer now (rather than refusing the request)."""
+    if isinstance(exc, nats.js.errors.ServiceUnavailableError):
+        return True
+    if isinstance(exc, nats.js.errors.APIError):
+        return int(exc.err_code or 0) in _CLUSTER_UNAVAILABLE
+    return True  # no answer, or no responders
 
 
 async def _ensure_replicas(js: JetStreamContext, have: StreamConfig, wanted: int) -> None:
@@ -572,8 +590,11 @@ class KvBucket:
                 try:
                     kv = await js.create_key_value(config)
                     log.info("created KV bucket %s (ttl %s)", name, ttl_s)
-                except nats.js.errors.APIError:  # created meanwhile by another node
-                    kv = await js.key_value(name)
+                except nats.js.errors.APIError as exc:
+                    try:  # created meanwhile by another node
+                        kv = await js.key_value(name)
+                    except nats.js.errors.BucketNotFoundError:
+                        raise exc from None
                 await _settled(js, f"KV_{name}", count)
             else:
                 await _ensure_replicas(js, (await js.stream_info(f"KV_{name}")).config, count)
