@@ -32,6 +32,9 @@ from .errors import NodeNotStarted
 
 log = logging.getLogger(__name__)
 
+RENEW_CONCURRENCY = 64
+"""Lease renewals in flight at once during ``renew_all``."""
+
 
 class KvLeases:
     """Which node works on which conversation, in a KV bucket with a bucket-level TTL.
@@ -70,6 +73,8 @@ class KvLeases:
         self._revisions: dict[str, int] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         """One operation at a time per conversation (a release racing a renewal)."""
+        self.last_pass_s = 0.0
+        """Seconds the last ``renew_all`` took."""
 
     def _lock(self, cid: str) -> asyncio.Lock:
         return self._locks.setdefault(cid, asyncio.Lock())
@@ -255,22 +260,37 @@ class KvLeases:
             self._locks.pop(cid, None)
 
     async def renew_all(self) -> list[str]:
-        """Renew every held lease at once; returns the conversations lost.
+        """Renew every held lease, ``RENEW_CONCURRENCY`` at a time (thousands of held
+        leases, e.g. of parked turns, make no burst that starves the node's other
+        requests); returns the conversations lost.
 
         A renewal that fails on the connection is logged and kept (it is retried on
-        the next call and lapses only if the outage outlasts the TTL).
+        the next call and lapses only if the outage outlasts the TTL). A pass that takes
+        longer than a third of the TTL is logged: leases may lapse at that size.
         """
         cids = sorted(self._revisions)
         lost: list[str] = []
+        room = asyncio.Semaphore(RENEW_CONCURRENCY)
+        started = time.monotonic()
 
         async def one(cid: str) -> None:
-            try:
-                if not await self.renew(cid):
-                    lost.append(cid)
-            except (BusError, TimeoutError) as exc:
-                log.warning("lease renewal of %s failed: %s", cid, exc)
+            async with room:
+                try:
+                    if not await self.renew(cid):
+                        lost.append(cid)
+                except (BusError, TimeoutError) as exc:
+                    log.warning("lease renewal of %s failed: %s", cid, exc)
 
         async with asyncio.TaskGroup() as group:
             for cid in cids:
                 group.create_task(one(cid))
+        self.last_pass_s = time.monotonic() - started
+        if self.last_pass_s > self.ttl_s / 3:
+            log.warning(
+                "renewing %d leases took %.1fs, over a third of the lease TTL (%gs): raise "
+                "ACTLINE_LEASE_TTL or spread the conversations over more nodes",
+                len(cids),
+                self.last_pass_s,
+                self.ttl_s,
+            )
         return sorted(lost)

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Protocol
 
 import messages
@@ -86,6 +87,16 @@ class Ownership(Protocol):
     def quiet(self, verdict: messages.Message) -> bool:
         """Whether a DONE verdict is kept to this node (another may run the turn)."""
         ...
+
+
+async def renewal_ticks(ownership: Ownership) -> AsyncIterator[None]:
+    """Every ``renew_every_s``, at a fixed rate: a long ``renew`` pass does not stretch the
+    period (a period stretched past the lease TTL lets leases lapse)."""
+    due = time.monotonic()
+    while True:
+        due = max(due + ownership.renew_every_s, time.monotonic())
+        await asyncio.sleep(due - time.monotonic())  # the schedule, not a wait on an event
+        yield
 
 
 class LocalOwnership:

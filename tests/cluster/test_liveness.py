@@ -3,6 +3,9 @@ TTL, a live node's never do, and a node that was only stalled loses its lease cl
 
 from __future__ import annotations
 
+import pytest
+
+from actors import leases as leases_module
 from actors.leases import KvLeases
 from bus import Bus, EmbeddedNats
 from tests.waiting import until
@@ -84,3 +87,38 @@ async def test_a_node_whose_own_beats_just_came_back_does_not_count_another_dead
     finally:
         await bus_a.close()
         await bus_b.close()
+
+
+async def test_renewing_many_leases_keeps_a_bounded_number_in_flight_and_loses_none(
+    fresh_nats: EmbeddedNats, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Thousands of held leases (parked turns) are renewed a few at a time, not in one
+    burst that starves the node's other requests; every lease is kept."""
+    monkeypatch.setattr(leases_module, "RENEW_CONCURRENCY", 8)
+    bus, lease = await leases(fresh_nats.url, "many")
+    try:
+        cids = [f"c{i}" for i in range(300)]
+        for cid in cids:
+            assert await lease.acquire(cid)
+        before = dict(lease._revisions)
+        in_flight, most = 0, 0
+        renew = lease.renew
+
+        async def counted(cid: str) -> bool:
+            nonlocal in_flight, most
+            in_flight += 1
+            most = max(most, in_flight)
+            try:
+                return await renew(cid)
+            finally:
+                in_flight -= 1
+
+        monkeypatch.setattr(lease, "renew", counted)
+        assert await lease.renew_all() == []
+        assert most == 8
+        assert lease.held == set(cids)
+        assert all(lease._revisions[c] > before[c] for c in cids)  # each one renewed
+        assert lease.last_pass_s > 0
+    finally:
+        await lease.stop()
+        await bus.close()
