@@ -187,7 +187,6 @@ class Node:
             self.ownership = ClusterOwnership(
                 self.bus,
                 self.node_id,
-                lease_ttl_s=settings.lease_ttl_s,
                 node_ttl_s=settings.node_ttl_s,
             )
         await self.ownership.start()

@@ -1,7 +1,7 @@
 """Turns waiting on outside agents: what they cost a node, and what is left for new turns.
 
 One node in this process (single mode, or with ``--cluster`` cluster mode: a lease per
-conversation renewed every third of the lease TTL and every round copied to JetStream; an
+conversation, kept while the node beats, and every round copied to JetStream; an
 embedded nats-server, LMDB in a temp dir, ``max_active_turns`` 64 unless ``--slots``,
 synced commits). Waiting turns are turn
 requests published straight to the queue (no client handle each, so that this process's

@@ -627,6 +627,25 @@ class KvBucket:
             raise translate(exc, "kv status", target=self.name, timeout=self._timeout) from None
         return float(ttl) if ttl else None
 
+    async def drop_ttl(self) -> None:
+        """Keys of this bucket no longer age out (a bucket made with a TTL by an older
+        version); ``JetStreamError`` when the server refuses."""
+        stream = f"KV_{self.name}"
+        if self._js is None:
+            raise JetStreamError(f"kv drop ttl {self.name}", "bucket opened without a context")
+        try:
+            have = (await self._js.stream_info(stream)).config
+            if have.max_age:
+                await self._js.update_stream(replace(have, max_age=0))
+                log.info(
+                    "KV bucket %s: keys no longer age out (they did after %ss)",
+                    self.name,
+                    have.max_age,
+                )
+        except nats.errors.Error as exc:
+            raise translate(exc, "kv drop ttl", target=self.name, timeout=self._timeout) from None
+        self.ttl_s = None
+
     async def get(self, key: str) -> KvEntry | None:
         """The live value of ``key``; None when it is missing, deleted or aged out."""
         try:

@@ -13,7 +13,7 @@ from tests.waiting import until
 
 async def leases(url: str, node: str) -> tuple[Bus, KvLeases]:
     bus = await Bus.connect(url)
-    lease = KvLeases(bus, node, ttl_s=30.0, node_ttl_s=1.0)
+    lease = KvLeases(bus, node, node_ttl_s=1.0)
     await lease.start()
     return bus, lease
 
@@ -47,19 +47,23 @@ async def test_a_dead_node_s_lease_is_taken_over_and_a_live_one_s_is_not(
         await bus_b.close()
 
 
-async def test_a_stalled_node_finds_its_lease_gone_at_its_next_renewal(
+async def test_a_stalled_node_finds_the_leases_taken_meanwhile_when_it_beats_again(
     fresh_nats: EmbeddedNats,
 ) -> None:
     bus_a, a = await leases(fresh_nats.url, "a")
     bus_b, b = await leases(fresh_nats.url, "b")
     try:
-        assert await a.acquire("c1")
+        assert await a.acquire("c1") and await a.acquire("c2")
+        assert await a.recheck() == []  # nothing lapsed: no check at all
         assert a._beating is not None
         a._beating.cancel()  # a stalls: its beat stops but its connection stays
         await until(lambda: b.acquire("c1"), 10)
-        assert not await a.renew("c1")  # the revision moved: a drops the conversation
-        assert "c1" not in a.held
-        assert await b.renew("c1")
+        assert b.taken_over == 1
+        await a._beat()  # a wakes up: its key was gone, its leases may be lost
+        assert a.lapsed
+        assert await a.recheck() == ["c1"]  # the revision moved: a drops the conversation
+        assert a.held == {"c2"} and not a.lapsed
+        assert await b.renew("c1") and await a.owner("c2") == "a"
     finally:
         for lease, bus in ((a, bus_a), (b, bus_b)):
             await lease.stop()
@@ -89,11 +93,11 @@ async def test_a_node_whose_own_beats_just_came_back_does_not_count_another_dead
         await bus_b.close()
 
 
-async def test_renewing_many_leases_keeps_a_bounded_number_in_flight_and_loses_none(
+async def test_checking_many_leases_after_a_lapse_keeps_a_bounded_number_in_flight(
     fresh_nats: EmbeddedNats, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Thousands of held leases (parked turns) are renewed a few at a time, not in one
-    burst that starves the node's other requests; every lease is kept."""
+    """After its beat lapsed a node holding many leases (parked turns) checks them a few at
+    a time, not in one burst that starves its other requests; none was taken, none lost."""
     monkeypatch.setattr(leases_module, "RENEW_CONCURRENCY", 8)
     bus, lease = await leases(fresh_nats.url, "many")
     try:
@@ -114,10 +118,14 @@ async def test_renewing_many_leases_keeps_a_bounded_number_in_flight_and_loses_n
                 in_flight -= 1
 
         monkeypatch.setattr(lease, "renew", counted)
-        assert await lease.renew_all() == []
+        assert lease._nodes is not None
+        await lease._nodes.delete(bus.subjects.kv_key("many"))  # its key went away
+        await lease._beat()
+        assert lease.lapsed
+        assert await lease.recheck() == []
         assert most == 8
         assert lease.held == set(cids)
-        assert all(lease._revisions[c] > before[c] for c in cids)  # each one renewed
+        assert all(lease._revisions[c] > before[c] for c in cids)  # each one checked
         assert lease.last_pass_s > 0
     finally:
         await lease.stop()
