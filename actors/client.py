@@ -224,12 +224,12 @@ class Client:
         self._results[request.turn_id] = await self.bus.subscribe(
             subject, self._on_result, confirm=False
         )
-        try:  # the turn id as msg id: a submission retried over a NATS failover is stored once
+        try:  # a submission retried over a NATS failover is stored once (a resubmission is new)
             await self.bus.publish_stored(
                 self.bus.subjects.turn_submit,
                 request,
                 timeout=5.0,
-                msg_id=f"turn:{request.turn_id}",
+                msg_id=f"turn:{request.turn_id}:{new_id()}",  # this call's retries only
                 failover_s=SUBMIT_FAILOVER_S,
             )
         except NoStream:

@@ -74,7 +74,7 @@ from .errors import (
     RemoteError,
     RequestTimeout,
 )
-from .jetstream import JetStreamAccount, account, cluster_size, translate
+from .jetstream import JetStreamAccount, account, in_cluster, translate
 
 log = logging.getLogger(__name__)
 
@@ -261,6 +261,9 @@ class Bus:
                     connect_timeout=int(max(1, connect_timeout)),
                     reconnect_time_wait=reconnect_wait,  # type: ignore[arg-type]
                     allow_reconnect=False,
+                    # each server tried twice per attempt (nats-py's default, 60 tries with a
+                    # pause each, took 45 s to say that nothing listens)
+                    max_reconnect_attempts=1,
                     error_cb=bus._on_error,
                     disconnected_cb=bus._on_disconnect,
                     reconnected_cb=bus._on_reconnect,
@@ -480,7 +483,7 @@ class Bus:
                     subject, data, timeout=timeout, msg_id=msg_id, headers=headers
                 )
             except (NoStream, RequestTimeout) as exc:
-                retry = failover_s > 0 and msg_id is not None and cluster_size(self) > 1
+                retry = failover_s > 0 and msg_id is not None and in_cluster(self)
                 if not retry or time.monotonic() + pause >= deadline:
                     raise
                 log.warning("publish to %s: %s; trying again (NATS failing over?)", subject, exc)

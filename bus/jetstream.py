@@ -143,6 +143,13 @@ def cluster_size(bus: Bus) -> int:
     return max(up, given, 1)
 
 
+def in_cluster(bus: Bus) -> bool:
+    """Whether the server ``bus`` is connected to is a member of a NATS cluster (however
+    many of its members are up now)."""
+    info: dict[str, object] = getattr(bus.nc, "_server_info", None) or {}
+    return bool(info.get("cluster"))
+
+
 def replicas_for(bus: Bus, wanted: int | None) -> int:
     """The replica count of what ``bus`` creates: ``wanted`` (``ACTLINE_JS_REPLICAS``) when
     the cluster has that many servers (``ReplicasUnavailable`` naming both when not); None
