@@ -63,6 +63,10 @@ from .results import ResultLog
 
 log = logging.getLogger(__name__)
 
+SUBMIT_FAILOVER_S = 30.0
+"""On a NATS cluster, how long a submission waits out a failover (a stream leader elected
+anew after a server died takes 5-9 s here) before it fails."""
+
 
 @dataclass
 class TurnHandle:
@@ -220,8 +224,14 @@ class Client:
         self._results[request.turn_id] = await self.bus.subscribe(
             subject, self._on_result, confirm=False
         )
-        try:
-            await self.bus.publish_stored(self.bus.subjects.turn_submit, request, timeout=5.0)
+        try:  # the turn id as msg id: a submission retried over a NATS failover is stored once
+            await self.bus.publish_stored(
+                self.bus.subjects.turn_submit,
+                request,
+                timeout=5.0,
+                msg_id=f"turn:{request.turn_id}",
+                failover_s=SUBMIT_FAILOVER_S,
+            )
         except NoStream:
             raise NoTurnQueue(self.bus.subjects.turn_submit) from None
         return handle

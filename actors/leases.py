@@ -1,20 +1,29 @@
 """Which node works on which conversation: leases in a JetStream KV bucket (DESIGN.md §6).
 
-One key per conversation in the bucket ``Subjects.leases_bucket`` whose bucket-level
-TTL is the lease TTL, history 1. ``acquire`` is a create; ``renew`` is an update with
-``last=<our revision>``, which also restarts the key's age; ``release`` deletes with
-``last=``. A dead owner's key ages out on its own. Observed with nats-server 2.15.1
-here: a key goes 0.25-0.26 s after its TTL (ttl 0.5/1.5/3/6 s gave 0.76/1.76/3.26/6.26
-s); no marker is left, so a plain create succeeds afterwards. A lease that lapsed is
-lost even when nobody took it yet: ``renew`` then returns False, because another node
-may have owned and written the conversation in between.
+One key per conversation in the bucket ``Subjects.leases_bucket`` (no TTL, history 1),
+naming the node that holds it. ``acquire`` is a create; ``renew`` is an update with
+``last=<our revision>`` (it proves the lease is still ours); ``release`` deletes with
+``last=``.
 
-Dead owners are found fast: every node keeps a key alive in the nodes bucket
-(``Subjects.nodes_bucket``, TTL ``node_ttl_s``, a beat every quarter of it). A lease
-whose owner's key is gone is taken over at once (an update with ``last=`` its
-revision), so a killed node's conversations move within ``node_ttl_s`` (2 s), not the
-lease TTL. A node that was only stalled finds its lease's revision changed at its
-next renewal and drops the conversation (the lapsed path above).
+A lease lasts as long as its node beats: every node keeps a key alive in the nodes bucket
+(``Subjects.nodes_bucket``, TTL ``node_ttl_s``, a beat every quarter of it), and a lease
+whose owner's key is gone is taken over at once (an update with ``last=`` its revision).
+So a killed node's conversations move within ``node_ttl_s`` (2 s), and a living node keeps
+its leases without renewing them: holding 10,000 conversations (turns parked while they
+wait on outside agents) costs no KV traffic. (Leases with a TTL of their own, renewed every
+third of it, cost one KV update per conversation per 5 s: at 10,000 held, renewal passes
+took 6-8 s on this machine, halved the node's turn rate and let leases lapse.)
+
+A node whose own key went away (a stall or an outage longer than the node TTL: its beat
+finds its key gone or a gap that long since the last beat that went through) may have lost
+any lease to a node that judged it dead; its next ``recheck`` renews every held lease and
+returns those another node took (a lease is lost when its revision moved: the taker may
+have written the conversation). The durable copy's check-and-set on the conversation's
+head fences a stale owner's writes meanwhile (``actors.durable``).
+
+A key never ages out: a conversation whose node died keeps its key until another node
+takes it (one small key per conversation so left). A bucket made with a TTL by an older
+version loses it at ``start`` (logged).
 
 Cancellation: every method is one or two KV requests; cancelling one propagates.
 """
@@ -32,14 +41,18 @@ from .errors import NodeNotStarted
 
 log = logging.getLogger(__name__)
 
+RENEW_CONCURRENCY = 64
+"""Lease renewals in flight at once during a ``recheck``."""
+
 
 class KvLeases:
-    """Which node works on which conversation, in a KV bucket with a bucket-level TTL.
+    """Which node works on which conversation, in a KV bucket whose keys last while their
+    node beats.
 
-    ``held`` are the conversations this node holds (as far as it knows: a lease
-    whose renewal fails is dropped from it). Renew every held lease well within
-    ``ttl_s`` (``renew_all`` every ttl/3); the server removes a key about 0.25 s
-    after its TTL. ``replicas``: of both buckets (None: the bus's, ``replicas_for``).
+    ``held`` are the conversations this node holds (as far as it knows: a lease found
+    lost is dropped from it). Call ``recheck`` often (every half node TTL): it does
+    nothing unless this node's beat lapsed. ``replicas``: of both buckets (None: the
+    bus's, ``replicas_for``).
     """
 
     def __init__(
@@ -47,14 +60,12 @@ class KvLeases:
         bus: Bus,
         node_id: str,
         *,
-        ttl_s: float = 15.0,
         node_ttl_s: float = 2.0,
         replicas: int | None = None,
     ) -> None:
         self.bus = bus
         self.replicas = replicas
         self.node_id = node_id
-        self.ttl_s = ttl_s
         self.node_ttl_s = node_ttl_s
         self.bucket = bus.subjects.leases_bucket
         self._kv: KvBucket | None = None
@@ -65,11 +76,18 @@ class KvLeases:
         """Since when (monotonic) this node's beats go through without a failure: None
         while they fail (the nodes bucket unreachable, or without a leader while NATS
         fails over)."""
+        self._last_beat = 0.0
+        """When (monotonic) a beat last went through."""
+        self.lapsed = False
+        """This node's key went away since the last ``recheck``: other nodes may have
+        counted it dead and taken its leases."""
         self.taken_over = 0
         """Leases taken from nodes found dead (their beat gone)."""
         self._revisions: dict[str, int] = {}
         self._locks: dict[str, asyncio.Lock] = {}
         """One operation at a time per conversation (a release racing a renewal)."""
+        self.last_pass_s = 0.0
+        """Seconds the last ``recheck`` that renewed leases took."""
 
     def _lock(self, cid: str) -> asyncio.Lock:
         return self._locks.setdefault(cid, asyncio.Lock())
@@ -88,14 +106,12 @@ class KvLeases:
         return pack({"node": self.node_id, "ts": time.time()})
 
     async def start(self) -> None:
-        """Create or bind the bucket; an existing bucket's TTL wins over ``ttl_s``."""
+        """Create or bind both buckets (a lease bucket with a TTL loses it) and beat."""
         self._kv = await KvBucket.open(
-            self.bus, name=self.bucket, ttl_s=self.ttl_s, history=1, replicas=self.replicas
+            self.bus, name=self.bucket, ttl_s=None, history=1, replicas=self.replicas
         )
-        ttl = self._kv.ttl_s
-        if ttl and abs(ttl - self.ttl_s) > 1e-3:
-            log.warning("lease bucket %s has ttl %.3fs, not %.3fs", self.bucket, ttl, self.ttl_s)
-            self.ttl_s = ttl
+        if self._kv.ttl_s:
+            await self._kv.drop_ttl()
         self._nodes = await KvBucket.open(
             self.bus,
             name=self.bus.subjects.nodes_bucket,
@@ -131,8 +147,8 @@ class KvLeases:
                 )
                 self._beat_went_through()
                 return
-            except WrongRevision:
-                pass  # aged out (a stall longer than the TTL) or rewritten: take it again
+            except WrongRevision:  # aged out (a stall longer than the TTL) or rewritten
+                self._lapse("its key was gone")
         try:
             self._beat_revision = await nodes.create(key, self._value())
         except KeyExists:
@@ -142,8 +158,17 @@ class KvLeases:
         self._beat_went_through()
 
     def _beat_went_through(self) -> None:
+        now = time.monotonic()
+        if self._last_beat and now - self._last_beat >= self.node_ttl_s:
+            self._lapse(f"no beat went through for {now - self._last_beat:.1f}s")
+        self._last_beat = now
         if self._beats_ok_since is None:
-            self._beats_ok_since = time.monotonic()
+            self._beats_ok_since = now
+
+    def _lapse(self, why: str) -> None:
+        if not self.lapsed and self._revisions:
+            log.warning("node %s may have lost its leases (%s): checking them", self.node_id, why)
+        self.lapsed = True
 
     async def _beat_forever(self) -> None:
         while True:
@@ -254,23 +279,35 @@ class KvLeases:
                     log.info("lease on %s was not ours any more at release: %s", cid, exc)
             self._locks.pop(cid, None)
 
-    async def renew_all(self) -> list[str]:
-        """Renew every held lease at once; returns the conversations lost.
+    async def recheck(self) -> list[str]:
+        """The conversations lost since this node's beat lapsed; ``[]`` at once when it did
+        not (no KV traffic). After a lapse every held lease is renewed,
+        ``RENEW_CONCURRENCY`` at a time (no burst that starves the node's other
+        requests); one whose revision moved is lost and dropped from ``held``.
 
-        A renewal that fails on the connection is logged and kept (it is retried on
-        the next call and lapses only if the outage outlasts the TTL).
+        A renewal that fails on the connection is logged, kept, and tried at the next
+        call (the lapse stays marked).
         """
+        if not self.lapsed:
+            return []
+        self.lapsed = False
         cids = sorted(self._revisions)
         lost: list[str] = []
+        room = asyncio.Semaphore(RENEW_CONCURRENCY)
+        started = time.monotonic()
 
         async def one(cid: str) -> None:
-            try:
-                if not await self.renew(cid):
-                    lost.append(cid)
-            except (BusError, TimeoutError) as exc:
-                log.warning("lease renewal of %s failed: %s", cid, exc)
+            async with room:
+                try:
+                    if not await self.renew(cid):
+                        lost.append(cid)
+                except (BusError, TimeoutError) as exc:
+                    self.lapsed = True
+                    log.warning("lease check of %s failed: %s", cid, exc)
 
         async with asyncio.TaskGroup() as group:
             for cid in cids:
                 group.create_task(one(cid))
+        self.last_pass_s = time.monotonic() - started
+        log.info("checked %d leases in %.1fs: %d lost", len(cids), self.last_pass_s, len(lost))
         return sorted(lost)

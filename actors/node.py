@@ -64,7 +64,7 @@ from .errors import ActorStopped, InputRefused, NodeNotStarted, SettingsFileErro
 from .limits import refusal, validate_input
 from .mailbox import Control, TurnJob, UserInput
 from .models import NodeModels
-from .ownership import ClusterOwnership, LocalOwnership, Ownership
+from .ownership import ClusterOwnership, LocalOwnership, Ownership, renewal_ticks
 from .results import open_results
 from .services import Services, TaskBook
 from .settings import NodeSettings, load_mcp_config
@@ -187,7 +187,6 @@ class Node:
             self.ownership = ClusterOwnership(
                 self.bus,
                 self.node_id,
-                lease_ttl_s=settings.lease_ttl_s,
                 node_ttl_s=settings.node_ttl_s,
             )
         await self.ownership.start()
@@ -351,8 +350,7 @@ class Node:
             self._loading.pop(cid, None)
 
     async def _renew(self) -> None:
-        while True:
-            await asyncio.sleep(self.ownership.renew_every_s)
+        async for _ in renewal_ticks(self.ownership):
             for cid in await self.ownership.renew():
                 log.warning("lease of %s lapsed: dropping it here", cid)
                 conv = self._conversations.pop(cid, None)

@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping, Sequence
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
 from typing import Any, Protocol
 
 import messages
@@ -88,6 +89,16 @@ class Ownership(Protocol):
         ...
 
 
+async def renewal_ticks(ownership: Ownership) -> AsyncIterator[None]:
+    """Every ``renew_every_s``, at a fixed rate: a long ``renew`` pass does not stretch the
+    period."""
+    due = time.monotonic()
+    while True:
+        due = max(due + ownership.renew_every_s, time.monotonic())
+        await asyncio.sleep(due - time.monotonic())  # the schedule, not a wait on an event
+        yield
+
+
 class LocalOwnership:
     """One node: every conversation is this node's."""
 
@@ -127,11 +138,9 @@ class ClusterOwnership:
 
     input_queue: str | None = None
 
-    def __init__(
-        self, bus: Bus, node_id: str, *, lease_ttl_s: float, node_ttl_s: float = 2.0
-    ) -> None:
+    def __init__(self, bus: Bus, node_id: str, *, node_ttl_s: float = 2.0) -> None:
         self.node_id = node_id
-        self.leases = KvLeases(bus, node_id, ttl_s=lease_ttl_s, node_ttl_s=node_ttl_s)
+        self.leases = KvLeases(bus, node_id, node_ttl_s=node_ttl_s)
         self.durable = JetStreamCopy(bus, writer=node_id)
         self._heads: dict[str, int | None] = {}
         """The KV revision of each conversation's durable head as this node last wrote it."""
@@ -148,7 +157,7 @@ class ClusterOwnership:
 
     @property
     def renew_every_s(self) -> float:
-        return max(self.leases.ttl_s / 3.0, 0.05)
+        return max(self.leases.node_ttl_s / 2.0, 0.05)  # a lapsed beat found within it
 
     async def start(self) -> None:
         await self.leases.start()
@@ -267,7 +276,7 @@ class ClusterOwnership:
         await self.leases.release(cid)
 
     async def renew(self) -> list[str]:
-        lost = await self.leases.renew_all()
+        lost = await self.leases.recheck()
         for cid in lost:
             self._forget(cid)
         return lost

@@ -8,8 +8,9 @@
 Each ``NodeActor`` is an async Ray actor that runs one ``actors.node.Node`` in cluster mode
 (its asyncio loop, its NATS connection, its own LMDB under ``<home>/<node id>``; conversations
 leased in a JetStream KV bucket, every round copied to JetStream) with the resources it
-declares. A node actor that dies leaves its conversations to the others: its leases lapse
-after ``--lease-ttl``, its turns come back after ``--ack-wait`` and resume on another node
+declares. A node actor that dies leaves its conversations to the others: its leases are
+taken once its beat is gone (``ACTLINE_NODE_TTL``), its turns come back after ``--ack-wait``
+and resume on another node
 from the durable copy.
 The driver waits until every node serves. With ``--requests`` (JSON lines of ``turn.request``
 dicts) it submits the turns — the turns of one conversation one after another, conversations
@@ -253,8 +254,9 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--cpus-per-node", type=float, default=1.0)
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per turn")
-    parser.add_argument("--lease-ttl", type=float, default=15.0, help="conversation lease TTL")
-    parser.add_argument("--ack-wait", type=float, default=30.0, help="turn redelivery after")
+    parser.add_argument(
+        "--ack-wait", type=float, default=None, help="turn redelivery after (ACTLINE_ACK_WAIT)"
+    )
     parser.add_argument(
         "--creds",
         type=Path,
@@ -298,7 +300,7 @@ def job_settings(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, An
     """The node settings, the model settings without the key, and the key: resolved as
     ``actline serve`` does and checked (``ModelConfigError``: a claude model without a key)."""
     overrides = {"model": args.model, "knowledge_dir": args.docs}
-    overrides |= {"lease_ttl_s": args.lease_ttl, "ack_wait_s": args.ack_wait}
+    overrides["ack_wait_s"] = args.ack_wait
     loaded = load_settings(args.config, overrides=overrides)
     check_servable(loaded.llm)
     llm = {f.name: getattr(loaded.llm, f.name) for f in fields(loaded.llm) if f.name != "api_key"}

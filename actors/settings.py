@@ -118,12 +118,10 @@ class NodeSettings:
     KV bucket and durable copy this node creates; an existing one with fewer is raised to it.
     None follows the NATS cluster: 1 on one server, 3 on three or more. More than the
     cluster has servers is refused when the node starts."""
-    lease_ttl_s: float = 15.0
-    """``ACTLINE_LEASE_TTL``: a conversation lease lapses this long after its node stops
-    renewing it (renewed every third of it)."""
     node_ttl_s: float = 2.0
     """``ACTLINE_NODE_TTL``: cluster mode: a node whose beat (every quarter of this) stops for
-    this long is dead, and another node takes its conversations at once."""
+    this long is dead, and another node takes its conversations at once. A conversation's
+    lease lasts while its node beats (``actors.leases``)."""
     agent_beat_s: float = 2.0
     """``ACTLINE_AGENT_BEAT``: how often an outside agent says hello (the node tells it in
     ``agent.welcome``); an agent not heard for three beats is not connected."""
@@ -231,6 +229,9 @@ class NodeSettings:
     def from_env(cls, env: Mapping[str, str] | None = None, **overrides: Any) -> NodeSettings:
         """Defaults, then ``ACTLINE_*`` variables, then ``overrides``."""
         source = os.environ if env is None else env
+        for var, why in _GONE.items():
+            if source.get(var):
+                raise SettingsError(var, source[var], f"{var} is no longer a setting: {why}")
         values: dict[str, Any] = {}
         for name, (var, kind) in _ENV.items():
             raw = source.get(var)
@@ -264,6 +265,12 @@ def _convert(kind: type, raw: str) -> Any:
         return Path(raw).expanduser()
     return kind(raw)
 
+
+_GONE = {
+    "ACTLINE_LEASE_TTL": "a conversation's lease lasts while its node beats (a node is dead "
+    "after ACTLINE_NODE_TTL); unset it",
+}
+"""Variables of earlier versions, refused with why rather than ignored."""
 
 _ENV: dict[str, tuple[str, type]] = {
     "home": ("ACTLINE_HOME", Path),
@@ -301,7 +308,6 @@ _ENV: dict[str, tuple[str, type]] = {
     "result_max_bytes": ("ACTLINE_RESULT_MAX_BYTES", int),
     "cluster": ("ACTLINE_CLUSTER", bool),
     "js_replicas": ("ACTLINE_JS_REPLICAS", int),
-    "lease_ttl_s": ("ACTLINE_LEASE_TTL", float),
     "node_ttl_s": ("ACTLINE_NODE_TTL", float),
     "agent_beat_s": ("ACTLINE_AGENT_BEAT", float),
     "max_text_bytes": ("ACTLINE_MAX_TEXT_BYTES", int),

@@ -1,7 +1,9 @@
 """Turns waiting on outside agents: what they cost a node, and what is left for new turns.
 
-One node in this process (single mode, an embedded nats-server, LMDB in a temp dir,
-``max_active_turns`` 64 unless ``--slots``, synced commits). Waiting turns are turn
+One node in this process (single mode, or with ``--cluster`` cluster mode: a lease per
+conversation, kept while the node beats, and every round copied to JetStream; an
+embedded nats-server, LMDB in a temp dir, ``max_active_turns`` 64 unless ``--slots``,
+synced commits). Waiting turns are turn
 requests published straight to the queue (no client handle each, so that this process's
 memory is the node's), each in a new conversation whose model (``bench.loop``'s
 ``InstantModel``) calls ``agent.send`` to the agent ``nobody`` on its first round; nobody
@@ -28,7 +30,7 @@ after the waiting turns are all parked:
 Then every waiting turn gets its DONE (``Client.send_done`` with its turn id) and must
 complete with the signal applied. Prints a table and writes ``bench/results/waiting.json``.
 
-    python -m bench.waiting [--sizes 0,1000,5000,10000] [--new-turns 200] [--quick]
+    python -m bench.waiting [--sizes 0,1000,5000,10000] [--new-turns 200] [--quick] [--cluster]
 """
 
 from __future__ import annotations
@@ -59,7 +61,13 @@ from tools import KnowledgeSpace
 SIZES = (0, 1_000, 5_000, 10_000)
 NEW_TURNS = 200
 WORKERS = 16
-QUICK: dict[str, Any] = {"sizes": (0, 20), "new_turns": 8, "workers": 4, "slots": 4}
+QUICK: dict[str, Any] = {
+    "sizes": (0, 20),
+    "new_turns": 8,
+    "workers": 4,
+    "slots": 4,
+    "evict_s": 1.0,
+}
 AGENT = "nobody"
 WAITING = "c-wait-"
 """Conversation ids of waiting turns start with this."""
@@ -72,6 +80,7 @@ TURN_TIMEOUT_S = 120.0
 SUBMIT_BATCH = 100
 DONE_CONCURRENCY = 64
 EVICT_S = 10.0
+"""Idle conversations leave memory after this (the new turns' between rows)."""
 BATCHES = 2
 """Idle conversations leave memory after this (``idle_evict_s``): RSS is the waiting turns'."""
 
@@ -128,6 +137,7 @@ class Bench:
 
     def __init__(self, node: Node, bus: Bus, client: Client) -> None:
         self.node = node
+        self.evict_s = node.settings.idle_evict_s
         self.bus = bus
         self.client = client
         self.waiting: list[tuple[str, str]] = []
@@ -160,7 +170,7 @@ class Bench:
         node = self.node
         await poll(
             lambda: not any(c.startswith("c-new-") for c in node.conversations),
-            EVICT_S * 10 + 10,
+            self.evict_s * 10 + 10,
             "idle conversations evicted",
         )
 
@@ -213,7 +223,13 @@ class Bench:
 
 
 async def measure(
-    sizes: Sequence[int], new_turns: int, workers: int, slots: int, console: Console
+    sizes: Sequence[int],
+    new_turns: int,
+    workers: int,
+    slots: int,
+    console: Console,
+    evict_s: float = EVICT_S,
+    cluster: bool = False,
 ) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="actline-bench-waiting-") as tmp:
         async with EmbeddedNats(insecure=True) as server:
@@ -225,7 +241,8 @@ async def measure(
                 True,
                 max_active_turns=slots,
                 wait_timeout_s=3600.0,
-                idle_evict_s=EVICT_S,  # the new turns' conversations leave memory between rows
+                idle_evict_s=evict_s,  # the new turns' conversations leave memory between rows
+                cluster=cluster,  # leases and the durable copy in JetStream
             )
             node = Node(node_bus, settings, model=BenchModel(), knowledge=KnowledgeSpace(KB))
             await node.start()
@@ -294,6 +311,7 @@ async def measure(
         "idle_turns_per_s": idle,
         "new_turns_completed": new_done,
         "max_active_turns": slots,
+        "cluster": cluster,
     }
 
 
@@ -331,7 +349,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--workers", type=int, default=None)
     parser.add_argument("--slots", type=int, default=None, help="max_active_turns (default 64)")
     parser.add_argument("--quick", action="store_true", help="a short run (tests)")
-    parser.add_argument("--out", type=Path, default=RESULTS / "waiting.json")
+    parser.add_argument(
+        "--cluster", action="store_true", help="cluster mode: leases and the durable copy"
+    )
+    parser.add_argument("--out", type=Path, default=None, help="default: waiting[-cluster].json")
     args = parser.parse_args(argv)
     base: dict[str, Any] = dict(QUICK) if args.quick else {}
     sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else base.get("sizes", SIZES)
@@ -342,7 +363,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--sizes must start with 0 (the baseline)")
     console = Console()
     try:
-        result = asyncio.run(measure(sizes, new_turns, workers, slots, console))
+        evict_s = base.get("evict_s", EVICT_S)
+        result = asyncio.run(
+            measure(sizes, new_turns, workers, slots, console, evict_s, args.cluster)
+        )
     except WaitingCheckFailed as exc:
         console.print(f"[red]check failed: {exc}[/red]")
         return 1
@@ -359,7 +383,8 @@ def main(argv: list[str] | None = None) -> int:
         "target_ratio": TARGET_RATIO,
         "target_met": target,
     }
-    write_result(console, args.out, result)
+    out = args.out or RESULTS / ("waiting-cluster.json" if args.cluster else "waiting.json")
+    write_result(console, out, result)
     return 0 if target or args.quick else 1
 
 

@@ -74,7 +74,7 @@ from .errors import (
     RemoteError,
     RequestTimeout,
 )
-from .jetstream import JetStreamAccount, account, translate
+from .jetstream import JetStreamAccount, account, cluster_size, translate
 
 log = logging.getLogger(__name__)
 
@@ -458,6 +458,7 @@ class Bus:
         timeout: float = 2.0,
         msg_id: str | None = None,
         headers: dict[str, str] | None = None,
+        failover_s: float = 0.0,
     ) -> int:
         """Publish ``msg`` to the stream that captures ``subject`` and wait until it is
         stored; returns its stream sequence.
@@ -465,11 +466,26 @@ class Bus:
         Raises ``NoStream`` when no stream captures the subject, ``RequestTimeout``,
         ``NotConnected`` or another ``JetStreamError``. With ``msg_id``, a repeat within
         the stream's duplicate window is stored once (the first sequence is returned).
-        ``headers`` are stored with the message.
+        ``headers`` are stored with the message. ``failover_s`` (with ``msg_id``): on a
+        NATS cluster, a publish that finds no stream leader (``NoStream``: the stream's
+        leader is being elected after a server died) or no answer is tried again for up
+        to that long, logged; the msg id keeps a retried publish that was stored once.
         """
-        return await self.publish_stored_bytes(
-            subject, self._encode(msg), timeout=timeout, msg_id=msg_id, headers=headers
-        )
+        data = self._encode(msg)
+        deadline = time.monotonic() + failover_s
+        pause = 0.25
+        while True:
+            try:
+                return await self.publish_stored_bytes(
+                    subject, data, timeout=timeout, msg_id=msg_id, headers=headers
+                )
+            except (NoStream, RequestTimeout) as exc:
+                retry = failover_s > 0 and msg_id is not None and cluster_size(self) > 1
+                if not retry or time.monotonic() + pause >= deadline:
+                    raise
+                log.warning("publish to %s: %s; trying again (NATS failing over?)", subject, exc)
+                await asyncio.sleep(pause)  # backoff while the cluster elects a leader
+                pause = min(pause * 2, 2.0)
 
     async def publish_stored_bytes(
         self,

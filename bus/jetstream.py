@@ -36,9 +36,9 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field, replace
-from typing import Protocol, Self
+from typing import Protocol, Self, TypeVar
 
 import nats.errors
 import nats.js.errors
@@ -82,9 +82,14 @@ class Bus(Protocol):
 
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 DEFAULT_TIMEOUT = 5.0
 """Seconds a JetStream API request may take (nats-py's default)."""
+SETUP_S = 30.0
+"""On a replicated cluster, how long making or binding a stream, bucket or consumer is
+tried again when a request gets no answer (a cluster just started or under load may still
+be electing its meta leader or the stream's leader)."""
 
 _WRONG_LAST_SEQUENCE = frozenset({10071, 10164})
 _STREAM_NOT_FOUND = 10059
@@ -150,6 +155,46 @@ def replicas_for(bus: Bus, wanted: int | None) -> int:
     return wanted
 
 
+async def _set_up(step: Callable[[], Awaitable[T]], what: str, replicas: int) -> T:
+    """``step()``, tried again for up to ``SETUP_S`` while a replicated cluster does not
+    answer (each retry logged); on one replica (one server) a timeout is raised at once.
+    Each step is idempotent: it finds what an earlier try made."""
+    deadline = time.monotonic() + (SETUP_S if replicas > 1 else 0.0)
+    pause = 0.25
+    while True:
+        try:
+            return await step()
+        except (
+            nats.errors.TimeoutError,
+            nats.errors.NoRespondersError,
+            nats.js.errors.APIError,
+        ) as exc:
+            if not _unavailable(exc) or time.monotonic() + pause >= deadline:
+                raise
+            log.warning(
+                "%s: no answer from the JetStream cluster (%s); trying again (it may be "
+                "electing a leader or missing servers)",
+                what,
+                getattr(exc, "description", None) or type(exc).__name__,
+            )
+            await asyncio.sleep(pause)  # backoff between tries of a setup request
+            pause = min(pause * 2, 2.0)
+
+
+_CLUSTER_UNAVAILABLE = frozenset({10005, 10008, 10009, 10023})
+"""JetStream API errors of a cluster short of servers or leaders: no suitable peers,
+temporarily unavailable, not the leader, insufficient resources."""
+
+
+def _unavailable(exc: Exception) -> bool:
+    """Whether ``exc`` says the cluster cannot answer now (rather than refusing the request)."""
+    if isinstance(exc, nats.js.errors.ServiceUnavailableError):
+        return True
+    if isinstance(exc, nats.js.errors.APIError):
+        return int(exc.err_code or 0) in _CLUSTER_UNAVAILABLE
+    return True  # no answer, or no responders
+
+
 async def _ensure_replicas(js: JetStreamContext, have: StreamConfig, wanted: int) -> None:
     """Raise an existing stream with fewer replicas than ``wanted`` to ``wanted`` (a log
     line); a stream with more keeps them. ``JetStreamError`` when the server refuses."""
@@ -192,14 +237,16 @@ async def _ensure_stream(js: JetStreamContext, config: StreamConfig, timeout: fl
     stream keeps its limits but gains the subjects of ``config`` it lacks (made by an older
     version that captured fewer) and the replicas it lacks."""
     name = str(config.name)
-    try:
+    replicas = int(config.num_replicas or 1)
+
+    async def step() -> None:
         try:
             info = await js.stream_info(name)
         except nats.js.errors.NotFoundError:
             pass
         else:
             await _add_subjects(js, info.config, list(config.subjects or []))
-            await _ensure_replicas(js, info.config, int(config.num_replicas or 1))
+            await _ensure_replicas(js, info.config, replicas)
             return
         try:
             await js.add_stream(config)
@@ -209,7 +256,10 @@ async def _ensure_stream(js: JetStreamContext, config: StreamConfig, timeout: fl
                 await js.stream_info(name)
             except nats.js.errors.NotFoundError:
                 raise exc from None
-        await _settled(js, name, int(config.num_replicas or 1))
+        await _settled(js, name, replicas)
+
+    try:
+        await _set_up(step, f"create stream {name}", replicas)
     except nats.errors.Error as exc:
         raise translate(exc, "create stream", target=name, timeout=timeout) from None
 
@@ -393,8 +443,13 @@ class WorkQueue:
             max_ack_pending=-1,
             filter_subjects=wanted if len(wanted) > 1 else None,
         )
+
+        async def bind() -> JetStreamContext.PullSubscription:
+            return await js.pull_subscribe(wanted[0], durable=consumer, stream=name, config=config)
+
         try:
-            psub = await js.pull_subscribe(wanted[0], durable=consumer, stream=name, config=config)
+            replicas = int(replicas or replicas_for(bus, bus.js_replicas))
+            psub = await _set_up(bind, f"bind consumer {consumer} on {name}", replicas)
             info = await psub.consumer_info()
             have = info.config.filter_subjects or [info.config.filter_subject or ">"]
             if set(have) != set(wanted) and ">" not in have:  # made by an older version
@@ -518,8 +573,9 @@ class KvBucket:
         after opening. ``replicas``: None is the bus's (``replicas_for``).
         """
         js = _context(bus, timeout)
-        replicas = replicas or replicas_for(bus, bus.js_replicas)
-        try:
+        count = replicas or replicas_for(bus, bus.js_replicas)
+
+        async def step() -> KvBucket:
             try:
                 kv = await js.key_value(name)
             except nats.js.errors.BucketNotFoundError:
@@ -529,18 +585,25 @@ class KvBucket:
                     history=history,
                     direct=True,
                     storage=StorageType.FILE,
-                    replicas=replicas,
+                    replicas=count,
                 )
                 try:
                     kv = await js.create_key_value(config)
                     log.info("created KV bucket %s (ttl %s)", name, ttl_s)
-                except nats.js.errors.APIError:  # created meanwhile by another node
-                    kv = await js.key_value(name)
-                await _settled(js, f"KV_{name}", replicas)
+                except nats.js.errors.APIError as exc:
+                    try:  # created meanwhile by another node
+                        kv = await js.key_value(name)
+                    except nats.js.errors.BucketNotFoundError:
+                        raise exc from None
+                await _settled(js, f"KV_{name}", count)
             else:
-                await _ensure_replicas(js, (await js.stream_info(f"KV_{name}")).config, replicas)
+                await _ensure_replicas(js, (await js.stream_info(f"KV_{name}")).config, count)
             bucket = cls(name, kv, None, timeout, js)
             bucket.ttl_s = await bucket.status_ttl()
+            return bucket
+
+        try:
+            bucket = await _set_up(step, f"open bucket {name}", count)
         except nats.js.errors.BucketNotFoundError:
             raise StreamMissing(name) from None
         except nats.errors.Error as exc:
@@ -563,6 +626,25 @@ class KvBucket:
         except nats.errors.Error as exc:
             raise translate(exc, "kv status", target=self.name, timeout=self._timeout) from None
         return float(ttl) if ttl else None
+
+    async def drop_ttl(self) -> None:
+        """Keys of this bucket no longer age out (a bucket made with a TTL by an older
+        version); ``JetStreamError`` when the server refuses."""
+        stream = f"KV_{self.name}"
+        if self._js is None:
+            raise JetStreamError(f"kv drop ttl {self.name}", "bucket opened without a context")
+        try:
+            have = (await self._js.stream_info(stream)).config
+            if have.max_age:
+                await self._js.update_stream(replace(have, max_age=0))
+                log.info(
+                    "KV bucket %s: keys no longer age out (they did after %ss)",
+                    self.name,
+                    have.max_age,
+                )
+        except nats.errors.Error as exc:
+            raise translate(exc, "kv drop ttl", target=self.name, timeout=self._timeout) from None
+        self.ttl_s = None
 
     async def get(self, key: str) -> KvEntry | None:
         """The live value of ``key``; None when it is missing, deleted or aged out."""

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import pickle
-import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -16,7 +15,7 @@ from actors.durable import JetStreamCopy, Rebuilt, adopt, merge_rounds
 from actors.errors import CopyBroken, HeadConflict
 from actors.leases import KvLeases
 from actors.ownership import ClusterOwnership
-from bus import Bus, EmbeddedNats
+from bus import Bus, EmbeddedNats, KvBucket
 from messages import Subjects
 from storage import Store
 from storage.store import PersistedRound, pack, unpack
@@ -39,8 +38,8 @@ async def other_bus(nats_server: EmbeddedNats, subject_names: Subjects) -> Async
         await connection.close()
 
 
-async def leases(bus: Bus, node: str, ttl_s: float = 15.0) -> KvLeases:
-    held = KvLeases(bus, node, ttl_s=ttl_s)
+async def leases(bus: Bus, node: str) -> KvLeases:
+    held = KvLeases(bus, node)
     await held.start()
     return held
 
@@ -72,39 +71,24 @@ async def test_one_node_holds_a_conversation_until_it_releases_it(bus: Bus, othe
     assert await b.owner(CID) == "node-b"
 
 
-async def test_a_lease_left_unrenewed_expires_and_another_node_takes_it(
-    bus: Bus, other_bus: Bus
-) -> None:
-    a, b = await leases(bus, "node-a", 1.5), await leases(other_bus, "node-b", 1.5)
-    assert await a.acquire("c1") and await a.acquire("c2")
-    assert not await b.acquire("c1")
-
-    async def b_took_it() -> bool:
-        return await b.acquire("c1")
-
-    async def c2_lapsed() -> bool:
-        return await b.owner("c2") is None
-
-    await until(b_took_it)  # node A stopped renewing (as if it died)
-    await until(c2_lapsed)
-    assert await b.owner("c1") == "node-b"
-    # Both are lost, also c2 that nobody took: A's view of it may be stale.
-    assert await a.renew_all() == ["c1", "c2"]
-    assert a.held == set()
-    assert not await a.renew("c1")
-    assert not await a.acquire("c1")
-    assert await a.acquire("c2")
-
-
-async def test_renewing_keeps_a_lease_past_its_ttl(bus: Bus, other_bus: Bus) -> None:
-    a, b = await leases(bus, "node-a", 1.5), await leases(other_bus, "node-b", 1.5)
+async def test_a_lease_lasts_while_its_node_beats_with_no_renewal(bus: Bus, other_bus: Bus) -> None:
+    """No KV traffic keeps a lease: it holds for as long as its node beats (here several
+    node TTLs), however many conversations the node holds."""
+    a, b = await leases(bus, "node-a"), await leases(other_bus, "node-b")
     assert await a.acquire(CID)
-    start = time.monotonic()
-    while time.monotonic() - start < 2 * a.ttl_s:
-        assert await a.renew_all() == []
+    revision = a._revisions[CID]
+    assert a._beat_revision is not None
+    beats = a._beat_revision + 3 * 4  # three node TTLs of beats
+
+    async def a_beat_on() -> bool:
         assert not await b.acquire(CID)
-        await asyncio.sleep(0.1)
-    assert await b.owner(CID) == "node-a"
+        return a._beat_revision is not None and a._beat_revision >= beats
+
+    await until(a_beat_on, 20)
+    assert await a.recheck() == [] and not a.lapsed
+    entry = await a._entry(CID)
+    assert entry == ("node-a", revision)  # never rewritten meanwhile
+    assert a.held == {CID} and await b.owner(CID) == "node-a"
 
 
 async def test_a_restarted_node_takes_its_own_live_lease_back(bus: Bus) -> None:
@@ -116,10 +100,13 @@ async def test_a_restarted_node_takes_its_own_live_lease_back(bus: Bus) -> None:
     assert await after.renew(CID)
 
 
-async def test_the_bucket_ttl_of_the_first_node_wins(bus: Bus, other_bus: Bus) -> None:
-    first = await leases(bus, "node-a", 4.0)
-    second = await leases(other_bus, "node-b", 9.0)
-    assert first.ttl_s == second.ttl_s == 4.0
+async def test_a_lease_bucket_made_with_a_ttl_by_an_older_version_loses_it(bus: Bus) -> None:
+    older = await KvBucket.open(bus, name=bus.subjects.leases_bucket, ttl_s=4.0)
+    assert older.ttl_s == 4.0
+    a = await leases(bus, "node-a")
+    assert a._kv is not None and a._kv.ttl_s is None
+    assert await a._kv.status_ttl() is None  # the server's config, not only ours
+    assert await a.acquire(CID)
 
 
 # --- the durable copy -----------------------------------------------------------------------
@@ -587,8 +574,8 @@ async def test_a_conversation_never_copied_goes_out_whole_with_its_rows(
         for turn in ("t1", "t2"):
             grown(build, turn)
             mine.persist(build.tl)
-        a = ClusterOwnership(bus, "node-a", lease_ttl_s=15.0)
-        b = ClusterOwnership(other_bus, "node-b", lease_ttl_s=15.0)
+        a = ClusterOwnership(bus, "node-a")
+        b = ClusterOwnership(other_bus, "node-b")
         await a.start()
         await b.start()
         await a.prepare(CID, mine)

@@ -222,6 +222,13 @@ def test_a_node_refuses_to_start_with_a_default_out_of_bounds(var: str, raw: str
     assert info.value.name == var and var in str(info.value)
 
 
+def test_a_setting_of_an_earlier_version_is_refused_with_why() -> None:
+    with pytest.raises(SettingsError) as info:
+        NodeSettings.from_env({"ACTLINE_LEASE_TTL": "15"})
+    assert info.value.name == "ACTLINE_LEASE_TTL"
+    assert "lasts while its node beats" in str(info.value) and "unset it" in str(info.value)
+
+
 def test_the_agent_beat_is_read_from_the_environment() -> None:
     assert NodeSettings().agent_beat_s == 2.0
     assert NodeSettings.from_env({"ACTLINE_AGENT_BEAT": "0.5"}).agent_beat_s == 0.5

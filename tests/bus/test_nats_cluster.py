@@ -5,6 +5,7 @@ replica count that follows the cluster (``ACTLINE_JS_REPLICAS``)."""
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import re
 from pathlib import Path
@@ -16,6 +17,7 @@ from actors import NodeSettings
 from actors.errors import SettingsError
 from bus import (
     Bus,
+    BusError,
     ConnectFailed,
     EmbeddedCluster,
     EmbeddedNats,
@@ -25,7 +27,7 @@ from bus import (
     cluster_size,
     replicas_for,
 )
-from messages import Subjects, new_id
+from messages import Ack, Subjects, new_id
 from tests.cluster.harness import start
 from tests.waiting import until
 
@@ -201,3 +203,62 @@ async def test_a_url_list_connects_past_a_dead_server_and_rejects_a_bad_entry(
         await Bus.connect(f"{nats_cluster.urls[1]},nats://127.0.0.1")
     with pytest.raises(ConnectFailed, match="'' is not a server URL"):
         await Bus.connect(f"{nats_cluster.urls[1]},")
+
+
+async def test_a_bucket_opened_while_the_cluster_has_no_quorum_is_made_once_it_has(
+    nats_cluster: EmbeddedCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """Two of three servers down: JetStream has no meta leader and its API does not answer.
+    Opening a replicated bucket keeps trying (logged) instead of failing after one request's
+    timeout, and succeeds once the servers are back."""
+    bus = await Bus.connect(nats_cluster.urls[0], subject_names=_prefix())
+    try:
+        assert cluster_size(bus) == 3
+        nats_cluster.kill(1)
+        nats_cluster.kill(2)
+        caplog.set_level(logging.WARNING, logger="bus.jetstream")
+        name = f"{bus.subjects.prefix.upper()}_LATE"
+        opening = asyncio.create_task(KvBucket.open(bus, name=name, timeout=1.0))
+        await until(lambda: "trying again" in caplog.text, timeout=30)
+        assert not opening.done()
+        nats_cluster.restart(1)
+        nats_cluster.restart(2)
+        bucket = await asyncio.wait_for(opening, 60)
+        assert await bucket.create("k", b"v") > 0
+        assert await _replicas(bus, f"KV_{name}") == 3
+        assert f"open bucket {name}: no answer from the JetStream cluster" in caplog.text
+    finally:
+        await bus.close()
+
+
+async def test_a_stored_publish_waits_out_a_failover_and_is_stored_once(
+    nats_cluster: EmbeddedCluster, caplog: pytest.LogCaptureFixture
+) -> None:
+    """With ``failover_s`` and a msg id, a publish that finds no stream leader (two of
+    three servers down) is tried again until the cluster is back, and stored once."""
+    bus = await Bus.connect(nats_cluster.urls[0], subject_names=_prefix())
+    try:
+        prefix = bus.subjects.prefix
+        name = f"{prefix.upper()}_FO"
+        log = await EventLog.open(bus, name=name, subjects=f"{prefix}.fo.>", max_msg_size=4096)
+        subject = f"{prefix}.fo.c1"
+        note = Ack(detail="kept")
+        nats_cluster.kill(1)
+        nats_cluster.kill(2)
+        caplog.set_level(logging.WARNING, logger="bus.bus")
+        with pytest.raises(BusError):  # without failover_s: the error at once
+            await bus.publish_stored(subject, note, timeout=1.0, msg_id="m1")
+        publishing = asyncio.create_task(
+            bus.publish_stored(subject, note, timeout=1.0, msg_id="m1", failover_s=60.0)
+        )
+        await until(lambda: "trying again" in caplog.text, timeout=30)
+        nats_cluster.restart(1)
+        nats_cluster.restart(2)
+        seq = await asyncio.wait_for(publishing, 60)
+        again = await bus.publish_stored(subject, note, msg_id="m1", failover_s=60.0)
+        assert again == seq  # the duplicate window: one message
+        first = await log.next_after(subject, 0)
+        assert first is not None and first[0] == seq
+        assert await log.next_after(subject, seq + 1) is None
+    finally:
+        await bus.close()

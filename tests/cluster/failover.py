@@ -153,6 +153,9 @@ class Batch:
                 f"turn consumer: pending {info.num_pending}, ack pending {info.num_ack_pending}, "
                 f"redelivered {info.num_redelivered}, waiting {info.num_waiting}"
             )
+        for task in self._submitters:
+            if task.done() and not task.cancelled() and task.exception() is not None:
+                lines.append(f"a submission failed: {task.exception()!r}")
         for node in self.nodes:
             lines.append(
                 f"{node.node_id}: taken {node.turns_taken}, settled {node.turns_settled}, "

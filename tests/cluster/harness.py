@@ -34,7 +34,6 @@ async def start(
             "home": home / node_id,
             "node_id": node_id,
             "cluster": True,
-            "lease_ttl_s": 30.0,
             "ack_wait_s": 5.0,
             "followup_grace_s": 0.0,
             "storage_sync": False,

@@ -3,6 +3,9 @@ TTL, a live node's never do, and a node that was only stalled loses its lease cl
 
 from __future__ import annotations
 
+import pytest
+
+from actors import leases as leases_module
 from actors.leases import KvLeases
 from bus import Bus, EmbeddedNats
 from tests.waiting import until
@@ -10,7 +13,7 @@ from tests.waiting import until
 
 async def leases(url: str, node: str) -> tuple[Bus, KvLeases]:
     bus = await Bus.connect(url)
-    lease = KvLeases(bus, node, ttl_s=30.0, node_ttl_s=1.0)
+    lease = KvLeases(bus, node, node_ttl_s=1.0)
     await lease.start()
     return bus, lease
 
@@ -44,19 +47,23 @@ async def test_a_dead_node_s_lease_is_taken_over_and_a_live_one_s_is_not(
         await bus_b.close()
 
 
-async def test_a_stalled_node_finds_its_lease_gone_at_its_next_renewal(
+async def test_a_stalled_node_finds_the_leases_taken_meanwhile_when_it_beats_again(
     fresh_nats: EmbeddedNats,
 ) -> None:
     bus_a, a = await leases(fresh_nats.url, "a")
     bus_b, b = await leases(fresh_nats.url, "b")
     try:
-        assert await a.acquire("c1")
+        assert await a.acquire("c1") and await a.acquire("c2")
+        assert await a.recheck() == []  # nothing lapsed: no check at all
         assert a._beating is not None
         a._beating.cancel()  # a stalls: its beat stops but its connection stays
         await until(lambda: b.acquire("c1"), 10)
-        assert not await a.renew("c1")  # the revision moved: a drops the conversation
-        assert "c1" not in a.held
-        assert await b.renew("c1")
+        assert b.taken_over == 1
+        await a._beat()  # a wakes up: its key was gone, its leases may be lost
+        assert a.lapsed
+        assert await a.recheck() == ["c1"]  # the revision moved: a drops the conversation
+        assert a.held == {"c2"} and not a.lapsed
+        assert await b.renew("c1") and await a.owner("c2") == "a"
     finally:
         for lease, bus in ((a, bus_a), (b, bus_b)):
             await lease.stop()
@@ -84,3 +91,42 @@ async def test_a_node_whose_own_beats_just_came_back_does_not_count_another_dead
     finally:
         await bus_a.close()
         await bus_b.close()
+
+
+async def test_checking_many_leases_after_a_lapse_keeps_a_bounded_number_in_flight(
+    fresh_nats: EmbeddedNats, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """After its beat lapsed a node holding many leases (parked turns) checks them a few at
+    a time, not in one burst that starves its other requests; none was taken, none lost."""
+    monkeypatch.setattr(leases_module, "RENEW_CONCURRENCY", 8)
+    bus, lease = await leases(fresh_nats.url, "many")
+    try:
+        cids = [f"c{i}" for i in range(300)]
+        for cid in cids:
+            assert await lease.acquire(cid)
+        before = dict(lease._revisions)
+        in_flight, most = 0, 0
+        renew = lease.renew
+
+        async def counted(cid: str) -> bool:
+            nonlocal in_flight, most
+            in_flight += 1
+            most = max(most, in_flight)
+            try:
+                return await renew(cid)
+            finally:
+                in_flight -= 1
+
+        monkeypatch.setattr(lease, "renew", counted)
+        assert lease._nodes is not None
+        await lease._nodes.delete(bus.subjects.kv_key("many"))  # its key went away
+        await lease._beat()
+        assert lease.lapsed
+        assert await lease.recheck() == []
+        assert most == 8
+        assert lease.held == set(cids)
+        assert all(lease._revisions[c] > before[c] for c in cids)  # each one checked
+        assert lease.last_pass_s > 0
+    finally:
+        await lease.stop()
+        await bus.close()

@@ -102,7 +102,6 @@ def test_a_killed_node_actors_conversations_finish_on_the_other(
                 "home": tmp_path / "home" / f"n{i}",
                 "node_id": f"n{i}",
                 "knowledge_dir": KB,
-                "lease_ttl_s": 2.0,
                 "ack_wait_s": 2.0,
                 "followup_grace_s": 0.0,
             },
