@@ -170,6 +170,7 @@ class JetStreamCopy:
         self._kv = await KvBucket.open(
             self.bus, name=self.bucket, history=1, replicas=self.replicas
         )
+        self._kv.on_healed.append(self._heads.clear)  # made again: every head is gone
 
     # -- heads -----------------------------------------------------------------------------------
 

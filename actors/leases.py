@@ -112,6 +112,7 @@ class KvLeases:
         )
         if self._kv.ttl_s:
             await self._kv.drop_ttl()
+        self._kv.on_healed.append(lambda: self._lapse("the lease bucket was made again"))
         self._nodes = await KvBucket.open(
             self.bus,
             name=self.bus.subjects.nodes_bucket,

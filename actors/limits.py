@@ -144,7 +144,7 @@ CONFIG: Mapping[str, Number | Name | ProfileChoice] = {
     "max_tokens": Number(True, 0, 100_000_000),
     "max_consecutive_refusals": Number(True, 1, 50),
     "max_tool_calls_per_decision": Number(True, 1, 50),
-    "wait_timeout_s": Number(False, 0, 86_400, above=True, unit="of seconds"),
+    "wait_timeout_s": Number(False, 0.001, 86_400, unit="of seconds"),  # a profile's bound
     "followup_grace_s": Number(False, 0, 60, unit="of seconds"),
     "tool_timeout_s": Number(False, 0, 3_600, above=True, unit="of seconds"),
     "model": Name(MAX_MODEL_CHARS),

@@ -65,6 +65,8 @@ from .parking import ParkedTurns
 log = logging.getLogger(__name__)
 
 DEFER_S = 0.2
+RETAKE_S = 1.0
+"""A request whose take failed (e.g. NATS away) comes back after this; the loop pauses."""
 """How long a deferred request (leased elsewhere, or behind an earlier turn) stays out."""
 CHECK_EVERY_S = 5.0
 """How often a quiet pull loop checks that its stream and consumer still exist."""
@@ -274,7 +276,8 @@ class TurnQueue:
             try:
                 deferred = await self._take(item, take)
             except Exception:
-                log.exception("could not take a turn request; it will be redelivered")
+                log.exception("could not take a turn request; it comes back in %gs", RETAKE_S)
+                await asyncio.sleep(RETAKE_S / 2)  # back off: the next one may fail alike
                 continue
             if deferred:
                 # Stay off the queue a little longer than the request: a waiting fetch of
@@ -317,7 +320,7 @@ class TurnQueue:
             self._inflight.pop(tid, None)
             self._conversation.pop(tid, None)
             with contextlib.suppress(BusError):
-                await item.nak()
+                await item.nak(delay=RETAKE_S)
             raise
         if not taken:
             self._inflight.pop(tid, None)

@@ -561,6 +561,13 @@ class KvBucket:
         self._kv = kv
         self._timeout = timeout
         self._js = js
+        self._reopen: Callable[[], Awaitable[KvBucket]] | None = None
+        """Makes the bucket again as ``open`` did (set by ``open``)."""
+        self._healing = asyncio.Lock()
+        self.healed = 0
+        """Times the bucket was found gone and made again."""
+        self.on_healed: list[Callable[[], None]] = []
+        """Called after the bucket was made again (its keys are gone)."""
 
     @classmethod
     async def open(
@@ -611,6 +618,9 @@ class KvBucket:
 
         try:
             bucket = await _set_up(step, f"open bucket {name}", count)
+            bucket._reopen = lambda: cls.open(
+                bus, name=name, ttl_s=ttl_s, history=history, replicas=replicas, timeout=timeout
+            )
         except nats.js.errors.BucketNotFoundError:
             raise StreamMissing(name) from None
         except nats.errors.Error as exc:
@@ -653,8 +663,7 @@ class KvBucket:
             raise translate(exc, "kv drop ttl", target=self.name, timeout=self._timeout) from None
         self.ttl_s = None
 
-    async def get(self, key: str) -> KvEntry | None:
-        """The live value of ``key``; None when it is missing, deleted or aged out."""
+    async def _get(self, key: str) -> KvEntry | None:
         try:
             entry = await self._kv.get(key)
         except nats.js.errors.NotFoundError:  # KeyNotFoundError, KeyDeletedError
@@ -663,15 +672,13 @@ class KvBucket:
             raise self._error(exc, "get", key) from None
         return KvEntry(bytes(entry.value or b""), int(entry.revision or 0))
 
-    async def put(self, key: str, value: bytes) -> int:
-        """Write ``key`` whatever it holds (the last writer wins); returns the new revision.
-        The write restarts the key's age under the bucket's TTL."""
+    async def _put(self, key: str, value: bytes) -> int:
         try:
             return int(await self._kv.put(key, value))
         except nats.errors.Error as exc:
             raise self._error(exc, "put", key) from None
 
-    async def keys(self) -> list[str]:
+    async def _keys(self) -> list[str]:
         """The keys that hold a live value now (none deleted or aged out), sorted.
 
         The bucket's stream is read with direct gets, one per message it holds (nats-py's
@@ -694,17 +701,12 @@ class KvBucket:
             seq = int(msg.seq or seq) + 1
         return sorted(key for key, alive in live.items() if alive)
 
-    async def create(self, key: str, value: bytes) -> int:
-        """Write ``key`` only if it holds no live value; returns the new revision.
-
-        Raises ``KeyExists(key, revision)`` when it does. A delete marker or a key
-        aged out does not count as live.
-        """
+    async def _create(self, key: str, value: bytes) -> int:
         for _ in range(3):
             try:
                 return int(await self._kv.create(key, value))
             except nats.js.errors.KeyWrongLastSequenceError:
-                live = await self.get(key)
+                live = await self._get(key)
                 if live is not None:
                     raise KeyExists(key, live.revision) from None
             except nats.js.errors.NotFoundError:
@@ -713,12 +715,7 @@ class KvBucket:
                 raise self._error(exc, "create", key) from None
         raise KeyExists(key, 0)
 
-    async def update(self, key: str, value: bytes, *, last: int) -> int:
-        """Write ``key`` if its revision is still ``last``; returns the new revision.
-
-        Raises ``WrongRevision(key, last)`` when another write (or delete, or the TTL)
-        came first.
-        """
+    async def _update(self, key: str, value: bytes, *, last: int) -> int:
         try:
             return int(await self._kv.update(key, value, last=last))
         except nats.js.errors.KeyWrongLastSequenceError:
@@ -726,11 +723,7 @@ class KvBucket:
         except nats.errors.Error as exc:
             raise self._error(exc, "update", key) from None
 
-    async def delete(self, key: str, *, last: int | None = None) -> None:
-        """Delete ``key`` (a delete marker); with ``last``, only if it is at that revision.
-
-        Raises ``WrongRevision(key, last)`` on a stale ``last``.
-        """
+    async def _delete(self, key: str, *, last: int | None = None) -> None:
         try:
             await self._kv.delete(key, last=last)
         except nats.js.errors.APIError as exc:
@@ -740,8 +733,80 @@ class KvBucket:
         except nats.errors.Error as exc:
             raise self._error(exc, "delete", key) from None
 
+    # --- the event log ----------------------------------------------------------------------------
 
-# --- the event log ----------------------------------------------------------------------------
+    # -- self-healing: a bucket deleted under a running node is made again -------------------
+
+    async def _heal(self, seen: int) -> bool:
+        """Make the bucket again when it is gone; True when an operation may be tried again
+        (made again now, or by a concurrent caller since ``seen``), False when it exists (the
+        error was something else, e.g. no leader during a failover) or cannot be checked."""
+        async with self._healing:
+            if self.healed != seen:
+                return True
+            if self._reopen is None or self._js is None:
+                return False
+            try:
+                await self._js.stream_info(f"KV_{self.name}")
+                return False
+            except nats.js.errors.NotFoundError:
+                pass
+            except nats.errors.Error:
+                return False
+            log.warning(
+                "KV bucket %s is gone (deleted?): making it again, its keys are lost", self.name
+            )
+            fresh = await self._reopen()
+            self._kv, self.ttl_s = fresh._kv, fresh.ttl_s
+            self.healed += 1
+        for callback in self.on_healed:
+            callback()
+        return True
+
+    async def _healed(self, step: Callable[[], Awaitable[T]]) -> T:
+        seen = self.healed
+        try:
+            return await step()
+        except StreamMissing:
+            if not await self._heal(seen):
+                raise
+        return await step()
+
+    async def get(self, key: str) -> KvEntry | None:
+        """The live value of ``key``; None when it is missing, deleted or aged out."""
+        return await self._healed(lambda: self._get(key))
+
+    async def put(self, key: str, value: bytes) -> int:
+        """Write ``key`` whatever it holds (the last writer wins); returns the new revision.
+        The write restarts the key's age under the bucket's TTL."""
+        return await self._healed(lambda: self._put(key, value))
+
+    async def keys(self) -> list[str]:
+        """The keys that hold a live value now (none deleted or aged out), sorted."""
+        return await self._healed(self._keys)
+
+    async def create(self, key: str, value: bytes) -> int:
+        """Write ``key`` only if it holds no live value; returns the new revision.
+
+        Raises ``KeyExists(key, revision)`` when it does. A delete marker or a key
+        aged out does not count as live.
+        """
+        return await self._healed(lambda: self._create(key, value))
+
+    async def update(self, key: str, value: bytes, *, last: int) -> int:
+        """Write ``key`` if its revision is still ``last``; returns the new revision.
+
+        Raises ``WrongRevision(key, last)`` when another write (or delete, or the TTL)
+        came first (or the bucket was made again: the key is gone).
+        """
+        return await self._healed(lambda: self._update(key, value, last=last))
+
+    async def delete(self, key: str, *, last: int | None = None) -> None:
+        """Delete ``key`` (a delete marker); with ``last``, only if it is at that revision.
+
+        Raises ``WrongRevision(key, last)`` on a stale ``last``.
+        """
+        await self._healed(lambda: self._delete(key, last=last))
 
 
 class EventLog:
@@ -751,6 +816,10 @@ class EventLog:
         self.name = name
         self._js = js
         self._timeout = timeout
+        self._config: StreamConfig | None = None
+        """What ``open`` made (None: bound, never made again)."""
+        self.healed = 0
+        """Times the stream was found gone and made again (what it held is lost)."""
 
     @classmethod
     async def open(
@@ -790,7 +859,9 @@ class EventLog:
             duplicate_window=min(120.0, max_age_s) if max_age_s else 0,
         )
         await _ensure_stream(js, config, timeout)
-        return cls(name, js, timeout)
+        made = cls(name, js, timeout)
+        made._config = config
+        return made
 
     @classmethod
     def bind(cls, bus: Bus, *, name: str, timeout: float = DEFAULT_TIMEOUT) -> Self:
@@ -811,13 +882,37 @@ class EventLog:
         Raises ``NoStream`` when the stream does not capture ``subject`` (or is gone).
         """
         headers = {"Nats-Msg-Id": msg_id} if msg_id else None
+        for attempt in (0, 1):
+            try:
+                ack = await self._js.publish(subject, data, stream=self.name, headers=headers)
+            except nats.js.errors.NoStreamResponseError:  # not the stream's subject, or gone
+                if attempt or not await self._heal():
+                    raise NoStream(subject) from None
+            except nats.errors.Error as exc:
+                raise self._error(exc, f"append to {subject}") from None
+            else:
+                return int(ack.seq)
+        raise NoStream(subject)  # not reached: the second attempt returns or raises
+
+    async def _heal(self) -> bool:
+        """Make the stream again when it is gone (deleted under a running node), with a
+        warning: True when it was (or exists again), False when it is there (the subject
+        is not its own) or cannot be checked."""
+        if self._config is None:
+            return False
         try:
-            ack = await self._js.publish(subject, data, stream=self.name, headers=headers)
-        except nats.js.errors.NoStreamResponseError:  # the subject is not the stream's (any more)
-            raise NoStream(subject) from None
-        except nats.errors.Error as exc:
-            raise self._error(exc, f"append to {subject}") from None
-        return int(ack.seq)
+            await self._js.stream_info(self.name)
+            return False
+        except nats.js.errors.NotFoundError:
+            pass
+        except nats.errors.Error:
+            return False
+        log.warning(
+            "stream %s is gone (deleted?): making it again, what it held is lost", self.name
+        )
+        await _ensure_stream(self._js, self._config, self._timeout)
+        self.healed += 1
+        return True
 
     async def next_after(self, subject: str, seq: int) -> tuple[int, bytes] | None:
         """The first message on ``subject`` at stream sequence ``seq`` or later, as

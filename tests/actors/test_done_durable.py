@@ -5,6 +5,8 @@ A: the DONE (with its task id) is sent while no node runs: the sender is told it
 and will be applied, and once the node is back the turn completes with the review.
 B: the node is restarted first, then ``actline done reviewer "..."`` (no ids) is run: it finds
 the open task, is applied, and the turn completes with the review.
+C: with nothing to store it (no node ever started on this NATS), a DONE is retried with
+backoff, then refused with ``DoneNotStored`` naming the agent, the time and the fix.
 
 Every wait is on an event (the task on the agent's inbox, the ``waiting`` card, the ready
 line, the result) with a generous bound; none is a timing assertion.
@@ -13,6 +15,7 @@ line, the result) with a generous bound; none is a timing assertion.
 from __future__ import annotations
 
 import asyncio
+import logging
 import os
 import sys
 from pathlib import Path
@@ -21,6 +24,7 @@ import pytest
 
 import messages
 from actors.client import Client
+from actors.errors import DoneNotStored
 from bus import Bus, EmbeddedNats, Envelope, TaskStream
 from messages import AgentTask, ErrorReply
 from storage import Store
@@ -181,3 +185,24 @@ async def test_actline_done_without_ids_after_a_restart_finds_the_open_task(
     assert answer.status == "completed", answer.error
     assert f"{REVIEWER} reviewed this: backups are fine" in answer.answer, answer.answer
     assert len(applied(home, "c-done-b")) == 1, applied(home, "c-done-b")
+
+
+async def test_a_done_nothing_stores_is_retried_with_backoff_then_refused_naming_the_fix(
+    bus: Bus, caplog: pytest.LogCaptureFixture
+) -> None:
+    client = Client(bus)  # no node ever ran under this prefix: no DONE stream
+    loop = asyncio.get_running_loop()
+    began = loop.time()
+    try:
+        with caplog.at_level(logging.INFO, logger="actors.agent_side"):
+            with pytest.raises(DoneNotStored) as refused:
+                await client.send_done(REVIEWER, "looks fine", turn_id="t-1", store_within=0.8)
+    finally:
+        await client.close()
+    took = loop.time() - began
+    retries = [r for r in caplog.records if "not stored yet" in r.getMessage()]
+    assert len(retries) >= 3, [r.getMessage() for r in caplog.records]  # 0.1, 0.2, 0.4 s
+    assert 0.6 <= took < 10, took  # it kept trying for about store_within, then gave up
+    error = refused.value
+    assert (error.agent, error.within_s) == (REVIEWER, 0.8)
+    assert "could not be stored within 0.8 s" in str(error) and "start a node" in str(error)

@@ -24,6 +24,8 @@ from actors.limits import (
     LIMIT_VARS,
     TS_FUTURE_S,
     TS_PAST_S,
+    Name,
+    ProfileChoice,
     TakenRequest,
     client_ts,
     stamped,
@@ -33,6 +35,7 @@ from actors.limits import (
 )
 from actors.node import Node
 from actors.policy import TurnSettings
+from actors.profiles import KEYS
 from bus import Bus
 from messages import (
     ArtifactRef,
@@ -69,7 +72,9 @@ HOSTILE: list[tuple[str, Any, str]] = [
     ("wait_timeout_s", math.inf, "86400"),
     ("wait_timeout_s", -math.inf, "86400"),
     ("wait_timeout_s", math.nan, "86400"),
-    ("wait_timeout_s", 0, "> 0"),
+    ("wait_timeout_s", 0, "from 0.001 to 86400"),
+    ("wait_timeout_s", 1e-300, "from 0.001 to 86400"),  # once taken (make fuzz)
+    ("wait_timeout_s", 0.0009, "from 0.001 to 86400"),
     ("wait_timeout_s", 1e300, "86400"),
     ("wait_timeout_s", "30", "finite number"),
     ("followup_grace_s", math.inf, "60"),
@@ -143,6 +148,26 @@ def test_parse_takes_every_key_at_its_bounds() -> None:
     assert last.profile.context_rot == 1.0 and last.profile.max_iterations == 1000
 
 
+CONFIG_IN_PROFILE = {
+    "max_iterations": "max_iterations",
+    "max_tokens": "token_budget",
+    "max_tool_calls_per_decision": "max_tool_calls_per_decision",
+    "wait_timeout_s": "wait_timeout_s",
+}
+"""Config keys whose value the resolved profile holds (``TurnSettings.parse``)."""
+
+
+def test_a_config_key_a_profile_also_holds_has_the_profile_keys_bound() -> None:
+    # make fuzz found wait_timeout_s 1e-300 taken (> 0) into a profile bounded from 0.001
+    for key, profile_key in CONFIG_IN_PROFILE.items():
+        number, bound = CONFIG[key], KEYS[profile_key]
+        assert not isinstance(number, Name | ProfileChoice), key
+        same = (bound.kind == "int", float(bound.low), float(bound.high), False)
+        assert (number.integer, float(number.low), float(number.high), number.above) == same, key
+    parsed = TurnSettings.parse({"wait_timeout_s": 0.001}, NodeSettings())
+    assert parsed.profile.wait_timeout_s == parsed.limits.wait_timeout_s == 0.001
+
+
 def test_parse_leaves_what_config_does_not_set_to_the_node() -> None:
     node = NodeSettings(max_iterations=7, token_budget=900, wait_timeout_s=12.5, model="replay")
     parsed = TurnSettings.parse({}, node)
@@ -178,6 +203,7 @@ def test_a_refused_value_is_shown_short() -> None:
     [
         ("ACTLINE_WAIT_TIMEOUT", "inf"),
         ("ACTLINE_WAIT_TIMEOUT", "nan"),
+        ("ACTLINE_WAIT_TIMEOUT", "0.0001"),
         ("ACTLINE_FOLLOWUP_GRACE", "-1"),
         ("ACTLINE_MAX_ITERATIONS", "0"),
         ("ACTLINE_TOKEN_BUDGET", "-5"),

@@ -1,0 +1,65 @@
+"""A KV bucket deleted under a running cluster-mode node is made again, with a warning, and
+the node serves on: the lease bucket (its leases are checked again, none is kept on a stale
+key), the durable heads (a conversation whose head is gone is copied whole again) and the
+node beats. Compared with the answers of the same conversations before the deletion."""
+
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+import nats.js.errors
+import pytest
+
+from actors.client import Client
+from bus import Bus, EmbeddedNats
+from messages import Subjects
+from tests.cluster.harness import start
+from tests.waiting import until
+
+QUESTION = "What are the limits?"
+
+
+@pytest.mark.parametrize("which", ["leases_bucket", "heads_bucket", "nodes_bucket"])
+async def test_a_deleted_bucket_is_made_again_and_the_node_serves_on(
+    fresh_nats: EmbeddedNats,
+    subject_names: Subjects,
+    tmp_path: Path,
+    caplog: pytest.LogCaptureFixture,
+    which: str,
+) -> None:
+    caplog.set_level(logging.WARNING)
+    node = await start(fresh_nats.url, tmp_path, "n1", subject_names=subject_names)
+    bus = await Bus.connect(fresh_nats.url, subject_names=subject_names)
+    client = Client(bus)
+    try:
+        before = await client.ask(QUESTION, conversation_id="c1", timeout=60)
+        assert before.status == "completed"
+        name = getattr(subject_names, which)
+        await bus.nc.jetstream().delete_key_value(name)
+        # c1 (held, with a head) and c2 (new) are served again
+        again = await client.ask(QUESTION, conversation_id="c1", timeout=60)
+        fresh = await client.ask(QUESTION, conversation_id="c2", timeout=60)
+        assert again.status == fresh.status == "completed", (again.error, fresh.error)
+        assert again.answer == fresh.answer == before.answer
+        # the bucket is back (the node's beat makes the nodes bucket again on its own)
+        await until(lambda: _exists(bus, name), timeout=30)
+        assert f"KV bucket {name} is gone (deleted?): making it again" in caplog.text
+        # c1's durable copy holds every block the node stored
+        copy = await node.ownership.durable.read("c1")  # type: ignore[attr-defined]
+        assert copy is not None
+        assert len(copy.blocks) == len(list(node.store.iter_blocks("c1")))
+        assert await node.ownership.leases.owner("c1") == "n1"  # type: ignore[attr-defined]
+    finally:
+        await client.close()
+        await bus.close()
+        await node.stop()
+        await node.bus.close()
+
+
+async def _exists(bus: Bus, name: str) -> bool:
+    try:
+        await bus.nc.jetstream().key_value(name)
+    except nats.js.errors.BucketNotFoundError:
+        return False
+    return True
