@@ -86,6 +86,13 @@ T = TypeVar("T")
 
 DEFAULT_TIMEOUT = 5.0
 """Seconds a JetStream API request may take (nats-py's default)."""
+HEAL_CHECK_S = 1.0
+"""How often a bucket or stream that seems gone is checked."""
+HEAL_CONFIRM_S = 10.0
+"""How long the server must say "not found" before a bucket or stream is made again (a
+cluster failing over says so for seconds about ones that exist)."""
+HEAL_WATCH_S = 120.0
+"""How long one watch of a bucket or stream that seems gone lasts."""
 SETUP_S = 30.0
 """On a replicated cluster, how long making or binding a stream, bucket or consumer is
 tried again when a request gets no answer (a cluster just started or under load may still
@@ -545,6 +552,72 @@ class KvEntry:
     revision: int
 
 
+async def _there(js: JetStreamContext, stream: str) -> bool | None:
+    """Whether ``stream`` exists: True, False (the server says it does not), None (no
+    answer)."""
+    try:
+        await js.stream_info(stream)
+    except nats.js.errors.NotFoundError:
+        return False
+    except nats.errors.Error:
+        return None
+    return True
+
+
+class _Healer:
+    """Makes a bucket or stream again once it is gone for good, in the background.
+
+    ``suspect`` (an operation found it missing) starts one watch: it asks every
+    ``HEAL_CHECK_S`` whether it exists and makes it again, with a warning, only once the
+    server has said "not found" for ``HEAL_CONFIRM_S`` (a cluster failing over says so for
+    seconds about streams that exist). No caller waits on it: their errors stand until it
+    is back. A watch that gets no answer gives up after ``HEAL_WATCH_S``."""
+
+    def __init__(
+        self,
+        what: str,
+        there: Callable[[], Awaitable[bool | None]],
+        remake: Callable[[], Awaitable[None]],
+    ) -> None:
+        self.what = what
+        self._there = there
+        self._remake = remake
+        self.healed = 0
+        self.on_healed: list[Callable[[], None]] = []
+        self._watch: asyncio.Task[None] | None = None
+
+    def suspect(self) -> None:
+        if self._watch is None or self._watch.done():
+            self._watch = asyncio.create_task(self._watching(), name=f"heal:{self.what}")
+
+    async def _watching(self) -> None:
+        started = time.monotonic()
+        missing_since: float | None = None
+        while time.monotonic() - started < HEAL_WATCH_S:
+            there = await self._there()
+            if there:
+                return
+            now = time.monotonic()
+            if there is None:
+                missing_since = None
+            elif missing_since is None:
+                missing_since = now
+            elif now - missing_since >= HEAL_CONFIRM_S:
+                log.warning(
+                    "%s is gone (deleted?): making it again, what it held is lost", self.what
+                )
+                try:
+                    await self._remake()
+                except (BusError, nats.errors.Error) as exc:
+                    log.warning("%s could not be made again: %s", self.what, exc)
+                    return
+                self.healed += 1
+                for callback in self.on_healed:
+                    callback()
+                return
+            await asyncio.sleep(HEAL_CHECK_S)  # polling: the server sends no event
+
+
 class KvBucket:
     """A JetStream KV bucket; ``ttl_s`` is the bucket's TTL (None: keys never age out)."""
 
@@ -563,11 +636,7 @@ class KvBucket:
         self._js = js
         self._reopen: Callable[[], Awaitable[KvBucket]] | None = None
         """Makes the bucket again as ``open`` did (set by ``open``)."""
-        self._healing = asyncio.Lock()
-        self.healed = 0
-        """Times the bucket was found gone and made again."""
-        self.on_healed: list[Callable[[], None]] = []
-        """Called after the bucket was made again (its keys are gone)."""
+        self._healer: _Healer | None = None
 
     @classmethod
     async def open(
@@ -621,6 +690,7 @@ class KvBucket:
             bucket._reopen = lambda: cls.open(
                 bus, name=name, ttl_s=ttl_s, history=history, replicas=replicas, timeout=timeout
             )
+            bucket._healer = _Healer(f"KV bucket {name}", bucket._stream_there, bucket._remake)
         except nats.js.errors.BucketNotFoundError:
             raise StreamMissing(name) from None
         except nats.errors.Error as exc:
@@ -737,40 +807,34 @@ class KvBucket:
 
     # -- self-healing: a bucket deleted under a running node is made again -------------------
 
-    async def _heal(self, seen: int) -> bool:
-        """Make the bucket again when it is gone; True when an operation may be tried again
-        (made again now, or by a concurrent caller since ``seen``), False when it exists (the
-        error was something else, e.g. no leader during a failover) or cannot be checked."""
-        async with self._healing:
-            if self.healed != seen:
-                return True
-            if self._reopen is None or self._js is None:
-                return False
-            try:
-                await self._js.stream_info(f"KV_{self.name}")
-                return False
-            except nats.js.errors.NotFoundError:
-                pass
-            except nats.errors.Error:
-                return False
-            log.warning(
-                "KV bucket %s is gone (deleted?): making it again, its keys are lost", self.name
-            )
-            fresh = await self._reopen()
-            self._kv, self.ttl_s = fresh._kv, fresh.ttl_s
-            self.healed += 1
-        for callback in self.on_healed:
-            callback()
-        return True
+    @property
+    def healed(self) -> int:
+        """Times the bucket was found gone and made again."""
+        return self._healer.healed if self._healer is not None else 0
+
+    @property
+    def on_healed(self) -> list[Callable[[], None]]:
+        """Called after the bucket was made again (its keys are gone)."""
+        if self._healer is None:
+            raise JetStreamError(f"kv {self.name}", "a bucket only bound is not made again")
+        return self._healer.on_healed
+
+    async def _stream_there(self) -> bool | None:
+        assert self._js is not None  # set with _reopen by open()
+        return await _there(self._js, f"KV_{self.name}")
+
+    async def _remake(self) -> None:
+        assert self._reopen is not None
+        fresh = await self._reopen()
+        self._kv, self.ttl_s = fresh._kv, fresh.ttl_s
 
     async def _healed(self, step: Callable[[], Awaitable[T]]) -> T:
-        seen = self.healed
         try:
             return await step()
         except StreamMissing:
-            if not await self._heal(seen):
-                raise
-        return await step()
+            if self._healer is not None:
+                self._healer.suspect()
+            raise
 
     async def get(self, key: str) -> KvEntry | None:
         """The live value of ``key``; None when it is missing, deleted or aged out."""
@@ -816,10 +880,8 @@ class EventLog:
         self.name = name
         self._js = js
         self._timeout = timeout
-        self._config: StreamConfig | None = None
-        """What ``open`` made (None: bound, never made again)."""
-        self.healed = 0
-        """Times the stream was found gone and made again (what it held is lost)."""
+        self._healer: _Healer | None = None
+        """Makes the stream again when it is gone (set by ``open``; None: only bound)."""
 
     @classmethod
     async def open(
@@ -860,8 +922,20 @@ class EventLog:
         )
         await _ensure_stream(js, config, timeout)
         made = cls(name, js, timeout)
-        made._config = config
+
+        async def there() -> bool | None:
+            return await _there(js, name)
+
+        async def remake() -> None:
+            await _ensure_stream(js, config, timeout)
+
+        made._healer = _Healer(f"stream {name}", there, remake)
         return made
+
+    @property
+    def healed(self) -> int:
+        """Times the stream was found gone and made again (what it held is lost)."""
+        return self._healer.healed if self._healer is not None else 0
 
     @classmethod
     def bind(cls, bus: Bus, *, name: str, timeout: float = DEFAULT_TIMEOUT) -> Self:
@@ -882,37 +956,15 @@ class EventLog:
         Raises ``NoStream`` when the stream does not capture ``subject`` (or is gone).
         """
         headers = {"Nats-Msg-Id": msg_id} if msg_id else None
-        for attempt in (0, 1):
-            try:
-                ack = await self._js.publish(subject, data, stream=self.name, headers=headers)
-            except nats.js.errors.NoStreamResponseError:  # not the stream's subject, or gone
-                if attempt or not await self._heal():
-                    raise NoStream(subject) from None
-            except nats.errors.Error as exc:
-                raise self._error(exc, f"append to {subject}") from None
-            else:
-                return int(ack.seq)
-        raise NoStream(subject)  # not reached: the second attempt returns or raises
-
-    async def _heal(self) -> bool:
-        """Make the stream again when it is gone (deleted under a running node), with a
-        warning: True when it was (or exists again), False when it is there (the subject
-        is not its own) or cannot be checked."""
-        if self._config is None:
-            return False
         try:
-            await self._js.stream_info(self.name)
-            return False
-        except nats.js.errors.NotFoundError:
-            pass
-        except nats.errors.Error:
-            return False
-        log.warning(
-            "stream %s is gone (deleted?): making it again, what it held is lost", self.name
-        )
-        await _ensure_stream(self._js, self._config, self._timeout)
-        self.healed += 1
-        return True
+            ack = await self._js.publish(subject, data, stream=self.name, headers=headers)
+        except nats.js.errors.NoStreamResponseError:  # not the stream's subject, or gone
+            if self._healer is not None:
+                self._healer.suspect()
+            raise NoStream(subject) from None
+        except nats.errors.Error as exc:
+            raise self._error(exc, f"append to {subject}") from None
+        return int(ack.seq)
 
     async def next_after(self, subject: str, seq: int) -> tuple[int, bytes] | None:
         """The first message on ``subject`` at stream sequence ``seq`` or later, as

@@ -20,6 +20,7 @@ from bus import (
     JetStreamUnavailable,
     KeyExists,
     KvBucket,
+    KvEntry,
     NoStream,
     NotConnected,
     QueueItem,
@@ -27,6 +28,7 @@ from bus import (
     StreamMissing,
     WorkQueue,
     WrongRevision,
+    jetstream,
 )
 from bus.jetstream import translate
 from messages import TurnRequest
@@ -259,14 +261,30 @@ async def test_an_existing_buckets_ttl_wins_and_concurrent_opens_agree(bus: Bus)
     assert later.ttl_s == pytest.approx(5.0)
 
 
-async def test_a_deleted_bucket_raises_stream_missing(bus: Bus) -> None:
-    kv = await KvBucket.open(bus, name=bus.subjects.heads_bucket)
+async def test_a_deleted_bucket_is_made_again_once_it_is_gone_for_good(
+    bus: Bus, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(jetstream, "HEAL_CONFIRM_S", 0.3)
+    monkeypatch.setattr(jetstream, "HEAL_CHECK_S", 0.05)
+    kv = await KvBucket.open(bus, name=bus.subjects.heads_bucket, history=1)
+    remade: list[int] = []
+    kv.on_healed.append(lambda: remade.append(kv.healed))
     await kv.create("k", b"v")
     await bus.nc.jetstream().delete_key_value(bus.subjects.heads_bucket)
-    with pytest.raises(StreamMissing):
+    with pytest.raises(StreamMissing):  # the error stands: nobody waits on the check
         await kv.get("k")
+    await until(lambda: kv.healed == 1, timeout=10)
+    assert remade == [1]
+    assert "KV bucket " + kv.name + " is gone (deleted?): making it again" in caplog.text
+    assert await kv.get("k") is None  # made again: its keys are gone
+    assert await kv.create("k", b"w") == 1
+    assert (await kv.get("k")) == KvEntry(b"w", 1)
+    # a bucket only bound (not made by this process's open) is not made again
+    bound = KvBucket(kv.name, kv._kv, None, 5.0)
+    await bus.nc.jetstream().delete_key_value(bus.subjects.heads_bucket)
     with pytest.raises(StreamMissing):
-        await kv.create("k", b"v")
+        await bound.get("k")
+    assert bound.healed == 0
 
 
 async def test_an_invalid_key_is_a_jetstream_error(bus: Bus) -> None:
