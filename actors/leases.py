@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import secrets
 import time
 
 from bus import Bus, BusError, KeyExists, KvBucket, WrongRevision
@@ -88,6 +89,8 @@ class KvLeases:
         """One operation at a time per conversation (a release racing a renewal)."""
         self.last_pass_s = 0.0
         """Seconds the last ``recheck`` that renewed leases took."""
+        self._writer = secrets.token_hex(8)
+        """This process's mark on its writes (a restart under the same node id has another)."""
 
     def _lock(self, cid: str) -> asyncio.Lock:
         return self._locks.setdefault(cid, asyncio.Lock())
@@ -103,7 +106,7 @@ class KvLeases:
         return self._kv
 
     def _value(self) -> bytes:
-        return pack({"node": self.node_id, "ts": time.time()})
+        return pack({"node": self.node_id, "writer": self._writer, "ts": time.time()})
 
     async def start(self) -> None:
         """Create or bind both buckets (a lease bucket with a TTL loses it) and beat."""
@@ -194,6 +197,14 @@ class KvLeases:
         since = self._beats_ok_since
         return since is None or time.monotonic() - since < self.node_ttl_s
 
+    async def _written_here(self, cid: str) -> int | None:
+        """The revision of ``cid``'s lease when this process wrote it last, else None."""
+        entry = await self._bucket().get(self.bus.subjects.kv_key(cid))
+        raw = unpack(entry.value or b"\xc0") if entry is not None else None
+        if isinstance(raw, dict) and raw.get("writer") == self._writer and entry is not None:
+            return int(entry.revision or 0)
+        return None
+
     async def _entry(self, cid: str) -> tuple[str, int] | None:
         """(owner, KV revision) of the live lease, or None."""
         entry = await self._bucket().get(self.bus.subjects.kv_key(cid))
@@ -264,6 +275,10 @@ class KvLeases:
                 self.bus.subjects.kv_key(cid), self._value(), last=revision
             )
         except WrongRevision:
+            mine = await self._written_here(cid)
+            if mine is not None:  # our own write whose answer was lost (a timeout while it
+                self._revisions[cid] = mine  # went through): the lease is still ours
+                return True
             self._revisions.pop(cid, None)
             log.info("lease on %s lost by %s", cid, self.node_id)
             return False

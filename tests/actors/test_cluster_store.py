@@ -91,6 +91,17 @@ async def test_a_lease_lasts_while_its_node_beats_with_no_renewal(bus: Bus, othe
     assert a.held == {CID} and await b.owner(CID) == "node-a"
 
 
+async def test_a_renewal_whose_answer_was_lost_keeps_the_lease(bus: Bus, other_bus: Bus) -> None:
+    """An update that went through while its caller timed out moved the revision: the next
+    renewal finds this process's own write and keeps the lease (nobody took it)."""
+    a, b = await leases(bus, "node-a"), await leases(other_bus, "node-b")
+    assert await a.acquire(CID)
+    key = bus.subjects.kv_key(CID)
+    await a._bucket().update(key, a._value(), last=a._revisions[CID])  # answer "lost"
+    assert await a.renew(CID) and a.held == {CID}
+    assert not await b.acquire(CID)
+
+
 async def test_a_restarted_node_takes_its_own_live_lease_back(bus: Bus) -> None:
     before = await leases(bus, "node-a")
     assert await before.acquire(CID)
