@@ -424,13 +424,18 @@ async def read_durable(
     return out
 
 
+async def paced(conv: ConversationPlan, previous: TurnTrace | None) -> None:
+    """Wait until the conversation's next turn may be submitted after ``previous``."""
+    if previous is not None and conv.pacing == "after_accepted":
+        await previous.was_accepted.wait()
+    elif previous is not None and conv.pacing == "after_result":
+        await previous.answered.wait()
+
+
 async def _submit(client: Client, observer: Observer, fleet: Fleet, conv: ConversationPlan) -> None:
     previous: TurnTrace | None = None
     for turn in conv.turns:
-        if previous is not None and conv.pacing == "after_accepted":
-            await previous.was_accepted.wait()
-        elif previous is not None and conv.pacing == "after_result":
-            await previous.answered.wait()
+        await paced(conv, previous)
         await fleet.up.wait()
         trace = observer.traces[turn.turn_id]
         request = TurnRequest(
@@ -573,6 +578,7 @@ __all__ = [
     "StoredConversation",
     "TurnPlan",
     "TurnTrace",
+    "paced",
     "plan_batch",
     "run_batch",
 ]

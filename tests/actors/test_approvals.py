@@ -12,7 +12,6 @@ right to approve (refused by the server), and an approver agent that may.
 from __future__ import annotations
 
 import json
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -56,13 +55,6 @@ def registry(deploys: Deploys) -> ToolRegistry:
     tools = ToolRegistry()
     tools.register(DEPLOY, deploys, description="Deploy a version", needs_approval=True)
     return tools
-
-
-@pytest.fixture
-async def client(bus: Bus) -> AsyncIterator[Client]:
-    c = Client(bus)
-    yield c
-    await c.close()
 
 
 def script(cid: str, *outputs: str) -> Scripted:

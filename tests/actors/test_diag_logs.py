@@ -40,13 +40,6 @@ def root_logging() -> Iterator[logging.Logger]:
     root.setLevel(level)
 
 
-@pytest.fixture
-async def client(bus: Bus) -> Any:
-    c = Client(bus)
-    yield c
-    await c.close()
-
-
 async def _logged_turn(
     bus: Bus, client: Client, home: Path, root: logging.Logger, level: int, fmt: str
 ) -> tuple[str, str, dict[str, str]]:

@@ -33,13 +33,6 @@ async def started(bus: Bus, home: Path, model: Scripted, llm: LLMSettings) -> No
 
 
 @pytest.fixture
-async def client(bus: Bus) -> AsyncIterator[Client]:
-    c = Client(bus)
-    yield c
-    await c.close()
-
-
-@pytest.fixture
 async def messages_api() -> AsyncIterator[FakeAnthropicServer]:
     policy = ReplayModel.of([say("from claude", answer="Answered by Claude.")] * 4)
     async with FakeAnthropicServer(policy) as srv:

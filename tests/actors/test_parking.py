@@ -60,13 +60,6 @@ async def agent(bus: Bus) -> AsyncIterator[Agent]:
     await sub.unsubscribe()
 
 
-@pytest.fixture
-async def client(bus: Bus) -> AsyncIterator[Client]:
-    client = Client(bus)
-    yield client
-    await client.close()
-
-
 async def node_with(bus: Bus, tmp_path: Path, model: object, **changes: Any) -> Node:
     settings: dict[str, Any] = {"max_active_turns": 2, "park_s": PARK_S, **changes}
     return await start_node(bus, tmp_path / "home", model, **settings)

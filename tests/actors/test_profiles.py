@@ -220,13 +220,6 @@ def test_profiles_from_the_toml_file_and_the_cli_table(
 # --- over NATS and LMDB -----------------------------------------------------------------------
 
 
-@pytest.fixture
-async def client(bus: Bus) -> Any:
-    c = Client(bus)
-    yield c
-    await c.close()
-
-
 def stored_profile(home: Path, cid: str, turn_id: str) -> dict[str, Any]:
     with Store(home) as store:
         blocks = store.load(cid).timeline.blocks

@@ -6,7 +6,6 @@ nothing stored before is lost."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -23,13 +22,6 @@ from tools.registry import ToolContext, ToolOutput, ToolRegistry
 from .harness import KB, Scripted, run_turn, say, settings
 
 KIB = 1024
-
-
-@pytest.fixture
-async def client(bus: Bus) -> AsyncIterator[Client]:
-    c = Client(bus)
-    yield c
-    await c.close()
 
 
 async def big(params: dict[str, Any], ctx: ToolContext) -> ToolOutput:

@@ -74,13 +74,6 @@ async def node(
     await model.aclose()
 
 
-@pytest.fixture
-async def client(bus: Bus) -> AsyncIterator[Client]:
-    c = Client(bus)
-    yield c
-    await c.close()
-
-
 def note(content: str) -> tuple[str, dict[str, Any]]:
     return ("react.write", {"path": "notes", "channel": "internal", "content": content})
 

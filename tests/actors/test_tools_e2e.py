@@ -7,7 +7,7 @@ import asyncio
 import json
 import sys
 import threading
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
@@ -26,13 +26,6 @@ PAGE = (
     b"<html><head><title>Widget specs</title></head><body><h1>Widget</h1>"
     b"<p>The widget weighs 4.2 kg and ships in blue.</p></body></html>"
 )
-
-
-@pytest.fixture
-async def client(bus: Bus) -> AsyncIterator[Client]:
-    c = Client(bus)
-    yield c
-    await c.close()
 
 
 @pytest.fixture

@@ -70,13 +70,6 @@ def one_round() -> list[Any]:
     return [used(say("easy", answer="hello"), 30, 5, 0)]
 
 
-@pytest.fixture
-async def client(bus: Bus) -> AsyncIterator[Client]:
-    c = Client(bus)
-    yield c
-    await c.close()
-
-
 async def traced(home: Path, turn_id: str, *more: str) -> dict[str, Any]:
     """The turn's session and spans once its session line (and spans named ``more``) are in."""
 

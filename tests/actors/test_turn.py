@@ -7,8 +7,6 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from actors import NodeSettings, ToolRegistry
 from actors.client import Client
 from actors.node import Node
@@ -36,13 +34,6 @@ SEARCH = ("react.search_knowledge", {"query": "pricing tiers"})
 
 def notices(node: Node, cid: str) -> list[str]:
     return [b.meta.get("code", "") for b in node.conversations[cid].tl.blocks if b.type == NOTICE]
-
-
-@pytest.fixture
-async def client(bus: Bus) -> Any:
-    c = Client(bus)
-    yield c
-    await c.close()
 
 
 async def test_a_turn_with_two_tool_rounds_answers_with_citations(

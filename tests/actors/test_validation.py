@@ -9,7 +9,6 @@ import math
 import pickle
 import re
 import time
-from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -343,13 +342,6 @@ def test_the_docs_table_names_every_config_key_and_limit_variable() -> None:
 
 
 # --- over NATS and LMDB ---------------------------------------------------------------------------
-
-
-@pytest.fixture
-async def client(bus: Bus) -> AsyncIterator[Client]:
-    c = Client(bus)
-    yield c
-    await c.close()
 
 
 async def refused(client: Client, req: TurnRequest) -> ReActResult:

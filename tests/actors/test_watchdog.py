@@ -7,8 +7,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 from actors import events as ev
 from actors.client import Client
 from actors.node import Node
@@ -117,13 +115,6 @@ def test_a_profile_without_the_watchdog_never_fires() -> None:
 
 
 # --- scripted turns ---------------------------------------------------------------------------
-
-
-@pytest.fixture
-async def client(bus: Bus) -> Any:
-    c = Client(bus)
-    yield c
-    await c.close()
 
 
 def watchdog_notices(node: Node, cid: str) -> list[str]:

@@ -31,6 +31,7 @@ from tests.actors.killloop import (
     RunRecord,
     TurnTrace,
     _stored,
+    paced,
     read_durable,
 )
 from tests.waiting import until
@@ -107,10 +108,7 @@ class Batch:
     async def _submit(self, conv: ConversationPlan) -> None:
         previous: TurnTrace | None = None
         for turn in conv.turns:
-            if previous is not None and conv.pacing == "after_accepted":
-                await previous.was_accepted.wait()
-            elif previous is not None and conv.pacing == "after_result":
-                await previous.answered.wait()
+            await paced(conv, previous)
             trace = self.observer.traces[turn.turn_id]
             trace.submitted_at = time.monotonic()
             await self.client.submit_request(
