@@ -9,8 +9,9 @@ A node chooses its ``Ownership`` once, when it starts (``ACTLINE_CLUSTER``):
   turn is handed back for a moment), brings its LMDB to the durable copy before
   loading a conversation (``prepare``), copies every committed round to JetStream under
   a check-and-set on the conversation's head (``committed``: a lost race raises
-  ``ConversationLost`` and the turn goes back to the queue), renews its leases and
-  answers only the inputs of conversations it owns. A round whose copy fails (NATS
+  ``ConversationLost`` and the turn goes back to the queue), checks its leases when its
+  own beat lapsed (``KvLeases.recheck``) and answers only the inputs of conversations it
+  owns. A round whose copy fails (NATS
   away, or a stream electing a new leader while a NATS server fails over) is kept and
   sent again, merged with any later one, until it is copied.
 
