@@ -67,6 +67,8 @@ from .embedded import running_authority
 from .errors import (
     AuthRefused,
     ConnectFailed,
+    JetStreamError,
+    JetStreamUnavailable,
     NoResponders,
     NoStream,
     NotConnected,
@@ -77,6 +79,10 @@ from .errors import (
 from .jetstream import JetStreamAccount, account, in_cluster, translate
 
 log = logging.getLogger(__name__)
+
+_MSG_ID_IN_PROCESS = 10158
+"""JetStream's err_code for "duplicate message id is in process": a publish with the same
+msg id reached the stream leader and waits for its replicas (a failover in progress)."""
 
 DEFAULT_URL = "nats://127.0.0.1:4222"
 _DEADLETTER_HEADROOM = 4096
@@ -472,7 +478,9 @@ class Bus:
         ``headers`` are stored with the message. ``failover_s`` (with ``msg_id``): on a
         NATS cluster, a publish that finds no stream leader (``NoStream``: the stream's
         leader is being elected after a server died) or no answer is tried again for up
-        to that long, logged; the msg id keeps a retried publish that was stored once.
+        to that long, logged; the msg id keeps a retried publish that was stored once. So is
+        one that finds the stream leaderless (``JetStreamUnavailable``) or the same msg id
+        still being stored by an earlier try (err_code 10158).
         """
         data = self._encode(msg)
         deadline = time.monotonic() + failover_s
@@ -482,8 +490,11 @@ class Bus:
                 return await self.publish_stored_bytes(
                     subject, data, timeout=timeout, msg_id=msg_id, headers=headers
                 )
-            except (NoStream, RequestTimeout) as exc:
-                retry = failover_s > 0 and msg_id is not None and in_cluster(self)
+            except (RequestTimeout, JetStreamError) as exc:
+                failing_over = isinstance(
+                    exc, NoStream | RequestTimeout | JetStreamUnavailable
+                ) or (isinstance(exc, JetStreamError) and exc.code == _MSG_ID_IN_PROCESS)
+                retry = failing_over and failover_s > 0 and msg_id is not None and in_cluster(self)
                 if not retry or time.monotonic() + pause >= deadline:
                     raise
                 log.warning("publish to %s: %s; trying again (NATS failing over?)", subject, exc)
