@@ -314,9 +314,14 @@ class KvLeases:
 
         async def one(cid: str) -> None:
             async with room:
+                if cid not in self._revisions:
+                    return  # released since the list was taken: not lost
                 try:
-                    if not await self.renew(cid):
-                        lost.append(cid)
+                    async with self._lock(cid):
+                        if cid not in self._revisions:
+                            return  # released since the list was taken: not lost
+                        if not await self._renew(cid):
+                            lost.append(cid)
                 except (BusError, TimeoutError) as exc:
                     self.lapsed = True
                     log.warning("lease check of %s failed: %s", cid, exc)

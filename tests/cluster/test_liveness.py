@@ -106,7 +106,7 @@ async def test_checking_many_leases_after_a_lapse_keeps_a_bounded_number_in_flig
             assert await lease.acquire(cid)
         before = dict(lease._revisions)
         in_flight, most = 0, 0
-        renew = lease.renew
+        renew = lease._renew
 
         async def counted(cid: str) -> bool:
             nonlocal in_flight, most
@@ -117,7 +117,7 @@ async def test_checking_many_leases_after_a_lapse_keeps_a_bounded_number_in_flig
             finally:
                 in_flight -= 1
 
-        monkeypatch.setattr(lease, "renew", counted)
+        monkeypatch.setattr(lease, "_renew", counted)
         assert lease._nodes is not None
         await lease._nodes.delete(bus.subjects.kv_key("many"))  # its key went away
         await lease._beat()
@@ -127,6 +127,36 @@ async def test_checking_many_leases_after_a_lapse_keeps_a_bounded_number_in_flig
         assert lease.held == set(cids)
         assert all(lease._revisions[c] > before[c] for c in cids)  # each one checked
         assert lease.last_pass_s > 0
+    finally:
+        await lease.stop()
+        await bus.close()
+
+
+async def test_a_lease_released_while_the_leases_are_checked_is_not_counted_lost(
+    fresh_nats: EmbeddedNats, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A conversation evicted (its lease released) during a check after a lapse is not
+    reported lost: the node would log it as lapsed and drop it."""
+    monkeypatch.setattr(leases_module, "RENEW_CONCURRENCY", 1)
+    bus, lease = await leases(fresh_nats.url, "evicting")
+    try:
+        for cid in ("c0", "c1", "c2"):
+            assert await lease.acquire(cid)
+        renew = lease._renew
+
+        async def evict_c2_meanwhile(cid: str) -> bool:
+            if cid == "c0":
+                await lease.release("c2")
+            return await renew(cid)
+
+        monkeypatch.setattr(lease, "_renew", evict_c2_meanwhile)
+        assert lease._nodes is not None
+        await lease._nodes.delete(bus.subjects.kv_key("evicting"))
+        await lease._beat()
+        assert lease.lapsed
+        assert await lease.recheck() == []
+        assert lease.held == {"c0", "c1"}
+        assert await lease.owner("c2") is None
     finally:
         await lease.stop()
         await bus.close()
