@@ -98,7 +98,9 @@ class ConversationActor(Actor):
         self.last_active = services.clock()
         self.lost = False
         """Another node owns the conversation now: this actor stops and is dropped."""
-        self.files = ConversationFiles(conversation_id, services.settings, services.store)
+        self.files = ConversationFiles(
+            conversation_id, services.settings, services.store, services.commits
+        )
         self.workspace, self.local = self.files.workspace, self.files.local
         self.memindex: MemIndex | None = None
         self._committing: asyncio.Task[None] | None = None

@@ -11,7 +11,8 @@ import asyncio
 import logging
 from collections.abc import Callable
 
-from storage import Store
+from storage import Store, Workspace
+from storage.committer import Committer
 from tools.workspace import LocalTree, TurnFiles, open_workspace, workspace_lines
 
 from .settings import NodeSettings
@@ -22,8 +23,17 @@ log = logging.getLogger(__name__)
 class ConversationFiles:
     """The workspace of one conversation on this node."""
 
-    def __init__(self, conversation_id: str, settings: NodeSettings, store: Store) -> None:
+    def __init__(
+        self,
+        conversation_id: str,
+        settings: NodeSettings,
+        store: Store,
+        commits: Committer | None = None,
+    ) -> None:
         self.cid = conversation_id
+        self.commits = commits
+        """The node's group commit: a turn's ordinal joins the round writes' transaction
+        instead of a synced commit of its own on the event loop."""
         root = settings.workspaces_dir / conversation_id
         self.workspace = open_workspace(
             settings.workspace_mode,
@@ -48,7 +58,10 @@ class ConversationFiles:
         return self._lines[1]
 
     async def begin(self, turn_id: str) -> None:
-        await self.run(self.workspace.begin_turn, turn_id)
+        if self.commits is not None and isinstance(self.workspace, Workspace):
+            await self.commits.submit(self.workspace.begin_turn_write(turn_id))
+        else:
+            await self.run(self.workspace.begin_turn, turn_id)
         self.changed()
 
     async def close(self, turn_id: str) -> None:

@@ -196,10 +196,18 @@ class Workspace:
 
     def begin_turn(self, turn_id: str) -> int:
         """Give ``turn_id`` its ordinal now (idempotent), so its paths resolve before it writes."""
+        return self.store.write(self.begin_turn_write(turn_id))
+
+    def begin_turn_write(self, turn_id: str) -> Callable[[lmdb.Transaction], int]:
+        """``begin_turn`` as a write function, for a group commit (``storage.Committer``)."""
         _check_turn_and_area(turn_id, "files")
-        ordinal = self.store.write(lambda txn: self._ordinal_txn(txn, turn_id, create=True))
-        assert ordinal is not None
-        return ordinal
+
+        def write(txn: lmdb.Transaction) -> int:
+            ordinal = self._ordinal_txn(txn, turn_id, create=True)
+            assert ordinal is not None
+            return ordinal
+
+        return write
 
     def turns(self) -> list[str]:
         """The turns the workspace knows, oldest first."""

@@ -140,8 +140,9 @@ async def test_a_tool_round_is_render_and_run_tools_and_the_turn_ends_once(
     assert [e.round for e in exchanges.of(tid) if e.kind == "Render"] == [1, 2, 3, 4]
     assert exchanges.kinds(tid).count("EndTurn") == 1
     assert "Commit" not in exchanges.kinds(tid)  # the turn never waited
-    # one group-commit write per model round (its Render) and one for the result
-    assert after - before == result.rounds + 1
+    # one group-commit write per model round (its Render), one for the result and one
+    # for the turn's workspace ordinal
+    assert after - before == result.rounds + 2
 
 
 async def test_a_turn_that_waits_on_an_agent_commits_once_when_it_enters_waiting(
@@ -167,7 +168,7 @@ async def test_a_turn_that_waits_on_an_agent_commits_once_when_it_enters_waiting
     await handle.wait_for("waiting", detail=REVIEWER, timeout=TIMEOUT)
     tid = handle.turn_id
     assert exchanges.kinds(tid) == ["Render", "Commit"]
-    assert running.writes - before == 2
+    assert running.writes - before == 3  # the workspace ordinal, round 1, Waiting
     # the checkpoint stored on the way into Waiting names the awaited task
     record = running.store.turn_record("c1", tid)
     assert record is not None and record["status"] == "running" and record["round"] == 1
@@ -185,8 +186,8 @@ async def test_a_turn_that_waits_on_an_agent_commits_once_when_it_enters_waiting
     assert kinds == ["Render", "Commit", "Render", "EndTurn"]
     assert kinds.count("Commit") == 1 and kinds.count("EndTurn") == 1
     assert max(exchanges.per_round(tid).values()) <= 3
-    # a write per round, one for Waiting, one for the result
-    assert running.writes - before == result.rounds + 2
+    # a write per round, one for Waiting, one for the result, the workspace ordinal
+    assert running.writes - before == result.rounds + 3
 
 
 async def test_a_rounds_reply_is_acted_on_only_after_the_round_is_stored(
@@ -233,7 +234,7 @@ async def test_a_reply_waits_for_its_rounds_commit_when_the_disk_is_slow(
     flush = Committer._flush
 
     def held(self: Committer) -> None:
-        if gate.is_set():
+        if gate.is_set() or self.writes == before:  # the turn's workspace ordinal goes through
             flush(self)
             return
         self._scheduled = False
@@ -255,6 +256,7 @@ async def test_a_reply_waits_for_its_rounds_commit_when_the_disk_is_slow(
 
     await bus.subscribe(bus.subjects.stream("c1"), on_event)
     running.model.script("c1", THREE_TOOL_ROUNDS)
+    before = running.writes
     monkeypatch.setattr(Committer, "_flush", held)
     handle = await running.client.submit("What plans are there?", conversation_id="c1")
     await asyncio.wait_for(thinking.wait(), TIMEOUT)  # round 1's model has answered
