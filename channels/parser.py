@@ -11,16 +11,34 @@ Rules:
 - ``<channel:NAME>`` opens NAME (case-insensitive, whitespace allowed inside
   the tag) and implicitly closes the open channel; ``</channel:NAME>`` closes
   NAME when it is open and is ignored otherwise (a notice says so).
-- Inside a channel, tags in markdown code are content: in an inline span
-  (a backtick run closed by an equal run on the same line within 256
-  characters) and in a fenced block. A stray backtick is just a character. The
-  open channel's own close tag always closes it, even inside a fence, so an
-  unclosed fence cannot swallow the rest of the stream.
+- Inside a channel, markdown code is content: an inline span (a backtick run
+  closed by an equal run on the same line within 256 characters) and a fenced
+  block. A stray backtick is just a character.
+- Code never hides two tags, decided on purpose so that no channel can swallow
+  another: the open channel's own close tag always closes it, and a declared
+  channel's open tag always opens that channel, inside an inline span or a
+  fence alike. An inline span therefore never reaches past such a tag (a stray
+  backtick cannot pair with a backtick of a later channel), and an unclosed
+  fence ends where the next channel opens. Every other tag inside code (another
+  channel's close tag, an unknown channel's tag, the open channel's own open
+  tag) is content, kept as written; outside code it acts as usual.
 - Text outside channels is kept in the ``_outside`` result, never emitted.
 - An unknown channel becomes a notice; its text is kept raw in its own result.
 - Citation tokens are replaced in emitted text only; raw text is never changed.
-- Zero-width and bidi-control characters are removed before parsing.
+- Invisible characters (zero-width and bidi controls, ``channels.tags``) are
+  removed only where they could hide something: inside a tag (the tag pattern
+  allows them; tags are not content) and inside what may still become a
+  citation token in a channel that replaces citations (the text before the
+  character, in the same channel, ends in a prefix of a token such as ``[[S:``).
+  Everywhere else they are content: a zero-width joiner in an emoji sequence or
+  a non-joiner in a Persian word reaches the client as written.
 - Nothing raises: protocol problems are notices and result errors.
+
+Cost is linear in the input for any chunking: a backtick run that may still grow
+is held as a count, not rescanned, and every other held-back tail is bounded
+(a partial tag, a possible inline span of at most ``MAX_INLINE`` characters), so
+each character is scanned a bounded number of times however small the chunks.
+``work`` counts the characters scanned, re-scans included, so tests can check it.
 """
 
 from __future__ import annotations
@@ -33,17 +51,18 @@ from typing import Any
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 
-from .citations import CitationReplacer, LazyCitationMap
+from .citations import PARTIAL_RE, CitationReplacer, LazyCitationMap
 from .composite import CompositeJsonStreamer
 from .errors import ChannelSpecError
 from .spec import OUTSIDE, ChannelDelta, ChannelNotice, ChannelResult, ChannelSpec, StreamResult
 from .subscribers import ChannelSubscribers
-from .tags import INVISIBLE_RE, MAX_TAG, PARTIAL_TAG_RE, TAG_RE
+from .tags import INVISIBLE, INVISIBLE_RE, MAX_TAG, PARTIAL_TAG_RE, TAG_RE, tag_name
 
 MAX_INLINE = 256
-_INTEREST = re.compile("[<`]")
-_HOT = re.compile("[<`" + INVISIBLE_RE.pattern[1:])
+_INTEREST = re.compile(f"[<`{INVISIBLE}]")
 _BACKTICKS = re.compile("`+")
+_TOKEN_CONTEXT = 80
+"""Characters before an invisible one that can hold the start of a citation token."""
 
 
 class ChannelStream:
@@ -86,8 +105,13 @@ class ChannelStream:
         self._cur_replacer: CitationReplacer | None = None
         self._cur_composite: CompositeJsonStreamer | None = None
         self._cur_marker = ""
+        self._cur_cites = False
         self._seg_start = 0
         self._fence = 0
+        self._run_held = False
+        """``_buf`` is one backtick run that may still grow; ``_ticks`` more backticks follow."""
+        self._ticks = 0
+        self._work = 0
         self._finished = False
         self._out: list[ChannelDelta] = []
 
@@ -101,12 +125,17 @@ class ChannelStream:
             return out
         if not chunk:
             return out
-        if _HOT.search(chunk) is None:
-            if self._spec is not None and not self._buf and self._cur_composite is None:
+        self._work += len(chunk)
+        if self._run_held and not chunk.strip("`"):
+            self._ticks += len(chunk)  # the held run grows: count it, rescan nothing
+            return out
+        if self._spec is not None and not self._buf and self._cur_composite is None:
+            if _INTEREST.search(chunk) is None:
                 self._content(chunk)  # fast path: no tag, code or invisible character here
                 return out
-        elif INVISIBLE_RE.search(chunk):
-            chunk = INVISIBLE_RE.sub("", chunk)
+        if self._ticks:
+            self._buf += "`" * self._ticks
+            self._ticks = 0
         self._buf += chunk
         self._process(final=False)
         return out
@@ -140,15 +169,26 @@ class ChannelStream:
         return StreamResult(self._results, list(self._notices))
 
     @property
+    def work(self) -> int:
+        """Characters scanned so far, each re-scan of held-back text counted again: a
+        measure of the parser's work that stays linear in the input for any chunking."""
+        return self._work
+
+    @property
     def notices(self) -> list[ChannelNotice]:
         """Protocol notices so far."""
         return list(self._notices)
 
     # -- scanning ------------------------------------------------------------------
     def _process(self, final: bool) -> None:
+        if self._ticks:
+            self._buf += "`" * self._ticks
+            self._ticks = 0
+        self._run_held = False
         buf = self._buf
         n = len(buf)
-        pos = 0
+        self._work += n
+        pos = scan = 0
         while pos < n:
             if self._cur is None:
                 m = TAG_RE.search(buf, pos)
@@ -163,55 +203,81 @@ class ChannelStream:
                     break
                 self._outside(buf[pos : m.start()])
                 self._tag(m)
-                pos = m.end()
+                pos = scan = m.end()
                 continue
-            m = _INTEREST.search(buf, pos)
+            m = _INTEREST.search(buf, max(pos, scan))
             if m is None:
                 self._content(buf[pos:])
                 pos = n
                 break
             i = m.start()
-            if buf[i] == "<":
+            char = buf[i]
+            if char == "<":
                 tm = TAG_RE.match(buf, i)
                 if tm is not None:
-                    if self._fence and not self._closes_current(tm):
-                        self._content(buf[pos : tm.end()])  # a tag inside a fence is content
-                    else:
-                        self._content(buf[pos:i])
-                        self._tag(tm)
-                    pos = tm.end()
+                    if self._fence and not self._strong(tm):
+                        scan = tm.end()  # a tag inside a fence is content
+                        continue
+                    self._content(buf[pos:i])
+                    self._tag(tm)
+                    pos = scan = tm.end()
                     continue
                 if not final and PARTIAL_TAG_RE.match(buf, i):
                     self._content(buf[pos:i])
                     pos = i
                     break
-                self._content(buf[pos : i + 1])
-                pos = i + 1
+                scan = i + 1
+                continue
+            if char != "`":  # an invisible character
+                if self._hides_token(buf, pos, i):
+                    self._content(buf[pos:i])
+                    pos = i + 1
+                scan = i + 1
                 continue
             j = _BACKTICKS.match(buf, i).end()  # type: ignore[union-attr]
             self._content(buf[pos:i])
-            pos = i
+            pos = scan = i
             if j == n and not final:
+                self._run_held = True
                 break  # the run may grow
             run = j - i
             if self._fence:
                 if run >= self._fence and self._at_line_start():
                     self._fence = 0
                 self._content(buf[i:j])
-                pos = j
+                pos = scan = j
                 continue
             if run >= 3 and self._at_line_start():
                 self._fence = run
                 self._content(buf[i:j])
-                pos = j
+                pos = scan = j
                 continue
             close = self._inline_close(buf, j, run, final)
             if close is None:
                 break  # cannot tell yet whether this opens a code span
             end = j if close < 0 else close + run
             self._content(buf[i:end])
-            pos = end
+            pos = scan = end
         self._buf = buf[pos:]
+
+    def _hides_token(self, buf: str, pos: int, i: int) -> bool:
+        """True when the invisible character ``buf[i]`` sits inside what may still become
+        a citation token of the open channel (the text before it ends in a token prefix)."""
+        if not self._cur_cites:
+            return False
+        context = buf[max(pos, i - _TOKEN_CONTEXT) : i]
+        if len(context) < _TOKEN_CONTEXT:
+            parts: list[str] = []
+            need = _TOKEN_CONTEXT - len(context)
+            for k in range(len(self._cur_raw) - 1, self._seg_start - 1, -1):
+                parts.append(self._cur_raw[k][-need:])
+                need -= len(parts[-1])
+                if need <= 0:
+                    break
+            context = "".join(reversed(parts)) + context
+        if "[" not in context and "\uff3b" not in context:
+            return False
+        return PARTIAL_RE.search(INVISIBLE_RE.sub("", context)) is not None
 
     def _at_line_start(self) -> bool:
         """True when the channel's text since its last newline (or start) is <= 3 spaces."""
@@ -228,34 +294,58 @@ class ChannelStream:
                 return True
         return True
 
-    @staticmethod
-    def _inline_close(buf: str, j: int, run: int, final: bool) -> int | None:
-        """Start of the run closing an inline span opened at ``j``; -1 if none; None if unknown."""
+    def _inline_close(self, buf: str, j: int, run: int, final: bool) -> int | None:
+        """Start of the run closing an inline span opened at ``j``; -1 if none; None if unknown.
+
+        The span ends at the line's end, after ``MAX_INLINE`` characters, or at a tag that
+        code cannot hide (``_strong``), whichever comes first.
+        """
+        if run > MAX_INLINE:
+            return -1  # no equal run fits in the window
         n = len(buf)
         limit = j + MAX_INLINE
         seg_end = min(n, limit)
         nl = buf.find("\n", j, seg_end)
         stop = nl if nl >= 0 else seg_end
+        tag = self._strong_tag(buf, j, stop)
+        if tag >= 0:
+            stop = tag
+        self._work += stop - j
         for m in _BACKTICKS.finditer(buf, j, stop):
             if m.end() - m.start() == run:
                 if m.end() == n and not final:
                     return None  # the closing run may still grow
                 return m.start()
-        if nl >= 0 or limit <= n or final:
+        if tag >= 0 or nl >= 0 or limit <= n or final:
             return -1
         return None
+
+    def _strong_tag(self, buf: str, start: int, stop: int) -> int:
+        """Position of the first tag code cannot hide in ``buf[start:stop]``, or -1."""
+        lt = buf.find("<", start, stop)
+        while lt >= 0:
+            m = TAG_RE.match(buf, lt)
+            if m is not None and self._strong(m):
+                return lt
+            lt = buf.find("<", lt + 1, stop)
+        return -1
+
+    def _strong(self, m: re.Match[str]) -> bool:
+        """Tags that code cannot hide: the open channel's close tag, a declared channel's
+        open tag (other than the open channel's)."""
+        name, spec = self._resolve(tag_name(m))
+        if m.group(1) == "/":
+            return name == self._cur
+        return spec is not None and name != self._cur
 
     def _resolve(self, raw_name: str) -> tuple[str, ChannelSpec | None]:
         """The channel a tag names: the declared spelling, or the lower-cased unknown name."""
         spec = self._specs.get(raw_name.lower())
         return (spec.name if spec is not None else raw_name.lower()), spec
 
-    def _closes_current(self, m: re.Match[str]) -> bool:
-        return m.group(1) == "/" and self._resolve(m.group(2))[0] == self._cur
-
     # -- tags ------------------------------------------------------------------------
     def _tag(self, m: re.Match[str]) -> None:
-        raw_name = m.group(2)
+        raw_name = tag_name(m)
         name, spec = self._resolve(raw_name)
         if m.group(1) == "/":
             if name == self._cur:
@@ -289,9 +379,11 @@ class ChannelStream:
         self._cur_result = result
         self._seg_start = len(self._cur_raw)
         self._cur_replacer = self._cur_composite = None
+        self._cur_cites = False
         if spec is None:
             return
         self._cur_marker = spec.marker
+        self._cur_cites = spec.cites or (spec.composite is not None and spec.replace_citations)
         if spec.cites:
             if name not in self._replacers:
                 self._replacers[name] = CitationReplacer(self._cmap, spec.format)

@@ -9,6 +9,7 @@ names (``claude-sonnet-4-5-20250929``) by their longest known prefix.
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
 from typing import Literal
@@ -49,16 +50,26 @@ class ModelSpec:
 MODELS: Mapping[str, ModelSpec] = {
     spec.name: spec
     for spec in (
+        # Minimum cacheable prefix per Anthropic's prompt-caching docs: 1,024 for
+        # Opus 4.8, Sonnet 4.x/3.x, Opus 4/4.1 and Opus 3; 2,048 for Opus 4.7 and the
+        # Haiku 3 family; 4,096 for Opus 4.5/4.6 and Haiku 4.5.
         ModelSpec("claude-opus-4-8", 200_000, 1024, 5.0, 25.0, 32_000),
-        ModelSpec("claude-opus-4-7", 200_000, 1024, 5.0, 25.0, 32_000),
-        ModelSpec("claude-opus-4-6", 200_000, 1024, 5.0, 25.0, 32_000),
-        ModelSpec("claude-opus-4-5", 200_000, 1024, 5.0, 25.0, 32_000),
+        ModelSpec("claude-opus-4-7", 200_000, 2048, 5.0, 25.0, 32_000),
+        ModelSpec("claude-opus-4-6", 200_000, 4096, 5.0, 25.0, 32_000),
+        ModelSpec("claude-opus-4-5", 200_000, 4096, 5.0, 25.0, 32_000),
         ModelSpec("claude-opus-4-1", 200_000, 1024, 15.0, 75.0, 32_000),
+        ModelSpec("claude-opus-4", 200_000, 1024, 15.0, 75.0, 32_000),
         ModelSpec("claude-sonnet-4-6", 200_000, 1024, 3.0, 15.0, 64_000),
         ModelSpec("claude-sonnet-4-5", 200_000, 1024, 3.0, 15.0, 64_000),
         ModelSpec("claude-sonnet-4", 200_000, 1024, 3.0, 15.0, 64_000),
         ModelSpec("claude-haiku-4-5", 200_000, 4096, 1.0, 5.0, 64_000),
+        # legacy (Claude 3 family)
+        ModelSpec("claude-3-7-sonnet", 200_000, 1024, 3.0, 15.0, 64_000),
+        ModelSpec("claude-3-5-sonnet", 200_000, 1024, 3.0, 15.0, 8192),
         ModelSpec("claude-3-5-haiku", 200_000, 2048, 0.8, 4.0, 8192),
+        ModelSpec("claude-3-opus", 200_000, 1024, 15.0, 75.0, 4096),
+        ModelSpec("claude-3-sonnet", 200_000, 1024, 3.0, 15.0, 4096),
+        ModelSpec("claude-3-haiku", 200_000, 2048, 0.25, 1.25, 4096),
         # The offline models are priced and cached like the default claude model so
         # that benchmarks and the demo's summary report what a real run would cost.
         ModelSpec("extractive", 200_000, 1024, 3.0, 15.0, 8192),
@@ -66,16 +77,38 @@ MODELS: Mapping[str, ModelSpec] = {
     )
 }
 DEFAULT_CLAUDE = "claude-sonnet-4-6"
+ALIASES: Mapping[str, str] = {
+    "claude-opus-4-0": "claude-opus-4",
+    "claude-sonnet-4-0": "claude-sonnet-4",
+}
+"""Published aliases whose spelling is not the family name plus a date."""
+UNKNOWN_MIN_CACHE_TOKENS = max(spec.min_cache_tokens for spec in MODELS.values())
+"""An unknown model's minimum cacheable prefix: the largest in the table, so a
+breakpoint is never assumed to cache a prefix the real model would not cache."""
+_VERSION_SUFFIX = re.compile(r"(?:[-@]\d{8}|-latest)?(?:-v\d+(?::\d+)?)?")
+"""What may follow a family name: a date (``-20250929``, Vertex ``@20251101``) or
+``-latest``, then a Bedrock-style ``-v1:0``. Anything else is another model."""
 
 
 def model_spec(name: str) -> ModelSpec:
-    """The constants of ``name``: exact, else the longest known prefix, else conservative ones."""
+    """The constants of ``name``: exact; an alias; the family of a dated or ``-latest``
+    name; else conservative ones (``known=False``, the largest minimum cacheable prefix).
+
+    ``claude-opus-4-5-20251101`` is Opus 4.5; ``claude-opus-4-9`` is not Opus 4 but an
+    unknown model, so it never borrows a smaller minimum than the real one.
+    """
     if name in MODELS:
         return MODELS[name]
-    matches = [key for key in MODELS if name.startswith(key + "-") or name.startswith(key + "@")]
+    if name in ALIASES:
+        return replace(MODELS[ALIASES[name]], name=name)
+    matches = [
+        key
+        for key in MODELS
+        if name.startswith(key) and _VERSION_SUFFIX.fullmatch(name, len(key)) is not None
+    ]
     if matches:
         return replace(MODELS[max(matches, key=len)], name=name)
-    return ModelSpec(name, 200_000, 1024, 3.0, 15.0, 8192, known=False)
+    return ModelSpec(name, 200_000, UNKNOWN_MIN_CACHE_TOKENS, 3.0, 15.0, 8192, known=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -8,7 +8,10 @@ Order: blocks of one turn stay together, turns in the order they started, the
 turn's header first, and inside a turn blocks follow their event-start time: ``ts`` for discrete
 blocks, ``ts_first`` for streamed aggregates (a completion that started
 streaming before a followup landed sorts before that followup even though it
-was appended after it). Ties keep append order (``seq``). Blocks that compaction
+was appended after it). Ties keep append order (``seq``). A block that arrives
+after a render and whose start is before the last rendered block is the exception:
+it lands right after that block (``Timeline.mark_rendered``; ``meta["placed"]``),
+so what the model has seen never changes. Blocks that compaction
 inserts carry ``meta["insert_before"]`` (the id of the block they precede), so
 that a restored timeline puts them back where they were inserted.
 

@@ -416,6 +416,7 @@ class Renderer:
             tail_tokens += self.counter.count(text)
         n = len(self._bi)
         self._rendered_at = now
+        tl.mark_rendered()
         return RenderResult(
             stable=PrefixView(self._parts, n),
             tail=tuple(tail),

@@ -29,6 +29,8 @@ _PORT_LIKE_RE = re.compile(r"^\d*(?:[/?#]|$)")
 _DEFAULT_PORTS = {"http": ":80", "https": ":443"}
 _TRACKING = frozenset({"gclid", "fbclid"})
 _TRAILING_SLASHES = re.compile(r"[/\s]+$")
+_PERCENT_RE = re.compile(r"%([0-9A-Fa-f]{2})")
+_UNRESERVED = frozenset("ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-._~")
 _FILE_PROVIDERS = frozenset({"file", "attachment", "output"})
 TRUNCATED = "…(truncated)"
 
@@ -40,9 +42,12 @@ def normalize_url(url: str) -> str:
     for http, ``:443`` for https) removed as a suffix, an empty path becomes ``/``,
     trailing slashes dropped except for the root, the fragment dropped, and query
     parameters named ``utm_*``, ``gclid`` or ``fbclid`` removed while the others keep
-    their order and encoding. Without a scheme, ``https://`` is assumed and the first
-    segment is the host. Other schemes (``mailto:``, ``ftp://``) only get their scheme
-    lower-cased. Raises ``SourceError`` for an empty or blank input.
+    their order and encoding. Percent-encoding is normalised in the host, path and
+    query (RFC 3986 §6.2.2): an escaped unreserved character (``%7E``, ``%41``) is
+    decoded and every other escape gets upper-case hex digits (``%2f`` -> ``%2F``), so
+    ``/a%2fb`` and ``/a%2Fb`` are one source. Without a scheme, ``https://`` is
+    assumed and the first segment is the host. Other schemes (``mailto:``, ``ftp://``)
+    only get their scheme lower-cased. Raises ``SourceError`` for an empty or blank input.
     """
     text = url.strip()
     if not text:
@@ -64,7 +69,9 @@ def _normalize_http(scheme: str, rest: str) -> str:
     cut = next((i for i, char in enumerate(rest) if char in "/?"), len(rest))
     netloc, rest = rest[:cut], rest[cut:]
     rest, _, query = rest.partition("?")
-    host = netloc.rpartition("@")[2].strip().lower()
+    rest, query = _normalize_percent(rest), _normalize_percent(query)
+    host = netloc.rpartition("@")[2]
+    host = _normalize_percent(_normalize_percent(host).strip().lower())  # hex upper again
     previous = None
     while host != previous:  # "a.com:443:" -> "a.com"; a loop keeps the result a fixed point
         previous = host
@@ -73,6 +80,24 @@ def _normalize_http(scheme: str, rest: str) -> str:
     kept = [p for p in query.split("&") if p.strip() and not _is_tracking(p)]
     joined = "&".join(kept).rstrip()
     return f"{scheme}://{host}{path}" + (f"?{joined}" if joined else "")
+
+
+def _normalize_percent(text: str) -> str:
+    """RFC 3986 §6.2.2.1-2: decode escaped unreserved characters, upper-case other escapes.
+
+    Repeated until nothing changes, so the result is a fixed point even for malformed
+    input such as ``%%34%31`` (one pass would leave the new escape ``%41``).
+    """
+    previous = None
+    while text != previous:
+        previous = text
+        text = _PERCENT_RE.sub(_percent_escape, text)
+    return text
+
+
+def _percent_escape(match: re.Match[str]) -> str:
+    char = chr(int(match.group(1), 16))
+    return char if char in _UNRESERVED else "%" + match.group(1).upper()
 
 
 def _is_tracking(param: str) -> bool:

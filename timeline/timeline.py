@@ -6,6 +6,13 @@ can change (hide/unhide); nothing is deleted. Every change records the lowest
 position it touched, which is what lets the renderer redo only the changed part
 (``take_dirty``).
 
+Late blocks: once a render has sent the timeline to the model (``mark_rendered``),
+a block appended afterwards never lands before anything rendered, whatever its
+timestamp says: a followup stamped a little in the past would otherwise be
+inserted inside the cached prefix and cost a cache write of everything after
+it. Such a block is placed right after the last rendered block (``meta["placed"]``
+records where, so a restore puts it back); its ``ts`` stays the sender's.
+
 Pure: no I/O, no clocks (times are passed in), no asyncio.
 """
 
@@ -88,6 +95,8 @@ class Timeline:
         self._by_seq: list[Block] = []
         self._seqs: list[int] = []
         self._seqs_sorted = True
+        self._rendered: Block | None = None
+        """The last block when the model last saw the timeline (``mark_rendered``)."""
         self.sources = SourcesPool()
         self.plans = PlanBook()
         self.facts = FactBook()
@@ -184,9 +193,7 @@ class Timeline:
             rank = float(block.meta.get("insert_rank", anchor.order[3] - 1.0))
             block.order = (anchor.order[0], anchor.order[1], anchor.order[2], rank)
         else:
-            ordinal = self._turns.setdefault(block.turn_id, len(self._turns))
-            start = -math.inf if block.type == TURN_HEADER else block.start
-            block.order = (ordinal, start, block.seq, 0.0)
+            block.order = self._place(block)
         position = bisect.bisect_right(self._keys, block.order)
         if position == len(self.blocks):
             self._version += 1
@@ -217,6 +224,37 @@ class Timeline:
                 self._plan_blocks[plan.plan_id] = block
                 self.plans.load(plan)
         return block
+
+    def _place(self, block: Block) -> tuple[int, float, int, float]:
+        """The order key of a block that is not inserted by compaction.
+
+        Its turn and start time, unless that is before the last rendered block: then
+        the rendered block's turn and start (the seq, newer than any rendered one, puts
+        it after), recorded in ``meta["placed"]`` as ``[turn_id, start]``.
+        """
+        placed = block.meta.get("placed")
+        if isinstance(placed, list | tuple) and len(placed) == 2:  # restored
+            turn_id, start = str(placed[0]), float(placed[1])
+            return (self._turns.setdefault(turn_id, len(self._turns)), start, block.seq, 0.0)
+        ordinal = self._turns.setdefault(block.turn_id, len(self._turns))
+        start = -math.inf if block.type == TURN_HEADER else block.start
+        order = (ordinal, start, block.seq, 0.0)
+        floor = self._rendered
+        if floor is None or order > floor.order:
+            return order
+        block.meta["placed"] = [floor.turn_id, floor.order[1]]
+        return (floor.order[0], floor.order[1], block.seq, 0.0)
+
+    def mark_rendered(self) -> None:
+        """The model has now seen every block present (the renderer calls this on each
+        render): a block appended from now on lands after all of them."""
+        if self.blocks:
+            self._rendered = self.blocks[-1]
+
+    @property
+    def rendered_block(self) -> Block | None:
+        """The last block present at the last ``mark_rendered`` (None before any)."""
+        return self._rendered
 
     def extend(self, blocks: Iterable[Block]) -> None:
         for block in blocks:
@@ -376,6 +414,7 @@ class Timeline:
             "next_seq": self._next_seq,
             "current_turn_id": self.current_turn_id,
             "suppress_prev_turn_cache": self.suppress_prev_turn_cache,
+            "rendered_block": None if self._rendered is None else self._rendered.id,
             "cache": {
                 "last_touch_at": self.cache.last_touch_at,
                 "last_ttl_seconds": self.cache.last_ttl_seconds,
@@ -490,6 +529,9 @@ class Timeline:
         )
         tl.current_turn_id = snapshot.get("current_turn_id")
         tl.suppress_prev_turn_cache = bool(snapshot.get("suppress_prev_turn_cache"))
+        rendered = snapshot.get("rendered_block")
+        if rendered:  # not among the restored blocks (compacted away): all of them were seen
+            tl._rendered = tl._by_id.get(rendered) or (tl.blocks[-1] if tl.blocks else None)
         return tl
 
 

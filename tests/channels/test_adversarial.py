@@ -45,17 +45,31 @@ CASES: list[tuple[str, str, dict[str, str], list[str]]] = [
         {"answer": "it`s ", "notes": "n"},
         [],
     ),
+    # Code hides no tag that could swallow a channel (the module docstring decides it):
+    # the open channel's close tag and a declared channel's open tag act inside inline
+    # code and fences; every other tag there is content.
     (
-        "literal tags in inline code are content",
-        "<channel:thinking>use `<channel:answer>` and `</channel:thinking>` here"
-        "</channel:thinking>",
-        {"thinking": "use `<channel:answer>` and `</channel:thinking>` here", "answer": ""},
+        "other tags in inline code are content",
+        "<channel:thinking>use `<channel:zzz>` and `</channel:answer>` here</channel:thinking>",
+        {"thinking": "use `<channel:zzz>` and `</channel:answer>` here", "answer": ""},
+        [],
+    ),
+    (
+        "a declared channel's open tag in inline code opens it",
+        "<channel:thinking>use `<channel:answer>` here</channel:answer>",
+        {"thinking": "use `", "answer": "` here"},
+        [],
+    ),
+    (
+        "the open channel's close tag in inline code closes it",
+        "<channel:answer>type `</channel:answer>` to end",
+        {"answer": "type `"},
         [],
     ),
     (
         "double-backtick span with a backtick inside",
-        "<channel:thinking>``a ` <channel:answer> b``</channel:thinking>",
-        {"thinking": "``a ` <channel:answer> b``", "answer": ""},
+        "<channel:thinking>``a ` <channel:zzz> b``</channel:thinking>",
+        {"thinking": "``a ` <channel:zzz> b``", "answer": ""},
         [],
     ),
     (
@@ -65,9 +79,40 @@ CASES: list[tuple[str, str, dict[str, str], list[str]]] = [
         [],
     ),
     (
-        "literal tags in a fence are content",
-        "<channel:thinking>```\n<channel:answer>x</channel:answer>\n```\nafter</channel:thinking>",
-        {"thinking": "```\n<channel:answer>x</channel:answer>\n```\nafter", "answer": ""},
+        "other tags in a fence are content",
+        "<channel:thinking>```\n<channel:zzz>x</channel:answer>\n```\nafter</channel:thinking>",
+        {"thinking": "```\n<channel:zzz>x</channel:answer>\n```\nafter", "answer": ""},
+        [],
+    ),
+    (
+        "a declared channel's open tag in a fence opens it",
+        "<channel:thinking>```\n<channel:answer>x</channel:answer>\n```\n</channel:thinking>",
+        {"thinking": "```\n", "answer": "x"},
+        ["stray_close_tag"],
+    ),
+    (
+        "an unclosed fence ends where the next channel opens",
+        "<channel:answer>```python\nprint(1)\n<channel:notes>n</channel:notes>",
+        {"answer": "```python\nprint(1)\n", "notes": "n"},
+        [],
+    ),
+    (
+        "a stray backtick cannot pair with a backtick of a later channel",
+        "<channel:answer>it`s</channel:answer><channel:notes>use `x` now</channel:notes>"
+        "<channel:thinking>t</channel:thinking>",
+        {"answer": "it`s", "notes": "use `x` now", "thinking": "t"},
+        [],
+    ),
+    (
+        "zero-width joiners and non-joiners are content",
+        "<channel:answer>👩\u200d💻 می\u200cخواهم [[S:1]]</channel:answer>",
+        {"answer": f"👩\u200d💻 می\u200cخواهم {E1}"},
+        [],
+    ),
+    (
+        "invisible characters inside a tag or a citation token are removed",
+        "<chan\u200dnel:ans\u200bwer>a [\u200d[S:\u200c1]]</channel\u200b:answer>",
+        {"answer": f"a {E1}"},
         [],
     ),
     (
@@ -78,8 +123,8 @@ CASES: list[tuple[str, str, dict[str, str], list[str]]] = [
     ),
     (
         "indented fence up to three spaces",
-        "<channel:thinking>x\n   ```\n<channel:answer>\n   ```\n</channel:thinking>",
-        {"thinking": "x\n   ```\n<channel:answer>\n   ```\n", "answer": ""},
+        "<channel:thinking>x\n   ```\n</channel:notes>\n   ```\n</channel:thinking>",
+        {"thinking": "x\n   ```\n</channel:notes>\n   ```\n", "answer": ""},
         [],
     ),
     (
@@ -170,9 +215,9 @@ CASES: list[tuple[str, str, dict[str, str], list[str]]] = [
         [],
     ),
     (
-        "invisible characters are removed, control characters kept",
+        "invisible characters in tags and tokens are removed, control characters kept",
         "<chan\u200bnel:answer>a\x00b\x07\ufeff[[\u200bS:1]]</channel:answer>",
-        {"answer": f"a\x00b\x07{E1}"},
+        {"answer": f"a\x00b\x07\ufeff{E1}"},
         [],
     ),
     (

@@ -91,7 +91,10 @@ class TimelineMachine(RuleBasedStateMachine):
         return f"t{self.turns}"
 
     def add(self, block: Block) -> Block:
+        rendered = self.tl.rendered_block
         self.appended.append(self.tl.append(block))
+        if rendered is not None:  # a block arriving after a render lands after all it showed
+            assert self.tl.index_of(block) > self.tl.index_of(rendered)
         return block
 
     # -- operations --------------------------------------------------------------------------
@@ -222,7 +225,7 @@ class TimelineMachine(RuleBasedStateMachine):
             if b.type == TURN_HEADER and not inserted:
                 assert a.turn_id != b.turn_id
             elif a.turn_id == b.turn_id and not inserted and a.type != TURN_HEADER:
-                assert a.start <= b.start
+                assert a.start <= b.start or "placed" in b.meta  # placed: arrived late
 
     @invariant()
     def restore_gives_the_same_order(self) -> None:

@@ -64,6 +64,44 @@ def test_normalize_url_applies_each_rule(url: str, expected: str) -> None:
     assert normalize_url(url) == expected
 
 
+@pytest.mark.parametrize(
+    ("url", "expected"),
+    [
+        # RFC 3986 6.2.2.1: hex digits of an escape are upper case
+        ("https://a.com/a%2fb", "https://a.com/a%2Fb"),
+        ("https://a.com/a%2Fb", "https://a.com/a%2Fb"),
+        ("https://a.com/?q=%c3%a9&r=%3d", "https://a.com/?q=%C3%A9&r=%3D"),
+        ("https://a.com/caf%c3%A9", "https://a.com/caf%C3%A9"),
+        ("https://a%2fb.com/", "https://a%2Fb.com/"),
+        # RFC 3986 6.2.2.2: escaped unreserved characters are decoded
+        ("https://a.com/%7Euser/%41%62c", "https://a.com/~user/Abc"),
+        ("https://a.com/%7euser", "https://a.com/~user"),
+        ("https://a.com/x%2D%2e%5F%30", "https://a.com/x-._0"),
+        ("https://%41.com/", "https://a.com/"),
+        ("https://a.com/?utm%5Fsource=x&q=1", "https://a.com/?q=1"),
+        ("https://a.com:%34%343/x", "https://a.com/x"),
+        # reserved and other characters stay escaped; malformed escapes stay as they are
+        ("https://a.com/a%20b%2F%3F%23", "https://a.com/a%20b%2F%3F%23"),
+        ("https://a.com/100%", "https://a.com/100%"),
+        ("https://a.com/%zz%4", "https://a.com/%zz%4"),
+        ("https://a.com/%2541", "https://a.com/%2541"),
+        ("https://a.com/%%34%31", "https://a.com/A"),
+        # non-http schemes are left alone
+        ("mailto:a%2fb@x.com", "mailto:a%2fb@x.com"),
+    ],
+)
+def test_normalize_url_normalises_percent_encoding(url: str, expected: str) -> None:
+    assert normalize_url(url) == expected
+
+
+def test_urls_differing_only_in_escape_case_share_one_sid() -> None:
+    pool = SourcesPool()
+    first, second = pool.add_rows(
+        [web("https://a.com/docs/a%2fb%7e"), web("https://A.com/docs/a%2Fb~")]
+    )
+    assert first is not None and first is second and first.sid == 1
+
+
 @pytest.mark.parametrize("url", ["", "   ", "\n\t"])
 def test_normalize_url_rejects_blank_input(url: str) -> None:
     with pytest.raises(SourceError):
@@ -73,7 +111,7 @@ def test_normalize_url_rejects_blank_input(url: str) -> None:
 URL_FRAGMENTS = [
     "http", "HTTPS", "://", ":", "//", "/", "a.com", "A.Com", ":80", ":443", ":8080", "@",
     "user:pw", "?", "&", "=", "utm_source", "gclid", "q", "#", "frag", " ", "\t", "%2F",
-    "mailto", "10.0.0.80", "[::1]", "İ", "é",
+    "mailto", "10.0.0.80", "[::1]", "İ", "é", "%", "%2f", "%7e", "%41", "%4", "%c3%a9",
 ]  # fmt: skip
 URL_PARTS = st.lists(
     st.sampled_from(URL_FRAGMENTS) | st.text(max_size=4), min_size=1, max_size=12
