@@ -4,6 +4,16 @@
 thinking (gold), tool call (purple), tool result (blue), waiting (orange), complete (green),
 notice (red). Thinking streams dim gold under its card; the answer streams in plain text under
 an "answer" rule; follow-ups are listed at the end. ``summary_table`` totals turns.
+
+Canvas: every ``stream.delta`` with a ``key`` (a key of the model's canvas JSON, or a file
+written for display) is one titled panel, rendered by the delta's ``format`` (markdown, json
+as highlighted JSON, anything else as plain text). On a terminal the panel is redrawn live as
+its deltas arrive and stays when the key completes; elsewhere (a pipe, a recording console)
+it is printed once, complete. A delta with ``replace`` starts the key's panel over.
+
+Unresolved citations show in the text as ``[?<sid>]`` (the streamer's marker); the
+``completed`` delta of a channel or key that had any lists them, and a red line (or the
+panel's subtitle) says which SIDs matched no source.
 """
 
 from __future__ import annotations
@@ -13,13 +23,17 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from rich.console import Console
+from rich.console import Console, RenderableType
+from rich.live import Live
+from rich.markdown import Markdown
+from rich.panel import Panel
+from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
 from messages import ReActProgress, ReActResult, StreamDelta, TurnAccepted
 
-__all__ = ["CARD_STYLES", "TurnPrinter", "TurnStats", "summary_table"]
+__all__ = ["CARD_STYLES", "TurnPrinter", "TurnStats", "canvas_panel", "summary_table"]
 
 CARD_STYLES: dict[str, tuple[str, str]] = {
     "thinking": ("◆ thinking", "bold gold1"),
@@ -63,11 +77,20 @@ class TurnPrinter:
     open_channel: str = ""
     followups: list[str] = field(default_factory=list)
     answer_started: bool = False
+    canvas: dict[str, str] = field(default_factory=dict)
+    """Canvas key -> its text so far (the panels of this turn)."""
+    _live: Live | None = field(default=None, repr=False)
 
     def _close(self) -> None:
+        self._end_live()
         if self.open_channel:
             self.console.print()
             self.open_channel = ""
+
+    def _end_live(self) -> None:
+        live, self._live = self._live, None
+        if live is not None:
+            live.stop()
 
     def show(self, event: Any) -> None:
         if isinstance(event, TurnAccepted):
@@ -109,6 +132,14 @@ class TurnPrinter:
             )
 
     def delta(self, delta: StreamDelta) -> None:
+        if delta.key is not None:
+            self.panel(delta)
+            return
+        if delta.completed and delta.unresolved:
+            self._close()
+            sids = ", ".join(str(s) for s in delta.unresolved)
+            self.console.print(Text(f"! {delta.channel}: no source for citation(s) {sids}", "red"))
+            return
         if delta.channel == "followup":
             if delta.completed:
                 return
@@ -129,6 +160,25 @@ class TurnPrinter:
             Text(delta.text, STREAMED[delta.channel]), end="", soft_wrap=True, highlight=False
         )
 
+    def panel(self, delta: StreamDelta) -> None:
+        """One keyed delta: the key's panel, redrawn live on a terminal (module docstring)."""
+        key = delta.key or ""
+        if delta.replace or key not in self.canvas:
+            self._close()
+            self.canvas[key] = ""
+        self.canvas[key] += delta.text
+        shown = canvas_panel(key, self.canvas[key], delta.format, delta.unresolved)
+        if not self.console.is_terminal:
+            if delta.completed:
+                self.console.print(shown)
+            return
+        if self._live is None:
+            self._live = Live(shown, console=self.console, auto_refresh=False)
+            self._live.start()
+        self._live.update(shown, refresh=True)
+        if delta.completed:
+            self._end_live()
+
     def result(self, result: ReActResult) -> None:
         self._close()
         if result.status != "completed":
@@ -141,6 +191,21 @@ class TurnPrinter:
             self.console.print(Text("follow-ups:", "bold cyan"))
             for item in followups:
                 self.console.print(Text(f"  • {item}", "cyan"))
+
+
+def canvas_panel(title: str, text: str, fmt: str, unresolved: Sequence[int] = ()) -> Panel:
+    """A titled panel of one canvas key's text in its format."""
+    body: RenderableType
+    if fmt == "markdown":
+        body = Markdown(text)
+    elif fmt == "json":
+        body = Syntax(text, "json", word_wrap=True)
+    else:
+        body = Text(text)
+    subtitle = None
+    if unresolved:
+        subtitle = Text("no source for citation(s) " + ", ".join(map(str, unresolved)), "red")
+    return Panel(body, title=Text(title, "bold"), subtitle=subtitle, border_style="cyan")
 
 
 def _parse_followups(text: str) -> list[str]:

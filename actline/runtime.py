@@ -9,14 +9,27 @@ A ``Runtime`` connects to ``config.nats_url`` (or starts an embedded nats-server
 when there is none), optionally runs a node in this process (``node=True``, the default: LMDB
 under ``config.node.home``, the configured model, the knowledge folder) and submits turns with
 an ``actors.Client``. Start-up problems raise ``ConfigError`` with one line naming the fix.
+
+Per-channel subscribers: ``rt.subscribe("canvas", fn)`` calls ``fn(delta)`` with every
+``StreamDelta`` of that channel (``"*"``: every channel) of each turn this runtime submits
+(``submit``, ``ask``, ``stream``), in arrival order, from a task of the runtime (``ask``
+returns once they have had every delta of its turn); it returns a function that
+unsubscribes. ``fn`` may be a coroutine function (awaited before the next
+delta). A subscriber that raises is logged and the others go on. Canvas deltas carry
+``key`` (one panel per key, see ``messages.StreamDelta``)::
+
+    panels: dict[str, str] = {}
+    rt.subscribe("canvas", lambda d: panels.__setitem__(
+        d.key, ("" if d.replace else panels.get(d.key, "")) + d.text))
 """
 
 from __future__ import annotations
 
 import asyncio
 import getpass
+import inspect
 import logging
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +40,7 @@ from actors.errors import NoTurnQueue
 from actors.tool_executor import ToolRegistry
 from bus import Bus, BusError, EmbeddedNats
 from llm.protocol import Model
-from messages import Ack, Attachment, ErrorReply, ReActResult
+from messages import Ack, Attachment, ErrorReply, ReActResult, StreamDelta
 from storage import StorageError, Store
 from tools import KnowledgeError, KnowledgeSpace
 
@@ -38,6 +51,8 @@ __all__ = ["Runtime", "follow"]
 
 log = logging.getLogger(__name__)
 DEFAULT_TIMEOUT = 300.0
+ChannelCallback = Callable[[StreamDelta], object]
+"""A ``Runtime.subscribe`` callback: a function or coroutine function of one delta."""
 
 
 async def follow(handle: TurnHandle, *, timeout: float = DEFAULT_TIMEOUT) -> AsyncIterator[Any]:
@@ -97,6 +112,9 @@ class Runtime:
         self._client: Client | None = None
         self.node: Node | None = None
         self.store: Store | None = None
+        self._channel_subs: dict[str, list[ChannelCallback]] = {}
+        self._dispatching: dict[str, asyncio.Task[None]] = {}
+        """Turn id -> the task handing its deltas to the channel subscribers."""
 
     # -- lifecycle ---------------------------------------------------------------------------------
     async def __aenter__(self) -> Runtime:
@@ -169,6 +187,8 @@ class Runtime:
         self._client = Client(self._bus)
 
     async def close(self) -> None:
+        for task in list(self._dispatching.values()):
+            task.cancel()
         if self._client is not None:
             await self._client.close()
             self._client = None
@@ -200,7 +220,7 @@ class Runtime:
         A new ``conversation_id`` starts that conversation (``check_conversation`` first when
         it must exist already)."""
         try:
-            return await self.client.submit(
+            handle = await self.client.submit(
                 text,
                 conversation_id=conversation_id,
                 attachments=attachments,
@@ -209,6 +229,53 @@ class Runtime:
             )
         except NoTurnQueue as exc:
             raise ConfigError(str(exc)) from None
+        if self._channel_subs:
+            tid = handle.turn_id
+            task = asyncio.create_task(self._dispatch(handle), name=f"subs-{tid}")
+            self._dispatching[tid] = task
+            task.add_done_callback(lambda _: self._dispatching.pop(tid, None))
+        return handle
+
+    # -- per-channel subscribers -------------------------------------------------------------
+    def subscribe(self, channel: str, callback: ChannelCallback) -> Callable[[], None]:
+        """Call ``callback`` with every ``StreamDelta`` of ``channel`` (``"*"``: all) of
+        the turns submitted from now on (module docstring); returns the unsubscribe."""
+        self._channel_subs.setdefault(channel, []).append(callback)
+
+        def unsubscribe() -> None:
+            callbacks = self._channel_subs.get(channel, [])
+            if callback in callbacks:
+                callbacks.remove(callback)
+            if not callbacks:
+                self._channel_subs.pop(channel, None)
+
+        return unsubscribe
+
+    async def _dispatch(self, handle: TurnHandle) -> None:
+        """The turn's deltas to the subscribers of their channel, until its result."""
+        seen = 0
+        while True:
+            while seen < len(handle.events):
+                event = handle.events[seen]
+                seen += 1
+                if isinstance(event, StreamDelta):
+                    await self._deliver_delta(event)
+            if handle.result.done():
+                return
+            handle.changed.clear()
+            if seen < len(handle.events) or handle.result.done():
+                continue
+            await handle.changed.wait()
+
+    async def _deliver_delta(self, delta: StreamDelta) -> None:
+        callbacks = [*self._channel_subs.get(delta.channel, ()), *self._channel_subs.get("*", ())]
+        for callback in callbacks:
+            try:
+                outcome = callback(delta)
+                if inspect.isawaitable(outcome):
+                    await outcome
+            except Exception:  # one subscriber's failure must not stop the others
+                log.exception("channel subscriber %r failed on %s", callback, delta.channel)
 
     async def ask(
         self,
@@ -218,9 +285,13 @@ class Runtime:
         timeout: float = DEFAULT_TIMEOUT,
         **kwargs: Any,
     ) -> ReActResult:
-        """Run one turn to its result."""
+        """Run one turn to its result (the channel subscribers have had all its deltas)."""
         handle = await self.submit(text, conversation_id, **kwargs)
-        return await handle.wait(timeout)
+        result = await handle.wait(timeout)
+        dispatching = self._dispatching.get(handle.turn_id)
+        if dispatching is not None:
+            await dispatching
+        return result
 
     async def stream(
         self,

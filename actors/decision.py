@@ -33,6 +33,7 @@ from . import remote
 from .approvals import approval_reply, denied_writes
 from .base import Actor, ActorRef
 from .decision_protocol import CallLedger, Notice
+from .displays import publish_displays, unresolved_notices
 from .errors import ActorStopped, ConversationLost, UnexpectedMessage
 from .policy import AGENT_ABSENT, AGENT_SEND, TurnOutput, TurnSettings, classify_reply, verdict
 from .services import Services
@@ -350,7 +351,7 @@ class DecisionActor(Actor):
             self.pending.append(notes)
         if classified.notes.strip():
             self.pending.append(mb.NotesAck(classified.notes, reply.round, now))
-        await self._record_notices(classified.notices)
+        await self._record_notices(classified.notices + unresolved_notices(result))
         if classified.event is not None:
             self.watchdog.decided(classified.event)
             await self.feed(classified.event)
@@ -427,6 +428,7 @@ class DecisionActor(Actor):
         self.trace.tools_ran(message, tools.react)
         if isinstance(message, mb.ReactRan):
             tools.react_ran(message.outcomes, self._notice)
+            await publish_displays(self.services.bus, self.out, tools, message.outcomes)
         else:
             tools.external_ran(message.outcomes)
         complete = tools.complete(BlockBudget.read(self.services, self.cid))  # the block quota

@@ -9,6 +9,21 @@ becomes safe, and answers with a ``GenerateResult``: the raw text of each channe
 the SIDs the answer cited, and the usage. The decision channel is not streamed to
 clients; it is the loop's own business.
 
+Canvas: the model's ``<channel:canvas>`` JSON object reaches clients key by key, never as
+raw JSON text: each top-level string value streams as ``stream.delta`` deltas with
+``key`` (its format, citations resolved, ``replace`` on the key's first delta, a
+``completed`` delta at its end); a value that is not a string (an object, a list, a
+number) goes whole as pretty JSON when the stream ends, and a canvas that is not a JSON
+object goes whole under the key ``canvas``. ``subscribers`` (``channels.ChannelSubscribers``,
+also ``StreamerActor.subscribers``) get every delta of every call of this node in
+process, keyed ones included, before anything is published.
+
+Unresolved citations: a SID with no source in the request's pool shows as ``[?<sid>]``
+in what clients see (``channels.citations``); the channel's (or canvas key's)
+``completed`` delta lists them in ``unresolved``, the result in ``unresolved_sources``,
+and ``actors.displays.unresolved_notices`` makes the notice the decision loop records
+for the model's next round.
+
 A context rendered on this node never crosses the wire: the decision loop calls its
 own node's streamer in process (``call``; a 5,000-block context is megabytes of
 msgpack), and only a node without streamers sends the whole request to the pool. The
@@ -28,12 +43,14 @@ call would block whatever was queued behind it.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
 from collections.abc import Callable
 from typing import Any, Final
 
 from bus import Bus, Envelope, Subscription
-from channels import ChannelSpec, ChannelStream
+from channels import ChannelDelta, ChannelSpec, ChannelStream, ChannelSubscribers, strip_fence
+from channels.citations import UNRESOLVED_RE
 from llm.errors import (
     ContextWindowExceeded,
     ModelConfigError,
@@ -63,12 +80,16 @@ CHANNEL_SPECS: Final = (
     ChannelSpec("decision", "json", replace_citations=False),
     ChannelSpec("answer", "markdown"),
     ChannelSpec("followup", "json", replace_citations=False),
-    ChannelSpec("canvas", "json", replace_citations=False),
+    ChannelSpec("canvas", "json", composite={"*": "markdown"}),
     ChannelSpec("usage", "json", replace_citations=False),
 )
 """The channels of the decision protocol (DESIGN.md §5)."""
 PRIVATE_CHANNELS: Final = frozenset({"decision"})
 """Channels never streamed to clients."""
+KEYED_CHANNELS: Final = frozenset(s.name for s in CHANNEL_SPECS if s.composite is not None)
+"""Channels that reach clients only key by key (``stream.delta`` with ``key``)."""
+WHOLE_CANVAS_KEY: Final = "canvas"
+"""The key of a canvas that is not a JSON object (sent whole)."""
 
 ModelResolver = Callable[[str], Model]
 """The model a request names (``actors.models.NodeModels``); ``ModelConfigError`` when
@@ -88,8 +109,12 @@ class StreamerActor:
         concurrency: int = 32,
         timeout_s: float = 600.0,
         tracer: Tracer | None = None,
+        subscribers: ChannelSubscribers | None = None,
     ) -> None:
+        """``subscribers``: in-process handlers of every call's channel deltas (module
+        docstring); add more later through ``self.subscribers``."""
         self.bus = bus
+        self.subscribers = subscribers if subscribers is not None else ChannelSubscribers()
         self.tracer = tracer or Tracer()
         self.models = models
         self.concurrency = concurrency
@@ -190,22 +215,40 @@ class StreamerActor:
             model = self.models(request.model)
         except ModelConfigError as exc:
             return self._failed(request, "model_config", str(exc))
-        parser = ChannelStream(CHANNEL_SPECS, sources=request.sources)
+        parser = ChannelStream(
+            CHANNEL_SPECS, sources=request.sources, subscribers=self.subscribers or None
+        )
         seq = request.seq_start
         usage = Usage(model=model.name)
         subject = self.bus.subjects.stream(request.conversation_id)
         spoke: set[str] = set()
         """Channels that streamed text in this call: only they get a completion delta."""
+        keys: dict[str, set[int]] = {}
+        """Canvas keys streamed in this call -> the unresolved SIDs their text shows."""
+        unresolved: dict[str, list[int]] = {}
+        """Channel -> its unresolved SIDs, for its completion delta (known at the end)."""
 
-        async def emit(deltas: list[Any]) -> None:
+        async def emit(deltas: list[ChannelDelta]) -> None:
             nonlocal seq
             for delta in deltas:
-                if delta.channel in PRIVATE_CHANNELS or delta.key is not None:
+                if delta.channel in PRIVATE_CHANNELS:
                     continue
-                if delta.text:
+                extra: dict[str, Any] = {}
+                if delta.key is not None:
+                    missing = keys.setdefault(delta.key, set())
+                    missing.update(int(m) for m in UNRESOLVED_RE.findall(delta.text))
+                    extra = {"key": delta.key, "format": delta.format}
+                    extra["replace"] = delta.index == 0
+                    if delta.completed:
+                        extra["unresolved"] = sorted(missing)
+                elif delta.channel in KEYED_CHANNELS:
+                    continue
+                elif delta.text:
                     spoke.add(delta.channel)
                 elif not delta.completed or delta.channel not in spoke:
                     continue
+                elif delta.channel in unresolved:
+                    extra["unresolved"] = unresolved[delta.channel]
                 await self.bus.publish(
                     subject,
                     StreamDelta(
@@ -216,6 +259,7 @@ class StreamerActor:
                         seq=seq,
                         round=request.round,
                         completed=delta.completed,
+                        **extra,
                     ),
                 )
                 seq += 1
@@ -243,9 +287,15 @@ class StreamerActor:
             return self._failed(request, "model_timeout", message, seq)
         except ModelError as exc:
             return self._failed(request, "model_error", str(exc), seq)
-        await emit(parser.finish())
+        finished = parser.finish()
         result = parser.result
+        for name, channel in result.channels.items():
+            if channel.unresolved_sources:
+                unresolved[name] = list(channel.unresolved_sources)
+        await emit(finished)
+        await emit(whole_canvas(result["canvas"].raw, result["canvas"].obj, set(keys)))
         channels = {name: r.raw for name, r in result.channels.items() if r.declared or r.raw}
+        cited_missing = set(result["answer"].unresolved_sources).union(*keys.values())
         return GenerateResult(
             conversation_id=request.conversation_id,
             turn_id=request.turn_id,
@@ -255,6 +305,7 @@ class StreamerActor:
             usage=usage,
             notices=[f"{n.code}: {n.message}" for n in result.notices],
             used_sources=list(result["answer"].used_sources),
+            unresolved_sources=sorted(cited_missing),
             answer_emitted=result["answer"].emitted,
             seq_end=seq,
         )
@@ -285,3 +336,22 @@ def failed_result(
         error_code=code,
         seq_end=request.seq_start if seq is None else seq,
     )
+
+
+def whole_canvas(raw: str, obj: Any, streamed: set[str]) -> list[ChannelDelta]:
+    """The canvas parts no key delta carried, as keyed deltas sent whole at the end: each
+    top-level value that is not a string (pretty JSON), or a canvas that is not a JSON
+    object (under ``WHOLE_CANVAS_KEY``: JSON when it parses, else its text)."""
+    parts: list[tuple[str, str, str]] = []
+    if isinstance(obj, dict):
+        for key, value in obj.items():
+            if not isinstance(value, str) and key not in streamed:
+                parts.append((key, "json", json.dumps(value, indent=2, ensure_ascii=False)))
+    elif raw.strip() and not streamed:
+        body = strip_fence(raw).strip()
+        parts.append((WHOLE_CANVAS_KEY, "text" if obj is None else "json", body))
+    deltas: list[ChannelDelta] = []
+    for key, fmt, text in parts:
+        deltas.append(ChannelDelta("canvas", text, 0, "canvas", fmt, False, key))
+        deltas.append(ChannelDelta("canvas", "", 1, "canvas", fmt, True, key))
+    return deltas

@@ -9,6 +9,12 @@ The streaming ``CitationReplacer`` never emits part of a token: it holds back
 the shortest tail that could still grow into a token, and at the end emits a
 dangling tail as written. Replacement happens only in emitted text; callers
 keep the raw text untouched.
+
+A SID with no source in the map is never passed through silently: it renders as
+the marker ``[?<sid>]`` (markdown and text; in html a ``<sup class="cite
+unresolved">``), after the sources of the same token that did resolve, and the
+replacer lists it in ``unresolved`` (the streamer tells the model, see
+``actors.streamer``).
 """
 
 from __future__ import annotations
@@ -158,6 +164,20 @@ def _attr(value: str) -> str:
     return html.escape(value, quote=True)
 
 
+def unresolved_marker(sids: Iterable[int], fmt: str) -> str:
+    """The marker of SIDs that match no source: ``[?9] [?12]``, or an html ``<sup>``."""
+    sids = list(sids)
+    if fmt == "html":
+        data = ",".join(str(s) for s in sids)
+        marks = ", ".join(f"?{s}" for s in sids)
+        return f'<sup class="cite unresolved" data-sids="{data}">{marks}</sup>'
+    return " ".join(f"[?{s}]" for s in sids)
+
+
+UNRESOLVED_RE = re.compile(r"\[\?([0-9]+)\]")
+"""The text marker of an unresolved SID (markdown and text formats)."""
+
+
 def render(sources: list[CitationSource], fmt: str) -> str:
     """Render resolved sources for one token in a channel format."""
     if fmt == "html":
@@ -198,12 +218,16 @@ class CitationReplacer:
             return rendered  # answers cite the same few sources again and again
         ids = expand_ids(match.group(1))
         found = [self._map[i] for i in ids if i in self._map]
+        missing = [i for i in ids if i not in self._map]
         for i in ids:
             if i in self._map:
                 self.used.setdefault(i, None)
             else:
                 self.unresolved.setdefault(i, None)
-        rendered = render(found, self._fmt) if found else token
+        parts = [render(found, self._fmt)] if found else []
+        if missing:
+            parts.append(unresolved_marker(missing, self._fmt))
+        rendered = " ".join(parts)
         if len(self._rendered) < _MAX_CACHED:
             self._rendered[token] = rendered
         return rendered

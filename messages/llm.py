@@ -46,6 +46,9 @@ class GenerateResult(WireModel):
     """Why the call failed (``model_unavailable``, ``context_window``, ...); empty when ok."""
     used_sources: list[int] = Field(default_factory=list)
     """SIDs cited in the answer channel that resolved against the sources."""
+    unresolved_sources: list[int] = Field(default_factory=list)
+    """SIDs cited in the answer or canvas channels that match no source (the decision
+    loop records an ``unresolved_citation`` notice the model sees next round)."""
     answer_emitted: str = ""
     """The answer as clients saw it (citation tokens resolved); ``channels`` keeps it raw."""
     seq_end: int = 0

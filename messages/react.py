@@ -38,6 +38,20 @@ class StreamDelta(WireModel):
     completed: bool = False
     """True on the last delta of a channel that streamed text in one model call (its text
     is empty); a channel the call never wrote gets none."""
+    key: str | None = None
+    """Optional: the canvas key this delta belongs to (``channel`` ``canvas``): a top-level
+    key of the model's canvas JSON object, or the path of a file written for display
+    (``react.write`` on the canvas channel or with ``kind`` ``display``). None: the delta is
+    text of the channel itself. A client shows one titled panel per key."""
+    format: str = ""
+    """Optional: how to render the text (``markdown``, ``text``, ``html``, ``json``, or a
+    file's mime type for a written display); empty: the channel's own format."""
+    replace: bool = False
+    """Optional, keyed deltas only: True on the first delta of a key's value in one model
+    call or write; the client drops what it showed for that key before adding this text."""
+    unresolved: list[int] = Field(default_factory=list)
+    """Optional, on a ``completed`` delta: the SIDs the channel (or key) cited that match no
+    source in the conversation's pool. The text shows each as ``[?<sid>]``."""
     ts: UtcDatetime = Field(default_factory=utcnow)
 
 

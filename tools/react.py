@@ -16,6 +16,8 @@ What a call changes by itself; everything else is only returned:
 - ``react.write`` on the ``canvas`` and ``timeline_text`` channels, ``react.patch`` and
   ``react.checkout`` write file versions of the current turn to the workspace
   (``ctx.files()``); ``react.pull`` copies historical files to disk (``ctx.local``).
+  A ``react.write`` on ``canvas`` or with ``kind`` ``display`` is also shown to the client
+  as a canvas panel by the decision loop (``actors.displays``), from its params and result.
 
 The workspace tools live in ``tools.react_files``, the shared types in ``tools.react_types``.
 

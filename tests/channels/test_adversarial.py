@@ -163,8 +163,8 @@ CASES: list[tuple[str, str, dict[str, str], list[str]]] = [
         "<channel:answer>[[S:1,3]] [[S:2-4]] [[S:9]] [[S:3-1]]</channel:answer>",
         {
             "answer": "[One](https://e.com/1) [Three <b>&](https://e.com/3) "
-            "[Two \\[beta\\] \\| x](https://e.com/2?a=1&b=2) [Three <b>&](https://e.com/3) "
-            "[[S:9]] [One](https://e.com/1) [Two \\[beta\\] \\| x](https://e.com/2?a=1&b=2) "
+            "[Two \\[beta\\] \\| x](https://e.com/2?a=1&b=2) [Three <b>&](https://e.com/3) [?4] "
+            "[?9] [One](https://e.com/1) [Two \\[beta\\] \\| x](https://e.com/2?a=1&b=2) "
             "[Three <b>&](https://e.com/3)"
         },
         [],

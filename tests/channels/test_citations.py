@@ -19,10 +19,10 @@ SOURCES = citation_map(
     ("token", "rendered"),
     [
         ("[[S:1,3]]", "[One](u1) [Three](u3)"),
-        ("[[S:2-4]]", "[Three](u3)"),
-        ("[[S:9]]", "[[S:9]]"),
-        ("[[ s : 1 – 3 ]]", "[One](u1) [Three](u3)"),
-        ("[[S:3—1]]", "[One](u1) [Three](u3)"),
+        ("[[S:2-4]]", "[Three](u3) [?2] [?4]"),
+        ("[[S:9]]", "[?9]"),
+        ("[[ s : 1 – 3 ]]", "[One](u1) [Three](u3) [?2]"),
+        ("[[S:3—1]]", "[One](u1) [Three](u3) [?2]"),
         ("［［S：1］］", "[One](u1)"),
         ("[[S:1,1,1]]", "[One](u1)"),
     ],
@@ -75,7 +75,7 @@ def test_expand_ids() -> None:
 
 def test_used_and_unresolved_sources_are_tracked() -> None:
     replacer = CitationReplacer(SOURCES, "text")
-    assert replacer.feed("[[S:1,2]] [[S:7]] [[S:3]]") == "[1] [[S:7]] [3]"
+    assert replacer.feed("[[S:1,2]] [[S:7]] [[S:3]]") == "[1] [?2] [?7] [3]"
     assert list(replacer.used) == [1, 3]
     assert list(replacer.unresolved) == [2, 7]
 

@@ -93,3 +93,15 @@ def test_model_on_a_text_channel_validates_the_raw_text() -> None:
     assert result["count"].obj == 41 and result["count"].errors == []
     _, bad = parse("<channel:count>many</channel:count>", specs)
     assert bad["count"].obj is None and "does not match int" in bad["count"].errors[0]
+
+
+def test_unresolved_sids_in_a_key_are_marked_never_passed_through() -> None:
+    spec = ChannelSpec("canvas", format="json", composite={"*": "markdown", "h": "html"})
+    text = '<channel:canvas>{"a": "x [[S:2,9]]", "h": "y [[S:8]]"}</channel:canvas>'
+    deltas, _ = parse(text, [spec], sources=CMAP)
+    keyed: dict[str, str] = {}
+    for d in deltas:
+        if d.key is not None:
+            keyed[d.key] = keyed.get(d.key, "") + d.text
+    assert keyed["a"] == "x [Two](https://e.com/2) [?9]"
+    assert keyed["h"] == 'y <sup class="cite unresolved" data-sids="8">?8</sup>'

@@ -60,7 +60,7 @@ def test_results_have_times_counts_and_sources() -> None:
     assert answer.started_at is not None and answer.finished_at is not None
     assert answer.started_at < answer.finished_at
     assert answer.used_sources == [1] and answer.unresolved_sources == [4]
-    assert answer.emitted == "a [One](u) [[S:4]]" and answer.raw == "a [[S:1]] [[S:4]]"
+    assert answer.emitted == "a [One](u) [?4]" and answer.raw == "a [[S:1]] [[S:4]]"
     never = stream.result["never"]
     assert never.started_at is None and never.raw == "" and never.errors == []
     assert [(d.channel, d.completed, d.index) for d in done] == [
