@@ -55,7 +55,6 @@ from . import react_files
 from .errors import KnowledgeError, SkillError
 from .memindex import MemIndex
 from .react_files import current_target
-from .skills import SkillSet
 from .react_types import (
     Notice,
     ReactContext,
@@ -68,6 +67,7 @@ from .react_types import (
     text_param,
     write_order_notice,
 )
+from .skills import SkillSet
 
 __all__ = [
     "MEMSEARCH_TARGETS",
