@@ -55,9 +55,9 @@ from bus import BusError
 from messages import Ack, Attachment, ErrorReply
 
 from .attachments import check_attachments, read_attachment
-from .cmd_feedback import RATING_WORDS
 from .config import Config, ConfigError
 from .console import TurnPrinter
+from .ratings import RATING_WORDS
 from .runtime import Runtime, follow
 
 __all__ = [

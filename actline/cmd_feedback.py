@@ -19,20 +19,10 @@ from messages.ids import is_valid_id
 
 from .cmd_turns import check_conversation_id, load_config
 from .config import ConfigError
+from .ratings import parse_rating
 from .runtime import Runtime
 
-__all__ = ["RATING_WORDS", "parse_rating", "run_feedback"]
-
-RATING_WORDS = {"-1": -1, "0": 0, "1": 1, "+1": 1, "up": 1, "down": -1, "good": 1, "bad": -1}
-"""What ``--rating`` (and chat's ``/feedback``) accepts."""
-
-
-def parse_rating(text: str) -> int:
-    """-1, 0 or 1 from ``text`` (``RATING_WORDS``); ``ConfigError`` otherwise."""
-    rating = RATING_WORDS.get(text.strip().lower())
-    if rating is None:
-        raise ConfigError(f"rating {text!r}: write -1, 0 or 1 (or down, up)")
-    return rating
+__all__ = ["run_feedback"]
 
 
 async def run_feedback(args: argparse.Namespace, console: Console) -> int:

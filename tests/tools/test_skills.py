@@ -4,12 +4,16 @@ the system prompt, and a skill's script run as an external tool through the real
 from __future__ import annotations
 
 import asyncio
+import json
 import shutil
 from pathlib import Path
 
 import pytest
 
+from actline.config import Config
+from actline.runtime import Runtime
 from llm.prompt import system_prompt
+from llm.replay import ReplayModel
 from tools.errors import SkillError
 from tools.react import ReactTools
 from tools.registry import ToolContext, ToolOutput, ToolRegistry
@@ -146,3 +150,30 @@ async def test_a_skill_script_cannot_read_outside_its_folder(skills_dir: Path) -
     peek = type(bump)("peek", script, "reads a secret")
     out = await run_skill_script(peek, [])
     assert out.error is not None and "top secret" not in out.data["stdout"]
+
+
+async def test_a_node_lists_reads_and_runs_skills_in_a_turn(skills_dir: Path) -> None:
+    calls = [
+        {"tool": "react.read", "params": {"paths": ["sk:unit-convert/SKILL.md"]}},
+        {"tool": "skill.unit_convert.convert", "params": {"args": ["12", "km", "mi"]}},
+    ]
+    decision = json.dumps({"action": "call_tools", "calls": calls})
+    model = ReplayModel.of(
+        [
+            f"<channel:thinking>reading the skill</channel:thinking>"
+            f"<channel:decision>{decision}</channel:decision>",
+            '<channel:thinking>done</channel:thinking><channel:decision>{"action": "complete"}'
+            "</channel:decision><channel:answer>12 km is 7.456 mi.</channel:answer>",
+        ]
+    )
+    home = skills_dir.parent / "home"
+    env = {"ACTLINE_HOME": str(home), "ACTLINE_SKILLS": str(skills_dir)}
+    config = Config.load(env={**env, "ACTLINE_FOLLOWUP_GRACE": "0", "ACTLINE_EMBEDDINGS": "off"})
+    async with Runtime(config, model=model) as rt:
+        result = await rt.ask("How many miles are 12 km?", timeout=60)
+    assert result.status == "completed", result.error
+    first, second = model.requests
+    assert "- sk:unit-convert/SKILL.md: Convert lengths, masses" in first.system
+    assert "skill.unit_convert.convert" in first.system
+    seen = json.dumps([b.get("text", "") for b in second.blocks])
+    assert "# Converting units" in seen and "12 km = 7.45645 mi" in seen
