@@ -8,8 +8,9 @@ conversation id was given), streamed with ``TurnPrinter``. While a turn runs:
 * Ctrl-C once skips waiting for outside agents (``react.skip_waiting``), twice within
   ``DOUBLE_PRESS_S`` cancels the turn (``react.cancel``), a third time quits the chat;
 * ``/skip``, ``/cancel``, ``/id`` and ``/quit`` do the same by name;
-* ``/attach FILE`` attaches a file to the next message (checked against the node's attachment
-  limits at once); ``/feedback [up|down|-1|0|1] [text]`` rates the latest turn of the chat;
+* ``/attach FILE`` attaches a file to the next turn typed at the prompt (checked against the
+  node's attachment limits at once); ``/feedback [up|down|-1|0|1] [text]`` rates the latest
+  turn of the chat;
 * a tool call waiting for approval shows its card (tool, arguments, the ``actline approve``
   and ``deny`` commands); ``/approve [ap-ID] [reason]`` and ``/deny [ap-ID] [reason]`` decide
   it from the chat (every pending one without an id). Skipping the wait denies them.
@@ -305,7 +306,7 @@ class _Chat:
         self.attachments.append(attachment)
         size = len(attachment.data or b"")
         what = f"{attachment.name} ({size} bytes, {attachment.mime})"
-        self.say(f"attached {what} to the next message")
+        self.say(f"attached {what}: it goes with your next turn")
 
     def feedback(self, words: list[str]) -> None:
         """``/feedback [up|down|-1|0|1] [text]`` on the latest turn of this chat."""

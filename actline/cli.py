@@ -2,8 +2,10 @@
 
 Every command's start-up problem (no NATS, a bad URL, a missing API key, an unwritable
 ``ACTLINE_HOME``, an unknown conversation) is one line on stderr naming the fix and exit
-code 2; ``--debug`` shows the traceback instead. Ctrl-C exits with 130. A turn that did not
-complete, or a DONE the node refused, exits with 1.
+code 2; ``--debug`` shows the traceback instead. Ctrl-C exits with 130; SIGHUP (the terminal
+closed) and SIGTERM end a command as cleanly, an embedded nats-server stopped too, with 129 and
+143 (``actline.signals``). A turn that did not complete, or a DONE the node refused, exits
+with 1.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from actline.chat import EXIT_HANGUP
 from actline.config import Config, ConfigError
 from actline.runtime import Runtime
 from messages import ErrorReply
-from tests.test_chat import WAITING_QUESTION, Chat, _children
+from tests.test_chat import WAITING_QUESTION, Chat, _children, _conversation_id
 from tests.test_cli_commands import ROOT, Running, actline, clean_env
 from tests.waiting import until
 
@@ -132,7 +132,7 @@ def test_chat_attach_and_feedback(tmp_path: Path) -> None:
         chat.line(f"/attach {tmp_path / 'nope.txt'}")
         chat.expect("does not exist")
         chat.line(f"/attach {notes}")
-        chat.expect("attached notes.txt (22 bytes, text/plain) to the next message")
+        chat.expect("attached notes.txt (22 bytes, text/plain): it goes with your next turn")
         chat.line("How do the pricing tiers differ?")
         chat.expect("complete  completed")
         chat.expect("you> ")
@@ -141,8 +141,14 @@ def test_chat_attach_and_feedback(tmp_path: Path) -> None:
         chat.expect("feedback recorded")
         chat.line("/quit")
         assert chat.exit_code() == 0
+        cid = _conversation_id(chat.transcript[chat.pos :])
     finally:
         chat.close()
+    blocks = _stored(tmp_path / "home", cid, clean_env(tmp_path / "home"))
+    attached = [b for b in blocks if str(b.get("path")).endswith(".user.attachments/notes.txt")]
+    assert len(attached) == 1 and "remember the blue tier" in json.dumps(attached[0])
+    feedback = [b for b in blocks if b.get("type") == "feedback"]
+    assert len(feedback) == 1 and "too long" in json.dumps(feedback[0])
 
 
 @pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGTERM])
