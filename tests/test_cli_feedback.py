@@ -184,3 +184,13 @@ def test_agent_skill_writes_a_claude_code_skill_for_the_agent(tmp_path: Path) ->
     assert again.returncode == 2 and "--force" in again.stderr
     bad = actline("agent-skill", "no such/name", "--out", str(out), env=env)
     assert bad.returncode == 2 and "is not an agent name" in bad.stderr
+
+
+def test_a_missing_skills_folder_is_one_line_naming_the_setting(tmp_path: Path) -> None:
+    env = clean_env(tmp_path / "home", ACTLINE_SKILLS=str(tmp_path / "no-skills"))
+    asked = actline("ask", "q", env=env)
+    assert asked.returncode == 2
+    assert asked.stderr.strip() == (
+        f"actline ask: {tmp_path / 'no-skills'}: missing_root: create it or fix the setting "
+        "skills (ACTLINE_SKILLS)"
+    )

@@ -197,7 +197,9 @@ class SkillSet:
         ``SkillError``: ``missing_root`` when ``root`` is not a folder; a broken skill as
         ``load_skill`` says."""
         if not root.is_dir():
-            raise SkillError(str(root), "missing_root", "create the folder or fix `skills`")
+            raise SkillError(
+                str(root), "missing_root", "create it or fix the setting skills (ACTLINE_SKILLS)"
+            )
         folders = sorted(p for p in root.iterdir() if (p / SKILL_FILE).is_file())
         return cls(root, [load_skill(folder) for folder in folders])
 
