@@ -8,6 +8,9 @@ conversation id was given), streamed with ``TurnPrinter``. While a turn runs:
 * Ctrl-C once skips waiting for outside agents (``react.skip_waiting``), twice within
   ``DOUBLE_PRESS_S`` cancels the turn (``react.cancel``), a third time quits the chat;
 * ``/skip``, ``/cancel``, ``/id`` and ``/quit`` do the same by name;
+* ``/attach FILE`` attaches a file to the next turn typed at the prompt (checked against the
+  node's attachment limits at once); ``/feedback [up|down|-1|0|1] [text]`` rates the latest
+  turn of the chat;
 * a tool call waiting for approval shows its card (tool, arguments, the ``actline approve``
   and ``deny`` commands); ``/approve [ap-ID] [reason]`` and ``/deny [ap-ID] [reason]`` decide
   it from the chat (every pending one without an id). Skipping the wait denies them.
@@ -17,12 +20,13 @@ At the prompt, Ctrl-C once prints a hint and twice within ``DOUBLE_PRESS_S`` qui
 
 Exit codes: 0 after ``/quit``, ``/exit`` or the end of input (Ctrl-D; at the end of the turn
 then running); 130 when Ctrl-C quits (twice at the prompt, or a third time in a turn), as a
-shell reports an interrupted program; 143 when SIGTERM ends it. A start-up problem (no NATS,
+shell reports an interrupted program; 143 when SIGTERM ends it; 129 when SIGHUP does (the
+terminal was closed: nothing more is printed). A start-up problem (no NATS,
 an unwritable home, an unknown conversation) raises ``ConfigError`` naming the fix, which
 ``actline.cli`` reports in one line. Whichever way it ends, the running turn is cancelled and given
 ``QUIT_GRACE_S`` to record its end, then the runtime (and an embedded nats-server) closes.
 
-Cancellation contract: the SIGINT and SIGTERM handlers are installed with
+Cancellation contract: the SIGINT, SIGTERM and SIGHUP handlers are installed with
 ``loop.add_signal_handler`` once the runtime has started and removed after it has closed, so a
 Ctrl-C before that raises ``KeyboardInterrupt`` as usual. Controls and followups are sent from
 background tasks that are awaited before the runtime closes; cancelling ``run_chat`` closes the
@@ -49,14 +53,17 @@ from rich.text import Text
 
 from actors.client import TurnHandle
 from bus import BusError
-from messages import Ack, ErrorReply
+from messages import Ack, Attachment, ErrorReply
 
+from .attachments import check_attachments, read_attachment
 from .config import Config, ConfigError
 from .console import TurnPrinter
+from .ratings import RATING_WORDS
 from .runtime import Runtime, follow
 
 __all__ = [
     "DOUBLE_PRESS_S",
+    "EXIT_HANGUP",
     "EXIT_INTERRUPTED",
     "EXIT_TERMINATED",
     "Action",
@@ -71,6 +78,8 @@ EXIT_INTERRUPTED = 130
 """The exit code when Ctrl-C quits the chat (128 + SIGINT, as shells report it)."""
 EXIT_TERMINATED = 143
 """The exit code when SIGTERM ends the chat (128 + SIGTERM), after the same cleanup."""
+EXIT_HANGUP = 129
+"""The exit code when SIGHUP (the terminal closed) ends the chat, after the same cleanup."""
 QUIT_GRACE_S = 3.0
 """How long a turn cancelled by quitting may take to record its end before the node stops."""
 TURN_TIMEOUT_S = 24 * 3600.0
@@ -79,7 +88,8 @@ PROMPT = "you> "
 HELP = (
     "type a message; while a turn runs, a line joins it as a followup. "
     "Ctrl-C: once skips waiting, twice cancels the turn, a third time quits. "
-    "Commands: /new, /id, /skip, /cancel, /approve [ID], /deny [ID] [reason], /quit (or Ctrl-D)"
+    "Commands: /new, /id, /skip, /cancel, /approve [ID], /deny [ID] [reason], /attach FILE, "
+    "/feedback [up|down] [text], /quit (or Ctrl-D)"
 )
 
 Action = Literal["skip", "cancel", "quit", "hint"]
@@ -212,18 +222,26 @@ class _Chat:
         self.printer: TurnPrinter | None = None
         self.cancel_sent = False
         self.pending: deque[str] = deque()
+        self.attachments: list[Attachment] = []
+        """Files ``/attach`` took for the next message."""
+        self.last_turn: str | None = None
+        self.hung_up = False
         self._controls: set[asyncio.Task[None]] = set()
         self._followups: set[asyncio.Task[None]] = set()
 
     # -- output ------------------------------------------------------------------------------------
     def say(self, text: str, style: str = "dim") -> None:
         """A line of our own, after whatever the turn printer left open."""
+        if self.hung_up:  # the terminal is gone
+            return
         if self.printer is not None and self.printer.open_channel:
             self.console.print()
             self.printer.open_channel = ""
         self.console.print(Text(text, style), highlight=False)
 
     def prompt(self) -> None:
+        if self.hung_up:
+            return
         self.console.print(Text(PROMPT, "bold"), end="")
 
     def farewell(self) -> None:
@@ -265,6 +283,60 @@ class _Chat:
         if not self.closing:
             self.exit_code = EXIT_TERMINATED
             self.quit.set()
+
+    def on_hangup(self) -> None:
+        """SIGHUP: the terminal was closed; quit without a word, stopping the nats-server."""
+        self.hung_up = True
+        if not self.closing:
+            self.exit_code = EXIT_HANGUP
+            self.quit.set()
+
+    def attach(self, words: str) -> None:
+        """``/attach FILE``: the file goes with the next message."""
+        if not words:
+            names = ", ".join(a.name for a in self.attachments) or "none"
+            self.say(f"usage: /attach FILE (attached for the next message: {names})")
+            return
+        try:
+            attachment = read_attachment(words, self.rt.config.node)
+            check_attachments([*self.attachments, attachment], self.rt.config.node)
+        except ConfigError as exc:
+            self.say(f"not attached: {exc}", "red")
+            return
+        self.attachments.append(attachment)
+        size = len(attachment.data or b"")
+        what = f"{attachment.name} ({size} bytes, {attachment.mime})"
+        self.say(f"attached {what}: it goes with your next turn")
+
+    def feedback(self, words: list[str]) -> None:
+        """``/feedback [up|down|-1|0|1] [text]`` on the latest turn of this chat."""
+        cid, turn = self.cid, self.last_turn
+        if cid is None or turn is None:
+            self.say("no turn yet to give feedback on", "red")
+            return
+        rating = 0
+        if words and words[0].lower() in RATING_WORDS:
+            rating = RATING_WORDS[words[0].lower()]
+            words = words[1:]
+        text = " ".join(words)
+        if not text and rating == 0:
+            self.say("usage: /feedback [up|down|-1|0|1] [text]", "red")
+            return
+
+        async def run() -> None:
+            try:
+                verdict = await self.rt.feedback(cid, text, turn_id=turn, rating=rating)
+            except (BusError, ConfigError) as exc:
+                self.say(f"feedback not sent: {exc}", "red")
+                return
+            if isinstance(verdict, ErrorReply):
+                self.say(f"feedback refused: {verdict.code}: {verdict.message}", "red")
+            else:
+                self.say(f"feedback on turn {verdict.ref}: {verdict.detail}", "green")
+
+        task = asyncio.create_task(run())
+        self._controls.add(task)
+        task.add_done_callback(self._controls.discard)
 
     def skip(self) -> None:
         if self.handle is None:
@@ -380,6 +452,10 @@ class _Chat:
             self.cancel()
         elif name in ("/approve", "/deny") and self.running:
             self.decide(name == "/approve", text.split()[1:])
+        elif name == "/attach":
+            self.attach(text[len(name) :].strip())
+        elif name == "/feedback":
+            self.feedback(text.split()[1:])
         elif name == "/new" and not self.running:
             self.cid = None
             self.say("new conversation: the next message starts it")
@@ -390,10 +466,13 @@ class _Chat:
 
     async def _turn(self, text: str) -> None:
         try:
-            handle = await self.rt.submit(text, self.cid, config=dict(self.turn_config))
+            handle = await self.rt.submit(
+                text, self.cid, config=dict(self.turn_config), attachments=self.attachments
+            )
         except (ConfigError, BusError, TimeoutError) as exc:
             self.say(f"could not submit the turn: {exc}", "red")
             return
+        self.attachments, self.last_turn = [], handle.turn_id
         if self.cid != handle.conversation_id:
             self.cid = handle.conversation_id
             self.conversations.append(self.cid)
@@ -504,6 +583,7 @@ async def run_chat(
     for signum, handler in (
         (signal.SIGINT, chat.on_interrupt),
         (signal.SIGTERM, chat.on_terminate),
+        (signal.SIGHUP, chat.on_hangup),
     ):
         try:
             loop.add_signal_handler(signum, handler)
@@ -515,7 +595,8 @@ async def run_chat(
         code = await chat.run()
         chat.closing = True
         await chat.drain()
-        chat.farewell()
+        if not chat.hung_up:
+            chat.farewell()
         return code
     finally:
         chat.closing = True

@@ -2,14 +2,15 @@
 
 Every command's start-up problem (no NATS, a bad URL, a missing API key, an unwritable
 ``ACTLINE_HOME``, an unknown conversation) is one line on stderr naming the fix and exit
-code 2; ``--debug`` shows the traceback instead. Ctrl-C exits with 130. A turn that did not
-complete, or a DONE the node refused, exits with 1.
+code 2; ``--debug`` shows the traceback instead. Ctrl-C exits with 130; SIGHUP (the terminal
+closed) and SIGTERM end a command as cleanly, an embedded nats-server stopped too, with 129 and
+143 (``actline.signals``). A turn that did not complete, or a DONE the node refused, exits
+with 1.
 """
 
 from __future__ import annotations
 
 import argparse
-import asyncio
 import logging
 import os
 import sys
@@ -25,8 +26,10 @@ from llm import ModelConfigError
 from messages import diag
 from messages.errors import LogConfigError
 from storage import StorageError
+from tools.errors import SkillError
 
 from .config import ConfigError
+from .signals import run_until_signal
 
 __all__ = ["main"]
 
@@ -37,6 +40,7 @@ FAILURES: tuple[type[Exception], ...] = (
     StorageError,
     DoneNotStored,
     LogConfigError,
+    SkillError,
 )
 """Errors that mean "fix the setup": reported in one line, exit code 2."""
 DEFAULT_WAIT_S = 300.0
@@ -176,6 +180,10 @@ def _parser() -> argparse.ArgumentParser:
     ask.add_argument(
         "--timeout", metavar="S", type=float, default=DEFAULT_WAIT_S, help="wait this long"
     )
+    ask.add_argument(
+        "--attach", metavar="FILE", action="append", default=[],
+        help="attach this file to the turn (repeatable; ACTLINE_MAX_ATTACHMENT_BYTES each)",
+    )  # fmt: skip
 
     result = command("result", "print a turn's stored result (kept ACTLINE_RESULT_RETENTION)")
     result.add_argument("turn", metavar="TURN_ID", help="the turn's id")
@@ -203,6 +211,31 @@ def _parser() -> argparse.ArgumentParser:
     done.add_argument("--task", metavar="ID", default=None, help="the task id (else the oldest)")
     done.add_argument("--turn", metavar="ID", default=None, help="the turn id")
     _nats(done, "required: NATS_URL or --nats")
+
+    feedback = command("feedback", "rate a turn and say why: the model sees it next turn")
+    feedback.add_argument("conversation", metavar="CID", help="the conversation's id")
+    feedback.add_argument("text", nargs="?", default="", help="what was good or wrong")
+    feedback.add_argument(
+        "--turn", metavar="ID", default=None, help="the turn (default: the latest, node here)"
+    )
+    feedback.add_argument(
+        "--rating", metavar="R", default="0", help="-1, 0 or 1 (also: down, up); default 0"
+    )
+    _nats(feedback, "default: NATS_URL; unset: embedded server + in-process node")
+    feedback.add_argument(
+        "--home", metavar="DIR", type=Path, default=None, help="the node's store (ACTLINE_HOME)"
+    )
+
+    skill = command(
+        "agent-skill", "write a SKILL.md that makes a terminal AI (Claude Code) agent NAME"
+    )
+    skill.add_argument("name", help="the agent's name")
+    skill.add_argument(
+        "--out", metavar="DIR", type=Path, default=Path(".claude") / "skills",
+        help="the skills folder (default .claude/skills: DIR/actline-NAME/SKILL.md)",
+    )  # fmt: skip
+    skill.add_argument("--nats", metavar="URL", default=None, help="write this NATS URL in it")
+    skill.add_argument("--force", action="store_true", help="replace an existing file")
 
     for verb, what in (("approve", "approve"), ("deny", "deny")):
         decide = command(verb, f"{what} a turn's pending tool call(s) (see its waiting card)")
@@ -289,40 +322,48 @@ def _dispatch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         case "demo":
             from actline.demo import run_demo
 
-            return asyncio.run(run_demo(nats_url=args.nats))
+            return run_until_signal(run_demo(nats_url=args.nats))
         case "doctor":
             from actline.doctor import run_doctor
 
-            return asyncio.run(run_doctor())
+            return run_until_signal(run_doctor())
         case "serve":
             from .cmd_turns import run_serve
 
-            return asyncio.run(run_serve(args, console))
+            return run_until_signal(run_serve(args, console))
         case "ask":
             from .cmd_turns import run_ask
 
-            return asyncio.run(run_ask(args, console))
+            return run_until_signal(run_ask(args, console))
         case "result":
             from .cmd_turns import run_result
 
-            return asyncio.run(run_result(args, console))
+            return run_until_signal(run_result(args, console))
         case "chat":
             from .cmd_turns import run_chat
 
-            return asyncio.run(run_chat(args, console))
+            return run_until_signal(run_chat(args, console))
         case "agent":
             from .cmd_agent import run_agent
 
             _split_agent_command(args)
-            return asyncio.run(run_agent(args, console))
+            return run_until_signal(run_agent(args, console))
         case "done":
             from .cmd_agent import run_done
 
-            return asyncio.run(run_done(args, console))
+            return run_until_signal(run_done(args, console))
+        case "feedback":
+            from .cmd_feedback import run_feedback
+
+            return run_until_signal(run_feedback(args, console))
+        case "agent-skill":
+            from .cmd_skill import run_agent_skill
+
+            return run_agent_skill(args, console)
         case "approve" | "deny":
             from .cmd_turns import run_approval
 
-            return asyncio.run(run_approval(args, console))
+            return run_until_signal(run_approval(args, console))
         case "creds":
             from .cmd_creds import run_creds
 
@@ -330,7 +371,7 @@ def _dispatch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         case "agents":
             from .cmd_agent import run_agents
 
-            return asyncio.run(run_agents(args, console))
+            return run_until_signal(run_agents(args, console))
         case "profiles":
             from .cmd_profiles import run_profiles
 
@@ -338,11 +379,11 @@ def _dispatch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         case "eval":
             from .cmd_eval import run_eval
 
-            return asyncio.run(run_eval(args, console))
+            return run_until_signal(run_eval(args, console))
         case "timeline":
             from .cmd_timeline import run_timeline
 
-            return asyncio.run(run_timeline(args, console))
+            return run_until_signal(run_timeline(args, console))
         case "trace":
             from .cmd_trace import run_trace
 

@@ -27,6 +27,7 @@ from bus import StreamMissing
 from messages import ErrorReply, ReActResult
 from messages.ids import is_valid_id
 
+from .attachments import read_attachments
 from .config import Config, ConfigError
 from .console import TurnPrinter
 from .runtime import Runtime, follow
@@ -122,6 +123,7 @@ async def run_ask(args: argparse.Namespace, console: Console) -> int:
     """Submit one turn, stream it, print where it is stored; 0 when it completed."""
     config = load_config(args)
     cid = check_conversation_id(args.conversation)
+    attachments = read_attachments(getattr(args, "attach", None) or [], config.node)
     local = config.nats_url is None or args.local_node
     turn_config: dict[str, Any] = {}
     if args.model:
@@ -133,7 +135,7 @@ async def run_ask(args: argparse.Namespace, console: Console) -> int:
             _say(console, f"embedded nats-server at {rt.nats_url} (no NATS_URL set)", "dim")
         if cid is not None:
             rt.check_conversation(cid)  # only with a node here; a remote node starts it anew
-        handle = await rt.submit(args.question, cid, config=turn_config)
+        handle = await rt.submit(args.question, cid, config=turn_config, attachments=attachments)
         printer = TurnPrinter(console, show_thinking=not args.no_thinking)
         result: ReActResult | None = None
         try:

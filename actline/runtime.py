@@ -37,8 +37,9 @@ import messages
 from actors import Node
 from actors.client import Client, TurnHandle
 from actors.errors import NoTurnQueue
+from actors.limits import RATINGS
 from actors.tool_executor import ToolRegistry
-from bus import Bus, BusError, EmbeddedNats
+from bus import Bus, BusError, EmbeddedNats, NoResponders, RequestTimeout
 from llm.protocol import Model
 from messages import Ack, Attachment, ErrorReply, ReActResult, StreamDelta
 from storage import StorageError, Store
@@ -316,6 +317,46 @@ class Runtime:
     async def followup(self, handle: TurnHandle, text: str) -> Ack | ErrorReply:
         """A user message that joins the running turn."""
         return await self.client.followup(handle.conversation_id, handle.turn_id, text)
+
+    async def feedback(
+        self,
+        conversation_id: str,
+        text: str = "",
+        *,
+        turn_id: str | None = None,
+        rating: int = 0,
+        timeout: float = 5.0,
+    ) -> Ack | ErrorReply:
+        """Feedback on a turn of ``conversation_id`` (``rating`` -1, 0 or +1, and ``text``);
+        the model sees it announced next turn. ``turn_id`` None: the conversation's latest
+        turn in this runtime's store (``ConfigError`` without a node here: name the turn).
+        The node answers ``Ack``, or ``ErrorReply`` (``unknown_turn``, ``invalid_input``
+        naming the limit, ``no_node`` when nothing answered)."""
+        if rating not in RATINGS:
+            raise ConfigError(f"rating {rating!r}: write -1, 0 or 1")
+        turn = turn_id or self.last_turn(conversation_id)
+        try:
+            return await self.client.feedback(conversation_id, turn, rating, text, timeout=timeout)
+        except (NoResponders, RequestTimeout):
+            return ErrorReply(
+                code="no_node",
+                message=f"no node serves conversation {conversation_id}: nothing answered "
+                f"within {timeout:g} s (is a node running on {self.nats_url}?)",
+            )
+
+    def last_turn(self, conversation_id: str) -> str:
+        """The latest turn of a stored conversation; ``ConfigError`` when there is no store
+        here, no such conversation or no turn yet."""
+        if self.store is None:
+            raise ConfigError(
+                "which turn? name it (--turn TURN_ID): without a node here the conversation's "
+                "turns are not known (the turn ids are in actline ask's output)"
+            )
+        self.check_conversation(conversation_id)
+        turns = self.store.load(conversation_id).timeline.turn_ids()
+        if not turns:
+            raise ConfigError(f"conversation {conversation_id!r} has no turn yet")
+        return turns[-1]
 
     async def skip_waiting(self, turn_id: str) -> None:
         await self.client.skip_waiting(turn_id, "the user skipped waiting")

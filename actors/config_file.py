@@ -33,7 +33,7 @@ __all__ = ["ALIASES", "LLM_KEYS", "PATH_SETTINGS", "LoadedSettings", "load_setti
 
 ALIASES = {"docs": "knowledge_dir", "workspace": "workspace_mode", "sync": "storage_sync"}
 """Short TOML names of node settings."""
-PATH_SETTINGS = frozenset({"home", "knowledge_dir", "mcp_config"})
+PATH_SETTINGS = frozenset({"home", "knowledge_dir", "mcp_config", "skills"})
 LLM_KEYS = frozenset(
     {"max_retries", "backoff_base", "backoff_max", "timeout", "max_output_tokens"}
     | {"temperature", "cache_ttl", "system_cache_ttl", "cache_system", "base_url"}

@@ -52,6 +52,7 @@ from storage.committer import Committer
 from tools import KnowledgeSpace
 from tools.builtin import BuiltinConfig, register_builtins
 from tools.react import ReactTools
+from tools.skills import node_skills
 from tools.workspace import TurnFiles
 
 from . import trace_sinks
@@ -181,6 +182,7 @@ class Node:
                 http_allowed_hosts=hosts or None,
             )
             register_builtins(self.registry, config)
+        skills = await asyncio.to_thread(node_skills, settings, self.registry)
         if settings.mcp_config is not None:
             await self._start_mcp(settings.mcp_config)
         if settings.cluster:
@@ -201,8 +203,8 @@ class Node:
             store=self._store,
             commits=self._commits,
             settings=settings,
-            react=ReactTools(),
-            system_prompt=system_prompt(tools),
+            react=ReactTools(skills=skills),
+            system_prompt=system_prompt(tools, skills=skills.listing() if skills else ()),
             knowledge=self._knowledge,
             external_tools=self.registry.names,
             approval_tools=self.registry.approval_required,

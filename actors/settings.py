@@ -46,6 +46,8 @@ class NodeSettings:
     """``ACTLINE_MODEL``: the model a turn uses unless its config names another."""
     knowledge_dir: Path | None = None
     """``ACTLINE_DOCS``: the folder behind ``ks:`` paths and react.search_knowledge."""
+    skills: Path | None = None
+    """``ACTLINE_SKILLS``: the skills folder behind ``sk:`` paths (``tools.skills``)."""
     max_iterations: int = 15
     """``ACTLINE_MAX_ITERATIONS``: model calls per turn."""
     token_budget: int = 0
@@ -277,6 +279,7 @@ _ENV: dict[str, tuple[str, type]] = {
     "node_id": ("ACTLINE_NODE_ID", str),
     "model": ("ACTLINE_MODEL", str),
     "knowledge_dir": ("ACTLINE_DOCS", Path),
+    "skills": ("ACTLINE_SKILLS", Path),
     "max_iterations": ("ACTLINE_MAX_ITERATIONS", int),
     "token_budget": ("ACTLINE_TOKEN_BUDGET", int),
     "max_context_tokens": ("ACTLINE_MAX_CONTEXT_TOKENS", int),

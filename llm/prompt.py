@@ -6,7 +6,7 @@ must be byte-stable: no times, ids or per-turn data here — those go in ANNOUNC
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 DECISION_PROTOCOL = """\
 You are the decision loop of actline, an agent that works in rounds. Each round you see the
@@ -93,10 +93,26 @@ citation [[S:n]]. If the sources do not say, say so. Keep answers short and spec
 """
 
 
-def system_prompt(extra_tools: Mapping[str, str] | None = None, preamble: str = "") -> str:
-    """The decision system prompt, with an optional product preamble and external tools."""
+SKILLS_HEADING = """
+# Skills
+Each skill is a folder of instructions (and files and scripts beside them). Before a task a
+skill covers, react.read its sk:<skill>/SKILL.md and follow it; it names the files beside it
+as sk:<skill>/<rel>. Its scripts run as the external tools skill.<skill>.<tool>.
+"""
+
+
+def system_prompt(
+    extra_tools: Mapping[str, str] | None = None,
+    preamble: str = "",
+    skills: Sequence[tuple[str, str]] = (),
+) -> str:
+    """The decision system prompt, with an optional product preamble, external tools and
+    skills (``(name, one line)`` pairs, listed sorted by name: the text stays byte-stable)."""
     text = DECISION_PROTOCOL
     if extra_tools:
         lines = [f"- {name}: {doc}" for name, doc in sorted(extra_tools.items())]
         text += "\n# External tools\n" + "\n".join(lines) + "\n"
+    if skills:
+        lines = [f"- sk:{name}/SKILL.md: {line}" for name, line in sorted(skills)]
+        text += SKILLS_HEADING + "\n".join(lines) + "\n"
     return f"{preamble.strip()}\n\n{text}" if preamble.strip() else text

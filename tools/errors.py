@@ -7,6 +7,8 @@ Hierarchy::
     │                           detail)
     ├── EmbeddingsUnavailable   tools.embeddings: the MiniLM extra or weights are missing
     ├── GitError                tools.gitspace: a git command of the git workspace failed
+    ├── SkillError              tools.skills: a skill that cannot be loaded or a sk: path refused
+    │                           (path, reason, detail)
     ├── SandboxError            tools.sandbox: code.exec_python could not start the code at all
     ├── FetchError              tools.http_fetch: a URL that cannot be read as a source (code)
     └── McpError                tools.mcp_bridge: an MCP server or one of its tools failed (code)
@@ -22,7 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["KNOWLEDGE_REASONS", "KnowledgeError", "ToolError"]
+__all__ = ["KNOWLEDGE_REASONS", "KnowledgeError", "SkillError", "ToolError"]
 
 KNOWLEDGE_REASONS: dict[str, str] = {
     "bad_path": "write a knowledge path such as ks:pricing/tiers.md",
@@ -57,3 +59,18 @@ class KnowledgeError(ToolError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.path, self.reason, self.detail))
+
+
+class SkillError(ToolError):
+    """A skill that cannot be loaded (``where`` is its ``SKILL.md``) or an ``sk:`` path that
+    cannot be read; ``reason`` is a stable code (``bad_front_matter``, ``missing_root``,
+    ``unknown_skill``, ``outside_skill``, ``not_found``, ``too_large``, ...)."""
+
+    def __init__(self, where: str, reason: str, detail: str) -> None:
+        self.where = where
+        self.reason = reason
+        self.detail = detail
+        super().__init__(f"{where}: {reason}: {detail}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.where, self.reason, self.detail))

@@ -54,7 +54,7 @@ from timeline.sources import SourceRow
 from timeline.tokens import DEFAULT_COUNTER, TokenCounter
 
 from . import react_files
-from .errors import KnowledgeError
+from .errors import KnowledgeError, SkillError
 from .memindex import MemIndex
 from .react_files import current_target
 from .react_types import (
@@ -69,6 +69,7 @@ from .react_types import (
     text_param,
     write_order_notice,
 )
+from .skills import SkillSet
 
 __all__ = [
     "MEMSEARCH_TARGETS",
@@ -176,8 +177,9 @@ class _Reader:
 
     TOOL = "react.read"
 
-    def __init__(self, ctx: ReactContext) -> None:
+    def __init__(self, ctx: ReactContext, skills: SkillSet | None = None) -> None:
         self.ctx = ctx
+        self.skills = skills
         self.tl = ctx.timeline
         self.counter: TokenCounter = ctx.renderer.counter if ctx.renderer else DEFAULT_COUNTER
         self.entries: list[dict[str, Any]] = []
@@ -205,6 +207,10 @@ class _Reader:
         if parsed.prefix == "fi":
             if not self._on_timeline(path, self.tl.blocks_at(path)):
                 self._workspace_file(path, parsed)
+            return
+        if parsed.prefix == "sk":
+            if not self._on_timeline(path, self.tl.blocks_at(path)):
+                self._skill(path)
             return
         found = resolve(self.tl, path)
         if found.kind == "sources":
@@ -355,6 +361,26 @@ class _Reader:
         tokens = self._add(doc.path, head + doc.text, meta=meta)
         self._entry(path, "read", tokens, sid=sid, source="knowledge")
 
+    def _skill(self, path: str) -> None:
+        """A file of a skill (``tools.skills``); a path outside its skill is refused."""
+        if self.skills is None:
+            self._missing(path, "skills_unavailable")
+            message = "No skills folder is configured here; sk: paths cannot be read."
+            if not any(n.code == "skills_unavailable" for n in self.notices):
+                self.notices.append(Notice("skills_unavailable", message, self.TOOL))
+            return
+        try:
+            found = self.skills.read(path)
+        except SkillError as exc:
+            if exc.reason in ("bad_path", "outside_skill"):
+                self.entries.append({"path": path, "status": "invalid", "rule": exc.reason})
+                self.notices.append(Notice("bad_path", str(exc), self.TOOL))
+            else:
+                self._missing(path, f"{exc.reason}: {exc.detail}")
+            return
+        meta = {"read_from": "skills", "skill": found.skill}
+        self._entry(path, "read", self._add(path, found.text, meta=meta), source="skills")
+
     def _missing(self, path: str, reason: str) -> None:
         self.entries.append({"path": path, "status": "missing", "reason": reason})
         self.missing.append(f"{path} ({reason})")
@@ -433,8 +459,12 @@ class ReactTools:
         }
     )
 
-    def __init__(self, *, max_read_paths: int = MAX_READ_PATHS) -> None:
+    def __init__(
+        self, *, max_read_paths: int = MAX_READ_PATHS, skills: SkillSet | None = None
+    ) -> None:
         self.max_read_paths = max_read_paths
+        self.skills = skills
+        """The skills behind ``sk:`` paths (None: ``sk:`` reads say none are configured)."""
         self._handlers: dict[str, Callable[[Mapping[str, Any], ReactContext], ReactOutcome]] = {
             "react.read": self._read,
             "react.write": self._write,
@@ -499,7 +529,7 @@ class ReactTools:
             limit = self.max_read_paths
             message = f"react.read takes at most {limit} paths per call; split the read."
             return refuse(tool, "bad_params", message)
-        reader = _Reader(ctx)
+        reader = _Reader(ctx, self.skills)
         for path in paths:
             reader.read(path)
         return reader.outcome()
