@@ -50,13 +50,14 @@ class ModelSpec:
 MODELS: Mapping[str, ModelSpec] = {
     spec.name: spec
     for spec in (
-        # Minimum cacheable prefix per Anthropic's prompt-caching docs: 1,024 for
-        # Opus 4.8, Sonnet 4.x/3.x, Opus 4/4.1 and Opus 3; 2,048 for Opus 4.7 and the
-        # Haiku 3 family; 4,096 for Opus 4.5/4.6 and Haiku 4.5.
+        # Minimum cacheable prefix, as the model server accounts (CACHE_RULES.md, rule 5:
+        # 1,024 for Sonnet 4.5/4.6 and Opus 4.1-4.8 class models), and per Anthropic's
+        # prompt-caching docs for the others: 1,024 for Sonnet 4 and the Claude 3
+        # Sonnets and Opus; 2,048 for the Haiku 3 family; 4,096 for Haiku 4.5.
         ModelSpec("claude-opus-4-8", 200_000, 1024, 5.0, 25.0, 32_000),
-        ModelSpec("claude-opus-4-7", 200_000, 2048, 5.0, 25.0, 32_000),
-        ModelSpec("claude-opus-4-6", 200_000, 4096, 5.0, 25.0, 32_000),
-        ModelSpec("claude-opus-4-5", 200_000, 4096, 5.0, 25.0, 32_000),
+        ModelSpec("claude-opus-4-7", 200_000, 1024, 5.0, 25.0, 32_000),
+        ModelSpec("claude-opus-4-6", 200_000, 1024, 5.0, 25.0, 32_000),
+        ModelSpec("claude-opus-4-5", 200_000, 1024, 5.0, 25.0, 32_000),
         ModelSpec("claude-opus-4-1", 200_000, 1024, 15.0, 75.0, 32_000),
         ModelSpec("claude-opus-4", 200_000, 1024, 15.0, 75.0, 32_000),
         ModelSpec("claude-sonnet-4-6", 200_000, 1024, 3.0, 15.0, 64_000),

@@ -12,11 +12,11 @@ from llm.config import MODELS, UNKNOWN_MIN_CACHE_TOKENS, model_spec
 MINIMUMS = [
     # current
     ("claude-opus-4-8", 1024),
-    ("claude-opus-4-7", 2048),
-    ("claude-opus-4-6", 4096),
-    ("claude-opus-4-5", 4096),
-    ("claude-opus-4-5-20251101", 4096),
-    ("claude-opus-4-5@20251101", 4096),
+    ("claude-opus-4-7", 1024),
+    ("claude-opus-4-6", 1024),
+    ("claude-opus-4-5", 1024),
+    ("claude-opus-4-5-20251101", 1024),
+    ("claude-opus-4-5@20251101", 1024),
     ("claude-sonnet-4-6", 1024),
     ("claude-sonnet-4-5", 1024),
     ("claude-sonnet-4-5-20250929", 1024),
