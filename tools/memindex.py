@@ -43,6 +43,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+import re
 from array import array
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
@@ -53,12 +54,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .embeddings import EmbeddingsUnavailable
-from .text import snippet, tokenize
+from .text import identifiers, snippet, tokenize
 
 __all__ = [
     "DictVectorCache",
     "MemHit",
     "MemIndex",
+    "PendingBatch",
     "TextEmbedder",
     "VectorCache",
     "decode_vector",
@@ -79,6 +81,12 @@ CANDIDATES: Final = 100
 """Rows each ranker contributes to the fusion (at least; ``8 * top_k`` when larger)."""
 SNIPPET_CHARS: Final = 240
 EMBED_BATCH: Final = 32
+SEARCH_EMBED_ROWS: Final = 32
+"""Pending rows a hybrid search embeds itself (the newest); older ones rank by BM25 alone
+until the owner's background embedding reaches them."""
+EXACT_BOOST: Final = 1.0
+"""Added to the score of a row holding every identifier of the query exactly (a share of it
+for some of them): more than any fused score without it, so an exact id wins rank 1."""
 MAX_TF: Final = 65_535
 
 
@@ -156,6 +164,13 @@ class MemHit:
         return asdict(self)
 
 
+class PendingBatch(NamedTuple):
+    """Rows waiting for a vector (``MemIndex.pending_batch``): their ids and texts."""
+
+    rids: tuple[int, ...]
+    texts: tuple[str, ...]
+
+
 class _Row(NamedTuple):
     turn_id: str
     role: str
@@ -215,7 +230,10 @@ class MemIndex:
         self._length = np.zeros(0, dtype=np.float64)
         self._dim = 0 if embedder is None else int(embedder.dim)
         self._vectors = np.zeros((0, self._dim), dtype=np.float32)
-        self._pending: list[int] = []
+        self._embedded = np.zeros(0, dtype=bool)
+        self._pending: dict[int, None] = {}
+        """Row ids without a vector, oldest first (an ordered set)."""
+        self.search_embed_rows = SEARCH_EMBED_ROWS
 
     @property
     def mode(self) -> Literal["hybrid", "bm25"]:
@@ -274,9 +292,10 @@ class MemIndex:
         if self._embedder is not None:
             decoded = self._row_vector(vector)
             if decoded is None:
-                self._pending.append(rid)
+                self._pending[rid] = None
             else:
                 self._vectors[rid] = decoded
+                self._embedded[rid] = True
 
     def _row_vector(self, vector: Any) -> NDArray[np.float32] | None:
         if vector is None:
@@ -299,28 +318,39 @@ class MemIndex:
         self._length = grown(self._length)
         if self._embedder is not None:
             self._vectors = grown(self._vectors)
+            self._embedded = grown(self._embedded)
         self._capacity = capacity
 
     def embed_pending(self, max_rows: int | None = None) -> int:
-        """Embed up to ``max_rows`` pending rows (all by default), cache first; returns how many.
+        """Embed up to ``max_rows`` pending rows (all by default, oldest first), cache first;
+        returns how many. ``pending_batch``, ``compute`` and ``install`` in one call."""
+        batch = self.pending_batch(max_rows)
+        return self.install(batch, self.compute(batch)) if batch.rids else 0
 
-        Fresh vectors go through float16, like cached and stored ones, so a row gets the same
-        vector whichever way it came.
-        """
+    def pending_batch(self, max_rows: int | None = None, *, newest: bool = False) -> PendingBatch:
+        """Up to ``max_rows`` pending rows (oldest first, or the newest with ``newest``), for
+        ``compute`` and then ``install``."""
+        if self._embedder is None or not self._pending:
+            return PendingBatch((), ())
+        rids = list(self._pending)
+        count = len(rids) if max_rows is None else max(0, max_rows)
+        taken = rids[-count:] if newest and count else rids[:count]
+        return PendingBatch(tuple(taken), tuple(self._rows[r].text for r in taken))
+
+    def compute(self, batch: PendingBatch) -> list[bytes]:
+        """The float16 vectors of ``batch``'s texts: from the cache, else embedded (and put in
+        the cache). Touches no index state, so it may run on a worker thread while the owner
+        keeps adding and searching; ``install`` (by the owner) applies the result."""
         embedder = self._embedder
-        if embedder is None or not self._pending:
-            return 0
-        take = self._pending[: len(self._pending) if max_rows is None else max(0, max_rows)]
-        if not take:
-            return 0
-        keys = {rid: vector_key(embedder.model_id, self._rows[rid].text) for rid in take}
-        wanted = sorted(set(keys.values()))
+        if embedder is None or not batch.texts:
+            return []
+        keys = [vector_key(embedder.model_id, text) for text in batch.texts]
         found: dict[str, bytes] = {}
         if self._cache is not None:
-            for key, raw in self._cache.get_many(wanted).items():
+            for key, raw in self._cache.get_many(sorted(set(keys))).items():
                 if self._row_vector(raw) is not None:
                     found[key] = raw
-        texts = {keys[rid]: self._rows[rid].text for rid in take if keys[rid] not in found}
+        texts = {key: text for key, text in zip(keys, batch.texts, strict=True) if key not in found}
         if texts:
             order = list(texts)
             vectors = embedder.embed([texts[k] for k in order], batch_size=EMBED_BATCH)
@@ -328,11 +358,23 @@ class MemIndex:
             if self._cache is not None:
                 self._cache.put_many(fresh)
             found.update(fresh)
-        for rid in take:
-            self._vectors[rid] = decode_vector(found[keys[rid]])
-        del self._pending[: len(take)]
-        log.debug("memindex: embedded %d rows (%d new texts)", len(take), len(texts))
-        return len(take)
+        log.debug("memindex: %d vectors (%d embedded)", len(keys), len(texts))
+        return [found[key] for key in keys]
+
+    def install(self, batch: PendingBatch, vectors: Sequence[bytes]) -> int:
+        """Give ``batch``'s rows the ``vectors`` of ``compute``; rows that got one meanwhile
+        are left as they are. Fresh vectors went through float16, like cached and stored ones,
+        so a row gets the same vector whichever way it came. Returns how many were set."""
+        if len(vectors) != len(batch.rids):
+            raise ValueError(f"{len(batch.rids)} rows but {len(vectors)} vectors")
+        installed = 0
+        for rid, raw in zip(batch.rids, vectors, strict=True):
+            if rid in self._pending:
+                self._vectors[rid] = decode_vector(raw)
+                self._embedded[rid] = True
+                del self._pending[rid]
+                installed += 1
+        return installed
 
     # -- searching ------------------------------------------------------------------------------
     def search(
@@ -367,12 +409,18 @@ class MemIndex:
             return []
         terms = sorted(set(tokenize(query)))
         bm25, idf = self._bm25(n, terms)
+        exact = self._exact(n, identifiers(query))
         dense: NDArray[np.float32] | None = None
         if hybrid:
             candidates, dense, fused = self._fuse(query, n, top_k, allowed, bm25, terms, idf, now)
+            if exact is not None:
+                candidates, fused = _boost(candidates, fused, exact, allowed, EXACT_BOOST)
         else:
             candidates = np.flatnonzero((bm25 > 0) & allowed)
             fused = bm25[candidates]
+            if exact is not None:
+                top = float(bm25.max()) + 1.0
+                candidates, fused = _boost(candidates, fused, exact, allowed, top)
         return self._hits(candidates, fused, bm25, dense, top_k, set(terms), idf)
 
     def _allowed(
@@ -409,6 +457,26 @@ class MemIndex:
             scores[ids] += weight * tf * (K1 + 1) / (tf + norm)
         return scores, idf
 
+    def _exact(self, n: int, idents: Sequence[str]) -> NDArray[np.float64] | None:
+        """Per row, the share of ``idents`` its text holds exactly (case aside, not inside a
+        longer word); None without identifiers. Only rows holding every part term of an
+        identifier (the rarest one's postings) are read."""
+        if not idents:
+            return None
+        share = np.zeros(n, dtype=np.float64)
+        for ident in idents:
+            terms = tokenize(ident)
+            parts = terms[1:] if len(terms) > 1 else terms
+            postings = [self._postings.get(t) for t in parts]
+            if not parts or any(p is None for p in postings):
+                continue
+            rarest = min((p for p in postings if p is not None), key=lambda p: len(p[0]))
+            pattern = re.compile(rf"(?<!\w){re.escape(ident)}(?!\w)", re.IGNORECASE)
+            for rid in rarest[0]:
+                if rid < n and pattern.search(self._rows[rid].text):
+                    share[rid] += 1.0 / len(idents)
+        return share if share.any() else None
+
     def _fuse(
         self,
         query: str,
@@ -422,18 +490,22 @@ class MemIndex:
     ) -> tuple[NDArray[np.intp], NDArray[np.float32], NDArray[np.float64]]:
         """Candidate rows, every row's cosine and the candidates' fused scores."""
         assert self._embedder is not None
-        if self._pending:
-            self.embed_pending()
+        if self._pending and self.search_embed_rows > 0:
+            batch = self.pending_batch(self.search_embed_rows, newest=True)
+            self.install(batch, self.compute(batch))
         query_vector = self._embedder.embed([query])[0]
         dense: NDArray[np.float32] = self._vectors[:n] @ query_vector
+        embedded = allowed & self._embedded[:n]
         size = max(CANDIDATES, 8 * top_k)
-        dense_ids = _top(np.where(allowed, dense, -np.inf), size, allowed)
+        dense_ids = _top(np.where(embedded, dense, -np.inf), size, embedded)
         lexical = np.where(allowed, bm25, 0.0)
         bm25_ids = _top(lexical, size, lexical > 0)
         candidates = np.union1d(dense_ids, bm25_ids)
         cos = dense[candidates].astype(np.float64)
-        low, high = float(cos.min()), float(cos.max())
+        has = embedded[candidates]
+        low, high = (float(cos[has].min()), float(cos[has].max())) if has.any() else (0.0, 0.0)
         dense_norm = (cos - low) / (high - low) if high - low > 1e-9 else np.ones_like(cos)
+        dense_norm = np.where(has, dense_norm, 0.0)  # a row without a vector: BM25 alone
         # A row with every query term once, at average length, scores the idf mass: 1 here.
         mass = sum(idf.get(t, math.log(1 + (n + 0.5) / 0.5)) for t in terms)
         lex_norm = np.minimum(bm25[candidates] / mass, 1.0) if mass > 0 else np.zeros_like(cos)
@@ -497,6 +569,22 @@ class MemIndex:
                 )
             )
         return hits
+
+
+def _boost(
+    candidates: NDArray[np.intp],
+    fused: NDArray[np.float64],
+    exact: NDArray[np.float64],
+    allowed: NDArray[np.bool_],
+    weight: float,
+) -> tuple[NDArray[np.intp], NDArray[np.float64]]:
+    """``candidates`` joined by the allowed rows with an exact identifier, their fused score
+    raised by ``weight`` times their share of the query's identifiers."""
+    extra = np.setdiff1d(np.flatnonzero((exact > 0) & allowed), candidates)
+    if len(extra):
+        candidates = np.concatenate([candidates, extra])
+        fused = np.concatenate([fused, np.zeros(len(extra))])
+    return candidates, fused + weight * exact[candidates]
 
 
 def _top(values: NDArray[Any], size: int, eligible: NDArray[np.bool_]) -> NDArray[np.intp]:

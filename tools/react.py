@@ -35,7 +35,9 @@ from timeline.blocks import (
     COMPLETION,
     NOTE,
     NOTE_PRESERVED,
+    SIGNAL_DONE,
     SUMMARY,
+    TOOL_CALL,
     TOOL_RESULT,
     USER_ATTACHMENT_META,
     USER_FOLLOWUP,
@@ -52,6 +54,7 @@ from timeline.sources import SourceRow
 from timeline.tokens import DEFAULT_COUNTER, TokenCounter
 
 from . import react_files
+from .embeddings import embeddings_status
 from .errors import KnowledgeError
 from .memindex import MemIndex
 from .react_files import current_target
@@ -93,9 +96,26 @@ MEMSEARCH_TARGETS: Final[Mapping[str, frozenset[str]]] = {
     "notes": frozenset({NOTE, NOTE_PRESERVED}),
     "summary": frozenset({SUMMARY}),
     "attachment": frozenset({USER_ATTACHMENT_META}),
+    "agents": frozenset({SIGNAL_DONE, TOOL_CALL}),
 }
-"""react.memsearch targets and the block types each one searches."""
+"""react.memsearch targets and the block types each one searches. ``agents``: the DONE
+summaries of outside agents and the tasks sent to them (``agent.send`` calls only)."""
 _ROLE_OF: Final = {t: role for role, types in MEMSEARCH_TARGETS.items() for t in types}
+AGENT_TASK_TOOL: Final = "agent.send"
+"""The tool whose calls hand a task to an outside agent (``actors.policy.AGENT_SEND``)."""
+
+
+def _row_text(block: Block) -> str:
+    """The searchable text of a block: a DONE's ``agent: summary``, an agent task's
+    ``task for <agent>: <text>``, other blocks' text."""
+    if block.type == TOOL_CALL:
+        data = block.data if isinstance(block.data, Mapping) else {}
+        params = data.get("params")
+        if data.get("tool") != AGENT_TASK_TOOL or not isinstance(params, Mapping):
+            return ""
+        text = params.get("text")
+        return f"task for {params.get('name')}: {text}" if isinstance(text, str) else ""
+    return block.text or block.content
 
 
 def index_rows(blocks: Iterable[Block]) -> list[dict[str, Any]]:
@@ -107,7 +127,7 @@ def index_rows(blocks: Iterable[Block]) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for block in blocks:
         role = _ROLE_OF.get(block.type)
-        text = block.text or block.content
+        text = _row_text(block) if role is not None else ""
         if role is None or not text.strip():
             continue
         rows.append(
@@ -398,6 +418,23 @@ def _memory_index(ctx: ReactContext) -> MemIndex:
         index.add(store.index_rows(cid))
     index.add(index_rows(ctx.timeline.blocks))
     return index
+
+
+def _ranking_notices(index: MemIndex, tool: str) -> list[Notice]:
+    """What the model must know about how the hits were ranked: by keywords alone (no
+    embedding model), or partly so (rows still being embedded in the background)."""
+    if index.mode == "bm25":
+        reason = embeddings_status()["reason"]
+        why = "no embedding model is loaded" if reason == "ok" else reason
+        message = f"react.memsearch ranked by keywords only (BM25): {why}."
+        return [Notice("memsearch_keywords_only", message, tool)]
+    if index.pending():
+        message = (
+            f"react.memsearch: {index.pending()} of {len(index)} rows are still being embedded "
+            "in the background; they were ranked by keywords only this time."
+        )
+        return [Notice("memsearch_partly_embedded", message, tool)]
+    return []
 
 
 def _index_path(turn_id: str) -> str:
@@ -694,6 +731,9 @@ class ReactTools:
             "searched": len(index),
             "hits": hits,
         }
+        notices = _ranking_notices(index, tool)
+        if notices:
+            result["ranking_note"] = " ".join(n.message for n in notices)
         if FACTS_TARGET in targets:
             result["facts"] = [
                 {
@@ -707,7 +747,7 @@ class ReactTools:
                 for score, fact in ctx.fact_book.search(query, top_k)
                 if since is None or fact.ts >= since
             ]
-        return ReactOutcome(result)
+        return ReactOutcome(result, [], notices)
 
     # -- react.hide --------------------------------------------------------------------------
 

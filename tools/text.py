@@ -16,8 +16,15 @@ from functools import lru_cache
 from typing import NamedTuple
 
 __all__ = [
-    "CHUNK_WORDS", "SNIPPET_CHARS", "STOP_WORDS", "DocParts", "chunk_texts", "snippet",
-    "split_document", "tokenize",
+    "CHUNK_WORDS",
+    "SNIPPET_CHARS",
+    "STOP_WORDS",
+    "DocParts",
+    "chunk_texts",
+    "identifiers",
+    "snippet",
+    "split_document",
+    "tokenize",
 ]  # fmt: skip
 
 CHUNK_WORDS = 200
@@ -88,6 +95,22 @@ def tokenize(text: str) -> list[str]:
     for word in _WORD_RE.findall(text.casefold()):
         terms.extend(_word_terms(word))
     return terms
+
+
+def identifiers(text: str) -> list[str]:
+    """The identifier-looking words of ``text``, lower-cased, once each, in order.
+
+    A word run with a digit and a letter or an inner separator: ticket keys, host names,
+    versions (``OPS-2291``, ``cache-stg-04``, ``3.11.9``, ``m6i.2xlarge``). Plain numbers and
+    words are not identifiers.
+    """
+    found: dict[str, None] = {}
+    for word in _WORD_RE.findall(text.casefold()):
+        if any(c.isdigit() for c in word) and (
+            any(c.isalpha() for c in word) or _PART_RE.search(word)
+        ):
+            found.setdefault(word, None)
+    return list(found)
 
 
 class DocParts(NamedTuple):
