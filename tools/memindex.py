@@ -84,6 +84,10 @@ EMBED_BATCH: Final = 32
 SEARCH_EMBED_ROWS: Final = 32
 """Pending rows a hybrid search embeds itself (the newest); older ones rank by BM25 alone
 until the owner's background embedding reaches them."""
+SPEAKER_BOOST: Final = 1.0
+"""Added (hybrid; times the query's idf mass in BM25 mode) to the rows whose speaker a query
+term names: "what did the reviewer say?" wants the reviewer's DONE, not the prompt that
+mentions the reviewer."""
 EXACT_BOOST: Final = 1.0
 """Added to the score of a row holding every identifier of the query exactly (a share of it
 for some of them): more than any fused score without it, so an exact id wins rank 1."""
@@ -177,6 +181,7 @@ class _Row(NamedTuple):
     ts: float
     text: str
     path: str
+    speaker: str
 
 
 def _parse(row: Mapping[str, Any]) -> _Row | None:
@@ -185,13 +190,16 @@ def _parse(row: Mapping[str, Any]) -> _Row | None:
         return None
     turn_id, role, ts, text = row.get("turn_id"), row.get("role"), row.get("ts"), row.get("text")
     path = row.get("path") or ""
+    speaker = row.get("speaker") or ""
     if not (isinstance(turn_id, str) and turn_id and isinstance(role, str) and role):
         return None
     if isinstance(ts, bool) or not isinstance(ts, int | float) or not math.isfinite(ts):
         return None
     if not isinstance(text, str) or not text.strip() or not isinstance(path, str):
         return None
-    return _Row(turn_id, role, float(ts), text, path)
+    if not isinstance(speaker, str):
+        return None
+    return _Row(turn_id, role, float(ts), text, path, speaker)
 
 
 def _cap(text: str, limit: int = SNIPPET_CHARS) -> str:
@@ -219,6 +227,8 @@ class MemIndex:
         self._rows: list[_Row] = []
         self._seen: set[tuple[str, str, str]] = set()
         self._postings: dict[str, tuple[array[int], array[int]]] = {}
+        self._speakers: dict[str, array[int]] = {}
+        """Term of a speaker's name -> the rows of that speaker (a DONE's agent)."""
         self._total_length = 0
         self._role_codes: dict[str, int] = {}
         self._turn_codes: dict[str, int] = {}
@@ -279,6 +289,8 @@ class MemIndex:
             code = self._turn_codes[row.turn_id] = len(self._turn_ids)
             self._turn_ids.append(row.turn_id)
         self._turn[rid] = code
+        for term in set(tokenize(row.speaker)):
+            self._speakers.setdefault(term, array("I")).append(rid)
         terms = Counter(tokenize(row.text))
         length = sum(terms.values())
         self._length[rid] = length
@@ -410,16 +422,22 @@ class MemIndex:
         terms = sorted(set(tokenize(query)))
         bm25, idf = self._bm25(n, terms)
         exact = self._exact(n, identifiers(query))
+        speaking = self._speaking(n, terms)
         dense: NDArray[np.float32] | None = None
         if hybrid:
             candidates, dense, fused = self._fuse(query, n, top_k, allowed, bm25, terms, idf, now)
+            if speaking is not None:
+                candidates, fused = _boost(candidates, fused, speaking, allowed, SPEAKER_BOOST)
             if exact is not None:
                 candidates, fused = _boost(candidates, fused, exact, allowed, EXACT_BOOST)
         else:
             candidates = np.flatnonzero((bm25 > 0) & allowed)
             fused = bm25[candidates]
+            if speaking is not None:
+                weight = SPEAKER_BOOST * _mass(n, terms, idf)
+                candidates, fused = _boost(candidates, fused, speaking, allowed, weight)
             if exact is not None:
-                top = float(bm25.max()) + 1.0
+                top = float(fused.max(initial=0.0)) + 1.0
                 candidates, fused = _boost(candidates, fused, exact, allowed, top)
         return self._hits(candidates, fused, bm25, dense, top_k, set(terms), idf)
 
@@ -456,6 +474,18 @@ class MemIndex:
             norm = K1 * (1 - B + B * self._length[ids] / average)
             scores[ids] += weight * tf * (K1 + 1) / (tf + norm)
         return scores, idf
+
+    def _speaking(self, n: int, terms: Sequence[str]) -> NDArray[np.float64] | None:
+        """1 for the rows whose speaker a query term names ("what did the reviewer say?"),
+        None when no query term names a speaker."""
+        named = [self._speakers[t] for t in terms if t in self._speakers]
+        if not named:
+            return None
+        out = np.zeros(n, dtype=np.float64)
+        for rids in named:
+            ids = np.frombuffer(rids, dtype=np.uint32)
+            out[ids[ids < n]] = 1.0
+        return out
 
     def _exact(self, n: int, idents: Sequence[str]) -> NDArray[np.float64] | None:
         """Per row, the share of ``idents`` its text holds exactly (case aside, not inside a
@@ -506,8 +536,7 @@ class MemIndex:
         low, high = (float(cos[has].min()), float(cos[has].max())) if has.any() else (0.0, 0.0)
         dense_norm = (cos - low) / (high - low) if high - low > 1e-9 else np.ones_like(cos)
         dense_norm = np.where(has, dense_norm, 0.0)  # a row without a vector: BM25 alone
-        # A row with every query term once, at average length, scores the idf mass: 1 here.
-        mass = sum(idf.get(t, math.log(1 + (n + 0.5) / 0.5)) for t in terms)
+        mass = _mass(n, terms, idf)
         lex_norm = np.minimum(bm25[candidates] / mass, 1.0) if mass > 0 else np.zeros_like(cos)
         newest = float(self._ts[:n].max()) if now is None else now
         age = np.maximum(newest - self._ts[candidates], 0.0)
@@ -569,6 +598,12 @@ class MemIndex:
                 )
             )
         return hits
+
+
+def _mass(n: int, terms: Sequence[str], idf: Mapping[str, float]) -> float:
+    """The idf mass of the query: what a row with every query term once, at average length,
+    scores (a term in no row counts with the idf of such a term)."""
+    return sum(idf.get(t, math.log(1 + (n + 0.5) / 0.5)) for t in terms)
 
 
 def _boost(

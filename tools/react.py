@@ -122,7 +122,7 @@ def index_rows(blocks: Iterable[Block]) -> list[dict[str, Any]]:
     """The memsearch index rows of the searchable blocks among ``blocks``.
 
     One row per block of a ``MEMSEARCH_TARGETS`` type with text: ``turn_id, role, ts, text,
-    path``. Hidden blocks are indexed with their full text (hiding is a view, not a deletion).
+    path``, and ``speaker`` (the agent) for a DONE. Hidden blocks are indexed with their full text (hiding is a view, not a deletion).
     """
     rows: list[dict[str, Any]] = []
     for block in blocks:
@@ -130,15 +130,16 @@ def index_rows(blocks: Iterable[Block]) -> list[dict[str, Any]]:
         text = _row_text(block) if role is not None else ""
         if role is None or not text.strip():
             continue
-        rows.append(
-            {
-                "turn_id": block.turn_id,
-                "role": role,
-                "ts": float(block.ts),
-                "text": text,
-                "path": block.path,
-            }
-        )
+        row = {
+            "turn_id": block.turn_id,
+            "role": role,
+            "ts": float(block.ts),
+            "text": text,
+            "path": block.path,
+        }
+        if block.type == SIGNAL_DONE and isinstance(block.meta.get("agent"), str):
+            row["speaker"] = block.meta["agent"]  # "what did <agent> say?" finds it first
+        rows.append(row)
     return rows
 
 
