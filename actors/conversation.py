@@ -99,7 +99,12 @@ class ConversationActor(Actor):
         """Another node owns the conversation now: this actor stops and is dropped."""
         self.files = ConversationFiles(conversation_id, services.settings, services.store)
         self.workspace, self.local = self.files.workspace, self.files.local
-        self.memory = ConversationMemory(conversation_id, services, self.spawn)
+        self.memory = ConversationMemory(
+            conversation_id,
+            services.store,
+            embeddings=services.settings.embeddings,
+            spawn=self.spawn,
+        )
         """The memsearch index, embedded in the background (``actors.memory``)."""
         self._committing: asyncio.Task[None] | None = None
         """The commit of the last rendered round, while it becomes durable."""

@@ -18,10 +18,11 @@ import logging
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any, Final
 
+from storage import Store
 from tools.embeddings import default_embedder
 from tools.memindex import MemIndex
 
-from .services import Services
+from .services import StoreVectors
 
 __all__ = ["EMBED_STEP", "ConversationMemory"]
 
@@ -34,12 +35,14 @@ Spawn = Callable[[Coroutine[Any, Any, None], str], "asyncio.Task[None]"]
 
 
 class ConversationMemory:
-    """The memsearch index of conversation ``cid``; ``spawn`` starts the background task
-    (the actor's ``spawn``, so that stopping the actor cancels it)."""
+    """The memsearch index of conversation ``cid`` in ``store``, hybrid when ``embeddings``
+    (and the model loads); ``spawn`` starts the background task (the actor's ``spawn``, so
+    that stopping the actor cancels it)."""
 
-    def __init__(self, cid: str, services: Services, spawn: Spawn) -> None:
+    def __init__(self, cid: str, store: Store, *, embeddings: bool, spawn: Spawn) -> None:
         self.cid = cid
-        self.services = services
+        self.store = store
+        self.embeddings = embeddings
         self._spawn = spawn
         self._index: MemIndex | None = None
         self._loading = asyncio.Lock()
@@ -56,12 +59,11 @@ class ConversationMemory:
         """The index, loaded from the stored rows on first use (the embedder too)."""
         async with self._loading:
             if self._index is None:
-                services = self.services
                 embedder = None
-                if services.settings.embeddings:
+                if self.embeddings:
                     embedder = await asyncio.to_thread(default_embedder)
-                index = MemIndex(embedder, services.vector_cache)
-                index.add(await asyncio.to_thread(services.store.index_rows, self.cid))
+                index = MemIndex(embedder, StoreVectors(self.store))
+                index.add(await asyncio.to_thread(self.store.index_rows, self.cid))
                 index.add(self._early)
                 self._early.clear()
                 self._index = index

@@ -81,7 +81,7 @@ CANDIDATES: Final = 100
 """Rows each ranker contributes to the fusion (at least; ``8 * top_k`` when larger)."""
 SNIPPET_CHARS: Final = 240
 EMBED_BATCH: Final = 32
-SEARCH_EMBED_ROWS: Final = 32
+SEARCH_EMBED_ROWS: Final = 16
 """Pending rows a hybrid search embeds itself (the newest); older ones rank by BM25 alone
 until the owner's background embedding reaches them."""
 SPEAKER_BOOST: Final = 1.0
@@ -244,6 +244,8 @@ class MemIndex:
         self._pending: dict[int, None] = {}
         """Row ids without a vector, oldest first (an ordered set)."""
         self.search_embed_rows = SEARCH_EMBED_ROWS
+        self.model_texts = 0
+        """Texts run through the model so far (not found in the cache): a statistic."""
 
     @property
     def mode(self) -> Literal["hybrid", "bm25"]:
@@ -370,6 +372,7 @@ class MemIndex:
             if self._cache is not None:
                 self._cache.put_many(fresh)
             found.update(fresh)
+            self.model_texts += len(order)
         log.debug("memindex: %d vectors (%d embedded)", len(keys), len(texts))
         return [found[key] for key in keys]
 

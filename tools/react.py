@@ -122,7 +122,8 @@ def index_rows(blocks: Iterable[Block]) -> list[dict[str, Any]]:
     """The memsearch index rows of the searchable blocks among ``blocks``.
 
     One row per block of a ``MEMSEARCH_TARGETS`` type with text: ``turn_id, role, ts, text,
-    path``, and ``speaker`` (the agent) for a DONE. Hidden blocks are indexed with their full text (hiding is a view, not a deletion).
+    path``, and ``speaker`` (the agent) for a DONE. Hidden blocks are indexed with their full
+    text (hiding is a view, not a deletion).
     """
     rows: list[dict[str, Any]] = []
     for block in blocks:
