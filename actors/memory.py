@@ -6,9 +6,10 @@ rows. Rows without a vector are embedded by one background task per conversation
 ``EMBED_STEP`` rows, the cache lookup and the model on a worker thread (``MemIndex.compute``
 touches no index state), the vectors installed on the event loop. The vectors go to the
 store's embedding cache, so a conversation loaded again later finds them there and embeds
-nothing. A search therefore never embeds a whole conversation inside a turn: it embeds at
-most ``MemIndex.search_embed_rows`` of the newest pending rows itself and ranks the others by
-BM25 alone, and ``react.memsearch`` says so in a notice.
+nothing. The newest rows go first (recent turns are the likeliest to be asked about). A
+search never embeds rows itself (``search_embed_rows = 0``): it waits for the background when
+a step's worth of rows is pending (the last commits), else it ranks the rows still pending
+by BM25 alone, and ``react.memsearch`` says so in a notice.
 """
 
 from __future__ import annotations
@@ -24,12 +25,14 @@ from tools.memindex import MemIndex
 
 from .services import StoreVectors
 
-__all__ = ["EMBED_STEP", "ConversationMemory"]
+__all__ = ["EMBED_STEP", "SEARCH_WAIT_ROWS", "ConversationMemory"]
 
 log = logging.getLogger(__name__)
 
 EMBED_STEP: Final = 64
 """Rows per background embedding step (one worker-thread call)."""
+SEARCH_WAIT_ROWS: Final = EMBED_STEP
+"""A search waits for the background when at most this many rows are pending."""
 
 Spawn = Callable[[Coroutine[Any, Any, None], str], "asyncio.Task[None]"]
 
@@ -63,6 +66,7 @@ class ConversationMemory:
                 if self.embeddings:
                     embedder = await asyncio.to_thread(default_embedder)
                 index = MemIndex(embedder, StoreVectors(self.store))
+                index.search_embed_rows = 0  # the background task embeds; a search never waits
                 index.add(await asyncio.to_thread(self.store.index_rows, self.cid))
                 index.add(self._early)
                 self._early.clear()
@@ -85,7 +89,7 @@ class ConversationMemory:
     async def _embed(self) -> None:
         index = await self.index()
         while index.pending():
-            batch = index.pending_batch(EMBED_STEP)
+            batch = index.pending_batch(EMBED_STEP, newest=True)  # recent turns first
             vectors = await asyncio.to_thread(index.compute, batch)
             self.embedded_in_background += index.install(batch, vectors)
 
@@ -96,8 +100,14 @@ class ConversationMemory:
             await asyncio.wait([task])
 
     async def for_search(self) -> MemIndex:
-        """The index for a ``react.memsearch`` call: loaded, its background embedding on."""
+        """The index for a ``react.memsearch`` call: loaded, its background embedding on.
+
+        With at most ``SEARCH_WAIT_ROWS`` rows pending (the rows of the last commits, one
+        background step) the search waits for them; with more (a conversation loaded cold)
+        it does not, and those rows rank by BM25 alone this time."""
         index = await self.index()
         if index.pending():
             self.kick()
+            if index.pending() <= SEARCH_WAIT_ROWS:
+                await self.idle()
         return index
