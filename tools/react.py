@@ -663,10 +663,13 @@ class ReactTools:
     # -- react.memsearch ---------------------------------------------------------------------
 
     def _memsearch(self, params: Mapping[str, Any], ctx: ReactContext) -> ReactOutcome:
-        """``query, targets, top_k, days``: rank earlier turns by their messages and notes.
+        """``query, targets, top_k, days``: rank earlier turns by their messages, notes,
+        summaries, attachments and outside agents' DONEs and tasks.
 
         Hybrid (BM25 + MiniLM vectors) when the index has an embedder, BM25 otherwise; one hit
-        per turn with its best snippet and the turn index path to read next.
+        per turn with its best snippet, the turn index path to read next and the row's
+        ``block_path``. Ranking by keywords alone (no embedder, or rows not embedded yet) is
+        said in a notice and in ``ranking_note``, never silently.
         """
         tool = "react.memsearch"
         query = text_param(params, "query", tool)
