@@ -46,11 +46,13 @@ In BM25 mode the score is the raw BM25 score, plus the idf mass for a speaker an
 the best score for an exact identifier.
 
 Measured (``tests/tools/test_memsearch_recall.py``, ``test_memsearch_unseen.py``): recall@3
-of hybrid ranking 22/24 on the first 200-turn conversation, 60/61 on the tuning set of the
+of hybrid ranking 22/24 on the first 200-turn conversation, 79/88 on the tuning set of the
 second (``memfixture``) and 32/37 on its unseen set, which the constants were not tuned on
-(BM25 alone: 4/24, 44/61, 22/37); every identifier that appears in one turn ranks it first
+(BM25 alone: 4/24, 53/88, 22/37); every identifier that appears in one turn ranks it first
 (20 of 20, hybrid and BM25), near-neighbour ids in the filler notwithstanding. ``w`` from 0.5
-to 0.8 gives the same recall on the tuning sets.
+to 0.8, min-max over all rows, z-scores, raw cosines, extra rows per clause or per whole turn
+all stay within two queries of this on the tuning sets, and reciprocal rank fusion loses up
+to 9: the paraphrases missed are the model's limit, not the fusion's.
 
 Rows are filtered by role, ``since`` and ``exclude_turns``; each turn gives one hit, its best
 row; ties go to the newer turn, then the smaller turn id. The index is not thread-safe: one
