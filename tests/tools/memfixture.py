@@ -1,7 +1,7 @@
 """A second memsearch benchmark conversation: 200 turns, 27 planted facts, near-neighbour ids.
 
 Written apart from ``test_memsearch_recall`` (whose conversation the ranking was first tuned
-on): other filler topics, other facts. Each turn is a user row and an assistant row. Twelve
+on): other filler topics, other facts. Each turn is a user row and an assistant row. Thirteen
 facts live only in the assistant's answer (the user asks a general question). Six facts carry
 an exact identifier (``OPS-2291``, ``PAY-4471``, ``cache-stg-04``, ``BUG-7730``,
 ``INC-5512``, ``ADR-0042``) while filler turns talk about near neighbours (``OPS-2290``,

@@ -91,3 +91,12 @@ def test_exact_identifiers_rank_first(index: MemIndex) -> None:
                 wrong.append(f"{mode} {query!r}: want {turn}, got {[h.turn_id for h in hits]}")
     print(f"\nexact identifiers at rank 1: {2 * len(queries) - len(wrong)} of {2 * len(queries)}")
     assert not wrong, "\n".join(wrong)
+
+
+def test_facts_only_in_an_answer_are_found(index: MemIndex) -> None:
+    """Thirteen facts live only in the assistant's answer: asked about, their turn is found."""
+    for name, module in (("tuning", memqueries_tuning), ("unseen", memqueries_unseen)):
+        queries = [(q, t) for q, t in module.QUERIES if t in memfixture.ANSWER_ONLY]
+        found, misses = recall(index, queries, "hybrid")
+        print(f"\nfacts only in an answer, {name} set: {found:.3f} of {len(queries)} queries")
+        assert found >= FLOORS[name], "\n".join(misses)
