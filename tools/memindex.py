@@ -1,20 +1,30 @@
 """The memsearch index: incremental hybrid (BM25 + dense) search over earlier turns.
 
 A conversation feeds ``MemIndex.add`` its stored index rows on load and each new row as it is
-persisted: ``{"turn_id", "role", "ts", "text", "path", optional "vector"}``, the vector being the
-little-endian float16 bytes of the L2-normalised embedding (``encode_vector``). Adding is
+persisted: ``{"turn_id", "role", "ts", "text", "path", optional "vector", optional
+"speaker"}``, the vector being the little-endian float16 bytes of the L2-normalised embedding
+(``encode_vector``), the speaker the outside agent whose DONE the row is. Adding is
 incremental: the row's terms go to an inverted index (term -> row ids and term frequencies in
 ``array`` buffers), its length to a running total (``avgdl``), its vector to a float32 matrix
 that grows by doubling. Nothing is rebuilt.
 
+Rows without a vector are *pending*. The owner embeds them in three steps so that the model
+runs on a worker thread while the owner keeps adding and searching: ``pending_batch`` (on
+the owner's thread) names rows and texts, ``compute`` (any thread; cache first, keyed by model
+and text, then the model) gives their vectors, ``install`` (owner's thread) sets them.
+``embed_pending`` does the three at once. A hybrid search embeds at most
+``search_embed_rows`` of the newest pending rows itself (``SEARCH_EMBED_ROWS``; 0 when the
+owner embeds in the background, as ``actors.memory`` does); pending rows rank by BM25 alone.
+
 ``search`` scores BM25 (``K1``, ``B``, terms from ``tools.text.tokenize``) with numpy over the
-postings of the query terms only. With an embedder (hybrid) it first embeds pending rows
-(through the ``VectorCache``, keyed by model and text), takes the cosine of every row to the
-query vector (one matrix product), keeps the best ``CANDIDATES`` rows of each ranker and fuses
-them by a convex combination, which Bruch, Gai and Ingber ("An Analysis of Fusion Functions for
-Hybrid Retrieval", ACM TOIS 2023) found more accurate than reciprocal rank fusion::
+postings of the query terms only. With an embedder (hybrid) it takes the cosine of every
+embedded row to the query vector (one matrix product), keeps the best ``CANDIDATES`` rows of
+each ranker and fuses them by a convex combination, which Bruch, Gai and Ingber ("An Analysis
+of Fusion Functions for Hybrid Retrieval", ACM TOIS 2023) found more accurate than reciprocal
+rank fusion::
 
     score = w * dense' + (1 - w) * bm25' + RECENCY_WEIGHT * 2 ** (-age / HALF_LIFE)
+            + SPEAKER_BOOST * speaks + EXACT_BOOST * exact
 
 - ``w = DENSE_WEIGHT = 0.5``: equal weights.
 - ``bm25' = min(1, bm25 / sum of the query terms' idf)``: the share of the query's lexical
@@ -22,20 +32,32 @@ Hybrid Retrieval", ACM TOIS 2023) found more accurate than reciprocal rank fusio
   term the index has never seen counts with the idf of a term in no row, so a query that
   only partly matches keeps a small lexical weight. Dividing by the best candidate's BM25
   instead gives a stray word match in a paraphrased query full credit.
-- ``dense'``: the cosine min-max normalised over the candidates (the cosines of unrelated
-  texts are not near 0 with this model; the spread among candidates is the signal).
+- ``dense'``: the cosine min-max normalised over the embedded candidates (the cosines of
+  unrelated texts are not near 0 with this model; the spread among candidates is the
+  signal); 0 for a pending row.
 - recency: at most 0.02 on a scale of about 1, so it only orders turns of near-equal relevance.
+- ``speaks``: 1 when a query term names the row's speaker ("what did the reviewer say?").
+- ``exact``: the share of the query's identifiers (``tools.text.identifiers``: ``OPS-2291``,
+  ``cache-stg-04``, ``3.11.9``) the row's text holds exactly, case aside and not inside a
+  longer word. Dense vectors cannot tell ``OPS-2291`` from ``OPS-2290``; this makes the exact
+  id win rank 1 (``EXACT_BOOST`` exceeds any score without it).
 
-On the recall test's 200-turn conversation (24 paraphrased questions) this ranks the planted
-turn in the top 3 for 22 of them (BM25 alone: 4) and keeps every exact ticket-id query at
-rank 1. ``w`` from 0.5 to 0.6 gives the same results; below, paraphrases are missed (0.4:
-21 of 24), above, ticket ids lose rank 1 (0.7: 5 of 6). In BM25 mode the score is the raw
-BM25 score.
+In BM25 mode the score is the raw BM25 score, plus the idf mass for a speaker and more than
+the best score for an exact identifier.
+
+Measured (``tests/tools/test_memsearch_recall.py``, ``test_memsearch_unseen.py``): recall@3
+of hybrid ranking 22/24 on the first 200-turn conversation, 79/88 on the tuning set of the
+second (``memfixture``) and 32/37 on its unseen set, which the constants were not tuned on
+(BM25 alone: 4/24, 53/88, 22/37); every identifier that appears in one turn ranks it first
+(20 of 20, hybrid and BM25), near-neighbour ids in the filler notwithstanding. ``w`` from 0.5
+to 0.8, min-max over all rows, z-scores, raw cosines, extra rows per clause or per whole turn
+all stay within two queries of this on the tuning sets, and reciprocal rank fusion loses up
+to 9: the paraphrases missed are the model's limit, not the fusion's.
 
 Rows are filtered by role, ``since`` and ``exclude_turns``; each turn gives one hit, its best
 row; ties go to the newer turn, then the smaller turn id. The index is not thread-safe: one
-owner at a time (``embed_pending`` may run on a worker thread while nobody else touches it).
-Unlike ``tools.embeddings``, this module imports numpy at load, BM25 mode included.
+owner at a time, only ``compute`` may run elsewhere. Unlike ``tools.embeddings``, this module
+imports numpy at load, BM25 mode included.
 """
 
 from __future__ import annotations
@@ -43,6 +65,7 @@ from __future__ import annotations
 import hashlib
 import logging
 import math
+import re
 from array import array
 from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
@@ -53,12 +76,13 @@ import numpy as np
 from numpy.typing import NDArray
 
 from .embeddings import EmbeddingsUnavailable
-from .text import snippet, tokenize
+from .text import identifiers, snippet, tokenize
 
 __all__ = [
     "DictVectorCache",
     "MemHit",
     "MemIndex",
+    "PendingBatch",
     "TextEmbedder",
     "VectorCache",
     "decode_vector",
@@ -79,6 +103,16 @@ CANDIDATES: Final = 100
 """Rows each ranker contributes to the fusion (at least; ``8 * top_k`` when larger)."""
 SNIPPET_CHARS: Final = 240
 EMBED_BATCH: Final = 32
+SEARCH_EMBED_ROWS: Final = 16
+"""Pending rows a hybrid search embeds itself (the newest); older ones rank by BM25 alone
+until the owner's background embedding reaches them."""
+SPEAKER_BOOST: Final = 1.0
+"""Added (hybrid; times the query's idf mass in BM25 mode) to the rows whose speaker a query
+term names: "what did the reviewer say?" wants the reviewer's DONE, not the prompt that
+mentions the reviewer."""
+EXACT_BOOST: Final = 1.0
+"""Added to the score of a row holding every identifier of the query exactly (a share of it
+for some of them): more than any fused score without it, so an exact id wins rank 1."""
 MAX_TF: Final = 65_535
 
 
@@ -156,12 +190,20 @@ class MemHit:
         return asdict(self)
 
 
+class PendingBatch(NamedTuple):
+    """Rows waiting for a vector (``MemIndex.pending_batch``): their ids and texts."""
+
+    rids: tuple[int, ...]
+    texts: tuple[str, ...]
+
+
 class _Row(NamedTuple):
     turn_id: str
     role: str
     ts: float
     text: str
     path: str
+    speaker: str
 
 
 def _parse(row: Mapping[str, Any]) -> _Row | None:
@@ -170,13 +212,16 @@ def _parse(row: Mapping[str, Any]) -> _Row | None:
         return None
     turn_id, role, ts, text = row.get("turn_id"), row.get("role"), row.get("ts"), row.get("text")
     path = row.get("path") or ""
+    speaker = row.get("speaker") or ""
     if not (isinstance(turn_id, str) and turn_id and isinstance(role, str) and role):
         return None
     if isinstance(ts, bool) or not isinstance(ts, int | float) or not math.isfinite(ts):
         return None
     if not isinstance(text, str) or not text.strip() or not isinstance(path, str):
         return None
-    return _Row(turn_id, role, float(ts), text, path)
+    if not isinstance(speaker, str):
+        return None
+    return _Row(turn_id, role, float(ts), text, path, speaker)
 
 
 def _cap(text: str, limit: int = SNIPPET_CHARS) -> str:
@@ -204,6 +249,8 @@ class MemIndex:
         self._rows: list[_Row] = []
         self._seen: set[tuple[str, str, str]] = set()
         self._postings: dict[str, tuple[array[int], array[int]]] = {}
+        self._speakers: dict[str, array[int]] = {}
+        """Term of a speaker's name -> the rows of that speaker (a DONE's agent)."""
         self._total_length = 0
         self._role_codes: dict[str, int] = {}
         self._turn_codes: dict[str, int] = {}
@@ -215,7 +262,12 @@ class MemIndex:
         self._length = np.zeros(0, dtype=np.float64)
         self._dim = 0 if embedder is None else int(embedder.dim)
         self._vectors = np.zeros((0, self._dim), dtype=np.float32)
-        self._pending: list[int] = []
+        self._embedded = np.zeros(0, dtype=bool)
+        self._pending: dict[int, None] = {}
+        """Row ids without a vector, oldest first (an ordered set)."""
+        self.search_embed_rows = SEARCH_EMBED_ROWS
+        self.model_texts = 0
+        """Texts run through the model so far (not found in the cache): a statistic."""
 
     @property
     def mode(self) -> Literal["hybrid", "bm25"]:
@@ -261,6 +313,8 @@ class MemIndex:
             code = self._turn_codes[row.turn_id] = len(self._turn_ids)
             self._turn_ids.append(row.turn_id)
         self._turn[rid] = code
+        for term in set(tokenize(row.speaker)):
+            self._speakers.setdefault(term, array("I")).append(rid)
         terms = Counter(tokenize(row.text))
         length = sum(terms.values())
         self._length[rid] = length
@@ -274,9 +328,10 @@ class MemIndex:
         if self._embedder is not None:
             decoded = self._row_vector(vector)
             if decoded is None:
-                self._pending.append(rid)
+                self._pending[rid] = None
             else:
                 self._vectors[rid] = decoded
+                self._embedded[rid] = True
 
     def _row_vector(self, vector: Any) -> NDArray[np.float32] | None:
         if vector is None:
@@ -299,28 +354,39 @@ class MemIndex:
         self._length = grown(self._length)
         if self._embedder is not None:
             self._vectors = grown(self._vectors)
+            self._embedded = grown(self._embedded)
         self._capacity = capacity
 
     def embed_pending(self, max_rows: int | None = None) -> int:
-        """Embed up to ``max_rows`` pending rows (all by default), cache first; returns how many.
+        """Embed up to ``max_rows`` pending rows (all by default, oldest first), cache first;
+        returns how many. ``pending_batch``, ``compute`` and ``install`` in one call."""
+        batch = self.pending_batch(max_rows)
+        return self.install(batch, self.compute(batch)) if batch.rids else 0
 
-        Fresh vectors go through float16, like cached and stored ones, so a row gets the same
-        vector whichever way it came.
-        """
+    def pending_batch(self, max_rows: int | None = None, *, newest: bool = False) -> PendingBatch:
+        """Up to ``max_rows`` pending rows (oldest first, or the newest with ``newest``), for
+        ``compute`` and then ``install``."""
+        if self._embedder is None or not self._pending:
+            return PendingBatch((), ())
+        rids = list(self._pending)
+        count = len(rids) if max_rows is None else max(0, max_rows)
+        taken = rids[-count:] if newest and count else rids[:count]
+        return PendingBatch(tuple(taken), tuple(self._rows[r].text for r in taken))
+
+    def compute(self, batch: PendingBatch) -> list[bytes]:
+        """The float16 vectors of ``batch``'s texts: from the cache, else embedded (and put in
+        the cache). Touches no index state, so it may run on a worker thread while the owner
+        keeps adding and searching; ``install`` (by the owner) applies the result."""
         embedder = self._embedder
-        if embedder is None or not self._pending:
-            return 0
-        take = self._pending[: len(self._pending) if max_rows is None else max(0, max_rows)]
-        if not take:
-            return 0
-        keys = {rid: vector_key(embedder.model_id, self._rows[rid].text) for rid in take}
-        wanted = sorted(set(keys.values()))
+        if embedder is None or not batch.texts:
+            return []
+        keys = [vector_key(embedder.model_id, text) for text in batch.texts]
         found: dict[str, bytes] = {}
         if self._cache is not None:
-            for key, raw in self._cache.get_many(wanted).items():
+            for key, raw in self._cache.get_many(sorted(set(keys))).items():
                 if self._row_vector(raw) is not None:
                     found[key] = raw
-        texts = {keys[rid]: self._rows[rid].text for rid in take if keys[rid] not in found}
+        texts = {key: text for key, text in zip(keys, batch.texts, strict=True) if key not in found}
         if texts:
             order = list(texts)
             vectors = embedder.embed([texts[k] for k in order], batch_size=EMBED_BATCH)
@@ -328,11 +394,24 @@ class MemIndex:
             if self._cache is not None:
                 self._cache.put_many(fresh)
             found.update(fresh)
-        for rid in take:
-            self._vectors[rid] = decode_vector(found[keys[rid]])
-        del self._pending[: len(take)]
-        log.debug("memindex: embedded %d rows (%d new texts)", len(take), len(texts))
-        return len(take)
+            self.model_texts += len(order)
+        log.debug("memindex: %d vectors (%d embedded)", len(keys), len(texts))
+        return [found[key] for key in keys]
+
+    def install(self, batch: PendingBatch, vectors: Sequence[bytes]) -> int:
+        """Give ``batch``'s rows the ``vectors`` of ``compute``; rows that got one meanwhile
+        are left as they are. Fresh vectors went through float16, like cached and stored ones,
+        so a row gets the same vector whichever way it came. Returns how many were set."""
+        if len(vectors) != len(batch.rids):
+            raise ValueError(f"{len(batch.rids)} rows but {len(vectors)} vectors")
+        installed = 0
+        for rid, raw in zip(batch.rids, vectors, strict=True):
+            if rid in self._pending:
+                self._vectors[rid] = decode_vector(raw)
+                self._embedded[rid] = True
+                del self._pending[rid]
+                installed += 1
+        return installed
 
     # -- searching ------------------------------------------------------------------------------
     def search(
@@ -367,12 +446,24 @@ class MemIndex:
             return []
         terms = sorted(set(tokenize(query)))
         bm25, idf = self._bm25(n, terms)
+        exact = self._exact(n, identifiers(query))
+        speaking = self._speaking(n, terms)
         dense: NDArray[np.float32] | None = None
         if hybrid:
             candidates, dense, fused = self._fuse(query, n, top_k, allowed, bm25, terms, idf, now)
+            if speaking is not None:
+                candidates, fused = _boost(candidates, fused, speaking, allowed, SPEAKER_BOOST)
+            if exact is not None:
+                candidates, fused = _boost(candidates, fused, exact, allowed, EXACT_BOOST)
         else:
             candidates = np.flatnonzero((bm25 > 0) & allowed)
             fused = bm25[candidates]
+            if speaking is not None:
+                weight = SPEAKER_BOOST * _mass(n, terms, idf)
+                candidates, fused = _boost(candidates, fused, speaking, allowed, weight)
+            if exact is not None:
+                top = float(fused.max(initial=0.0)) + 1.0
+                candidates, fused = _boost(candidates, fused, exact, allowed, top)
         return self._hits(candidates, fused, bm25, dense, top_k, set(terms), idf)
 
     def _allowed(
@@ -409,6 +500,38 @@ class MemIndex:
             scores[ids] += weight * tf * (K1 + 1) / (tf + norm)
         return scores, idf
 
+    def _speaking(self, n: int, terms: Sequence[str]) -> NDArray[np.float64] | None:
+        """1 for the rows whose speaker a query term names ("what did the reviewer say?"),
+        None when no query term names a speaker."""
+        named = [self._speakers[t] for t in terms if t in self._speakers]
+        if not named:
+            return None
+        out = np.zeros(n, dtype=np.float64)
+        for rids in named:
+            ids = np.frombuffer(rids, dtype=np.uint32)
+            out[ids[ids < n]] = 1.0
+        return out
+
+    def _exact(self, n: int, idents: Sequence[str]) -> NDArray[np.float64] | None:
+        """Per row, the share of ``idents`` its text holds exactly (case aside, not inside a
+        longer word); None without identifiers. Only rows holding every part term of an
+        identifier (the rarest one's postings) are read."""
+        if not idents:
+            return None
+        share = np.zeros(n, dtype=np.float64)
+        for ident in idents:
+            terms = tokenize(ident)
+            parts = terms[1:] if len(terms) > 1 else terms
+            postings = [self._postings.get(t) for t in parts]
+            if not parts or any(p is None for p in postings):
+                continue
+            rarest = min((p for p in postings if p is not None), key=lambda p: len(p[0]))
+            pattern = re.compile(rf"(?<!\w){re.escape(ident)}(?!\w)", re.IGNORECASE)
+            for rid in rarest[0]:
+                if rid < n and pattern.search(self._rows[rid].text):
+                    share[rid] += 1.0 / len(idents)
+        return share if share.any() else None
+
     def _fuse(
         self,
         query: str,
@@ -422,20 +545,23 @@ class MemIndex:
     ) -> tuple[NDArray[np.intp], NDArray[np.float32], NDArray[np.float64]]:
         """Candidate rows, every row's cosine and the candidates' fused scores."""
         assert self._embedder is not None
-        if self._pending:
-            self.embed_pending()
+        if self._pending and self.search_embed_rows > 0:
+            batch = self.pending_batch(self.search_embed_rows, newest=True)
+            self.install(batch, self.compute(batch))
         query_vector = self._embedder.embed([query])[0]
         dense: NDArray[np.float32] = self._vectors[:n] @ query_vector
+        embedded = allowed & self._embedded[:n]
         size = max(CANDIDATES, 8 * top_k)
-        dense_ids = _top(np.where(allowed, dense, -np.inf), size, allowed)
+        dense_ids = _top(np.where(embedded, dense, -np.inf), size, embedded)
         lexical = np.where(allowed, bm25, 0.0)
         bm25_ids = _top(lexical, size, lexical > 0)
         candidates = np.union1d(dense_ids, bm25_ids)
         cos = dense[candidates].astype(np.float64)
-        low, high = float(cos.min()), float(cos.max())
+        has = embedded[candidates]
+        low, high = (float(cos[has].min()), float(cos[has].max())) if has.any() else (0.0, 0.0)
         dense_norm = (cos - low) / (high - low) if high - low > 1e-9 else np.ones_like(cos)
-        # A row with every query term once, at average length, scores the idf mass: 1 here.
-        mass = sum(idf.get(t, math.log(1 + (n + 0.5) / 0.5)) for t in terms)
+        dense_norm = np.where(has, dense_norm, 0.0)  # a row without a vector: BM25 alone
+        mass = _mass(n, terms, idf)
         lex_norm = np.minimum(bm25[candidates] / mass, 1.0) if mass > 0 else np.zeros_like(cos)
         newest = float(self._ts[:n].max()) if now is None else now
         age = np.maximum(newest - self._ts[candidates], 0.0)
@@ -497,6 +623,28 @@ class MemIndex:
                 )
             )
         return hits
+
+
+def _mass(n: int, terms: Sequence[str], idf: Mapping[str, float]) -> float:
+    """The idf mass of the query: what a row with every query term once, at average length,
+    scores (a term in no row counts with the idf of such a term)."""
+    return sum(idf.get(t, math.log(1 + (n + 0.5) / 0.5)) for t in terms)
+
+
+def _boost(
+    candidates: NDArray[np.intp],
+    fused: NDArray[np.float64],
+    exact: NDArray[np.float64],
+    allowed: NDArray[np.bool_],
+    weight: float,
+) -> tuple[NDArray[np.intp], NDArray[np.float64]]:
+    """``candidates`` joined by the allowed rows with an exact identifier, their fused score
+    raised by ``weight`` times their share of the query's identifiers."""
+    extra = np.setdiff1d(np.flatnonzero((exact > 0) & allowed), candidates)
+    if len(extra):
+        candidates = np.concatenate([candidates, extra])
+        fused = np.concatenate([fused, np.zeros(len(extra))])
+    return candidates, fused + weight * exact[candidates]
 
 
 def _top(values: NDArray[Any], size: int, eligible: NDArray[np.bool_]) -> NDArray[np.intp]:

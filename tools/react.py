@@ -37,7 +37,9 @@ from timeline.blocks import (
     COMPLETION,
     NOTE,
     NOTE_PRESERVED,
+    SIGNAL_DONE,
     SUMMARY,
+    TOOL_CALL,
     TOOL_RESULT,
     USER_ATTACHMENT_META,
     USER_FOLLOWUP,
@@ -54,6 +56,7 @@ from timeline.sources import SourceRow
 from timeline.tokens import DEFAULT_COUNTER, TokenCounter
 
 from . import react_files
+from .embeddings import embeddings_status
 from .errors import KnowledgeError, SkillError
 from .memindex import MemIndex
 from .react_files import current_target
@@ -96,32 +99,51 @@ MEMSEARCH_TARGETS: Final[Mapping[str, frozenset[str]]] = {
     "notes": frozenset({NOTE, NOTE_PRESERVED}),
     "summary": frozenset({SUMMARY}),
     "attachment": frozenset({USER_ATTACHMENT_META}),
+    "agents": frozenset({SIGNAL_DONE, TOOL_CALL}),
 }
-"""react.memsearch targets and the block types each one searches."""
+"""react.memsearch targets and the block types each one searches. ``agents``: the DONE
+summaries of outside agents and the tasks sent to them (``agent.send`` calls only)."""
 _ROLE_OF: Final = {t: role for role, types in MEMSEARCH_TARGETS.items() for t in types}
+AGENT_TASK_TOOL: Final = "agent.send"
+"""The tool whose calls hand a task to an outside agent (``actors.policy.AGENT_SEND``)."""
+
+
+def _row_text(block: Block) -> str:
+    """The searchable text of a block: a DONE's ``agent: summary``, an agent task's
+    ``task for <agent>: <text>``, other blocks' text."""
+    if block.type == TOOL_CALL:
+        data = block.data if isinstance(block.data, Mapping) else {}
+        params = data.get("params")
+        if data.get("tool") != AGENT_TASK_TOOL or not isinstance(params, Mapping):
+            return ""
+        text = params.get("text")
+        return f"task for {params.get('name')}: {text}" if isinstance(text, str) else ""
+    return block.text or block.content
 
 
 def index_rows(blocks: Iterable[Block]) -> list[dict[str, Any]]:
     """The memsearch index rows of the searchable blocks among ``blocks``.
 
     One row per block of a ``MEMSEARCH_TARGETS`` type with text: ``turn_id, role, ts, text,
-    path``. Hidden blocks are indexed with their full text (hiding is a view, not a deletion).
+    path``, and ``speaker`` (the agent) for a DONE. Hidden blocks are indexed with their full
+    text (hiding is a view, not a deletion).
     """
     rows: list[dict[str, Any]] = []
     for block in blocks:
         role = _ROLE_OF.get(block.type)
-        text = block.text or block.content
+        text = _row_text(block) if role is not None else ""
         if role is None or not text.strip():
             continue
-        rows.append(
-            {
-                "turn_id": block.turn_id,
-                "role": role,
-                "ts": float(block.ts),
-                "text": text,
-                "path": block.path,
-            }
-        )
+        row = {
+            "turn_id": block.turn_id,
+            "role": role,
+            "ts": float(block.ts),
+            "text": text,
+            "path": block.path,
+        }
+        if block.type == SIGNAL_DONE and isinstance(block.meta.get("agent"), str):
+            row["speaker"] = block.meta["agent"]  # "what did <agent> say?" finds it first
+        rows.append(row)
     return rows
 
 
@@ -428,6 +450,23 @@ def _memory_index(ctx: ReactContext) -> MemIndex:
     return index
 
 
+def _ranking_notices(index: MemIndex, tool: str) -> list[Notice]:
+    """What the model must know about how the hits were ranked: by keywords alone (no
+    embedding model), or partly so (rows still being embedded in the background)."""
+    if index.mode == "bm25":
+        reason = embeddings_status()["reason"]
+        why = "no embedding model is loaded" if reason == "ok" else reason
+        message = f"react.memsearch ranked by keywords only (BM25): {why}."
+        return [Notice("memsearch_keywords_only", message, tool)]
+    if index.pending():
+        message = (
+            f"react.memsearch: {index.pending()} of {len(index)} rows are still being embedded "
+            "in the background; they were ranked by keywords only this time."
+        )
+        return [Notice("memsearch_partly_embedded", message, tool)]
+    return []
+
+
 def _index_path(turn_id: str) -> str:
     try:
         return ar_path(turn_id, "react.turn.index")
@@ -656,10 +695,13 @@ class ReactTools:
     # -- react.memsearch ---------------------------------------------------------------------
 
     def _memsearch(self, params: Mapping[str, Any], ctx: ReactContext) -> ReactOutcome:
-        """``query, targets, top_k, days``: rank earlier turns by their messages and notes.
+        """``query, targets, top_k, days``: rank earlier turns by their messages, notes,
+        summaries, attachments and outside agents' DONEs and tasks.
 
         Hybrid (BM25 + MiniLM vectors) when the index has an embedder, BM25 otherwise; one hit
-        per turn with its best snippet and the turn index path to read next.
+        per turn with its best snippet, the turn index path to read next and the row's
+        ``block_path``. Ranking by keywords alone (no embedder, or rows not embedded yet) is
+        said in a notice and in ``ranking_note``, never silently.
         """
         tool = "react.memsearch"
         query = text_param(params, "query", tool)
@@ -726,6 +768,9 @@ class ReactTools:
             "searched": len(index),
             "hits": hits,
         }
+        notices = _ranking_notices(index, tool)
+        if notices:
+            result["ranking_note"] = " ".join(n.message for n in notices)
         if FACTS_TARGET in targets:
             result["facts"] = [
                 {
@@ -739,7 +784,7 @@ class ReactTools:
                 for score, fact in ctx.fact_book.search(query, top_k)
                 if since is None or fact.ts >= since
             ]
-        return ReactOutcome(result)
+        return ReactOutcome(result, [], notices)
 
     # -- react.hide --------------------------------------------------------------------------
 

@@ -337,15 +337,16 @@ def test_a_query_of_only_stop_words_gives_no_hits(kb: KnowledgeSpace) -> None:
 
 def test_documents_and_queries_are_stemmed_alike() -> None:
     assert tokenize("rotate rotates rotated rotating") == ["rotat"] * 4
-    assert tokenize("policy policies applied applies") == ["policy", "policy", "apply", "apply"]
+    assert tokenize("policy policies applied applies") == ["polici", "polici", "appli", "appli"]
     assert tokenize("cache caches key keys") == ["cach", "cach", "key", "key"]
+    assert tokenize("encrypt encryption encrypted") == ["encrypt"] * 3  # Snowball, not -s/-ed
 
 
 def test_compound_terms_give_themselves_and_their_parts() -> None:
     assert tokenize("storage.retention LR-1042 3.2.1") == [
         "storage.retention",
         "storag",
-        "retention",
+        "retent",
         "lr-1042",
         "lr",
         "1042",

@@ -500,7 +500,7 @@ def test_memsearch_finds_earlier_turns_and_points_at_their_index() -> None:
     assert isinstance(hits[0]["score"], float) and hits[0]["ts"] < conv.now
     everywhere = conv.run("react.memsearch", {"query": "retention reports"})
     assert everywhere.result["targets"] == [
-        *["user", "assistant", "notes", "summary", "attachment"],
+        *["user", "assistant", "notes", "summary", "attachment", "agents"],
         "facts",
     ]
     assert everywhere.result["hits"][0]["turn_id"] == "t2"  # found through its note

@@ -1,0 +1,127 @@
+"""No cold start: a loaded conversation is embedded in the background, not in its first search.
+
+A 100-turn conversation (the first half of ``tests.tools.memfixture``) is stored without
+vectors in a real LMDB store. Its ``ConversationMemory`` (``actors.memory``) with the real
+model: the first ``react.memsearch`` embeds only its query and says in a notice that the rows
+not embedded yet are ranked by keywords for now; the background task embeds the rest into the
+store's cache, so a reload of the conversation runs no text through the model. Rows written
+by a commit are embedded in the background too.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Coroutine, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from actors.memory import ConversationMemory
+from storage import Store
+from timeline import Block, Timeline
+from timeline.blocks import COMPLETION, USER_PROMPT
+from timeline.paths import ar_path
+from tools.memindex import vector_key
+from tools.react import ReactContext, ReactTools, index_rows
+
+from ..tools import memfixture
+
+TURNS = 100
+ROWS = 2 * TURNS
+
+
+@pytest.fixture
+def store(tmp_path: Path) -> Iterator[Store]:
+    with Store(tmp_path / "db") as opened:
+        yield opened
+
+
+def _spawn(coro: Coroutine[Any, Any, None], name: str) -> asyncio.Task[None]:
+    return asyncio.create_task(coro, name=name)
+
+
+def _stored(store: Store, turns: int = memfixture.TURNS) -> Timeline:
+    """The fixture conversation (its first ``turns``) as blocks, persisted with its memsearch
+    rows (no vectors)."""
+    tl = Timeline("c1")
+    kinds = {"user": (USER_PROMPT, "user.prompt"), "assistant": (COMPLETION, "completion")}
+    for row in list(memfixture.conversation())[: 2 * turns]:
+        tid = row["turn_id"]
+        if row["role"] == "user":
+            tl.begin_turn(tid, row["ts"])
+        block_type, name = kinds[row["role"]]
+        tl.append(Block.new(block_type, tid, row["ts"], path=ar_path(tid, name), text=row["text"]))
+    store.persist(tl, index=index_rows)
+    return tl
+
+
+def _memsearch(tl: Timeline, memory: ConversationMemory, query: str) -> Any:
+    index = memory.loaded
+    assert index is not None
+    ctx = ReactContext(tl, None, "now", "k1", tl.blocks[-1].ts + 60, memindex=index)
+    return ReactTools().run("react.memsearch", {"query": query, "top_k": 3}, ctx)
+
+
+async def test_the_first_search_embeds_a_few_rows_and_the_rest_is_embedded_behind(
+    store: Store,
+) -> None:
+    tl = _stored(store, TURNS)
+    memory = ConversationMemory("c1", store, embeddings=True, spawn=_spawn)
+    index = await memory.for_search()  # loads the stored rows and starts the background
+    assert len(index) == ROWS
+    pending = index.pending()
+    started = time.perf_counter()
+    first = _memsearch(tl, memory, "what caused OPS-2291?")
+    took = time.perf_counter() - started
+    print(f"\nfirst search: {took * 1000:.0f} ms with {pending} of {ROWS} rows not embedded yet")
+    assert index.pending() == pending  # the search embedded no row (only its query)
+    assert first.ok and first.result["ranking"] == "hybrid"
+    assert first.result["hits"][0]["turn_id"] == memfixture.turn_id(17)  # BM25 + exact id
+    if index.pending():  # the background had not finished: the model is told
+        assert [n.code for n in first.notices] == ["memsearch_partly_embedded"]
+        assert "ranked by keywords only" in first.result["ranking_note"]
+
+    await memory.idle()
+    assert index.pending() == 0 and memory.embedded_in_background > 0
+    texts = {r["text"] for r in list(memfixture.conversation())[:ROWS]}
+    keys = [vector_key("all-MiniLM-L6-v2", t) for t in texts]
+    assert len(store.get_vectors(keys)) == len(texts)  # persisted in the store's cache
+    later = _memsearch(tl, memory, "what caused OPS-2291?")
+    assert later.notices == [] and later.result["hits"][0]["turn_id"] == "m017"
+
+    reloaded = ConversationMemory("c1", store, embeddings=True, spawn=_spawn)
+    again = await reloaded.for_search()
+    await reloaded.idle()
+    assert again.pending() == 0 and again.model_texts == 0  # all from the cache
+
+
+async def test_rows_of_a_commit_are_embedded_in_the_background(store: Store) -> None:
+    tl = _stored(store, turns=5)
+    memory = ConversationMemory("c1", store, embeddings=True, spawn=_spawn)
+    await memory.for_search()
+    await memory.idle()
+    index = memory.loaded
+    assert index is not None and index.pending() == 0
+    tl.begin_turn("m200", tl.blocks[-1].ts + 60)
+    note = "Our tax adviser is Greta Lind, reachable on Tuesdays only."
+    ts = tl.blocks[-1].ts + 1
+    block = tl.append(Block.new(USER_PROMPT, "m200", ts, path="ar:m200.user.prompt", text=note))
+    store.persist(tl, index=index_rows)
+    memory.written(index_rows([block]))
+    assert index.pending() == 1
+    await memory.idle()
+    assert index.pending() == 0
+    hits = index.search("who helps us with taxes?", roles={"user"}, top_k=3)
+    assert hits[0].turn_id == "m200" and hits[0].dense is not None
+
+
+async def test_without_embeddings_the_search_says_it_ranked_by_keywords(store: Store) -> None:
+    tl = _stored(store, turns=20)
+    memory = ConversationMemory("c1", store, embeddings=False, spawn=_spawn)
+    await memory.for_search()
+    out = _memsearch(tl, memory, "what caused OPS-2291?")
+    assert out.result["ranking"] == "bm25"
+    assert [n.code for n in out.notices] == ["memsearch_keywords_only"]
+    assert out.result["hits"][0]["turn_id"] == "m017"

@@ -1,0 +1,102 @@
+"""memsearch recall on a second conversation (``memfixture``), with a held-out query set.
+
+The ranking was tuned on ``memqueries_tuning``; ``memqueries_unseen`` was written first and
+kept out of the tuning. Both are measured and printed (``pytest -s``) with BM25 alone beside
+hybrid, and so is rank 1 for every identifier that appears in one turn only (the filler talks
+about near-neighbour ids in the same words).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tools.embeddings import Embedder
+from tools.memindex import DictVectorCache, MemIndex
+
+from . import memfixture, memqueries_tuning, memqueries_unseen
+
+TOP = 3
+TARGET = 0.9
+ROLES = {"user", "assistant"}
+
+
+@pytest.fixture(scope="module")
+def index() -> MemIndex:
+    index = MemIndex(Embedder.load(), DictVectorCache())  # `make` installs the model
+    assert index.add(memfixture.conversation()) == 2 * memfixture.TURNS
+    assert index.embed_pending() == 2 * memfixture.TURNS
+    return index
+
+
+def recall(index: MemIndex, queries: list[tuple[str, int]], mode: str) -> tuple[float, list[str]]:
+    misses = []
+    for query, turn in queries:
+        hits = index.search(query, roles=ROLES, top_k=TOP, mode=mode)  # type: ignore[arg-type]
+        if memfixture.turn_id(turn) not in [h.turn_id for h in hits]:
+            misses.append(f"{query!r}: want {turn}, got {[h.turn_id for h in hits]}")
+    return 1 - len(misses) / len(queries), misses
+
+
+def test_the_fixture_plants_every_fact_and_the_query_sets_cover_them() -> None:
+    rows = list(memfixture.conversation())
+    assert rows == list(memfixture.conversation())
+    assert len({r["turn_id"] for r in rows}) == memfixture.TURNS == 200
+    texts = {(r["turn_id"], r["text"]) for r in rows}
+    for turn, user, answer in memfixture.FACTS:
+        assert (memfixture.turn_id(turn), user) in texts
+        assert (memfixture.turn_id(turn), answer) in texts
+    assert len(memfixture.FACTS) >= 25
+    facts = {turn for turn, _, _ in memfixture.FACTS}
+    for queries in (memqueries_tuning.QUERIES, memqueries_unseen.QUERIES):
+        assert len(queries) >= 35
+        assert {turn for _, turn in queries} == facts
+    assert not {q for q, _ in memqueries_tuning.QUERIES} & {q for q, _ in memqueries_unseen.QUERIES}
+    for fact_id in memfixture.FACT_IDS:  # the ids of the facts are in their fact turn only
+        assert {r["turn_id"] for r in rows if fact_id in r["text"]} != set()
+        assert all(
+            r["turn_id"] in {memfixture.turn_id(t) for t in facts}
+            for r in rows
+            if fact_id in r["text"]
+        )
+    for family in memfixture.NEIGHBOUR_IDS.values():  # near neighbours are talked about
+        assert sum(any(n in r["text"] for r in rows) for n in family) >= 2
+
+
+FLOORS = {"tuning": 0.89, "unseen": 0.86}
+"""What each set is asserted to keep: its recall when this test was written (tuning 79 of
+88, unseen 32 of 37), both below the 0.9 target (``TARGET``) that all-MiniLM-L6-v2 with
+this fusion does not reach on paraphrases sharing no word with the fact. Asserted so that
+the recall cannot silently get worse; raise them when the ranking gets better."""
+
+
+@pytest.mark.parametrize("name", ["tuning", "unseen"], ids=["tuning-set", "unseen-set"])
+def test_hybrid_recall_at_three(index: MemIndex, name: str) -> None:
+    queries = {"tuning": memqueries_tuning, "unseen": memqueries_unseen}[name].QUERIES
+    hybrid, misses = recall(index, queries, "hybrid")
+    bm25, _ = recall(index, queries, "bm25")
+    print(f"\nmemsearch recall@{TOP}, {name} set ({len(queries)} queries, 200 turns):")
+    print(f"  bm25 {bm25:.3f}  hybrid {hybrid:.3f}  (target {TARGET})")
+    assert hybrid >= FLOORS[name], "\n".join(misses)
+
+
+def test_exact_identifiers_rank_first(index: MemIndex) -> None:
+    queries = memfixture.id_queries()
+    assert len(queries) >= 10
+    assert {memfixture.turn_id(t) for t in (17, 41, 63, 92, 137, 144)} <= {t for _, t in queries}
+    wrong = []
+    for mode in ("hybrid", "bm25"):
+        for query, turn in queries:
+            hits = index.search(query, roles=ROLES, top_k=TOP, mode=mode)  # type: ignore[arg-type]
+            if not hits or hits[0].turn_id != turn:
+                wrong.append(f"{mode} {query!r}: want {turn}, got {[h.turn_id for h in hits]}")
+    print(f"\nexact identifiers at rank 1: {2 * len(queries) - len(wrong)} of {2 * len(queries)}")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_facts_only_in_an_answer_are_found(index: MemIndex) -> None:
+    """Thirteen facts live only in the assistant's answer: asked about, their turn is found."""
+    for name, module in (("tuning", memqueries_tuning), ("unseen", memqueries_unseen)):
+        queries = [(q, t) for q, t in module.QUERIES if t in memfixture.ANSWER_ONLY]
+        found, misses = recall(index, queries, "hybrid")
+        print(f"\nfacts only in an answer, {name} set: {found:.3f} of {len(queries)} queries")
+        assert found >= FLOORS[name], "\n".join(misses)
