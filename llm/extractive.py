@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import re
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -36,8 +35,11 @@ from dataclasses import dataclass
 from messages import GenerateRequest, Usage
 from timeline.tokens import DEFAULT_COUNTER
 
+from . import passages
 from .context import Call, TurnView, parse_context, terms
+from .passages import select
 from .protocol import Chunk
+from .query import analyze, search_text
 
 _AGENT = re.compile(
     r"\b(?:ask|have|get|let)\s+(?:the\s+|our\s+)?([a-z][\w-]{1,40})\s+to\s+([^.?!\n]+)",
@@ -50,10 +52,12 @@ _MEMORY = re.compile(
     r"what did (?:i|you))\b",
     re.IGNORECASE,
 )
-_ITEM = re.compile(r"^(?:[-*+•]|\d+[.)])\s+")
-_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9`\"'(])")
-MAX_READ = 3
-MAX_POINTS = 5
+_CITATION = re.compile(r"\s*\[\[S:[^\]]*\]\]")
+MAX_READ = 5
+"""Documents read per search: the best answer is often the 4th or 5th hit."""
+TOP_K = 8
+MAX_POINTS = passages.MAX_POINTS
+DECLINE = "The documents do not cover"
 
 
 def agent_request(text: str) -> tuple[str, str] | None:
@@ -70,115 +74,77 @@ def refers_to_memory(text: str) -> bool:
     return bool(_MEMORY.search(text))
 
 
+def _topic(text: str) -> str:
+    """The question without the outside-agent clause and the reference to earlier turns."""
+    return _MEMORY.sub(" ", _AGENT.sub(" ", text))
+
+
 def search_query(text: str) -> str:
-    """The question without the outside-agent clause, as search words."""
-    text = _AGENT.sub(" ", text)
-    text = _MEMORY.sub(" ", text)
-    words = terms(text, stemmed=False)
-    return " ".join(dict.fromkeys(words))[:300] or text.strip()[:300]
+    """The question as search words: content words (versions, identifiers and phrasal verbs
+    kept whole) and their synonyms, without the outside-agent clause (``llm.query``)."""
+    found = search_text(analyze(_topic(text)))
+    return found or " ".join(dict.fromkeys(terms(text, stemmed=False)))[:300] or text.strip()[:300]
 
 
 @dataclass(frozen=True, slots=True)
 class Point:
-    """One sentence of a read document chosen for the answer."""
+    """One piece of a read document chosen for the answer: a sentence, item, row or code."""
 
     text: str
     sid: int | None
     score: float
     rank: int
+    kind: str = "prose"
+    lead: str = ""
+    pos: int = 0
 
 
-def _units(text: str) -> list[str]:
-    """Paragraphs, list items and table rows of a markdown document, code left out.
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """The points that answer the turn's questions, best first, and what is not covered."""
 
-    Hard-wrapped lines are joined; a table row reads as ``first cell — header: cell``.
-    """
-    units: list[str] = []
-    para: list[str] = []
-    header: list[str] = []
-    in_code = False
-
-    def flush() -> None:
-        if para:
-            units.append(" ".join(para))
-            para.clear()
-
-    for raw in text.splitlines():
-        line = raw.strip()
-        if line.startswith("```"):
-            flush()
-            in_code = not in_code
-            continue
-        if in_code:
-            continue
-        if not line or line.startswith("#"):
-            flush()
-            header = []
-            continue
-        if line.startswith("|"):
-            flush()
-            cells = [c.strip() for c in line.strip("|").split("|")]
-            if all(set(c) <= set("-: ") for c in cells):
-                continue
-            if not header:
-                header = cells
-                continue
-            pairs = [f"{h}: {c}" for h, c in zip(header[1:], cells[1:], strict=False) if c]
-            units.append(f"{cells[0]} — " + ", ".join(pairs) if pairs else cells[0])
-            continue
-        if _ITEM.match(line):
-            flush()
-            line = _ITEM.sub("", line, count=1)
-        para.append(line)
-    flush()
-    return units
+    points: list[Point]
+    declined: list[str]
 
 
-def _sentences(text: str) -> list[str]:
-    out: list[str] = []
-    for unit in _units(text):
-        unit = unit.replace("**", "").replace("__", "")
-        for sentence in _SENTENCE.split(unit):
-            sentence = sentence.strip()
-            if len(sentence) >= 20 and not sentence.startswith("[S:"):
-                out.append(sentence)
-    return out
+def answer_points(view: TurnView, questions: Sequence[str], limit: int = MAX_POINTS) -> Answer:
+    """Choose what answers each question from the documents read (``llm.passages.select``)."""
+    docs = view.read_docs()
+    pairs = [(d.title, d.text) for d in docs]
+    points: list[Point] = []
+    declined: list[str] = []
+    for question in questions:
+        chosen = select(analyze(_topic(question)), pairs, max_points=limit)
+        if chosen.declined:
+            declined.append(chosen.declined)
+        for order, unit in enumerate(chosen.points):
+            doc = docs[unit.doc]
+            point = Point(unit.text, doc.sid, -float(order), unit.doc, unit.kind, unit.lead, unit.pos)
+            if not any((p.rank, p.pos) == (point.rank, point.pos) for p in points):
+                points.append(point)
+    return Answer(points, declined)
 
 
 def pick_points(view: TurnView, query: str, limit: int = MAX_POINTS) -> list[Point]:
-    """The sentences of the read documents that best answer ``query`` (at most 2 per doc)."""
-    wanted = set(terms(query))
-    if not wanted:
-        return []
-    docs = view.read_docs()
-    split = [
-        [(sentence, set(terms(sentence)) & wanted) for sentence in _sentences(d.text)] for d in docs
-    ]
-    df: dict[str, int] = {}
-    for sentences in split:
-        for _, have in sentences:
-            for t in have:
-                df[t] = df.get(t, 0) + 1
-    n = max(1, sum(len(sentences) for sentences in split))
-    scored: list[Point] = []
-    for rank, (doc, sentences) in enumerate(zip(docs, split, strict=True)):
-        for pos, (sentence, have) in enumerate(sentences):
-            if not have:
-                continue
-            score = sum(math.log(1 + n / df[t]) for t in have) - 0.01 * pos
-            scored.append(Point(sentence, doc.sid, score, rank))
-    scored.sort(key=lambda p: (-p.score, p.rank, p.text))
-    chosen: list[Point] = []
-    per_doc: dict[int, int] = {}
-    for p in scored:
-        if per_doc.get(p.rank, 0) >= 2 or any(p.text == c.text for c in chosen):
-            continue
-        chosen.append(p)
-        per_doc[p.rank] = per_doc.get(p.rank, 0) + 1
-        if len(chosen) == limit:
-            break
-    chosen.sort(key=lambda p: (p.rank, -p.score))
-    return chosen
+    """The pieces of the read documents that answer ``query``, best first (none: not covered)."""
+    return answer_points(view, [query], limit).points
+
+
+def render_points(points: Sequence[Point]) -> list[str]:
+    """Answer lines: one cited bullet per piece; a code block sits under the line leading to it."""
+    lines: list[str] = []
+    previous: Point | None = None
+    for p in points:
+        cite = f" [[S:{p.sid}]]" if p.sid else ""
+        if p.kind == "code":
+            follows = previous is not None and (previous.rank, previous.pos + 1) == (p.rank, p.pos)
+            if not follows:
+                lines.append(f"- {p.lead}{cite}")
+            lines += ["  ```", *(f"  {line}" if line else "" for line in p.text.split("\n")), "  ```"]
+        else:
+            lines.append(f"- {p.text}{cite}")
+        previous = p
+    return lines
 
 
 class ExtractiveModel:
@@ -190,7 +156,7 @@ class ExtractiveModel:
         name: str = "extractive",
         chunk_chars: int = 16,
         delay: float = 0.0,
-        top_k: int = 5,
+        top_k: int = TOP_K,
         max_read: int = MAX_READ,
     ) -> None:
         self.name = name
@@ -287,7 +253,7 @@ class Policy:
             return self.note()
         if self.agent is not None and not v.calls_of("agent.send"):
             name, task = self.agent
-            draft = "\n".join(f"- {p.text}" for p in pick_points(v, self.query()))
+            draft = "\n".join(render_points(self.answer().points))
             return self.call(
                 f"Handing the draft to {name} and waiting for its answer.",
                 "agent.send",
@@ -299,8 +265,9 @@ class Policy:
             )
         return self.complete()
 
-    def query(self) -> str:
-        return " ".join([self.question, *(q for _, q in self.view.questions()[1:])])
+    def answer(self, limit: int = MAX_POINTS) -> Answer:
+        """What answers the prompt and each user followup of the turn."""
+        return answer_points(self.view, [q for _, q in self.view.questions()], limit)
 
     def call(self, thinking: str, tool: str, params: dict[str, object], notes: str) -> str:
         return _channel("thinking", thinking) + _decision(
@@ -326,7 +293,7 @@ class Policy:
         )
 
     def note(self) -> str:
-        points = pick_points(self.view, self.query(), limit=3)
+        points = [p for p in self.answer(limit=3).points if p.kind != "code"]
         facts = "; ".join(p.text[:160] + (f" [S:{p.sid}]" if p.sid else "") for p in points)
         content = (
             f"[K] {facts}" if facts else "[K] the knowledge space has nothing on this question"
@@ -348,23 +315,31 @@ class Policy:
 
     def complete(self, preface: str = "") -> str:
         v = self.view
-        points = pick_points(v, self.query())
+        found = self.answer()
+        points = found.points
         lines: list[str] = []
         if preface:
             lines += [preface, ""]
         recalled = v.memory_hits()
         if recalled:
             turn, snippet = recalled[0]
+            snippet = _CITATION.sub("", snippet)
             lines += [f"Earlier in this conversation (turn {turn}) we covered: {snippet}", ""]
-        if points:
-            lines.append("Here is what the documentation says:")
-            lines.append("")
-            lines += [f"- {p.text}" + (f" [[S:{p.sid}]]" if p.sid else "") for p in points]
-        else:
+        lines += render_points(points)
+        if not v.read_docs():
             lines.append(
-                f"I could not find anything about {search_query(self.question)!r} in the "
-                "knowledge space, so I cannot answer from sources."
+                f"{DECLINE} {search_query(self.question)!r}: I could not find anything about it "
+                "in the knowledge space, so I cannot answer from sources."
             )
+        elif found.declined and not (recalled and not points):
+            if points:
+                lines.append("")
+            read = ", ".join(d.title for d in v.read_docs())
+            for missing in found.declined:
+                lines.append(
+                    f"{DECLINE} {missing}: none of the documents I read ({read}) answers "
+                    "this, so I cannot answer it from sources."
+                )
         if self.agent is not None:
             done = v.agent_done(self.agent[0])
             lines.append("")
@@ -399,4 +374,16 @@ class Policy:
         return out[:3]
 
 
-__all__ = ["Call", "ExtractiveModel", "Point", "agent_request", "pick_points", "refers_to_memory"]
+__all__ = [
+    "DECLINE",
+    "Answer",
+    "Call",
+    "ExtractiveModel",
+    "Point",
+    "agent_request",
+    "answer_points",
+    "pick_points",
+    "refers_to_memory",
+    "render_points",
+    "search_query",
+]

@@ -1,0 +1,292 @@
+"""Choosing what answers a question from the documents the offline model read.
+
+A read document is cut into **units**: headings, prose sentences, list items, table rows (read
+as ``first cell — header: cell, …``) and fenced code blocks. Each unit carries its section
+heading and the document title as context, and a code block also the sentence that leads into
+it (``Inspect and replay dead letters with:``).
+
+``select(analysis, docs)`` scores every unit against the analysed question (``llm.query``):
+
+- a question term found in the unit counts its weight (an inverse unit frequency over the read
+  documents), a synonym ``SYNONYM_WEIGHT`` of it, a term only in the unit's heading or title
+  ``CONTEXT_WEIGHT`` of it; the sum over the question's weight is the unit's **coverage**;
+- the **kind** of question asks for something the unit must show: a figure for ``quantity``, a
+  money amount for ``money``, a date for ``when``, a version for ``version``, a command (code)
+  for ``howto``; a unit that has it gains ``TYPE_BONUS``, a long unit loses a little.
+
+The answer is the best unit, then units that add question terms the chosen ones do not cover
+yet (so a comparison gets both sides) or score almost as well, at most ``max_points``, and never
+one below ``KEEP`` of the best: no padding. A chosen lead sentence or heading brings the code
+block or the numbered steps under it. It **declines** (``Selection.declined`` says why) when a
+salient term of the question (a name, an acronym, a version) is in no read document, when the
+best unit covers less than ``MIN_COVERAGE`` of the question, or when no covering unit has what
+the kind of question asks for.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from .query import SYNONYM_WEIGHT, Analysis, QueryTerm, matches, text_terms
+
+__all__ = ["Selection", "Unit", "select", "units"]
+
+CONTEXT_WEIGHT = 0.5
+TYPE_BONUS = 0.35
+MIN_COVERAGE = 0.45
+KEEP = 0.55
+CLOSE = 0.85
+MAX_POINTS = 4
+MAX_STEPS = 8
+LONG_CODE_LINES = 12
+
+_ITEM = re.compile(r"^(?:[-*+•]|\d+[.)])\s+")
+_NUMBERED = re.compile(r"^\d+[.)]\s+")
+_HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
+_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9`\"'(*])")
+_FIGURE = re.compile(r"\d")
+_MONEY = re.compile(r"\$\s?\d|\b(?:free|USD|dollars?|euros?)\b", re.IGNORECASE)
+_MONTHS = "January|February|March|April|May|June|July|August|September|October|November|December"
+_DATE = re.compile(rf"\b(?:\d{{1,2}} (?:{_MONTHS})|(?:{_MONTHS}) \d{{4}}|Q[1-4] \d{{4}}|\d{{4}})\b")
+_VERSION = re.compile(r"\b\d+\.(?:\d+|x)(?:\.\d+)?\b")
+_COMMAND = re.compile(r"`[a-z][\w.-]*(?: [^`]+)?`|\b(?:lumenctl|sudo|helm|docker|kubectl)\s+\w")
+
+
+@dataclass(frozen=True, slots=True)
+class Unit:
+    """One answerable piece of a read document."""
+
+    doc: int
+    """Index of the document in the read order."""
+    pos: int
+    kind: str
+    """``heading``, ``prose``, ``item``, ``step`` (a numbered item), ``row`` or ``code``."""
+    text: str
+    section: str
+    lead: str = ""
+    """For code: the sentence or heading right before it."""
+
+
+@dataclass(frozen=True, slots=True)
+class Scored:
+    unit: Unit
+    score: float
+    coverage: float
+    covered: frozenset[str]
+    typed: bool
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """The units that answer, best first, or why nothing does."""
+
+    points: tuple[Unit, ...]
+    declined: str = ""
+    """Empty when answered; else what the documents do not cover."""
+
+
+def _flush(out: list[Unit], doc: int, para: list[str], section: str, kind: str) -> None:
+    if not para:
+        return
+    text = " ".join(para).replace("**", "")
+    para.clear()
+    pieces = [text] if kind != "prose" else _SENTENCE.split(text)
+    for piece in pieces:
+        piece = piece.strip()
+        if len(piece) >= 3:
+            out.append(Unit(doc, len(out), kind, piece, section))
+
+
+def units(text: str, doc: int = 0, title: str = "") -> list[Unit]:
+    """The units of a markdown document, in order (see the module docstring)."""
+    out: list[Unit] = []
+    para: list[str] = []
+    kind = "prose"
+    section = title
+    header: list[str] = []
+    code: list[str] | None = None
+    for raw in text.splitlines():
+        line = raw.strip()
+        if line.startswith("```"):
+            if code is None:
+                _flush(out, doc, para, section, kind)
+                code = []
+            else:
+                lead = out[-1].text if out and out[-1].section == section else section
+                if any(c.strip() for c in code):
+                    out.append(Unit(doc, len(out), "code", "\n".join(code), section, lead))
+                code = None
+            continue
+        if code is not None:
+            code.append(raw.rstrip())
+            continue
+        heading = _HEADING.match(line)
+        if not line or heading:
+            _flush(out, doc, para, section, kind)
+            kind, header = "prose", []
+            if heading:
+                section = heading.group(2).strip()
+                out.append(Unit(doc, len(out), "heading", section, title))
+            continue
+        if line.startswith("|"):
+            _flush(out, doc, para, section, kind)
+            cells = [c.strip() for c in line.strip("|").split("|")]
+            if all(set(c) <= set("-: ") for c in cells):
+                continue
+            if not header:
+                header = cells
+                continue
+            pairs = [f"{h}: {c}" for h, c in zip(header[1:], cells[1:], strict=False) if c]
+            row = f"{cells[0]} — " + ", ".join(pairs) if pairs and cells[0] else ", ".join(pairs)
+            out.append(Unit(doc, len(out), "row", row.replace("**", ""), section))
+            continue
+        if _ITEM.match(line):
+            _flush(out, doc, para, section, kind)
+            kind = "step" if _NUMBERED.match(line) else "item"
+            line = _ITEM.sub("", line, count=1)
+        elif kind != "prose" and not raw.startswith((" ", "\t")):
+            _flush(out, doc, para, section, kind)
+            kind = "prose"
+        para.append(line)
+    _flush(out, doc, para, section, kind)
+    if code:  # an unclosed fence: keep what it held
+        out.append(Unit(doc, len(out), "code", "\n".join(code), section, section))
+    return out
+
+
+def _typed(kind: str, unit: Unit) -> bool:
+    text = unit.text
+    if kind == "howto":
+        return unit.kind in ("code", "step") or bool(_COMMAND.search(text))
+    if kind == "quantity":
+        return bool(_FIGURE.search(text)) or " no " in f" {text.lower()} "
+    if kind == "money":
+        return bool(_MONEY.search(text))
+    if kind == "when":
+        return bool(_DATE.search(text))
+    if kind == "version":
+        return bool(_VERSION.search(text))
+    return True
+
+
+class _Scorer:
+    def __init__(self, analysis: Analysis, docs: Sequence[tuple[str, str]]) -> None:
+        self.analysis = analysis
+        self.units: list[Unit] = []
+        for i, (title, text) in enumerate(docs):
+            self.units += units(text, i, title)
+        self.titles = [title for title, _ in docs]
+        self.own = [set(text_terms(u.text)) for u in self.units]
+        self.context = [
+            set(text_terms(f"{u.section} {u.lead} {self.titles[u.doc]}")) for u in self.units
+        ]
+        n = len(self.units) or 1
+        self.weights: dict[str, float] = {}
+        for t in analysis.terms:
+            df = sum(matches(own | ctx, t) for own, ctx in zip(self.own, self.context, strict=True))
+            self.weights[t.term] = math.log(1 + n / (1 + df)) * (1.5 if t.salient else 1.0)
+        self.total = sum(self.weights.values()) or 1.0
+        self.doc_terms = [set[str]() for _ in docs]
+        for u, own in zip(self.units, self.own, strict=True):
+            self.doc_terms[u.doc] |= own
+        for i, title in enumerate(self.titles):
+            self.doc_terms[i] |= set(text_terms(title))
+
+    def credit(self, term: QueryTerm, index: int) -> float:
+        own, ctx = self.own[index], self.context[index]
+        if matches(own, term):
+            return 1.0
+        if term.alternatives & own:
+            return SYNONYM_WEIGHT
+        if matches(ctx, term) or term.alternatives & ctx:
+            return CONTEXT_WEIGHT
+        return 0.0
+
+    def score(self, index: int) -> Scored:
+        unit = self.units[index]
+        covered: set[str] = set()
+        got = 0.0
+        for t in self.analysis.terms:
+            c = self.credit(t, index)
+            if c:
+                got += c * self.weights[t.term]
+                if c >= SYNONYM_WEIGHT:
+                    covered.add(t.term)
+        coverage = got / self.total
+        typed = _typed(self.analysis.kind, unit)
+        score = coverage * (1 + TYPE_BONUS * typed)
+        if unit.kind == "code":
+            lines = unit.text.count("\n") + 1
+            if self.analysis.kind != "howto":
+                score *= 0.6
+            if lines > LONG_CODE_LINES:
+                score *= LONG_CODE_LINES / lines
+        elif unit.kind == "heading" and self.analysis.kind == "howto":
+            score *= 0.8
+        score -= 0.002 * unit.pos + 0.01 * unit.doc
+        return Scored(unit, score, coverage, frozenset(covered), typed)
+
+    def missing_salient(self) -> list[str]:
+        every = set().union(*self.doc_terms) if self.doc_terms else set()
+        return [t.word for t in self.analysis.salient if not matches(every, t)]
+
+
+def _followers(units_: list[Unit], unit: Unit, kind: str) -> list[Unit]:
+    """What a chosen unit brings along: the code block after a lead, the steps under a heading."""
+    after = [u for u in units_ if u.doc == unit.doc and u.pos > unit.pos]
+    if not after:
+        return []
+    nxt = after[0]
+    if nxt.kind == "code" and (unit.text.rstrip().endswith(":") or unit.kind == "heading"):
+        return [nxt]
+    if unit.kind == "heading" and kind == "howto":
+        steps = []
+        for u in after:
+            if u.kind != "step" or u.section != unit.text:
+                break
+            steps.append(u)
+        if steps:
+            return steps[:MAX_STEPS]
+        if nxt.kind == "prose" and len(after) > 1 and after[1].kind == "code":
+            return [nxt, after[1]]
+    return []
+
+
+def select(analysis: Analysis, docs: Sequence[tuple[str, str]], max_points: int = MAX_POINTS) -> Selection:
+    """The units of ``docs`` (title, text) that answer ``analysis``, or a decline."""
+    if not analysis.terms:
+        return Selection((), "this question")
+    scorer = _Scorer(analysis, docs)
+    if not scorer.units:
+        return Selection((), " ".join(analysis.words) or "this question")
+    missing = scorer.missing_salient()
+    if missing:
+        return Selection((), ", ".join(missing))
+    scored = sorted(
+        (scorer.score(i) for i in range(len(scorer.units))),
+        key=lambda s: (-s.score, s.unit.doc, s.unit.pos),
+    )
+    eligible = [s for s in scored if s.unit.kind != "code" or analysis.kind == "howto"] or scored
+    best = next((s for s in eligible if s.typed), None)
+    if best is None or best.coverage < MIN_COVERAGE:
+        return Selection((), " ".join(analysis.words) or "this question")
+    chosen: list[Scored] = [best]
+    covered = set(best.covered)
+    for s in eligible:
+        if len(chosen) >= max_points or s.score < KEEP * best.score:
+            break
+        if any(s.unit is c.unit for c in chosen) or not s.typed:
+            continue
+        adds = s.covered - covered
+        if adds or s.score >= CLOSE * best.score:
+            chosen.append(s)
+            covered |= s.covered
+    points: list[Unit] = []
+    for s in chosen:
+        for u in [s.unit, *_followers(scorer.units, s.unit, analysis.kind)]:
+            if u not in points:
+                points.append(u)
+    return Selection(tuple(points))
