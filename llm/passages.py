@@ -30,15 +30,19 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .query import SYNONYM_WEIGHT, Analysis, QueryTerm, matches, text_terms
+from .query import SYNONYM_WEIGHT, Analysis, QueryTerm, match, matches, text_terms
 
 __all__ = ["Selection", "Unit", "select", "units"]
 
 CONTEXT_WEIGHT = 0.5
+LEAD_WEIGHT = 0.8
 TYPE_BONUS = 0.35
-MIN_COVERAGE = 0.45
+MIN_COVERAGE = 0.35
 KEEP = 0.55
 CLOSE = 0.85
+HEADING_BONUS = 0.3
+PER_ENTITY = 2
+SIBLING_PENALTY = 0.1
 MAX_POINTS = 4
 MAX_STEPS = 8
 LONG_CODE_LINES = 12
@@ -52,7 +56,7 @@ _MONEY = re.compile(r"\$\s?\d|\b(?:free|USD|dollars?|euros?)\b", re.IGNORECASE)
 _MONTHS = "January|February|March|April|May|June|July|August|September|October|November|December"
 _DATE = re.compile(rf"\b(?:\d{{1,2}} (?:{_MONTHS})|(?:{_MONTHS}) \d{{4}}|Q[1-4] \d{{4}}|\d{{4}})\b")
 _VERSION = re.compile(r"\b\d+\.(?:\d+|x)(?:\.\d+)?\b")
-_COMMAND = re.compile(r"`[a-z][\w.-]*(?: [^`]+)?`|\b(?:lumenctl|sudo|helm|docker|kubectl)\s+\w")
+_COMMAND = re.compile(r"`[a-z][\w.-]* [^`]+`|\b(?:lumenctl|sudo|helm|docker|kubectl)\s+\w")
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,6 +161,14 @@ def units(text: str, doc: int = 0, title: str = "") -> list[Unit]:
     return out
 
 
+_CAPITAL = re.compile(r"(?<![.!?:;]\s)(?<!^)\b[A-Z][a-z]+\b")
+
+
+def _capitals(text: str) -> set[str]:
+    """Capitalised words inside a sentence (names), lower-cased."""
+    return {m.group().casefold() for m in _CAPITAL.finditer(text)}
+
+
 def _typed(kind: str, unit: Unit) -> bool:
     text = unit.text
     if kind == "howto":
@@ -179,28 +191,46 @@ class _Scorer:
         for i, (title, text) in enumerate(docs):
             self.units += units(text, i, title)
         self.titles = [title for title, _ in docs]
+        self.index = {id(u): i for i, u in enumerate(self.units)}
         self.own = [set(text_terms(u.text)) for u in self.units]
-        self.context = [
-            set(text_terms(f"{u.section} {u.lead} {self.titles[u.doc]}")) for u in self.units
-        ]
+        self.context = [set(text_terms(f"{u.section} {self.titles[u.doc]}")) for u in self.units]
+        self.lead = [set(text_terms(u.lead)) for u in self.units]
         n = len(self.units) or 1
         self.weights: dict[str, float] = {}
         for t in analysis.terms:
             df = sum(matches(own | ctx, t) for own, ctx in zip(self.own, self.context, strict=True))
-            self.weights[t.term] = math.log(1 + n / (1 + df)) * (1.5 if t.salient else 1.0)
+            idf = math.log(1 + n / (1 + df))
+            self.weights[t.term] = idf * t.weight * (1.5 if t.salient else 1.0)
         self.total = sum(self.weights.values()) or 1.0
+        self.heading = [self._heading_coverage(u) for u in self.units]
+        self.entities = {t.word for t in analysis.salient}
+        self.title_words = [{w.casefold() for w in title.split()} for title in self.titles]
         self.doc_terms = [set[str]() for _ in docs]
         for u, own in zip(self.units, self.own, strict=True):
             self.doc_terms[u.doc] |= own
         for i, title in enumerate(self.titles):
             self.doc_terms[i] |= set(text_terms(title))
 
+    def _heading_coverage(self, unit: Unit) -> float:
+        """How much of the question the heading over ``unit`` (or the heading itself) covers."""
+        heading = unit.text if unit.kind == "heading" else unit.section
+        if heading == self.titles[unit.doc]:
+            return 0.0
+        have = set(text_terms(heading))
+        got = sum(self.weights[t.term] for t in self.analysis.terms if matches(have, t))
+        return got / self.total
+
     def credit(self, term: QueryTerm, index: int) -> float:
         own, ctx = self.own[index], self.context[index]
-        if matches(own, term):
+        exact = match(own, term)
+        if exact == 1.0:
             return 1.0
         if term.alternatives & own:
             return SYNONYM_WEIGHT
+        if exact:
+            return exact
+        if matches(self.lead[index], term):
+            return LEAD_WEIGHT
         if matches(ctx, term) or term.alternatives & ctx:
             return CONTEXT_WEIGHT
         return 0.0
@@ -213,11 +243,18 @@ class _Scorer:
             c = self.credit(t, index)
             if c:
                 got += c * self.weights[t.term]
-                if c >= SYNONYM_WEIGHT:
-                    covered.add(t.term)
+                covered.add(t.term)
         coverage = got / self.total
-        typed = _typed(self.analysis.kind, unit)
-        score = coverage * (1 + TYPE_BONUS * typed)
+        kind = self.analysis.kind
+        typed = _typed(kind, unit) or (
+            kind == "howto"
+            and unit.kind == "heading"
+            and bool(_followers(self.units, unit, kind))
+        )
+        score = coverage * (1 + TYPE_BONUS * typed) + HEADING_BONUS * self.heading[index]
+        if self.entities and unit.kind != "row" and kind != "compare":
+            others = {w for w in _capitals(unit.text) if w not in self.entities}
+            score /= 1 + SIBLING_PENALTY * len(others - self.title_words[unit.doc])
         if unit.kind == "code":
             lines = unit.text.count("\n") + 1
             if self.analysis.kind != "howto":
@@ -240,6 +277,8 @@ def _followers(units_: list[Unit], unit: Unit, kind: str) -> list[Unit]:
     if not after:
         return []
     nxt = after[0]
+    if unit.text.endswith("?") and nxt.section == unit.section and nxt.kind == unit.kind:
+        return [nxt]  # a question in a FAQ: its answer follows
     if nxt.kind == "code" and (unit.text.rstrip().endswith(":") or unit.kind == "heading"):
         return [nxt]
     if unit.kind == "heading" and kind == "howto":
@@ -253,6 +292,41 @@ def _followers(units_: list[Unit], unit: Unit, kind: str) -> list[Unit]:
         if nxt.kind == "prose" and len(after) > 1 and after[1].kind == "code":
             return [nxt, after[1]]
     return []
+
+
+def _around(best: Scored, eligible: list[Scored], max_points: int) -> list[Scored]:
+    """The best unit, then units on the same point that add terms to it or score almost as well."""
+    chosen: list[Scored] = [best]
+    covered = set(best.covered)
+    for s in eligible:
+        if len(chosen) >= max_points or s.score < KEEP * best.score:
+            break
+        if any(s.unit is c.unit for c in chosen) or not s.typed:
+            continue
+        if len(s.covered & best.covered) * 2 < len(best.covered):
+            continue  # another subject that happens to share a word
+        if s.covered - covered or s.score >= CLOSE * best.score:
+            chosen.append(s)
+            covered |= s.covered
+    return chosen
+
+
+def _by_entity(scorer: _Scorer, eligible: list[Scored]) -> list[Scored]:
+    """For a comparison of named things: the best units about each one alone."""
+    entities = [t for t in scorer.analysis.salient if not t.term[0].isdigit()]
+    if len(entities) < 2:
+        return []
+    chosen: list[Scored] = []
+    for entity in entities:
+        others = [e for e in entities if e is not entity]
+        about = []
+        for s in eligible:
+            i = scorer.index[id(s.unit)]
+            have = scorer.own[i] | set(text_terms(s.unit.section))
+            if matches(have, entity) and not any(matches(have, o) for o in others) and s.typed:
+                about.append(s)
+        chosen += [s for s in about[:PER_ENTITY] if s not in chosen]
+    return chosen
 
 
 def select(analysis: Analysis, docs: Sequence[tuple[str, str]], max_points: int = MAX_POINTS) -> Selection:
@@ -273,17 +347,9 @@ def select(analysis: Analysis, docs: Sequence[tuple[str, str]], max_points: int 
     best = next((s for s in eligible if s.typed), None)
     if best is None or best.coverage < MIN_COVERAGE:
         return Selection((), " ".join(analysis.words) or "this question")
-    chosen: list[Scored] = [best]
-    covered = set(best.covered)
-    for s in eligible:
-        if len(chosen) >= max_points or s.score < KEEP * best.score:
-            break
-        if any(s.unit is c.unit for c in chosen) or not s.typed:
-            continue
-        adds = s.covered - covered
-        if adds or s.score >= CLOSE * best.score:
-            chosen.append(s)
-            covered |= s.covered
+    chosen = _by_entity(scorer, eligible) if analysis.kind == "compare" else []
+    if not chosen:
+        chosen = _around(best, eligible, max_points)
     points: list[Unit] = []
     for s in chosen:
         for u in [s.unit, *_followers(scorer.units, s.unit, analysis.kind)]:

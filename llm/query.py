@@ -36,6 +36,8 @@ __all__ = [
     "Analysis",
     "QueryTerm",
     "analyze",
+    "match",
+    "matches",
     "search_text",
     "snowball_stem",
     "text_terms",
@@ -49,7 +51,7 @@ STOP_WORDS = frozenset(
     been being do does did doing have has had i you he she it we they me my your our their this
     that these those what which who whom whose when where why how can could should would will
     shall may might must not no yes so than too very just about into over under again also please
-    tell explain show give describe know want need let get ask any some all more most much many
+    tell explain show give describe know want need let get ask any some all more much many
     there here its it's i'm i've don't doesn't up out one there's thanks now whole straight way
     currently today""".split()
 )
@@ -67,8 +69,13 @@ PHRASAL = {
     ("look", "up"): "lookup",
     ("time", "out"): "timeout",
     ("fail", "over"): "failover",
+    ("or", "newer"): "minimum",
+    ("or", "later"): "minimum",
+    ("at", "least"): "minimum",
+    ("at", "most"): "maximum",
+    ("up", "to"): "maximum",
 }
-"""Two-word verbs that mean one thing; their particle would otherwise be dropped as a stop word."""
+"""Two words that mean one thing (``back up``, ``or newer``): their second would be a stop word."""
 
 SYNONYMS: tuple[tuple[str, ...], ...] = (
     ("biggest", "largest", "maximum", "max", "highest", "longest", "most"),
@@ -91,11 +98,32 @@ SYNONYMS: tuple[tuple[str, ...], ...] = (
     ("window", "within"),
     ("secure", "security"),
     ("sso", "sign-on"),
+    ("keep", "retain", "retention"),
+    ("old", "previous"),
 )
 """Everyday equivalents a question may use where the documents use the other word."""
 
 SYNONYM_WEIGHT = 0.6
 """A synonym counts this much of the word it stands for."""
+PREFIX_WEIGHT = 0.5
+"""A version's major.minor line (``3.2`` for ``3.2.1``) counts this much of the version."""
+
+GENERIC = frozenset(
+    "period time number amount value setting settings option options kind type level thing "
+    "things way ways".split()
+)
+GENERIC_WEIGHT = 0.3
+"""Nouns that head a phrase without saying what it is about ("retention *period*")."""
+
+ASKED = {
+    "version": frozenset({"version", "versions", "release", "releases"}),
+    "money": frozenset({"cost", "costs", "price", "prices", "pricing", "fee", "fees", "pay"}),
+    "compare": frozenset({"difference", "differences", "differ", "differs", "compare", "versus"}),
+}
+"""Words that name what a kind of question asks for: the answer's type stands for them."""
+ASKED_WEIGHT = 0.4
+
+_HOW_CUE = re.compile(r"\bhow\s+(?:many|much|long|often|soon|far|big|large)\b", re.IGNORECASE)
 
 _TOKEN = re.compile(
     r"\$?\d{1,3}(?:,\d{3})+(?:\.\d+)?%?"  # 1,000 and $19,380
@@ -170,7 +198,8 @@ def _word_terms(token: str, stem: Callable[[str], str]) -> list[str]:
     parts = [p for p in _PARTS.split(token) if p]
     if len(parts) == 1 and parts[0] == token:
         return [] if token in STOP_WORDS or len(token) < 2 else [stem(token)]
-    out = [token]
+    plain = "-" in token and all(p.isalpha() for p in parts) and not any(c in token for c in "._/")
+    out = [] if plain else [token]  # dead-letter is its words; LR-3010 and a.b stay whole too
     out += [stem(p) for p in parts if p not in STOP_WORDS and len(p) > 1]
     return out
 
@@ -208,6 +237,8 @@ class QueryTerm:
     term: str
     alternatives: frozenset[str] = frozenset()
     salient: bool = False
+    weight: float = 1.0
+    """How much the term counts: less for generic nouns and for words the kind stands for."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -249,7 +280,9 @@ def _is_salient(token: str, start: int, text: str) -> bool:
     """A name, an acronym, a version or an identifier, not a capital that starts a sentence."""
     if token[0].isdigit() and (_VERSION.match(token) or "." in token):
         return True
-    if any(c in token for c in "_-./") and any(c.isalpha() for c in token) and len(token) > 3:
+    if any(c in token for c in "_./") and any(c.isalpha() for c in token) and len(token) > 3:
+        return True
+    if "-" in token and any(c.isdigit() for c in token):
         return True
     if not token[0].isupper() or token == "I":
         return False
@@ -261,6 +294,9 @@ def _is_salient(token: str, start: int, text: str) -> bool:
 def analyze(question: str, stem: Callable[[str], str] = snowball_stem) -> Analysis:
     """The kind, terms, synonyms and salient terms of ``question`` (see the module docstring)."""
     synonyms = _SYNONYMS if stem is snowball_stem else _synonym_table(stem)
+    kind = _kind(question)
+    question = _HOW_CUE.sub("how", question)
+    asked = ASKED.get(kind, frozenset())
     raw = _tokens(question)
     lowered = [t.casefold() for t, _ in raw]
     words = _joined(lowered)
@@ -272,17 +308,18 @@ def analyze(question: str, stem: Callable[[str], str] = snowball_stem) -> Analys
         found = _word_terms(word, stem)
         if found:
             surface.append(word)
-        for term in found:
-            if term in terms:
+        for term in found[:1] if found and found[0][0].isdigit() else found:
+            if term in terms:  # a version's major.minor is matched by ``matches``, not added
                 continue
             alternatives = synonyms.get(term, frozenset())
-            terms[term] = QueryTerm(word, term, alternatives, word in salient_words)
+            weight = GENERIC_WEIGHT if word in GENERIC else ASKED_WEIGHT if word in asked else 1.0
+            terms[term] = QueryTerm(word, term, alternatives, word in salient_words, weight)
         for group in SYNONYMS:
             if word in group:
                 extra += [w for w in group if w != word and w not in extra]
     return Analysis(
         question=question,
-        kind=_kind(question),
+        kind=kind,
         terms=tuple(terms.values()),
         words=tuple(dict.fromkeys(surface)),
         synonyms=tuple(w for w in extra if w not in surface),
@@ -295,10 +332,18 @@ def search_text(analysis: Analysis, limit: int = 300) -> str:
     return text[:limit].rsplit(" ", 1)[0] if len(text) > limit else text
 
 
-def matches(terms: Iterable[str], term: QueryTerm) -> bool:
-    """Whether ``terms`` hold ``term`` itself (a version also by its major.minor prefix)."""
-    have = set(terms)
+def match(terms: Iterable[str], term: QueryTerm) -> float:
+    """1.0 when ``terms`` hold ``term``, ``PREFIX_WEIGHT`` when they hold only the major.minor
+    line of a version (``3.2`` or ``3.2.x`` for ``3.2.1``), else 0."""
+    have = terms if isinstance(terms, set | frozenset) else set(terms)
     if term.term in have:
-        return True
+        return 1.0
     prefix = version_prefix(term.term)
-    return prefix is not None and (prefix in have or f"{prefix}.x" in have)
+    if prefix is not None and (prefix in have or f"{prefix}.x" in have):
+        return PREFIX_WEIGHT
+    return 0.0
+
+
+def matches(terms: Iterable[str], term: QueryTerm) -> bool:
+    """Whether ``terms`` hold ``term`` itself or, for a version, its major.minor line."""
+    return match(terms, term) > 0
