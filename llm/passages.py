@@ -39,10 +39,10 @@ LEAD_WEIGHT = 0.8
 TYPE_BONUS = 0.35
 MIN_COVERAGE = 0.35
 KEEP = 0.55
-CLOSE = 0.85
+CLOSE = 0.8
 HEADING_BONUS = 0.3
 PER_ENTITY = 2
-SIBLING_PENALTY = 0.1
+SIBLING_PENALTY = 0.25
 MAX_POINTS = 4
 MAX_STEPS = 8
 LONG_CODE_LINES = 12
@@ -55,6 +55,12 @@ _FIGURE = re.compile(r"\d")
 _MONEY = re.compile(r"\$\s?\d|\b(?:free|USD|dollars?|euros?)\b", re.IGNORECASE)
 _MONTHS = "January|February|March|April|May|June|July|August|September|October|November|December"
 _DATE = re.compile(rf"\b(?:\d{{1,2}} (?:{_MONTHS})|(?:{_MONTHS}) \d{{4}}|Q[1-4] \d{{4}}|\d{{4}})\b")
+_FREQUENCY = re.compile(
+    r"\bevery\s+(?:\d+\s+|other\s+)?(?:second|minute|hour|day|week|month|quarter|year)s?\b"
+    r"|\b(?:daily|weekly|monthly|quarterly|yearly|hourly|annually)\b|\bonce\b"
+    r"|\bper (?:second|minute|hour|day|week|month|quarter|year)\b|\btimes? a\b",
+    re.IGNORECASE,
+)
 _VERSION = re.compile(r"\b\d+\.(?:\d+|x)(?:\.\d+)?\b")
 _COMMAND = re.compile(r"`[a-z][\w.-]* [^`]+`|\b(?:lumenctl|sudo|helm|docker|kubectl)\s+\w")
 
@@ -80,6 +86,9 @@ class Scored:
     score: float
     coverage: float
     covered: frozenset[str]
+    """Question terms the unit or its heading, lead or title holds."""
+    own: frozenset[str]
+    """Question terms the unit itself holds (or a synonym of them)."""
     typed: bool
 
 
@@ -175,6 +184,8 @@ def _typed(kind: str, unit: Unit) -> bool:
         return unit.kind in ("code", "step") or bool(_COMMAND.search(text))
     if kind == "quantity":
         return bool(_FIGURE.search(text)) or " no " in f" {text.lower()} "
+    if kind == "often":
+        return bool(_FREQUENCY.search(text))
     if kind == "money":
         return bool(_MONEY.search(text))
     if kind == "when":
@@ -203,13 +214,23 @@ class _Scorer:
             self.weights[t.term] = idf * t.weight * (1.5 if t.salient else 1.0)
         self.total = sum(self.weights.values()) or 1.0
         self.heading = [self._heading_coverage(u) for u in self.units]
-        self.entities = {t.word for t in analysis.salient}
-        self.title_words = [{w.casefold() for w in title.split()} for title in self.titles]
+        self.siblings = self._siblings({t.word for t in analysis.salient})
         self.doc_terms = [set[str]() for _ in docs]
         for u, own in zip(self.units, self.own, strict=True):
             self.doc_terms[u.doc] |= own
         for i, title in enumerate(self.titles):
             self.doc_terms[i] |= set(text_terms(title))
+
+    def _siblings(self, entities: set[str]) -> set[str]:
+        """Names of the same family as a named entity of the question (the other tiers beside
+        "Business"): first cells of table rows and ``Name:`` headings of the read documents."""
+        family = {u.text.split(" — ")[0].casefold() for u in self.units if u.kind == "row"}
+        family |= {
+            u.text.split(":")[0].casefold()
+            for u in self.units
+            if u.kind == "heading" and ":" in u.text
+        }
+        return family - entities if entities & family else set()
 
     def _heading_coverage(self, unit: Unit) -> float:
         """How much of the question the heading over ``unit`` (or the heading itself) covers."""
@@ -238,12 +259,15 @@ class _Scorer:
     def score(self, index: int) -> Scored:
         unit = self.units[index]
         covered: set[str] = set()
+        own: set[str] = set()
         got = 0.0
         for t in self.analysis.terms:
             c = self.credit(t, index)
             if c:
                 got += c * self.weights[t.term]
                 covered.add(t.term)
+                if c >= SYNONYM_WEIGHT:
+                    own.add(t.term)
         coverage = got / self.total
         kind = self.analysis.kind
         typed = _typed(kind, unit) or (
@@ -252,9 +276,8 @@ class _Scorer:
             and bool(_followers(self.units, unit, kind))
         )
         score = coverage * (1 + TYPE_BONUS * typed) + HEADING_BONUS * self.heading[index]
-        if self.entities and unit.kind != "row" and kind != "compare":
-            others = {w for w in _capitals(unit.text) if w not in self.entities}
-            score /= 1 + SIBLING_PENALTY * len(others - self.title_words[unit.doc])
+        if self.siblings and unit.kind != "row" and kind != "compare":
+            score /= 1 + SIBLING_PENALTY * len(_capitals(unit.text) & self.siblings)
         if unit.kind == "code":
             lines = unit.text.count("\n") + 1
             if self.analysis.kind != "howto":
@@ -264,7 +287,7 @@ class _Scorer:
         elif unit.kind == "heading" and self.analysis.kind == "howto":
             score *= 0.8
         score -= 0.002 * unit.pos + 0.01 * unit.doc
-        return Scored(unit, score, coverage, frozenset(covered), typed)
+        return Scored(unit, score, coverage, frozenset(covered), frozenset(own), typed)
 
     def missing_salient(self) -> list[str]:
         every = set().union(*self.doc_terms) if self.doc_terms else set()
@@ -294,10 +317,25 @@ def _followers(units_: list[Unit], unit: Unit, kind: str) -> list[Unit]:
     return []
 
 
+def _steps(units_: list[Unit], step: Unit) -> list[Unit]:
+    """The numbered steps of the list ``step`` belongs to, in order."""
+    run: list[Unit] = []
+    for u in units_:
+        if u.doc != step.doc or u.section != step.section:
+            continue
+        if u.kind == "step":
+            run.append(u)
+        elif u.kind != "code" and u.pos > step.pos:
+            break
+        elif u.kind != "code":
+            run = []
+    return run[:MAX_STEPS] if step in run else []
+
+
 def _around(best: Scored, eligible: list[Scored], max_points: int) -> list[Scored]:
     """The best unit, then units on the same point that add terms to it or score almost as well."""
     chosen: list[Scored] = [best]
-    covered = set(best.covered)
+    covered = set(best.own)
     for s in eligible:
         if len(chosen) >= max_points or s.score < KEEP * best.score:
             break
@@ -305,9 +343,9 @@ def _around(best: Scored, eligible: list[Scored], max_points: int) -> list[Score
             continue
         if len(s.covered & best.covered) * 2 < len(best.covered):
             continue  # another subject that happens to share a word
-        if s.covered - covered or s.score >= CLOSE * best.score:
+        if s.own - covered or s.score >= CLOSE * best.score:
             chosen.append(s)
-            covered |= s.covered
+            covered |= s.own
     return chosen
 
 
@@ -352,7 +390,10 @@ def select(analysis: Analysis, docs: Sequence[tuple[str, str]], max_points: int 
         chosen = _around(best, eligible, max_points)
     points: list[Unit] = []
     for s in chosen:
-        for u in [s.unit, *_followers(scorer.units, s.unit, analysis.kind)]:
+        brought = [s.unit, *_followers(scorer.units, s.unit, analysis.kind)]
+        if s.unit.kind == "step" and analysis.kind == "howto":  # a step: the whole procedure
+            brought = _steps(scorer.units, s.unit) or brought
+        for u in brought:
             if u not in points:
                 points.append(u)
     return Selection(tuple(points))

@@ -44,7 +44,7 @@ __all__ = [
     "version_prefix",
 ]
 
-KINDS = ("howto", "quantity", "money", "when", "version", "compare", "yesno", "other")
+KINDS = ("howto", "quantity", "often", "money", "when", "version", "compare", "yesno", "other")
 
 STOP_WORDS = frozenset(
     """a an the and or but if then else of to in on at by for with from as is are was were be
@@ -148,6 +148,7 @@ _QUANTITY = re.compile(
     r"|\bat what\b|\bwithin how\b|\bnumber of\b",
     re.IGNORECASE,
 )
+_OFTEN = re.compile(r"\bhow\s+often\b|\bhow\s+frequently\b|\bat what interval\b", re.I)
 _WHEN = re.compile(r"\bwhen\b|\bwhat date\b|\buntil\b|\bsince when\b", re.IGNORECASE)
 _VERSION_Q = re.compile(r"\b(?:which|what)\s+(?:\w+\s+)?(?:version|release)s?\b", re.IGNORECASE)
 _COMPARE = re.compile(
@@ -267,6 +268,8 @@ def _kind(question: str) -> str:
         return "version"
     if _MONEY.search(question):
         return "money"
+    if _OFTEN.search(question):
+        return "often"
     if _QUANTITY.search(question):
         return "quantity"
     if _WHEN.search(question):
