@@ -39,7 +39,7 @@ from . import passages
 from .context import Call, TurnView, parse_context, terms
 from .passages import select
 from .protocol import Chunk
-from .query import analyze, search_text
+from .query import SYNONYM_WEIGHT, analyze, matches, search_text, text_terms
 
 _AGENT = re.compile(
     r"\b(?:ask|have|get|let)\s+(?:the\s+|our\s+)?([a-z][\w-]{1,40})\s+to\s+([^.?!\n]+)",
@@ -55,7 +55,9 @@ _MEMORY = re.compile(
 _CITATION = re.compile(r"\s*\[\[S:[^\]]*\]\]")
 MAX_READ = 5
 """Documents read per search: the best answer is often the 4th or 5th hit."""
-TOP_K = 8
+TOP_K = 10
+"""Hits asked of a search: the reranking (``rerank_hits``) picks the ``MAX_READ`` to read."""
+RANK_WEIGHT = 1.0
 MAX_POINTS = passages.MAX_POINTS
 DECLINE = "The documents do not cover"
 
@@ -123,6 +125,32 @@ def answer_points(view: TurnView, questions: Sequence[str], limit: int = MAX_POI
             if not any((p.rank, p.pos) == (point.rank, point.pos) for p in points):
                 points.append(point)
     return Answer(points, declined)
+
+
+def rerank_hits(search: Call, question: str) -> list[str]:
+    """The ``ks:`` paths of a search's hits, reranked: the search's own score (relative to the
+    best) plus how much of the analysed question the hit's title and snippet hold."""
+    data = search.result_json()
+    rows = data.get("hits") if isinstance(data, dict) else data
+    if not isinstance(rows, list):
+        return [p for p in re.findall(r"ks:[^\s\"',\]]+", search.result or "")]
+    hits = [h for h in rows if isinstance(h, dict) and str(h.get("path", "")).startswith("ks:")]
+    analysis = analyze(_topic(question))
+    total = sum(t.weight for t in analysis.terms) or 1.0
+    best = max((_number(h.get("score")) for h in hits), default=0.0) or 1.0
+    ranked: list[tuple[float, int, str]] = []
+    for order, h in enumerate(hits):
+        have = set(text_terms(f"{h.get('title', '')} {h.get('snippet', '')}"))
+        got = sum(
+            t.weight * (1.0 if matches(have, t) else SYNONYM_WEIGHT * bool(t.alternatives & have))
+            for t in analysis.terms
+        )
+        ranked.append((-(got / total + RANK_WEIGHT * _number(h.get("score")) / best), order, h["path"]))
+    return list(dict.fromkeys(path for _, _, path in sorted(ranked)))
+
+
+def _number(value: object) -> float:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
 
 
 def pick_points(view: TurnView, query: str, limit: int = MAX_POINTS) -> list[Point]:
@@ -239,7 +267,7 @@ class Policy:
                     {"query": search_query(question), "top_k": self.top_k},
                     "… [1] searching the knowledge space",
                 )
-            hits = [p for p in v.hit_paths(search) if p not in v.read_paths()]
+            hits = [p for p in rerank_hits(search, question) if p not in v.read_paths()]
             if hits and v.first_call_after("react.read", search.position) is None:
                 chosen = hits[: self.max_read]
                 return self.call(

@@ -42,6 +42,7 @@ KEEP = 0.55
 CLOSE = 0.8
 HEADING_BONUS = 0.3
 PER_ENTITY = 2
+ADDS = 0.15
 SIBLING_PENALTY = 0.25
 MAX_POINTS = 4
 MAX_STEPS = 8
@@ -57,7 +58,7 @@ _MONTHS = "January|February|March|April|May|June|July|August|September|October|N
 _DATE = re.compile(rf"\b(?:\d{{1,2}} (?:{_MONTHS})|(?:{_MONTHS}) \d{{4}}|Q[1-4] \d{{4}}|\d{{4}})\b")
 _FREQUENCY = re.compile(
     r"\bevery\s+(?:\d+\s+|other\s+)?(?:second|minute|hour|day|week|month|quarter|year)s?\b"
-    r"|\b(?:daily|weekly|monthly|quarterly|yearly|hourly|annually)\b|\bonce\b"
+    r"|\b(?:daily|weekly|monthly|quarterly|yearly|hourly|annually)\b|\bonce an?\b"
     r"|\bper (?:second|minute|hour|day|week|month|quarter|year)\b|\btimes? a\b",
     re.IGNORECASE,
 )
@@ -332,10 +333,13 @@ def _steps(units_: list[Unit], step: Unit) -> list[Unit]:
     return run[:MAX_STEPS] if step in run else []
 
 
-def _around(best: Scored, eligible: list[Scored], max_points: int) -> list[Scored]:
+def _around(
+    best: Scored, eligible: list[Scored], max_points: int, weights: dict[str, float]
+) -> list[Scored]:
     """The best unit, then units on the same point that add terms to it or score almost as well."""
     chosen: list[Scored] = [best]
     covered = set(best.own)
+    total = sum(weights.values()) or 1.0
     for s in eligible:
         if len(chosen) >= max_points or s.score < KEEP * best.score:
             break
@@ -343,7 +347,8 @@ def _around(best: Scored, eligible: list[Scored], max_points: int) -> list[Score
             continue
         if len(s.covered & best.covered) * 2 < len(best.covered):
             continue  # another subject that happens to share a word
-        if s.own - covered or s.score >= CLOSE * best.score:
+        adds = sum(weights[t] for t in s.own - covered)
+        if adds >= ADDS * total or s.score >= CLOSE * best.score:
             chosen.append(s)
             covered |= s.own
     return chosen
@@ -351,7 +356,10 @@ def _around(best: Scored, eligible: list[Scored], max_points: int) -> list[Score
 
 def _by_entity(scorer: _Scorer, eligible: list[Scored]) -> list[Scored]:
     """For a comparison of named things: the best units about each one alone."""
-    entities = [t for t in scorer.analysis.salient if not t.term[0].isdigit()]
+    compared = scorer.analysis.compared
+    entities = [t for t in scorer.analysis.terms if t.term in compared]
+    if len(entities) < 2:
+        entities = [t for t in scorer.analysis.salient if not t.term[0].isdigit()]
     if len(entities) < 2:
         return []
     chosen: list[Scored] = []
@@ -387,7 +395,7 @@ def select(analysis: Analysis, docs: Sequence[tuple[str, str]], max_points: int 
         return Selection((), " ".join(analysis.words) or "this question")
     chosen = _by_entity(scorer, eligible) if analysis.kind == "compare" else []
     if not chosen:
-        chosen = _around(best, eligible, max_points)
+        chosen = _around(best, eligible, max_points, scorer.weights)
     points: list[Unit] = []
     for s in chosen:
         brought = [s.unit, *_followers(scorer.units, s.unit, analysis.kind)]

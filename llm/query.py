@@ -155,6 +155,11 @@ _COMPARE = re.compile(
     r"\bdiffer(?:s|ence|ences)?\b|\bcompare[sd]?\b|\bversus\b|\bvs\.?\b|\bbetter than\b",
     re.IGNORECASE,
 )
+_COMPARED = re.compile(
+    r"\bbetween\s+(?:the\s+)?(?P<a>[\w.-]+)\s+and\s+(?:the\s+)?(?P<b>[\w.-]+)"
+    r"|(?P<c>[\w.-]+)\s+(?:vs\.?|versus)\s+(?:the\s+)?(?P<d>[\w.-]+)",
+    re.IGNORECASE,
+)
 _YESNO = re.compile(r"^\s*(?:is|are|does|do|can|could|will|has|have|should)\b", re.IGNORECASE)
 
 _STEMMER = snowballstemmer.stemmer("english")
@@ -186,6 +191,14 @@ def version_prefix(term: str) -> str | None:
     return ".".join(parts[:2]) if len(parts) > 2 else None
 
 
+def _stem(word: str, stem: Callable[[str], str]) -> str:
+    """``stem(word)``, and the plural of an acronym without vowels (``sdks``) made singular."""
+    out = stem(word)
+    if out.endswith("s") and len(out) > 2 and not any(c in "aeiouy" for c in out[:-1]):
+        return out[:-1]
+    return out
+
+
 def _number(token: str) -> str:
     return token.replace(",", "").removeprefix("$")
 
@@ -198,10 +211,10 @@ def _word_terms(token: str, stem: Callable[[str], str]) -> list[str]:
         return [number, prefix] if prefix else [number]
     parts = [p for p in _PARTS.split(token) if p]
     if len(parts) == 1 and parts[0] == token:
-        return [] if token in STOP_WORDS or len(token) < 2 else [stem(token)]
+        return [] if token in STOP_WORDS or len(token) < 2 else [_stem(token, stem)]
     plain = "-" in token and all(p.isalpha() for p in parts) and not any(c in token for c in "._/")
     out = [] if plain else [token]  # dead-letter is its words; LR-3010 and a.b stay whole too
-    out += [stem(p) for p in parts if p not in STOP_WORDS and len(p) > 1]
+    out += [_stem(p, stem) for p in parts if p not in STOP_WORDS and len(p) > 1]
     return out
 
 
@@ -253,6 +266,8 @@ class Analysis:
     """The question's content words in their written form (phrasal verbs joined)."""
     synonyms: tuple[str, ...] = field(default=())
     """Written forms of the synonyms (for the search query)."""
+    compared: tuple[str, ...] = field(default=())
+    """For a comparison: the terms of the things compared ("between X and Y", "X vs Y")."""
 
     @property
     def salient(self) -> tuple[QueryTerm, ...]:
@@ -320,9 +335,14 @@ def analyze(question: str, stem: Callable[[str], str] = snowball_stem) -> Analys
         for group in SYNONYMS:
             if word in group:
                 extra += [w for w in group if w != word and w not in extra]
+    compared: list[str] = []
+    if kind == "compare" and (pair := _COMPARED.search(question)):
+        for name in (n for n in pair.groups() if n):
+            compared += [t for t in _word_terms(name.casefold(), stem) if t in terms][:1]
     return Analysis(
         question=question,
         kind=kind,
+        compared=tuple(dict.fromkeys(compared)),
         terms=tuple(terms.values()),
         words=tuple(dict.fromkeys(surface)),
         synonyms=tuple(w for w in extra if w not in surface),
