@@ -37,7 +37,7 @@ from timeline.tokens import DEFAULT_COUNTER
 
 from . import passages
 from .context import Call, TurnView, parse_context, terms
-from .passages import select
+from .passages import answers_kind, select
 from .protocol import Chunk
 from .query import SYNONYM_WEIGHT, analyze, matches, search_text, text_terms
 
@@ -53,11 +53,13 @@ _MEMORY = re.compile(
     re.IGNORECASE,
 )
 _CITATION = re.compile(r"\s*\[\[S:[^\]]*\]\]")
-MAX_READ = 5
+MAX_READ = 6
 """Documents read per search: the best answer is often the 4th or 5th hit."""
 TOP_K = 10
 """Hits asked of a search: the reranking (``rerank_hits``) picks the ``MAX_READ`` to read."""
 RANK_WEIGHT = 1.0
+TYPE_WEIGHT = 0.3
+SNIPPET_WEIGHT = 0.5
 MAX_POINTS = passages.MAX_POINTS
 DECLINE = "The documents do not cover"
 
@@ -145,7 +147,9 @@ def rerank_hits(search: Call, question: str) -> list[str]:
             t.weight * (1.0 if matches(have, t) else SYNONYM_WEIGHT * bool(t.alternatives & have))
             for t in analysis.terms
         )
-        ranked.append((-(got / total + RANK_WEIGHT * _number(h.get("score")) / best), order, h["path"]))
+        typed = TYPE_WEIGHT * answers_kind(analysis.kind, str(h.get("snippet", "")))
+        relevance = SNIPPET_WEIGHT * got / total + RANK_WEIGHT * _number(h.get("score")) / best + typed
+        ranked.append((-relevance, order, h["path"]))
     return list(dict.fromkeys(path for _, _, path in sorted(ranked)))
 
 

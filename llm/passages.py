@@ -32,7 +32,7 @@ from dataclasses import dataclass
 
 from .query import SYNONYM_WEIGHT, Analysis, QueryTerm, match, matches, text_terms
 
-__all__ = ["Selection", "Unit", "select", "units"]
+__all__ = ["Selection", "Unit", "answers_kind", "select", "units"]
 
 CONTEXT_WEIGHT = 0.5
 LEAD_WEIGHT = 0.8
@@ -107,7 +107,7 @@ def _flush(out: list[Unit], doc: int, para: list[str], section: str, kind: str) 
         return
     text = " ".join(para).replace("**", "")
     para.clear()
-    pieces = [text] if kind != "prose" else _SENTENCE.split(text)
+    pieces = _SENTENCE.split(text) if kind in ("prose", "item") else [text]
     for piece in pieces:
         piece = piece.strip()
         if len(piece) >= 3:
@@ -177,6 +177,11 @@ _CAPITAL = re.compile(r"(?<![.!?:;]\s)(?<!^)\b[A-Z][a-z]+\b")
 def _capitals(text: str) -> set[str]:
     """Capitalised words inside a sentence (names), lower-cased."""
     return {m.group().casefold() for m in _CAPITAL.finditer(text)}
+
+
+def answers_kind(kind: str, text: str) -> bool:
+    """Whether prose ``text`` shows what a question of ``kind`` asks for (a figure, a date …)."""
+    return _typed(kind, Unit(0, 0, "prose", text, ""))
 
 
 def _typed(kind: str, unit: Unit) -> bool:
@@ -354,6 +359,11 @@ def _around(
     return chosen
 
 
+def _starts_with(unit: Unit, entity: QueryTerm) -> bool:
+    """Whether ``unit`` is about ``entity`` by its first words ("Team: …", "`viewer`: …")."""
+    return matches(text_terms(" ".join(unit.text.split()[:2])), entity)
+
+
 def _by_entity(scorer: _Scorer, eligible: list[Scored]) -> list[Scored]:
     """For a comparison of named things: the best units about each one alone."""
     compared = scorer.analysis.compared
@@ -371,6 +381,7 @@ def _by_entity(scorer: _Scorer, eligible: list[Scored]) -> list[Scored]:
             have = scorer.own[i] | set(text_terms(s.unit.section))
             if matches(have, entity) and not any(matches(have, o) for o in others) and s.typed:
                 about.append(s)
+        about.sort(key=lambda s: not _starts_with(s.unit, entity))  # stable: by score within
         chosen += [s for s in about[:PER_ENTITY] if s not in chosen]
     return chosen
 

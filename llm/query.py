@@ -53,7 +53,7 @@ STOP_WORDS = frozenset(
     shall may might must not no yes so than too very just about into over under again also please
     tell explain show give describe know want need let get ask any some all more much many
     there here its it's i'm i've don't doesn't up out one there's thanks now whole straight way
-    currently today""".split()
+    currently today between""".split()
 )
 """Function and question words: they say how a question is asked, not what it is about."""
 
