@@ -244,7 +244,10 @@ class _Scorer:
         if heading == self.titles[unit.doc]:
             return 0.0
         have = set(text_terms(heading))
-        got = sum(self.weights[t.term] for t in self.analysis.terms if matches(have, t))
+        got = sum(
+            self.weights[t.term] * (match(have, t) or SYNONYM_WEIGHT * bool(t.alternatives & have))
+            for t in self.analysis.terms
+        )
         return got / self.total
 
     def credit(self, term: QueryTerm, index: int) -> float:
