@@ -62,6 +62,8 @@ TYPE_WEIGHT = 0.3
 SNIPPET_WEIGHT = 0.5
 MAX_POINTS = passages.MAX_POINTS
 DECLINE = "The documents do not cover"
+SHORT_ITEM = 6
+"""A list item this short is shown under its heading: ``Not planned — Windows server support.``"""
 
 
 def agent_request(text: str) -> tuple[str, str] | None:
@@ -101,6 +103,7 @@ class Point:
     kind: str = "prose"
     lead: str = ""
     pos: int = 0
+    section: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,7 +126,16 @@ def answer_points(view: TurnView, questions: Sequence[str], limit: int = MAX_POI
             declined.append(chosen.declined)
         for order, unit in enumerate(chosen.points):
             doc = docs[unit.doc]
-            point = Point(unit.text, doc.sid, -float(order), unit.doc, unit.kind, unit.lead, unit.pos)
+            point = Point(
+                unit.text,
+                doc.sid,
+                -float(order),
+                unit.doc,
+                unit.kind,
+                unit.lead,
+                unit.pos,
+                "" if unit.section == doc.title else unit.section,
+            )
             if not any((p.rank, p.pos) == (point.rank, point.pos) for p in points):
                 points.append(point)
     return Answer(points, declined)
@@ -173,6 +185,8 @@ def render_points(points: Sequence[Point]) -> list[str]:
             if not follows:
                 lines.append(f"- {p.lead}{cite}")
             lines += ["  ```", *(f"  {line}" if line else "" for line in p.text.split("\n")), "  ```"]
+        elif p.kind == "item" and len(p.text.split()) <= SHORT_ITEM and p.section:
+            lines.append(f"- {p.section} — {p.text}{cite}")  # "Not planned — Windows server …"
         else:
             lines.append(f"- {p.text}{cite}")
         previous = p

@@ -62,6 +62,7 @@ _FREQUENCY = re.compile(
     r"|\bper (?:second|minute|hour|day|week|month|quarter|year)\b|\btimes? a\b",
     re.IGNORECASE,
 )
+_FULL_VERSION = re.compile(r"^\d+\.\d+\.\d+$")
 _VERSION = re.compile(r"\b\d+\.(?:\d+|x)(?:\.\d+)?\b")
 _COMMAND = re.compile(r"`[a-z][\w.-]* [^`]+`|\b(?:lumenctl|sudo|helm|docker|kubectl)\s+\w")
 
@@ -221,6 +222,7 @@ class _Scorer:
         self.total = sum(self.weights.values()) or 1.0
         self.heading = [self._heading_coverage(u) for u in self.units]
         self.siblings = self._siblings({t.word for t in analysis.salient})
+        self.versions = {t.term for t in analysis.terms if _FULL_VERSION.match(t.term)}
         self.doc_terms = [set[str]() for _ in docs]
         for u, own in zip(self.units, self.own, strict=True):
             self.doc_terms[u.doc] |= own
@@ -285,6 +287,9 @@ class _Scorer:
             and bool(_followers(self.units, unit, kind))
         )
         score = coverage * (1 + TYPE_BONUS * typed) + HEADING_BONUS * self.heading[index]
+        if self.versions and not self.versions & (self.own[index] | self.context[index]):
+            others = {t for t in self.own[index] | self.context[index] if _FULL_VERSION.match(t)}
+            score /= 1 + len(others)  # about another release than the one asked for
         if self.siblings and unit.kind != "row" and kind != "compare":
             score /= 1 + SIBLING_PENALTY * len(_capitals(unit.text) & self.siblings)
         if unit.kind == "code":
