@@ -39,7 +39,7 @@ from . import passages
 from .context import Call, TurnView, parse_context, terms
 from .passages import answers_kind, select
 from .protocol import Chunk
-from .query import SYNONYM_WEIGHT, analyze, matches, search_text, text_terms
+from .query import SYNONYM_WEIGHT, Stem, analyze, matches, search_text, snowball_stem
 
 _AGENT = re.compile(
     r"\b(?:ask|have|get|let)\s+(?:the\s+|our\s+)?([a-z][\w-]{1,40})\s+to\s+([^.?!\n]+)",
@@ -85,10 +85,10 @@ def _topic(text: str) -> str:
     return _MEMORY.sub(" ", _AGENT.sub(" ", text))
 
 
-def search_query(text: str) -> str:
+def search_query(text: str, stem: Stem = snowball_stem) -> str:
     """The question as search words: content words (versions, identifiers and phrasal verbs
     kept whole) and their synonyms, without the outside-agent clause (``llm.query``)."""
-    found = search_text(analyze(_topic(text)))
+    found = search_text(analyze(_topic(text), stem))
     return found or " ".join(dict.fromkeys(terms(text, stemmed=False)))[:300] or text.strip()[:300]
 
 
@@ -114,14 +114,16 @@ class Answer:
     declined: list[str]
 
 
-def answer_points(view: TurnView, questions: Sequence[str], limit: int = MAX_POINTS) -> Answer:
+def answer_points(
+    view: TurnView, questions: Sequence[str], limit: int = MAX_POINTS, stem: Stem = snowball_stem
+) -> Answer:
     """Choose what answers each question from the documents read (``llm.passages.select``)."""
     docs = view.read_docs()
     pairs = [(d.title, d.text) for d in docs]
     points: list[Point] = []
     declined: list[str] = []
     for question in questions:
-        chosen = select(analyze(_topic(question)), pairs, max_points=limit)
+        chosen = select(analyze(_topic(question), stem), pairs, max_points=limit)
         if chosen.declined:
             declined.append(chosen.declined)
         for order, unit in enumerate(chosen.points):
@@ -141,7 +143,7 @@ def answer_points(view: TurnView, questions: Sequence[str], limit: int = MAX_POI
     return Answer(points, declined)
 
 
-def rerank_hits(search: Call, question: str) -> list[str]:
+def rerank_hits(search: Call, question: str, stem: Stem = snowball_stem) -> list[str]:
     """The ``ks:`` paths of a search's hits, reranked: the search's own score (relative to the
     best) plus how much of the analysed question the hit's title and snippet hold."""
     data = search.result_json()
@@ -149,18 +151,19 @@ def rerank_hits(search: Call, question: str) -> list[str]:
     if not isinstance(rows, list):
         return [p for p in re.findall(r"ks:[^\s\"',\]]+", search.result or "")]
     hits = [h for h in rows if isinstance(h, dict) and str(h.get("path", "")).startswith("ks:")]
-    analysis = analyze(_topic(question))
+    analysis = analyze(_topic(question), stem)
     total = sum(t.weight for t in analysis.terms) or 1.0
     best = max((_number(h.get("score")) for h in hits), default=0.0) or 1.0
     ranked: list[tuple[float, int, str]] = []
     for order, h in enumerate(hits):
-        have = set(text_terms(f"{h.get('title', '')} {h.get('snippet', '')}"))
+        have = set(analysis.text_terms(f"{h.get('title', '')} {h.get('snippet', '')}"))
         got = sum(
             t.weight * (1.0 if matches(have, t) else SYNONYM_WEIGHT * bool(t.alternatives & have))
             for t in analysis.terms
         )
         typed = TYPE_WEIGHT * answers_kind(analysis.kind, str(h.get("snippet", "")))
-        relevance = SNIPPET_WEIGHT * got / total + RANK_WEIGHT * _number(h.get("score")) / best + typed
+        searched = RANK_WEIGHT * _number(h.get("score")) / best
+        relevance = SNIPPET_WEIGHT * got / total + searched + typed
         ranked.append((-relevance, order, h["path"]))
     return list(dict.fromkeys(path for _, _, path in sorted(ranked)))
 
@@ -169,9 +172,11 @@ def _number(value: object) -> float:
     return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
 
 
-def pick_points(view: TurnView, query: str, limit: int = MAX_POINTS) -> list[Point]:
+def pick_points(
+    view: TurnView, query: str, limit: int = MAX_POINTS, stem: Stem = snowball_stem
+) -> list[Point]:
     """The pieces of the read documents that answer ``query``, best first (none: not covered)."""
-    return answer_points(view, [query], limit).points
+    return answer_points(view, [query], limit, stem).points
 
 
 def render_points(points: Sequence[Point]) -> list[str]:
@@ -184,7 +189,8 @@ def render_points(points: Sequence[Point]) -> list[str]:
             follows = previous is not None and (previous.rank, previous.pos + 1) == (p.rank, p.pos)
             if not follows:
                 lines.append(f"- {p.lead}{cite}")
-            lines += ["  ```", *(f"  {line}" if line else "" for line in p.text.split("\n")), "  ```"]
+            code = [f"  {line}" if line else "" for line in p.text.split("\n")]
+            lines += ["  ```", *code, "  ```"]
         elif p.kind == "item" and len(p.text.split()) <= SHORT_ITEM and p.section:
             lines.append(f"- {p.section} — {p.text}{cite}")  # "Not planned — Windows server …"
         else:
@@ -204,9 +210,11 @@ class ExtractiveModel:
         delay: float = 0.0,
         top_k: int = TOP_K,
         max_read: int = MAX_READ,
+        stem: Stem = snowball_stem,
     ) -> None:
         self.name = name
         self.max_read = max(1, max_read)
+        self.stem = stem
         self.chunk_chars = max(1, chunk_chars)
         self.delay = delay
         self.top_k = top_k
@@ -215,7 +223,7 @@ class ExtractiveModel:
     def decide(self, request: GenerateRequest) -> str:
         """The raw channel-protocol output for this round (pure: a function of the context)."""
         view = parse_context(request)
-        return Policy(view, self.top_k, self.max_read).output()
+        return Policy(view, self.top_k, self.max_read, self.stem).output()
 
     async def stream(self, request: GenerateRequest) -> AsyncIterator[Chunk]:
         self.calls += 1
@@ -252,10 +260,13 @@ def _decision(action: str, calls: Sequence[dict[str, object]] = (), notes: str =
 class Policy:
     """One round's choice, read off a ``TurnView``."""
 
-    def __init__(self, view: TurnView, top_k: int, max_read: int = MAX_READ) -> None:
+    def __init__(
+        self, view: TurnView, top_k: int, max_read: int = MAX_READ, stem: Stem = snowball_stem
+    ) -> None:
         self.view = view
         self.top_k = top_k
         self.max_read = max_read
+        self.stem = stem
         self.question = view.prompt
         self.agent = agent_request(view.prompt)
 
@@ -270,7 +281,7 @@ class Policy:
                 "Looking through earlier turns of our conversation first.",
                 "react.memsearch",
                 {
-                    "query": search_query(self.question),
+                    "query": search_query(self.question, self.stem),
                     "targets": ["user", "assistant", "notes"],
                     "top_k": 3,
                 },
@@ -280,12 +291,12 @@ class Policy:
             search = v.first_call_after("react.search_knowledge", position)
             if search is None:
                 return self.call(
-                    f"Searching the knowledge space for: {search_query(question)}",
+                    f"Searching the knowledge space for: {search_query(question, self.stem)}",
                     "react.search_knowledge",
-                    {"query": search_query(question), "top_k": self.top_k},
+                    {"query": search_query(question, self.stem), "top_k": self.top_k},
                     "… [1] searching the knowledge space",
                 )
-            hits = [p for p in rerank_hits(search, question) if p not in v.read_paths()]
+            hits = [p for p in rerank_hits(search, question, self.stem) if p not in v.read_paths()]
             if hits and v.first_call_after("react.read", search.position) is None:
                 chosen = hits[: self.max_read]
                 return self.call(
@@ -313,7 +324,8 @@ class Policy:
 
     def answer(self, limit: int = MAX_POINTS) -> Answer:
         """What answers the prompt and each user followup of the turn."""
-        return answer_points(self.view, [q for _, q in self.view.questions()], limit)
+        questions = [q for _, q in self.view.questions()]
+        return answer_points(self.view, questions, limit, self.stem)
 
     def call(self, thinking: str, tool: str, params: dict[str, object], notes: str) -> str:
         return _channel("thinking", thinking) + _decision(
@@ -325,7 +337,7 @@ class Policy:
         if refers_to_memory(self.question):
             steps.append("Recall what earlier turns said")
         steps += [
-            f"Search the knowledge space for: {search_query(self.question)[:80]}",
+            f"Search the knowledge space for: {search_query(self.question, self.stem)[:80]}",
             "Read the best sources and note the key facts",
         ]
         if self.agent is not None:
@@ -344,7 +356,7 @@ class Policy:
         content = (
             f"[K] {facts}" if facts else "[K] the knowledge space has nothing on this question"
         )
-        slug = "-".join(search_query(self.question).lower().split()[:4]) or "note"
+        slug = "-".join(search_query(self.question, self.stem).lower().split()[:4]) or "note"
         slug = re.sub(r"[^a-z0-9-]", "", slug) or "note"
         return self.call(
             "Noting the key facts before answering.",
@@ -374,8 +386,8 @@ class Policy:
         lines += render_points(points)
         if not v.read_docs():
             lines.append(
-                f"{DECLINE} {search_query(self.question)!r}: I could not find anything about it "
-                "in the knowledge space, so I cannot answer from sources."
+                f"{DECLINE} {search_query(self.question, self.stem)!r}: I could not find "
+                "anything about it in the knowledge space, so I cannot answer from sources."
             )
         elif found.declined and not (recalled and not points):
             if points:

@@ -30,7 +30,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from .query import SYNONYM_WEIGHT, Analysis, QueryTerm, match, matches, text_terms
+from .query import SYNONYM_WEIGHT, Analysis, QueryTerm, match, matches
 
 __all__ = ["Selection", "Unit", "answers_kind", "select", "units"]
 
@@ -43,6 +43,7 @@ CLOSE = 0.8
 HEADING_BONUS = 0.3
 PER_ENTITY = 2
 ADDS = 0.15
+HISTORY_WEIGHT = 0.5
 SIBLING_PENALTY = 0.25
 MAX_POINTS = 4
 MAX_STEPS = 8
@@ -60,6 +61,16 @@ _FREQUENCY = re.compile(
     r"\bevery\s+(?:\d+\s+|other\s+)?(?:second|minute|hour|day|week|month|quarter|year)s?\b"
     r"|\b(?:daily|weekly|monthly|quarterly|yearly|hourly|annually)\b|\bonce an?\b"
     r"|\bper (?:second|minute|hour|day|week|month|quarter|year)\b|\btimes? a\b",
+    re.IGNORECASE,
+)
+_HISTORY = re.compile(
+    r"\b(?:before version|previously|formerly|used to|no longer|until \d|was \d|were \d)"
+    r"|\(was [^)]*\)",
+    re.IGNORECASE,
+)
+_ASKS_HISTORY = re.compile(
+    r"\b(?:chang\w*|before|previous\w*|old(?:er)?|history|earlier|used to|was|were|new|since"
+    r"|removed|deprecated|upgrad\w*)\b",
     re.IGNORECASE,
 )
 _FULL_VERSION = re.compile(r"^\d+\.\d+\.\d+$")
@@ -210,9 +221,11 @@ class _Scorer:
             self.units += units(text, i, title)
         self.titles = [title for title, _ in docs]
         self.index = {id(u): i for i, u in enumerate(self.units)}
-        self.own = [set(text_terms(u.text)) for u in self.units]
-        self.context = [set(text_terms(f"{u.section} {self.titles[u.doc]}")) for u in self.units]
-        self.lead = [set(text_terms(u.lead)) for u in self.units]
+        self.own = [set(analysis.text_terms(u.text)) for u in self.units]
+        self.context = [
+            set(analysis.text_terms(f"{u.section} {self.titles[u.doc]}")) for u in self.units
+        ]
+        self.lead = [set(analysis.text_terms(u.lead)) for u in self.units]
         n = len(self.units) or 1
         self.weights: dict[str, float] = {}
         for t in analysis.terms:
@@ -223,11 +236,12 @@ class _Scorer:
         self.heading = [self._heading_coverage(u) for u in self.units]
         self.siblings = self._siblings({t.word for t in analysis.salient})
         self.versions = {t.term for t in analysis.terms if _FULL_VERSION.match(t.term)}
+        self.history = bool(_ASKS_HISTORY.search(analysis.question)) or bool(self.versions)
         self.doc_terms = [set[str]() for _ in docs]
         for u, own in zip(self.units, self.own, strict=True):
             self.doc_terms[u.doc] |= own
         for i, title in enumerate(self.titles):
-            self.doc_terms[i] |= set(text_terms(title))
+            self.doc_terms[i] |= set(analysis.text_terms(title))
 
     def _siblings(self, entities: set[str]) -> set[str]:
         """Names of the same family as a named entity of the question (the other tiers beside
@@ -245,7 +259,7 @@ class _Scorer:
         heading = unit.text if unit.kind == "heading" else unit.section
         if heading == self.titles[unit.doc]:
             return 0.0
-        have = set(text_terms(heading))
+        have = set(self.analysis.text_terms(heading))
         got = sum(
             self.weights[t.term] * (match(have, t) or SYNONYM_WEIGHT * bool(t.alternatives & have))
             for t in self.analysis.terms
@@ -282,11 +296,11 @@ class _Scorer:
         coverage = got / self.total
         kind = self.analysis.kind
         typed = _typed(kind, unit) or (
-            kind == "howto"
-            and unit.kind == "heading"
-            and bool(_followers(self.units, unit, kind))
+            kind == "howto" and unit.kind == "heading" and bool(_followers(self.units, unit, kind))
         )
         score = coverage * (1 + TYPE_BONUS * typed) + HEADING_BONUS * self.heading[index]
+        if not self.history and _HISTORY.search(unit.text):
+            score *= HISTORY_WEIGHT  # an old value, and the question does not ask for history
         if self.versions and not self.versions & (self.own[index] | self.context[index]):
             others = {t for t in self.own[index] | self.context[index] if _FULL_VERSION.match(t)}
             score /= 1 + len(others)  # about another release than the one asked for
@@ -367,9 +381,9 @@ def _around(
     return chosen
 
 
-def _starts_with(unit: Unit, entity: QueryTerm) -> bool:
+def _starts_with(analysis: Analysis, unit: Unit, entity: QueryTerm) -> bool:
     """Whether ``unit`` is about ``entity`` by its first words ("Team: …", "`viewer`: …")."""
-    return matches(text_terms(" ".join(unit.text.split()[:2])), entity)
+    return matches(analysis.text_terms(" ".join(unit.text.split()[:2])), entity)
 
 
 def _by_entity(scorer: _Scorer, eligible: list[Scored]) -> list[Scored]:
@@ -386,15 +400,18 @@ def _by_entity(scorer: _Scorer, eligible: list[Scored]) -> list[Scored]:
         about = []
         for s in eligible:
             i = scorer.index[id(s.unit)]
-            have = scorer.own[i] | set(text_terms(s.unit.section))
+            have = scorer.own[i] | set(scorer.analysis.text_terms(s.unit.section))
             if matches(have, entity) and not any(matches(have, o) for o in others) and s.typed:
                 about.append(s)
-        about.sort(key=lambda s: not _starts_with(s.unit, entity))  # stable: by score within
+        # stable: by score among the units that start with the entity, then the others
+        about.sort(key=lambda s: not _starts_with(scorer.analysis, s.unit, entity))
         chosen += [s for s in about[:PER_ENTITY] if s not in chosen]
     return chosen
 
 
-def select(analysis: Analysis, docs: Sequence[tuple[str, str]], max_points: int = MAX_POINTS) -> Selection:
+def select(
+    analysis: Analysis, docs: Sequence[tuple[str, str]], max_points: int = MAX_POINTS
+) -> Selection:
     """The units of ``docs`` (title, text) that answer ``analysis``, or a decline."""
     if not analysis.terms:
         return Selection((), "this question")

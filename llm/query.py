@@ -35,6 +35,7 @@ __all__ = [
     "KINDS",
     "Analysis",
     "QueryTerm",
+    "Stem",
     "analyze",
     "match",
     "matches",
@@ -150,7 +151,9 @@ _QUANTITY = re.compile(
 )
 _OFTEN = re.compile(r"\bhow\s+often\b|\bhow\s+frequently\b|\bat what interval\b", re.I)
 _WHEN = re.compile(r"\bwhen\b|\bwhat date\b|\buntil\b|\bsince when\b", re.IGNORECASE)
-_VERSION_Q = re.compile(r"\b(?:which|what)\s+(?:\w+\s+)?(?:version|release)s?\b", re.IGNORECASE)
+_VERSION_Q = re.compile(
+    r"\b(?:which|what)\s+(?:[\w-]+\s+){0,2}(?:version|release)s?\b", re.IGNORECASE
+)
 _COMPARE = re.compile(
     r"\bdiffer(?:s|ence|ences)?\b|\bcompare[sd]?\b|\bversus\b|\bvs\.?\b|\bbetter than\b",
     re.IGNORECASE,
@@ -160,9 +163,14 @@ _COMPARED = re.compile(
     r"|(?P<c>[\w.-]+)\s+(?:vs\.?|versus)\s+(?:the\s+)?(?P<d>[\w.-]+)",
     re.IGNORECASE,
 )
-_YESNO = re.compile(r"^\s*(?:is|are|does|do|can|could|will|has|have|should)\b", re.IGNORECASE)
+_YESNO = re.compile(
+    r"(?:^|[.!?]\s+)(?:is|are|does|do|can|could|will|has|have|should)\b", re.IGNORECASE
+)
 
 _STEMMER = snowballstemmer.stemmer("english")
+
+Stem = Callable[[str], str]
+"""A stemmer: a lower-case word to its stem."""
 
 
 @lru_cache(maxsize=1 << 15)
@@ -268,6 +276,12 @@ class Analysis:
     """Written forms of the synonyms (for the search query)."""
     compared: tuple[str, ...] = field(default=())
     """For a comparison: the terms of the things compared ("between X and Y", "X vs Y")."""
+    stem: Callable[[str], str] = field(default=snowball_stem, repr=False, compare=False)
+    """The stemmer the terms were made with: document text is read with the same one."""
+
+    def text_terms(self, text: str) -> list[str]:
+        """``text_terms(text)`` with this analysis's stemmer."""
+        return text_terms(text, self.stem)
 
     @property
     def salient(self) -> tuple[QueryTerm, ...]:
@@ -343,6 +357,7 @@ def analyze(question: str, stem: Callable[[str], str] = snowball_stem) -> Analys
         question=question,
         kind=kind,
         compared=tuple(dict.fromkeys(compared)),
+        stem=stem,
         terms=tuple(terms.values()),
         words=tuple(dict.fromkeys(surface)),
         synonyms=tuple(w for w in extra if w not in surface),

@@ -27,7 +27,11 @@ from tools import KnowledgeSpace
 
 ROOT = Path(__file__).resolve().parents[2]
 KB = ROOT / "examples" / "kb"
-CASE_FILES = (ROOT / "examples" / "eval" / "answers.jsonl", ROOT / "examples" / "eval" / "kb.jsonl")
+EVAL = ROOT / "examples" / "eval"
+ANSWERS = EVAL / "answers.jsonl"
+HELD_OUT = EVAL / "answers-heldout.jsonl"
+SHIPPED = EVAL / "kb.jsonl"
+CASE_FILES = (ANSWERS, HELD_OUT, SHIPPED)
 DECLINE = "The documents do not cover"
 UNANSWERABLE = "unanswerable"
 T0 = 1_800_000_000.0
@@ -50,6 +54,8 @@ class CaseResult:
     declined: bool
     bad_citations: list[str] = field(default_factory=list)
     unrelated: list[str] = field(default_factory=list)
+    cited: list[str] = field(default_factory=list)
+    """Paths of the documents the answer cites."""
 
     @property
     def unanswerable(self) -> bool:
@@ -95,8 +101,9 @@ class Report:
                 f"cases {len(self.results)} · facts present {self.fact_share:.0%} · answers with "
                 f"every fact {self.complete_share:.0%} · unanswerable declined "
                 f"{declined}/{unanswerable} · answerable declined {len(self.wrongly_declined)}",
-                f"forbidden facts {sum(len(r.forbidden) for r in self.results)} · unrelated cited "
-                f"documents {sum(len(r.unrelated) for r in self.results)} · citations not in their "
+                f"forbidden facts {sum(len(r.forbidden) for r in self.results)} · cited documents "
+                f"{sum(len(r.cited) for r in self.results)}, holding no expected fact "
+                f"{sum(len(r.unrelated) for r in self.results)} · citations not in their "
                 f"document {sum(len(r.bad_citations) for r in self.results)}",
                 "by tag: " + ", ".join(f"{t} {self.share(t):.0%}" for t in tags),
             ]
@@ -160,9 +167,10 @@ async def run_case(case: EvalCase, kb: KnowledgeSpace, model: ExtractiveModel) -
         path, doc = docs.get(sid, ("?", ""))
         if not _holds(doc, text):
             result.bad_citations.append(f"[S:{sid}] {path}: {text[:80]}")
-    if not result.unanswerable and len(case.turns) == 1:
-        for sid in sorted({int(s) for s in _CITE.findall(answer)}):
-            path, doc = docs.get(sid, ("?", ""))
+    for sid in sorted({int(s) for s in _CITE.findall(answer)}):
+        path, doc = docs.get(sid, ("?", ""))
+        result.cited.append(path)
+        if not result.unanswerable and len(case.turns) == 1:
             if not any(contains(doc, fact) for fact in case.expect_facts):
                 result.unrelated.append(path)
     if result.unanswerable and _CITE.search(answer):
@@ -170,9 +178,11 @@ async def run_case(case: EvalCase, kb: KnowledgeSpace, model: ExtractiveModel) -
     return result
 
 
-async def evaluate(cases: list[EvalCase], kb: KnowledgeSpace | None = None) -> Report:
+async def evaluate(
+    cases: list[EvalCase], kb: KnowledgeSpace | None = None, model: ExtractiveModel | None = None
+) -> Report:
     kb = kb or KnowledgeSpace(KB)
-    model = ExtractiveModel()
+    model = model or ExtractiveModel()
     return Report([await run_case(c, kb, model) for c in cases])
 
 
