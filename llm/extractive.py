@@ -9,14 +9,21 @@ Messages API server. A turn goes:
 1. ``react.plan`` (create) with the steps it will take;
 2. ``react.memsearch`` first when the question refers to earlier turns;
 3. ``react.search_knowledge`` for the question (and again for each user
-   followup that landed during the turn);
-4. ``react.read`` of the best hits not read yet;
+   followup that landed during the turn), asking ``TOP_K`` hits for the analysed
+   question (``llm.query``: versions, numbers, identifiers and phrasal verbs kept,
+   synonyms added);
+4. ``react.read`` of the ``MAX_READ`` best hits not read yet, reranked by the
+   search's score, the analysed question's terms in each hit's title and snippet
+   and whether the snippet shows what the question asks for (``rerank_hits``);
 5. an internal note (``react.write`` on the internal channel) with key facts;
 6. ``agent.send`` when the task names an outside agent ("ask reviewer to …"),
    after which the loop waits for its DONE;
-7. ``complete``: an answer built from sentences of the documents it read, each
-   cited ``[[S:n]]`` with the SID the read result carries, 2 or 3 follow-ups and
-   a usage sidecar.
+7. ``complete``: an answer of what answers each question in the documents read
+   (``llm.passages.select``: sentences, list items, table rows, headings, code
+   blocks under the line that leads to them, numbered steps together), best first
+   and only as long as it needs, each cited ``[[S:n]]`` with the SID the read
+   result carries; or, when nothing read answers, a plain decline ("The documents
+   do not cover …") with no citation; then 2 or 3 follow-ups and a usage sidecar.
 
 It completes early when ANNOUNCE shows the last iteration. What it reads
 (see ``context.py``): tool calls as ``{"params", "tool"}`` JSON under a
@@ -60,6 +67,7 @@ TOP_K = 10
 RANK_WEIGHT = 1.0
 TYPE_WEIGHT = 0.3
 SNIPPET_WEIGHT = 0.5
+TITLE_WEIGHT = 0.5
 MAX_POINTS = passages.MAX_POINTS
 DECLINE = "The documents do not cover"
 SHORT_ITEM = 6
@@ -157,8 +165,10 @@ def rerank_hits(search: Call, question: str, stem: Stem = snowball_stem) -> list
     ranked: list[tuple[float, int, str]] = []
     for order, h in enumerate(hits):
         have = set(analysis.text_terms(f"{h.get('title', '')} {h.get('snippet', '')}"))
+        title = set(analysis.text_terms(str(h.get("title", ""))))
         got = sum(
             t.weight * (1.0 if matches(have, t) else SYNONYM_WEIGHT * bool(t.alternatives & have))
+            + t.weight * TITLE_WEIGHT * matches(title, t)
             for t in analysis.terms
         )
         typed = TYPE_WEIGHT * answers_kind(analysis.kind, str(h.get("snippet", "")))

@@ -41,9 +41,12 @@ MIN_COVERAGE = 0.35
 KEEP = 0.55
 CLOSE = 0.8
 HEADING_BONUS = 0.3
+TITLE_BONUS = 0.2
 PER_ENTITY = 2
 ADDS = 0.15
 HISTORY_WEIGHT = 0.5
+ABSENT_WEIGHT = 0.25
+BODY_UNITS = 2
 SIBLING_PENALTY = 0.25
 MAX_POINTS = 4
 MAX_STEPS = 8
@@ -54,6 +57,8 @@ _NUMBERED = re.compile(r"^\d+[.)]\s+")
 _HEADING = re.compile(r"^(#{1,6})\s+(.*?)\s*#*\s*$")
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9`\"'(*])")
 _FIGURE = re.compile(r"\d")
+_FACT = re.compile(r"\d|:\s*\S")
+"""A heading that states something itself: a figure, or ``Name: what``."""
 _MONEY = re.compile(r"\$\s?\d|\b(?:free|USD|dollars?|euros?)\b", re.IGNORECASE)
 _MONTHS = "January|February|March|April|May|June|July|August|September|October|November|December"
 _DATE = re.compile(rf"\b(?:\d{{1,2}} (?:{_MONTHS})|(?:{_MONTHS}) \d{{4}}|Q[1-4] \d{{4}}|\d{{4}})\b")
@@ -231,9 +236,12 @@ class _Scorer:
         for t in analysis.terms:
             df = sum(matches(own | ctx, t) for own, ctx in zip(self.own, self.context, strict=True))
             idf = math.log(1 + n / (1 + df))
+            if not df and not t.salient:
+                idf *= ABSENT_WEIGHT  # a plain word no document uses ("suits") says little
             self.weights[t.term] = idf * t.weight * (1.5 if t.salient else 1.0)
         self.total = sum(self.weights.values()) or 1.0
         self.heading = [self._heading_coverage(u) for u in self.units]
+        self.title_cover = [self._covers(title) for title in self.titles]
         self.siblings = self._siblings({t.word for t in analysis.salient})
         self.versions = {t.term for t in analysis.terms if _FULL_VERSION.match(t.term)}
         self.history = bool(_ASKS_HISTORY.search(analysis.question)) or bool(self.versions)
@@ -259,7 +267,11 @@ class _Scorer:
         heading = unit.text if unit.kind == "heading" else unit.section
         if heading == self.titles[unit.doc]:
             return 0.0
-        have = set(self.analysis.text_terms(heading))
+        return self._covers(heading)
+
+    def _covers(self, text: str) -> float:
+        """The share of the question's weight that ``text`` (a heading, a title) holds."""
+        have = set(self.analysis.text_terms(text))
         got = sum(
             self.weights[t.term] * (match(have, t) or SYNONYM_WEIGHT * bool(t.alternatives & have))
             for t in self.analysis.terms
@@ -299,6 +311,7 @@ class _Scorer:
             kind == "howto" and unit.kind == "heading" and bool(_followers(self.units, unit, kind))
         )
         score = coverage * (1 + TYPE_BONUS * typed) + HEADING_BONUS * self.heading[index]
+        score += TITLE_BONUS * self.title_cover[unit.doc]
         if not self.history and _HISTORY.search(unit.text):
             score *= HISTORY_WEIGHT  # an old value, and the question does not ask for history
         if self.versions and not self.versions & (self.own[index] | self.context[index]):
@@ -343,6 +356,17 @@ def _followers(units_: list[Unit], unit: Unit, kind: str) -> list[Unit]:
         if nxt.kind == "prose" and len(after) > 1 and after[1].kind == "code":
             return [nxt, after[1]]
     return []
+
+
+def _body(units_: list[Unit], heading: Unit) -> list[Unit]:
+    """The first units under a heading that holds no fact itself ("Pricing tiers")."""
+    body = [u for u in units_ if u.doc == heading.doc and u.pos > heading.pos and u.kind != "code"]
+    out: list[Unit] = []
+    for u in body[:BODY_UNITS]:
+        if u.kind == "heading":
+            break
+        out.append(u)
+    return out
 
 
 def _steps(units_: list[Unit], step: Unit) -> list[Unit]:
@@ -425,7 +449,12 @@ def select(
         (scorer.score(i) for i in range(len(scorer.units))),
         key=lambda s: (-s.score, s.unit.doc, s.unit.pos),
     )
-    eligible = [s for s in scored if s.unit.kind != "code" or analysis.kind == "howto"] or scored
+    eligible = [
+        s
+        for s in scored
+        if (s.unit.kind != "code" or analysis.kind == "howto")
+        and not (s.unit.kind == "heading" and s.unit.text == scorer.titles[s.unit.doc])
+    ] or scored
     best = next((s for s in eligible if s.typed), None)
     if best is None or best.coverage < MIN_COVERAGE:
         return Selection((), " ".join(analysis.words) or "this question")
@@ -437,6 +466,8 @@ def select(
         brought = [s.unit, *_followers(scorer.units, s.unit, analysis.kind)]
         if s.unit.kind == "step" and analysis.kind == "howto":  # a step: the whole procedure
             brought = _steps(scorer.units, s.unit) or brought
+        elif s.unit.kind == "heading" and len(brought) == 1 and not _FACT.search(s.unit.text):
+            brought = _body(scorer.units, s.unit) or brought  # a bare heading: what it heads
         for u in brought:
             if u not in points:
                 points.append(u)

@@ -124,6 +124,11 @@ ASKED = {
 """Words that name what a kind of question asks for: the answer's type stands for them."""
 ASKED_WEIGHT = 0.4
 
+_IMPERATIVE = re.compile(
+    r"^\s*(?:please\s+)?(?:check|review|summari[sz]e|describe|explain|list|show|tell me about)\b",
+    re.IGNORECASE,
+)
+"""A request's leading verb: "Check the retention settings" asks about the retention settings."""
 _HOW_CUE = re.compile(r"\bhow\s+(?:many|much|long|often|soon|far|big|large)\b", re.IGNORECASE)
 
 _TOKEN = re.compile(
@@ -327,7 +332,7 @@ def analyze(question: str, stem: Callable[[str], str] = snowball_stem) -> Analys
     """The kind, terms, synonyms and salient terms of ``question`` (see the module docstring)."""
     synonyms = _SYNONYMS if stem is snowball_stem else _synonym_table(stem)
     kind = _kind(question)
-    question = _HOW_CUE.sub("how", question)
+    question = _IMPERATIVE.sub("", _HOW_CUE.sub("how", question))
     asked = ASKED.get(kind, frozenset())
     raw = _tokens(question)
     lowered = [t.casefold() for t, _ in raw]
