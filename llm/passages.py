@@ -42,6 +42,7 @@ KEEP = 0.55
 CLOSE = 0.8
 HEADING_BONUS = 0.3
 TITLE_BONUS = 0.2
+LEDE_BONUS = 0.25
 PER_ENTITY = 2
 ADDS = 0.15
 HISTORY_WEIGHT = 0.5
@@ -242,6 +243,7 @@ class _Scorer:
         self.total = sum(self.weights.values()) or 1.0
         self.heading = [self._heading_coverage(u) for u in self.units]
         self.title_cover = [self._covers(title) for title in self.titles]
+        self.ledes = self._ledes()
         self.siblings = self._siblings({t.word for t in analysis.salient})
         self.versions = {t.term for t in analysis.terms if _FULL_VERSION.match(t.term)}
         self.history = bool(_ASKS_HISTORY.search(analysis.question)) or bool(self.versions)
@@ -250,6 +252,14 @@ class _Scorer:
             self.doc_terms[u.doc] |= own
         for i, title in enumerate(self.titles):
             self.doc_terms[i] |= set(analysis.text_terms(title))
+
+    def _ledes(self) -> set[int]:
+        """Indexes of the prose before a document's first section (under its title)."""
+        out: set[int] = set()
+        for i, u in enumerate(self.units):
+            if u.kind == "prose" and u.section == self.titles[u.doc]:
+                out.add(i)
+        return out
 
     def _siblings(self, entities: set[str]) -> set[str]:
         """Names of the same family as a named entity of the question (the other tiers beside
@@ -312,6 +322,8 @@ class _Scorer:
         )
         score = coverage * (1 + TYPE_BONUS * typed) + HEADING_BONUS * self.heading[index]
         score += TITLE_BONUS * self.title_cover[unit.doc]
+        if index in self.ledes:  # a document's opening says what the title is about
+            score += LEDE_BONUS * self.title_cover[unit.doc]
         if not self.history and _HISTORY.search(unit.text):
             score *= HISTORY_WEIGHT  # an old value, and the question does not ask for history
         if self.versions and not self.versions & (self.own[index] | self.context[index]):
