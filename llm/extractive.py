@@ -9,14 +9,21 @@ Messages API server. A turn goes:
 1. ``react.plan`` (create) with the steps it will take;
 2. ``react.memsearch`` first when the question refers to earlier turns;
 3. ``react.search_knowledge`` for the question (and again for each user
-   followup that landed during the turn);
-4. ``react.read`` of the best hits not read yet;
+   followup that landed during the turn), asking ``TOP_K`` hits for the analysed
+   question (``llm.query``: versions, numbers, identifiers and phrasal verbs kept,
+   synonyms added);
+4. ``react.read`` of the ``MAX_READ`` best hits not read yet, reranked by the
+   search's score, the analysed question's terms in each hit's title and snippet
+   and whether the snippet shows what the question asks for (``rerank_hits``);
 5. an internal note (``react.write`` on the internal channel) with key facts;
 6. ``agent.send`` when the task names an outside agent ("ask reviewer to …"),
    after which the loop waits for its DONE;
-7. ``complete``: an answer built from sentences of the documents it read, each
-   cited ``[[S:n]]`` with the SID the read result carries, 2 or 3 follow-ups and
-   a usage sidecar.
+7. ``complete``: an answer of what answers each question in the documents read
+   (``llm.passages.select``: sentences, list items, table rows, headings, code
+   blocks under the line that leads to them, numbered steps together), best first
+   and only as long as it needs, each cited ``[[S:n]]`` with the SID the read
+   result carries; or, when nothing read answers, a plain decline ("The documents
+   do not cover …") with no citation; then 2 or 3 follow-ups and a usage sidecar.
 
 It completes early when ANNOUNCE shows the last iteration. What it reads
 (see ``context.py``): tool calls as ``{"params", "tool"}`` JSON under a
@@ -28,7 +35,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import math
 import re
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
@@ -36,8 +42,11 @@ from dataclasses import dataclass
 from messages import GenerateRequest, Usage
 from timeline.tokens import DEFAULT_COUNTER
 
+from . import passages
 from .context import Call, TurnView, parse_context, terms
+from .passages import answers_kind, select
 from .protocol import Chunk
+from .query import SYNONYM_WEIGHT, Stem, analyze, matches, search_text, snowball_stem
 
 _AGENT = re.compile(
     r"\b(?:ask|have|get|let)\s+(?:the\s+|our\s+)?([a-z][\w-]{1,40})\s+to\s+([^.?!\n]+)",
@@ -50,10 +59,19 @@ _MEMORY = re.compile(
     r"what did (?:i|you))\b",
     re.IGNORECASE,
 )
-_ITEM = re.compile(r"^(?:[-*+•]|\d+[.)])\s+")
-_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9`\"'(])")
-MAX_READ = 3
-MAX_POINTS = 5
+_CITATION = re.compile(r"\s*\[\[S:[^\]]*\]\]")
+MAX_READ = 6
+"""Documents read per search: the best answer is often the 4th or 5th hit."""
+TOP_K = 10
+"""Hits asked of a search: the reranking (``rerank_hits``) picks the ``MAX_READ`` to read."""
+RANK_WEIGHT = 1.0
+TYPE_WEIGHT = 0.3
+SNIPPET_WEIGHT = 0.5
+TITLE_WEIGHT = 0.5
+MAX_POINTS = passages.MAX_POINTS
+DECLINE = "The documents do not cover"
+SHORT_ITEM = 6
+"""A list item this short is shown under its heading: ``Not planned — Windows server support.``"""
 
 
 def agent_request(text: str) -> tuple[str, str] | None:
@@ -70,115 +88,125 @@ def refers_to_memory(text: str) -> bool:
     return bool(_MEMORY.search(text))
 
 
-def search_query(text: str) -> str:
-    """The question without the outside-agent clause, as search words."""
-    text = _AGENT.sub(" ", text)
-    text = _MEMORY.sub(" ", text)
-    words = terms(text, stemmed=False)
-    return " ".join(dict.fromkeys(words))[:300] or text.strip()[:300]
+def _topic(text: str) -> str:
+    """The question without the outside-agent clause and the reference to earlier turns."""
+    return _MEMORY.sub(" ", _AGENT.sub(" ", text))
+
+
+def search_query(text: str, stem: Stem = snowball_stem) -> str:
+    """The question as search words: content words (versions, identifiers and phrasal verbs
+    kept whole) and their synonyms, without the outside-agent clause (``llm.query``)."""
+    found = search_text(analyze(_topic(text), stem))
+    return found or " ".join(dict.fromkeys(terms(text, stemmed=False)))[:300] or text.strip()[:300]
 
 
 @dataclass(frozen=True, slots=True)
 class Point:
-    """One sentence of a read document chosen for the answer."""
+    """One piece of a read document chosen for the answer: a sentence, item, row or code."""
 
     text: str
     sid: int | None
     score: float
     rank: int
+    kind: str = "prose"
+    lead: str = ""
+    pos: int = 0
+    section: str = ""
 
 
-def _units(text: str) -> list[str]:
-    """Paragraphs, list items and table rows of a markdown document, code left out.
+@dataclass(frozen=True, slots=True)
+class Answer:
+    """The points that answer the turn's questions, best first, and what is not covered."""
 
-    Hard-wrapped lines are joined; a table row reads as ``first cell — header: cell``.
-    """
-    units: list[str] = []
-    para: list[str] = []
-    header: list[str] = []
-    in_code = False
-
-    def flush() -> None:
-        if para:
-            units.append(" ".join(para))
-            para.clear()
-
-    for raw in text.splitlines():
-        line = raw.strip()
-        if line.startswith("```"):
-            flush()
-            in_code = not in_code
-            continue
-        if in_code:
-            continue
-        if not line or line.startswith("#"):
-            flush()
-            header = []
-            continue
-        if line.startswith("|"):
-            flush()
-            cells = [c.strip() for c in line.strip("|").split("|")]
-            if all(set(c) <= set("-: ") for c in cells):
-                continue
-            if not header:
-                header = cells
-                continue
-            pairs = [f"{h}: {c}" for h, c in zip(header[1:], cells[1:], strict=False) if c]
-            units.append(f"{cells[0]} — " + ", ".join(pairs) if pairs else cells[0])
-            continue
-        if _ITEM.match(line):
-            flush()
-            line = _ITEM.sub("", line, count=1)
-        para.append(line)
-    flush()
-    return units
+    points: list[Point]
+    declined: list[str]
 
 
-def _sentences(text: str) -> list[str]:
-    out: list[str] = []
-    for unit in _units(text):
-        unit = unit.replace("**", "").replace("__", "")
-        for sentence in _SENTENCE.split(unit):
-            sentence = sentence.strip()
-            if len(sentence) >= 20 and not sentence.startswith("[S:"):
-                out.append(sentence)
-    return out
-
-
-def pick_points(view: TurnView, query: str, limit: int = MAX_POINTS) -> list[Point]:
-    """The sentences of the read documents that best answer ``query`` (at most 2 per doc)."""
-    wanted = set(terms(query))
-    if not wanted:
-        return []
+def answer_points(
+    view: TurnView, questions: Sequence[str], limit: int = MAX_POINTS, stem: Stem = snowball_stem
+) -> Answer:
+    """Choose what answers each question from the documents read (``llm.passages.select``)."""
     docs = view.read_docs()
-    split = [
-        [(sentence, set(terms(sentence)) & wanted) for sentence in _sentences(d.text)] for d in docs
-    ]
-    df: dict[str, int] = {}
-    for sentences in split:
-        for _, have in sentences:
-            for t in have:
-                df[t] = df.get(t, 0) + 1
-    n = max(1, sum(len(sentences) for sentences in split))
-    scored: list[Point] = []
-    for rank, (doc, sentences) in enumerate(zip(docs, split, strict=True)):
-        for pos, (sentence, have) in enumerate(sentences):
-            if not have:
-                continue
-            score = sum(math.log(1 + n / df[t]) for t in have) - 0.01 * pos
-            scored.append(Point(sentence, doc.sid, score, rank))
-    scored.sort(key=lambda p: (-p.score, p.rank, p.text))
-    chosen: list[Point] = []
-    per_doc: dict[int, int] = {}
-    for p in scored:
-        if per_doc.get(p.rank, 0) >= 2 or any(p.text == c.text for c in chosen):
-            continue
-        chosen.append(p)
-        per_doc[p.rank] = per_doc.get(p.rank, 0) + 1
-        if len(chosen) == limit:
-            break
-    chosen.sort(key=lambda p: (p.rank, -p.score))
-    return chosen
+    pairs = [(d.title, d.text) for d in docs]
+    points: list[Point] = []
+    declined: list[str] = []
+    for question in questions:
+        chosen = select(analyze(_topic(question), stem), pairs, max_points=limit)
+        if chosen.declined:
+            declined.append(chosen.declined)
+        for order, unit in enumerate(chosen.points):
+            doc = docs[unit.doc]
+            point = Point(
+                unit.text,
+                doc.sid,
+                -float(order),
+                unit.doc,
+                unit.kind,
+                unit.lead,
+                unit.pos,
+                "" if unit.section == doc.title else unit.section,
+            )
+            if not any((p.rank, p.pos) == (point.rank, point.pos) for p in points):
+                points.append(point)
+    return Answer(points, declined)
+
+
+def rerank_hits(search: Call, question: str, stem: Stem = snowball_stem) -> list[str]:
+    """The ``ks:`` paths of a search's hits, reranked: the search's own score (relative to the
+    best) plus how much of the analysed question the hit's title and snippet hold."""
+    data = search.result_json()
+    rows = data.get("hits") if isinstance(data, dict) else data
+    if not isinstance(rows, list):
+        return [p for p in re.findall(r"ks:[^\s\"',\]]+", search.result or "")]
+    hits = [h for h in rows if isinstance(h, dict) and str(h.get("path", "")).startswith("ks:")]
+    analysis = analyze(_topic(question), stem)
+    total = sum(t.weight for t in analysis.terms) or 1.0
+    best = max((_number(h.get("score")) for h in hits), default=0.0) or 1.0
+    ranked: list[tuple[float, int, str]] = []
+    for order, h in enumerate(hits):
+        have = set(analysis.text_terms(f"{h.get('title', '')} {h.get('snippet', '')}"))
+        title = set(analysis.text_terms(str(h.get("title", ""))))
+        got = sum(
+            t.weight * (1.0 if matches(have, t) else SYNONYM_WEIGHT * bool(t.alternatives & have))
+            + t.weight * TITLE_WEIGHT * matches(title, t)
+            for t in analysis.terms
+        )
+        typed = TYPE_WEIGHT * answers_kind(analysis.kind, str(h.get("snippet", "")))
+        searched = RANK_WEIGHT * _number(h.get("score")) / best
+        relevance = SNIPPET_WEIGHT * got / total + searched + typed
+        ranked.append((-relevance, order, h["path"]))
+    return list(dict.fromkeys(path for _, _, path in sorted(ranked)))
+
+
+def _number(value: object) -> float:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else 0.0
+
+
+def pick_points(
+    view: TurnView, query: str, limit: int = MAX_POINTS, stem: Stem = snowball_stem
+) -> list[Point]:
+    """The pieces of the read documents that answer ``query``, best first (none: not covered)."""
+    return answer_points(view, [query], limit, stem).points
+
+
+def render_points(points: Sequence[Point]) -> list[str]:
+    """Answer lines: one cited bullet per piece; a code block sits under the line leading to it."""
+    lines: list[str] = []
+    previous: Point | None = None
+    for p in points:
+        cite = f" [[S:{p.sid}]]" if p.sid else ""
+        if p.kind == "code":
+            follows = previous is not None and (previous.rank, previous.pos + 1) == (p.rank, p.pos)
+            if not follows:
+                lines.append(f"- {p.lead}{cite}")
+            code = [f"  {line}" if line else "" for line in p.text.split("\n")]
+            lines += ["  ```", *code, "  ```"]
+        elif p.kind == "item" and len(p.text.split()) <= SHORT_ITEM and p.section:
+            lines.append(f"- {p.section} — {p.text}{cite}")  # "Not planned — Windows server …"
+        else:
+            lines.append(f"- {p.text}{cite}")
+        previous = p
+    return lines
 
 
 class ExtractiveModel:
@@ -190,11 +218,13 @@ class ExtractiveModel:
         name: str = "extractive",
         chunk_chars: int = 16,
         delay: float = 0.0,
-        top_k: int = 5,
+        top_k: int = TOP_K,
         max_read: int = MAX_READ,
+        stem: Stem = snowball_stem,
     ) -> None:
         self.name = name
         self.max_read = max(1, max_read)
+        self.stem = stem
         self.chunk_chars = max(1, chunk_chars)
         self.delay = delay
         self.top_k = top_k
@@ -203,7 +233,7 @@ class ExtractiveModel:
     def decide(self, request: GenerateRequest) -> str:
         """The raw channel-protocol output for this round (pure: a function of the context)."""
         view = parse_context(request)
-        return Policy(view, self.top_k, self.max_read).output()
+        return Policy(view, self.top_k, self.max_read, self.stem).output()
 
     async def stream(self, request: GenerateRequest) -> AsyncIterator[Chunk]:
         self.calls += 1
@@ -240,10 +270,13 @@ def _decision(action: str, calls: Sequence[dict[str, object]] = (), notes: str =
 class Policy:
     """One round's choice, read off a ``TurnView``."""
 
-    def __init__(self, view: TurnView, top_k: int, max_read: int = MAX_READ) -> None:
+    def __init__(
+        self, view: TurnView, top_k: int, max_read: int = MAX_READ, stem: Stem = snowball_stem
+    ) -> None:
         self.view = view
         self.top_k = top_k
         self.max_read = max_read
+        self.stem = stem
         self.question = view.prompt
         self.agent = agent_request(view.prompt)
 
@@ -258,7 +291,7 @@ class Policy:
                 "Looking through earlier turns of our conversation first.",
                 "react.memsearch",
                 {
-                    "query": search_query(self.question),
+                    "query": search_query(self.question, self.stem),
                     "targets": ["user", "assistant", "notes"],
                     "top_k": 3,
                 },
@@ -268,12 +301,12 @@ class Policy:
             search = v.first_call_after("react.search_knowledge", position)
             if search is None:
                 return self.call(
-                    f"Searching the knowledge space for: {search_query(question)}",
+                    f"Searching the knowledge space for: {search_query(question, self.stem)}",
                     "react.search_knowledge",
-                    {"query": search_query(question), "top_k": self.top_k},
+                    {"query": search_query(question, self.stem), "top_k": self.top_k},
                     "… [1] searching the knowledge space",
                 )
-            hits = [p for p in v.hit_paths(search) if p not in v.read_paths()]
+            hits = [p for p in rerank_hits(search, question, self.stem) if p not in v.read_paths()]
             if hits and v.first_call_after("react.read", search.position) is None:
                 chosen = hits[: self.max_read]
                 return self.call(
@@ -287,7 +320,7 @@ class Policy:
             return self.note()
         if self.agent is not None and not v.calls_of("agent.send"):
             name, task = self.agent
-            draft = "\n".join(f"- {p.text}" for p in pick_points(v, self.query()))
+            draft = "\n".join(render_points(self.answer().points))
             return self.call(
                 f"Handing the draft to {name} and waiting for its answer.",
                 "agent.send",
@@ -299,8 +332,10 @@ class Policy:
             )
         return self.complete()
 
-    def query(self) -> str:
-        return " ".join([self.question, *(q for _, q in self.view.questions()[1:])])
+    def answer(self, limit: int = MAX_POINTS) -> Answer:
+        """What answers the prompt and each user followup of the turn."""
+        questions = [q for _, q in self.view.questions()]
+        return answer_points(self.view, questions, limit, self.stem)
 
     def call(self, thinking: str, tool: str, params: dict[str, object], notes: str) -> str:
         return _channel("thinking", thinking) + _decision(
@@ -312,7 +347,7 @@ class Policy:
         if refers_to_memory(self.question):
             steps.append("Recall what earlier turns said")
         steps += [
-            f"Search the knowledge space for: {search_query(self.question)[:80]}",
+            f"Search the knowledge space for: {search_query(self.question, self.stem)[:80]}",
             "Read the best sources and note the key facts",
         ]
         if self.agent is not None:
@@ -326,12 +361,12 @@ class Policy:
         )
 
     def note(self) -> str:
-        points = pick_points(self.view, self.query(), limit=3)
+        points = [p for p in self.answer(limit=3).points if p.kind != "code"]
         facts = "; ".join(p.text[:160] + (f" [S:{p.sid}]" if p.sid else "") for p in points)
         content = (
             f"[K] {facts}" if facts else "[K] the knowledge space has nothing on this question"
         )
-        slug = "-".join(search_query(self.question).lower().split()[:4]) or "note"
+        slug = "-".join(search_query(self.question, self.stem).lower().split()[:4]) or "note"
         slug = re.sub(r"[^a-z0-9-]", "", slug) or "note"
         return self.call(
             "Noting the key facts before answering.",
@@ -348,23 +383,31 @@ class Policy:
 
     def complete(self, preface: str = "") -> str:
         v = self.view
-        points = pick_points(v, self.query())
+        found = self.answer()
+        points = found.points
         lines: list[str] = []
         if preface:
             lines += [preface, ""]
         recalled = v.memory_hits()
         if recalled:
             turn, snippet = recalled[0]
+            snippet = _CITATION.sub("", snippet)
             lines += [f"Earlier in this conversation (turn {turn}) we covered: {snippet}", ""]
-        if points:
-            lines.append("Here is what the documentation says:")
-            lines.append("")
-            lines += [f"- {p.text}" + (f" [[S:{p.sid}]]" if p.sid else "") for p in points]
-        else:
+        lines += render_points(points)
+        if not v.read_docs():
             lines.append(
-                f"I could not find anything about {search_query(self.question)!r} in the "
-                "knowledge space, so I cannot answer from sources."
+                f"{DECLINE} {search_query(self.question, self.stem)!r}: I could not find "
+                "anything about it in the knowledge space, so I cannot answer from sources."
             )
+        elif found.declined and not (recalled and not points):
+            if points:
+                lines.append("")
+            read = ", ".join(d.title for d in v.read_docs())
+            for missing in found.declined:
+                lines.append(
+                    f"{DECLINE} {missing}: none of the documents I read ({read}) answers "
+                    "this, so I cannot answer it from sources."
+                )
         if self.agent is not None:
             done = v.agent_done(self.agent[0])
             lines.append("")
@@ -399,4 +442,16 @@ class Policy:
         return out[:3]
 
 
-__all__ = ["Call", "ExtractiveModel", "Point", "agent_request", "pick_points", "refers_to_memory"]
+__all__ = [
+    "DECLINE",
+    "Answer",
+    "Call",
+    "ExtractiveModel",
+    "Point",
+    "agent_request",
+    "answer_points",
+    "pick_points",
+    "refers_to_memory",
+    "render_points",
+    "search_query",
+]
