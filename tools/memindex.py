@@ -47,12 +47,23 @@ the best score for an exact identifier.
 
 Measured (``tests/tools/test_memsearch_recall.py``, ``test_memsearch_unseen.py``): recall@3
 of hybrid ranking 22/24 on the first 200-turn conversation, 79/88 on the tuning set of the
-second (``memfixture``) and 32/37 on its unseen set, which the constants were not tuned on
-(BM25 alone: 4/24, 53/88, 22/37); every identifier that appears in one turn ranks it first
-(20 of 20, hybrid and BM25), near-neighbour ids in the filler notwithstanding. ``w`` from 0.5
-to 0.8, min-max over all rows, z-scores, raw cosines, extra rows per clause or per whole turn
-all stay within two queries of this on the tuning sets, and reciprocal rank fusion loses up
-to 9: the paraphrases missed are the model's limit, not the fusion's.
+second (``memfixture``), 32/37 on its unseen set and 34/38 on its blind set, neither of which
+the constants were tuned on (BM25 alone: 4/24, 53/88, 22/37, 24/38); every identifier that
+appears in one turn ranks it first (20 of 20, hybrid and BM25), near-neighbour ids in the
+filler notwithstanding. ``w`` from 0.5 to 0.8, min-max over all rows, z-scores, raw cosines,
+extra rows per clause or per whole turn all stay within two queries of this on the tuning
+sets, and reciprocal rank fusion loses up to 9. Tried on the tuning set for issue 23, against
+80/88 for this fusion in the same script (recency aside), none gaining more than one query:
+late interaction (the same MiniLM's L2-normalised last-layer word-piece vectors, MaxSim of
+the query's pieces over a row's, min-max normalised and added with weight 0.1 to 3 to the
+fused score of the best 20 to 50 turns) 78 to 80, its recall-side and F1 (BERTScore) forms
+76 to 80, with the query's stop words left out 75 to 79; Rocchio feedback on the query vector
+from the best 2 to 5 rows 65 to 77; RM3 expansion of the BM25 query with 3 to 10 terms of the
+best 2 to 10 fused rows 66 to 80; the query without its question words mixed into the query
+vector 78 to 79; BM25 expansion with each query word's nearest word pieces in the model's
+input embeddings (holiday: vacation, but also christmas) 80 to 81; a dense weight that grows
+as the lexical evidence shrinks 78 to 80. The paraphrases missed are the model's limit, not
+the fusion's.
 
 Rows are filtered by role, ``since`` and ``exclude_turns``; each turn gives one hit, its best
 row; ties go to the newer turn, then the smaller turn id. The index is not thread-safe: one

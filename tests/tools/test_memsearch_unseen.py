@@ -54,9 +54,9 @@ def test_the_fixture_plants_every_fact_and_the_query_sets_cover_them() -> None:
     for module in SETS.values():
         assert len(module.QUERIES) >= 35
         assert {turn for _, turn in module.QUERIES} == facts
-        texts = {q for q, _ in module.QUERIES}
-        assert not texts & seen, "the query sets share no query"
-        seen |= texts
+        asked = {q for q, _ in module.QUERIES}
+        assert not asked & seen, "the query sets share no query"
+        seen |= asked
     for fact_id in memfixture.FACT_IDS:  # the ids of the facts are in their fact turn only
         assert {r["turn_id"] for r in rows if fact_id in r["text"]} != set()
         assert all(
@@ -93,7 +93,7 @@ def test_exact_identifiers_rank_first(index: MemIndex) -> None:
     wrong = []
     for mode in ("hybrid", "bm25"):
         for query, turn in queries:
-            hits = index.search(query, roles=ROLES, top_k=TOP, mode=mode)  # type: ignore[arg-type]
+            hits = index.search(query, roles=ROLES, top_k=TOP, mode=mode)
             if not hits or hits[0].turn_id != turn:
                 wrong.append(f"{mode} {query!r}: want {turn}, got {[h.turn_id for h in hits]}")
     print(f"\nexact identifiers at rank 1: {2 * len(queries) - len(wrong)} of {2 * len(queries)}")
