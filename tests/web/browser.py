@@ -72,6 +72,8 @@ class Script:
     released: asyncio.Event = field(init=False)
     holding: bool = False
     """True while a held call waits for ``release``."""
+    conversation_id: str = ""
+    """The conversation whose first call picked this script."""
 
     def __post_init__(self) -> None:
         self.model = ReplayModel.of(self.outputs, chunk_chars=12)
@@ -108,6 +110,7 @@ class ByPrompt:
                     f"{sorted(self.scripts)}"
                 )
             self.by_conversation[cid] = matches[0]
+            matches[0].conversation_id = cid
         return self.by_conversation[cid]
 
     async def stream(self, request: GenerateRequest) -> AsyncIterator[Chunk]:

@@ -158,9 +158,8 @@ def test_a_followup_typed_while_the_turn_runs_joins_it(page: Page, backend: Back
     backend.until(lambda: script.holding)
     expect(status(page)).to_have_text(re.compile("running"))
     type_and_send(page, "and what does Enterprise add?")
-    conversation = page.get_by_test_id("conversation-item").filter(has_text="zjoin")
-    cid = conversation.first.get_attribute("data-cid")
-    assert cid
+    cid = script.conversation_id
+    expect(page.locator(f'[data-testid="conversation-item"][data-cid="{cid}"]')).to_be_visible()
 
     def joined() -> bool:
         conv = backend.rt.node.conversations.get(cid) if backend.rt.node else None
@@ -178,9 +177,9 @@ def test_a_followup_typed_while_the_turn_runs_joins_it(page: Page, backend: Back
 
 
 def test_the_timeline_shows_three_cache_marks_and_opens_a_path_in_place(
-    page: Page, backend: Backend
+    page: Page, backend: Backend, console: Console
 ) -> None:
-    backend.model.script(
+    script = backend.model.script(
         "ztimeline",
         [
             say("Reading the tiers page.", calls=[("react.read", {"paths": [DOC]})]),
@@ -203,9 +202,8 @@ def test_the_timeline_shows_three_cache_marks_and_opens_a_path_in_place(
     block.get_by_text(path, exact=True).first.click()
     view = page.get_by_test_id("path-view")
     expect(view).to_be_visible()
-    cid = page.get_by_test_id("conversation-item").filter(has_text="ztimeline")
     read = page.request.get(
-        f"/api/conversations/{cid.first.get_attribute('data-cid')}/read", params={"path": path}
+        f"{console.base}/api/conversations/{script.conversation_id}/read", params={"path": path}
     )
     assert read.ok, read.text()
     expect(view).to_contain_text("Three tiers")
