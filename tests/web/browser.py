@@ -171,9 +171,19 @@ class Backend:
     def stop(self) -> None:
         if self.runtime is not None:
             self.call(self.runtime.close(), 30)
+        self.call(_cancel_the_rest())
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(10)
         self.loop.close()
+
+
+async def _cancel_the_rest() -> None:
+    """Cancel what the node left on the loop (a turn still waiting when the module ends)."""
+    current = asyncio.current_task()
+    rest = [t for t in asyncio.all_tasks() if t is not current]
+    for task in rest:
+        task.cancel()
+    await asyncio.gather(*rest, return_exceptions=True)
 
 
 # --- the console process ------------------------------------------------------------------------

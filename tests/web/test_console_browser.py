@@ -107,7 +107,7 @@ def test_a_turn_waits_for_an_outside_agent_and_completes_after_its_done(
     screenshot(page, "waiting")
     page.get_by_test_id("tab-agents").click()
     agent = page.locator('[data-testid="agent"][data-name="reviewer"]')
-    expect(agent).to_contain_text("please review this")
+    expect(agent).to_contain_text(turn_id_of(script))
     expect(page.get_by_test_id("done-form")).to_be_visible()
     screenshot(page, "agents")
     page.get_by_test_id("tab-turn").click()
@@ -196,18 +196,18 @@ def test_the_timeline_shows_three_cache_marks_and_opens_a_path_in_place(
     states = blocks.evaluate_all("bs => bs.map(b => b.dataset.state)")
     assert set(states) <= {"visible", "hidden", "pruned", "summarised"}, states
 
-    block = blocks.filter(has_text="Three tiers").first
-    path = block.get_attribute("data-path")
-    assert path
-    block.get_by_text(path, exact=True).first.click()
+    # the read page's block: its row shows the start, the path opens the whole page in place
+    block = timeline.locator(f'[data-testid="block"][data-path="{DOC}"]').first
+    expect(block).not_to_contain_text("Enterprise: custom pricing")
+    block.get_by_text(DOC, exact=True).first.click()
     view = page.get_by_test_id("path-view")
     expect(view).to_be_visible()
+    expect(view).to_contain_text("Enterprise: custom pricing")
     read = page.request.get(
-        f"{console.base}/api/conversations/{script.conversation_id}/read", params={"path": path}
+        f"{console.base}/api/conversations/{script.conversation_id}/read", params={"path": DOC}
     )
     assert read.ok, read.text()
-    expect(view).to_contain_text("Three tiers")
-    assert "Three tiers" in read.json()["text"]
+    assert "Enterprise: custom pricing" in read.json()["text"]
     screenshot(page, "timeline")
 
 
