@@ -6,9 +6,18 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 import pytest
-from playwright.sync_api import Browser, BrowserContext, Page, Playwright, sync_playwright
+from playwright.sync_api import (
+    Browser,
+    BrowserContext,
+    Page,
+    Playwright,
+    expect,
+    sync_playwright,
+)
 
 from .browser import TIMEOUT, Backend, Console, chromium_args, chromium_path
+
+expect.set_options(timeout=TIMEOUT * 1000)  # a shared, loaded machine: generous, never a sleep
 
 
 @pytest.fixture(scope="module")
