@@ -20,6 +20,7 @@ import shutil
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,7 +32,7 @@ from llm import ReplayModel
 from llm.protocol import Chunk
 from messages import GenerateRequest
 
-from ..waiting import until
+from ..waiting import POLL_S, until
 
 ROOT = Path(__file__).resolve().parents[2]
 KB = ROOT / "examples" / "kb"
@@ -143,6 +144,7 @@ class Backend:
             "ACTLINE_DOCS": str(KB),
             "ACTLINE_FOLLOWUP_GRACE": "0",
             "ACTLINE_SYNC": "0",
+            "ACTLINE_TRACE": "1",  # JSONL traces under the home, read by the console
         }
         self.runtime = Runtime(Config.load(env=env), model=self.model)
         self.call(self.runtime.start())
@@ -253,6 +255,15 @@ class Console:
             except subprocess.TimeoutExpired:
                 self.proc.kill()
                 self.proc.wait(5)
+
+
+def wait_until(check: Callable[[], bool], timeout: float = TIMEOUT) -> None:
+    """Return once ``check()`` holds (polled, as ``tests.waiting.until``); else TimeoutError."""
+    deadline = time.monotonic() + timeout
+    while not check():
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"not within {timeout} s: {check.__doc__ or check}")
+        threading.Event().wait(POLL_S)
 
 
 def screenshot(page: Any, name: str) -> Path:

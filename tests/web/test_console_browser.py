@@ -15,7 +15,7 @@ from typing import Any
 from playwright.sync_api import BrowserContext, Locator, Page, expect
 
 from ..actors.harness import say
-from .browser import ROOT, Backend, Console, Script, screenshot
+from .browser import ROOT, Backend, Console, Script, screenshot, wait_until
 
 DOC = "ks:pricing/tiers.md"
 SEARCH = ("react.search_knowledge", {"query": "pricing tiers"})
@@ -175,7 +175,7 @@ def test_a_followup_typed_while_the_turn_runs_joins_it(page: Page, backend: Back
     assert any("what does Enterprise add?" in str(b.get("text", "")) for b in second.blocks)
 
 
-def test_the_timeline_shows_three_cache_marks_and_opens_a_path_in_place(
+def test_the_timeline_shows_three_cache_marks_opens_a_path_in_place_and_the_trace_its_spans(
     page: Page, backend: Backend, console: Console
 ) -> None:
     script = backend.model.script(
@@ -208,6 +208,23 @@ def test_the_timeline_shows_three_cache_marks_and_opens_a_path_in_place(
     assert read.ok, read.text()
     assert "Enterprise: custom pricing" in read.json()["text"]
     screenshot(page, "timeline")
+
+    # the turn's trace: one span element per span the API reads from the node's JSONL traces
+    trace_url = f"{console.base}/api/turns/{turn_id_of(script)}/trace"
+
+    def traced() -> bool:
+        """the turn's trace is written"""
+        return page.request.get(trace_url).ok
+
+    wait_until(traced)
+    spans = page.request.get(trace_url).json()["spans"]
+    names = [s["name"] for s in spans]
+    assert names.count("turn") == 1 and names.count("round") == 2, names  # two model calls
+    page.get_by_test_id("tab-traces").click()
+    chart = page.get_by_test_id("trace")
+    expect(chart.get_by_test_id("span")).to_have_count(len(spans))
+    expect(chart.locator('[data-testid="span"][data-name="round"]')).to_have_count(2)
+    screenshot(page, "trace")
 
 
 def test_a_page_without_the_token_is_refused(context: BrowserContext, console: Console) -> None:
