@@ -263,6 +263,7 @@ def make_app(runtime: Runtime, token: str, *, home: Path | None = None) -> Starl
 
     routes = [
         Route("/", page),
+        Route("/favicon.ico", lambda request: Response(status_code=204)),
         Route("/api/conversations", list_conversations),
         Route("/api/turns", submit, methods=["POST"]),
         Route("/api/turns/{turn_id}/followup", followup, methods=["POST"]),
@@ -280,9 +281,11 @@ def make_app(runtime: Runtime, token: str, *, home: Path | None = None) -> Starl
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         hub.start()
+        unhook = runtime.bus.on_reconnect(hub.reconnected)
         try:
             yield
         finally:
+            unhook()
             await hub.close()
             stores.close()
 

@@ -152,6 +152,10 @@ def read_path(store: Store, cid: str, path: str) -> dict[str, Any]:
     """What ``react.read`` finds at ``path`` on the conversation's timeline."""
     found = resolve(store.load(cid).timeline, path)
     text = found.text
+    if not text.strip() and found.blocks:  # blocks of data only (a turn header, say)
+        text = "\n\n".join(
+            json.dumps(b.to_dict(), ensure_ascii=False, default=str) for b in found.blocks
+        )
     if found.rows:
         text = "\n\n".join(f"[{r.sid}] {r.title} {r.url}\n{r.text}" for r in found.rows)
     return {"path": found.path, "kind": found.kind, "text": text, "error": found.error}

@@ -52,10 +52,11 @@ class Console:
             return await res.json()
 
     async def events(
-        self, cid: str, last: Callable[[dict[str, Any]], bool] = RESULT
+        self, cid: str, last: Callable[[Event], bool] = RESULT, into: list[Event] | None = None
     ) -> list[Event]:
-        """The conversation's SSE events (from the first) up to the first ``last`` holds for."""
-        seen: list[dict[str, Any]] = []
+        """The conversation's SSE events (from the first) up to the first ``last`` holds for,
+        appended to ``into`` as they come."""
+        seen: list[Event] = [] if into is None else into
         async with self.http.get(f"{self.base}/events/{cid}") as res:
             assert res.headers["content-type"].startswith("text/event-stream")
             async for raw in res.content:
@@ -183,3 +184,26 @@ async def test_cancel_from_the_console_ends_a_waiting_turn(console: Console) -> 
     assert (await console.post(f"/api/turns/{tid}/cancel", {"conversation_id": cid}))["ok"]
     events = await console.events(cid)
     assert events[-1]["status"] == "cancelled"
+
+
+async def test_a_nats_restart_is_announced_and_the_console_keeps_working(
+    console: Console,
+) -> None:
+    seen: list[Event] = []
+
+    async def collect() -> None:
+        await console.events("c-watch", lambda e: False, into=seen)
+
+    watching = asyncio.create_task(collect())
+    server = console.rt.server
+    assert server is not None
+    try:
+        await until(lambda: len(seen) > 0)
+        await asyncio.to_thread(server.restart)
+        states = lambda: [e["state"] for e in seen if e["type"] == "connection"]  # noqa: E731
+        await until(lambda: states()[-2:] == ["reconnecting", "connected"], timeout=30)
+    finally:
+        watching.cancel()
+    turn = await console.post("/api/turns", {"text": "How do the pricing tiers differ?"})
+    events = await console.events(turn["conversation_id"])
+    assert events[-1]["status"] == "completed"
