@@ -200,8 +200,12 @@ async def test_a_nats_restart_is_announced_and_the_console_keeps_working(
     try:
         await until(lambda: len(seen) > 0)
         await asyncio.to_thread(server.restart)
-        states = lambda: [e["state"] for e in seen if e["type"] == "connection"]  # noqa: E731
-        await until(lambda: states()[-2:] == ["reconnecting", "connected"], timeout=30)
+
+        def back() -> bool:
+            states = [e["state"] for e in seen if e["type"] == "connection"]
+            return states[-2:] == ["reconnecting", "connected"]
+
+        await until(back, timeout=30)
     finally:
         watching.cancel()
     turn = await console.post("/api/turns", {"text": "How do the pricing tiers differ?"})
