@@ -126,6 +126,13 @@ async def test_a_turn_streams_in_order_and_shows_in_the_list_timeline_and_read(
     assert source["sid"] in result["sources_used"] and source["url"] in result["answer"]
     assert "cache_read_pct" in result and result["prompt_tokens"] > 0
 
+    call_card = next(c for c in cards if c["card_kind"] == "tool_call")
+    calls = await console.get(
+        f"/api/turns/{turn['turn_id']}/rounds/{call_card['round']}/calls?conversation_id={cid}"
+    )
+    assert [c["tool"] for c in calls] == call_card["detail"].split(", ")
+    assert calls[0]["params"] and calls[0]["results"][0]["path"].startswith("tc:")
+
     [row] = await console.get("/api/conversations")
     assert row["conversation_id"] == cid and row["turns"] == 1
     assert row["title"] == "How do the pricing tiers differ?" and row["last_status"] == "completed"
