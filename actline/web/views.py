@@ -30,7 +30,6 @@ __all__ = ["conversations", "read_path", "round_calls", "sources", "timeline", "
 MARKS = 3
 PREVIEW = 300
 TITLE_CHARS = 80
-USER_TYPES = ("user.prompt", "user.message", "user")
 
 
 def _blocks(store: Store, cid: str) -> list[Block]:

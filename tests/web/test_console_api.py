@@ -145,6 +145,14 @@ async def test_a_turn_streams_in_order_and_shows_in_the_list_timeline_and_read(
     read = await console.get(f"/api/conversations/{cid}/read?path={block['path']}")
     assert read["path"] == block["path"] and block["text"][:40] in read["text"]
 
+    notes = [{"name": "notes.md", "content_b64": "IyBub3Rlcwo="}]
+    attached = await console.post(
+        "/api/turns", {"text": "Summarise my notes", "attachments": notes}
+    )
+    assert attached["turn_id"] and attached["conversation_id"] != cid
+    wrong = [{"name": "notes.md", "content_b64": "not base64!"}]
+    refused = await console.post("/api/turns", {"text": "x", "attachments": wrong}, status=400)
+    assert "attachments[0].content_b64" in refused["error"]
     bad = await console.post("/api/turns", {"text": ""}, status=400)
     assert "'text'" in bad["error"]
     missing = await console.post("/api/turns", {"text": "x", "conversation_id": "a b"}, status=400)
@@ -182,6 +190,15 @@ async def test_a_waiting_turn_lists_its_agent_and_completes_on_a_done_from_the_c
     assert "waiting" in kinds and kinds.index("waiting") < len(kinds) - 1
     late = await console.post("/api/agents/reviewer/done", done, status=409)
     assert late["code"] and late["error"]
+
+
+async def test_skip_from_the_console_resumes_a_waiting_turn(console: Console) -> None:
+    turn = await console.post("/api/turns", {"text": "Ask reviewer to check the quotas"})
+    cid, tid = turn["conversation_id"], turn["turn_id"]
+    await console.events(cid, WAITING)
+    assert (await console.post(f"/api/turns/{tid}/skip", {"conversation_id": cid}))["ok"]
+    events = await console.events(cid)
+    assert events[-1]["status"] == "completed" and events[-1]["turn_id"] == tid
 
 
 async def test_cancel_from_the_console_ends_a_waiting_turn(console: Console) -> None:
