@@ -199,6 +199,13 @@ def make_app(runtime: Runtime, token: str, *, home: Path | None = None) -> Starl
             return _error(404, f"conversation {cid!r} is not stored in {where}")
         return JSONResponse(await asyncio.to_thread(views.read_path, store, cid, path))
 
+    async def calls(request: Request) -> Response:
+        tid = _id(request.path_params["turn_id"], "turn_id")
+        cid = _id(request.query_params.get("conversation_id"), "conversation_id")
+        round_ = request.path_params["round"]
+        rows = await asyncio.to_thread(views.round_calls, stores.get(), cid, tid, round_)
+        return JSONResponse(rows)
+
     async def agents(request: Request) -> Response:
         listed = await list_agents(runtime.bus)
         rows = [
@@ -263,12 +270,14 @@ def make_app(runtime: Runtime, token: str, *, home: Path | None = None) -> Starl
 
     routes = [
         Route("/", page),
+        Route("/favicon.ico", lambda request: Response(status_code=204)),
         Route("/api/conversations", list_conversations),
         Route("/api/turns", submit, methods=["POST"]),
         Route("/api/turns/{turn_id}/followup", followup, methods=["POST"]),
         Route("/api/turns/{turn_id}/skip", skip, methods=["POST"]),
         Route("/api/turns/{turn_id}/cancel", cancel, methods=["POST"]),
         Route("/api/turns/{turn_id}/trace", get_trace),
+        Route("/api/turns/{turn_id}/rounds/{round:int}/calls", calls),
         Route("/api/conversations/{cid}/timeline", get_timeline),
         Route("/api/conversations/{cid}/read", read),
         Route("/api/agents", agents),
@@ -280,9 +289,11 @@ def make_app(runtime: Runtime, token: str, *, home: Path | None = None) -> Starl
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         hub.start()
+        unhook = runtime.bus.on_reconnect(hub.reconnected)
         try:
             yield
         finally:
+            unhook()
             await hub.close()
             stores.close()
 

@@ -5,8 +5,9 @@ appends its events, converted by ``event_json``, to one ordered log. A server-se
 stream (``Hub.stream``) replays a conversation's events from the log and then waits for new
 ones; each event's SSE id is its index in the log, so a browser that reconnects with
 ``Last-Event-ID`` resumes where it was. ``connection`` events (for every conversation) say
-when the console's NATS connection drops (``reconnecting``) and comes back (``connected``);
-a watcher samples ``Bus.is_connected`` every ``POLL_S``.
+when the console's NATS connection drops (``reconnecting``) and comes back (``connected``):
+a watcher samples ``Bus.is_connected`` every ``POLL_S`` and the bus's reconnect hook calls
+``reconnected`` (so a drop shorter than a sample is announced too).
 
 After a NATS restart the client resubscribes and recovers the results of pending turns
 from the results stream (``actors.client``); deltas published while it was away are lost to
@@ -162,6 +163,15 @@ class Hub:
                 self.connected = now
                 self.publish(None, self.connection_event())
             await asyncio.sleep(POLL_S)
+
+    def reconnected(self) -> None:
+        """A ``Bus.on_reconnect`` hook: the connection dropped and is back. A drop shorter
+        than the watcher's sampling is still announced (reconnecting, then connected)."""
+        if self.connected:
+            self.connected = False
+            self.publish(None, self.connection_event())
+        self.connected = True
+        self.publish(None, self.connection_event())
 
     def connection_event(self) -> dict[str, Any]:
         return {"type": "connection", "state": "connected" if self.connected else "reconnecting"}

@@ -7,6 +7,7 @@ retention, ``summarised``: before the latest summary) and the rendered view with
 marks (the renderer's marks, up to 3, padded to 3 so the page always shows the three
 breakpoints: a missing one is labelled ``unused`` at the end of the cached parts);
 ``read`` resolves a logical path as ``react.read`` does (``timeline.read.resolve``);
+``round_calls`` the tool calls of one round (arguments, result paths and previews);
 ``sources`` the pool rows a result cites; ``trace`` a turn's spans (``actline.cmd_trace``).
 """
 
@@ -24,11 +25,11 @@ from timeline.read import resolve
 
 from ..cmd_trace import turn_trace
 
-__all__ = ["conversations", "read_path", "sources", "timeline", "trace"]
+__all__ = ["conversations", "read_path", "round_calls", "sources", "timeline", "trace"]
 
 MARKS = 3
+PREVIEW = 300
 TITLE_CHARS = 80
-USER_TYPES = ("user.prompt", "user.message", "user")
 
 
 def _blocks(store: Store, cid: str) -> list[Block]:
@@ -148,10 +149,36 @@ def _part_text(part: dict[str, Any]) -> str:
     return json.dumps(content, ensure_ascii=False, default=str)
 
 
+def round_calls(store: Store, cid: str, turn_id: str, round_: int) -> list[dict[str, Any]]:
+    """The tool calls of one round of a turn: tool, arguments, and each result's path and
+    preview (``PREVIEW`` characters; the full text is ``read_path`` of the path)."""
+    if store.header(cid) is None:
+        return []
+    prefix = f"c{round_}-"
+    calls: dict[str, dict[str, Any]] = {}
+    for block in _blocks(store, cid):
+        if block.turn_id != turn_id or not block.call_id.startswith(prefix):
+            continue
+        call = calls.setdefault(block.call_id, {"call_id": block.call_id, "results": []})
+        data = block.data if isinstance(block.data, dict) else {}
+        if block.type == "react.tool.call":
+            call.update(tool=data.get("tool", ""), params=data.get("params", {}), path=block.path)
+        elif block.type == "react.tool.result":
+            preview = _text(block)
+            if len(preview) > PREVIEW:
+                preview = preview[:PREVIEW] + "…"
+            call["results"].append({"path": block.path, "preview": preview})
+    return list(calls.values())
+
+
 def read_path(store: Store, cid: str, path: str) -> dict[str, Any]:
     """What ``react.read`` finds at ``path`` on the conversation's timeline."""
     found = resolve(store.load(cid).timeline, path)
     text = found.text
+    if not text.strip() and found.blocks:  # blocks of data only (a turn header, say)
+        text = "\n\n".join(
+            json.dumps(b.to_dict(), ensure_ascii=False, default=str) for b in found.blocks
+        )
     if found.rows:
         text = "\n\n".join(f"[{r.sid}] {r.title} {r.url}\n{r.text}" for r in found.rows)
     return {"path": found.path, "kind": found.kind, "text": text, "error": found.error}

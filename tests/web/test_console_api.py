@@ -52,10 +52,11 @@ class Console:
             return await res.json()
 
     async def events(
-        self, cid: str, last: Callable[[dict[str, Any]], bool] = RESULT
+        self, cid: str, last: Callable[[Event], bool] = RESULT, into: list[Event] | None = None
     ) -> list[Event]:
-        """The conversation's SSE events (from the first) up to the first ``last`` holds for."""
-        seen: list[dict[str, Any]] = []
+        """The conversation's SSE events (from the first) up to the first ``last`` holds for,
+        appended to ``into`` as they come."""
+        seen: list[Event] = [] if into is None else into
         async with self.http.get(f"{self.base}/events/{cid}") as res:
             assert res.headers["content-type"].startswith("text/event-stream")
             async for raw in res.content:
@@ -125,6 +126,13 @@ async def test_a_turn_streams_in_order_and_shows_in_the_list_timeline_and_read(
     assert source["sid"] in result["sources_used"] and source["url"] in result["answer"]
     assert "cache_read_pct" in result and result["prompt_tokens"] > 0
 
+    call_card = next(c for c in cards if c["card_kind"] == "tool_call")
+    calls = await console.get(
+        f"/api/turns/{turn['turn_id']}/rounds/{call_card['round']}/calls?conversation_id={cid}"
+    )
+    assert [c["tool"] for c in calls] == call_card["detail"].split(", ")
+    assert calls[0]["params"] and calls[0]["results"][0]["path"].startswith("tc:")
+
     [row] = await console.get("/api/conversations")
     assert row["conversation_id"] == cid and row["turns"] == 1
     assert row["title"] == "How do the pricing tiers differ?" and row["last_status"] == "completed"
@@ -137,6 +145,14 @@ async def test_a_turn_streams_in_order_and_shows_in_the_list_timeline_and_read(
     read = await console.get(f"/api/conversations/{cid}/read?path={block['path']}")
     assert read["path"] == block["path"] and block["text"][:40] in read["text"]
 
+    notes = [{"name": "notes.md", "content_b64": "IyBub3Rlcwo="}]
+    attached = await console.post(
+        "/api/turns", {"text": "Summarise my notes", "attachments": notes}
+    )
+    assert attached["turn_id"] and attached["conversation_id"] != cid
+    wrong = [{"name": "notes.md", "content_b64": "not base64!"}]
+    refused = await console.post("/api/turns", {"text": "x", "attachments": wrong}, status=400)
+    assert "attachments[0].content_b64" in refused["error"]
     bad = await console.post("/api/turns", {"text": ""}, status=400)
     assert "'text'" in bad["error"]
     missing = await console.post("/api/turns", {"text": "x", "conversation_id": "a b"}, status=400)
@@ -176,6 +192,15 @@ async def test_a_waiting_turn_lists_its_agent_and_completes_on_a_done_from_the_c
     assert late["code"] and late["error"]
 
 
+async def test_skip_from_the_console_resumes_a_waiting_turn(console: Console) -> None:
+    turn = await console.post("/api/turns", {"text": "Ask reviewer to check the quotas"})
+    cid, tid = turn["conversation_id"], turn["turn_id"]
+    await console.events(cid, WAITING)
+    assert (await console.post(f"/api/turns/{tid}/skip", {"conversation_id": cid}))["ok"]
+    events = await console.events(cid)
+    assert events[-1]["status"] == "completed" and events[-1]["turn_id"] == tid
+
+
 async def test_cancel_from_the_console_ends_a_waiting_turn(console: Console) -> None:
     turn = await console.post("/api/turns", {"text": "Ask reviewer to check the quotas"})
     cid, tid = turn["conversation_id"], turn["turn_id"]
@@ -183,3 +208,30 @@ async def test_cancel_from_the_console_ends_a_waiting_turn(console: Console) -> 
     assert (await console.post(f"/api/turns/{tid}/cancel", {"conversation_id": cid}))["ok"]
     events = await console.events(cid)
     assert events[-1]["status"] == "cancelled"
+
+
+async def test_a_nats_restart_is_announced_and_the_console_keeps_working(
+    console: Console,
+) -> None:
+    seen: list[Event] = []
+
+    async def collect() -> None:
+        await console.events("c-watch", lambda e: False, into=seen)
+
+    watching = asyncio.create_task(collect())
+    server = console.rt.server
+    assert server is not None
+    try:
+        await until(lambda: len(seen) > 0)
+        await asyncio.to_thread(server.restart)
+
+        def back() -> bool:
+            states = [e["state"] for e in seen if e["type"] == "connection"]
+            return states[-2:] == ["reconnecting", "connected"]
+
+        await until(back, timeout=30)
+    finally:
+        watching.cancel()
+    turn = await console.post("/api/turns", {"text": "How do the pricing tiers differ?"})
+    events = await console.events(turn["conversation_id"])
+    assert events[-1]["status"] == "completed"

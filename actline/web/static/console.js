@@ -173,8 +173,15 @@ function addCard(view, ev) {
     card.append(label, el("span", { cls: "detail", text: ev.detail || "" }));
     view.thinking = null;
   }
-  if (ev.data && Object.keys(ev.data).length) {
-    card.append(el("details", { cls: "data" }, el("summary", { text: "details" }), el("pre", { text: JSON.stringify(ev.data, null, 2) })));
+  const data = Object.fromEntries(Object.entries(ev.data || {}).filter(([k]) => k !== "context"));
+  if (Object.keys(data).length) {
+    card.append(el("details", { cls: "data" }, el("summary", { text: "details" }), el("pre", { text: JSON.stringify(data, null, 2) })));
+  }
+  if (["tool_call", "tool_result", "plan", "note"].includes(kind) && ev.round && state.cid) {
+    const calls = el("div", { cls: "calls" });
+    card.append(calls);
+    if (kind !== "tool_call") showCalls(calls, view.tid, ev.round);
+    else card.append(el("button", { type: "button", cls: "small", text: "arguments", onclick: () => showCalls(calls, view.tid, ev.round) }));
   }
   if (kind === "waiting") {
     card.append(el("div", { cls: "row" },
@@ -185,6 +192,25 @@ function addCard(view, ev) {
     view.status.textContent = "running";
   }
   view.cards.append(card);
+}
+
+async function showCalls(box, tid, round) {
+  let rows = [];
+  try { rows = await api("GET", `/api/turns/${tid}/rounds/${round}/calls?conversation_id=${state.cid}`); }
+  catch (e) { box.textContent = e.message; return; }
+  box.replaceChildren(...rows.map((c) => el("div", { cls: "call", "data-testid": "tool-call" },
+    el("div", { cls: "muted", text: `${c.tool || c.call_id} ${JSON.stringify(c.params || {})}`.slice(0, 400) }),
+    ...c.results.map((r) => el("div", { cls: "result" },
+      el("span", { cls: "path-link", "data-testid": "result-path", text: r.path, onclick: (e) => openInline(e.target, r.path) }),
+      el("div", { cls: "preview", text: r.preview }))))));
+}
+
+async function openInline(node, path) {
+  const box = node.parentElement.querySelector(".preview");
+  try {
+    const data = await api("GET", `/api/conversations/${state.cid}/read?path=${encodeURIComponent(path)}`);
+    box.textContent = data.text || data.error;
+  } catch (e) { box.textContent = e.message; }
 }
 
 async function control(view, what) {
@@ -286,6 +312,7 @@ async function send(text) {
 async function loadTimeline() {
   const body = $("#timeline tbody");
   $("#path-view").classList.add("hidden");
+  $("#view-timeline").append($("#path-view"));
   if (!state.cid) { body.replaceChildren(); $("#timeline-note").textContent = "pick a conversation"; return; }
   let data;
   try { data = await api("GET", `/api/conversations/${state.cid}/timeline`); }
@@ -293,7 +320,7 @@ async function loadTimeline() {
   $("#timeline-note").textContent = `${data.blocks.length} blocks`;
   body.replaceChildren(...data.blocks.map((b) => el("tr", { "data-testid": "block", "data-path": b.path, "data-state": b.state },
     el("td", { text: String(b.seq) }), el("td", { text: b.type }),
-    el("td", {}, b.path ? el("span", { cls: "path-link", "data-testid": "block-path", text: b.path, onclick: () => openPath(b.path) }) : ""),
+    el("td", {}, b.path ? el("span", { cls: "path-link", "data-testid": "block-path", text: b.path, onclick: (e) => openPath(b.path, e.target.closest("tr")) }) : ""),
     el("td", { text: b.state }), el("td", { text: (b.text || "").slice(0, 160) }))));
   const r = data.rendered;
   $("#rendered-note").textContent = `${r.stable_tokens} cached + ${r.tail_tokens} tail tokens`;
@@ -307,8 +334,16 @@ async function loadTimeline() {
   $("#rendered").replaceChildren(...out);
 }
 
-async function openPath(path) {
+async function openPath(path, row) {
   const view = $("#path-view");
+  if (row) {  // opened in place: a row under the block's row
+    const old = $("#path-row");
+    if (old) old.remove();
+    const cell = el("td", { colspan: "5" });
+    const holder = el("tr", { id: "path-row" }, cell);
+    cell.append(view);
+    row.after(holder);
+  }
   try {
     const data = await api("GET", `/api/conversations/${state.cid}/read?path=${encodeURIComponent(path)}`);
     view.textContent = `${data.path}\n\n${data.text || data.error}`;
