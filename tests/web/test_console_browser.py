@@ -77,6 +77,9 @@ def test_a_question_streams_an_answer_whose_citations_open_their_source(
     expect(page.get_by_test_id("followup-button")).to_contain_text(["What does Enterprise add?"])
     expect(page.get_by_test_id("usage").last).to_contain_text("cache read")
 
+    if os.environ.get("ACTLINE_UPDATE_SCREENSHOT"):  # the one committed: docs/console.png
+        page.screenshot(path=str(ROOT / "docs" / "console.png"))
+
     citation = answer.get_by_test_id("citation").first
     expect(citation).to_have_attribute("href", "#source-1")
     citation.click()
@@ -85,8 +88,6 @@ def test_a_question_streams_an_answer_whose_citations_open_their_source(
     expect(source).to_be_in_viewport()
     expect(source).to_contain_text(re.compile("tiers", re.I))
     screenshot(page, "turn")
-    if os.environ.get("ACTLINE_UPDATE_SCREENSHOT"):  # the one committed: docs/console.png
-        page.screenshot(path=str(ROOT / "docs" / "console.png"))
 
 
 def test_a_turn_waits_for_an_outside_agent_and_completes_after_its_done(
