@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test bench soak fuzz lint clean cluster-demo sandbox-deps deploy-keys
+.PHONY: demo test bench soak fuzz lint clean cluster-demo sandbox-deps browser-deps deploy-keys
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -22,7 +22,7 @@ demo: $(STAMP)
 cluster-demo: $(STAMP)
 	RAY_USAGE_STATS_ENABLED=0 RAY_AUTH_MODE=disabled $(BIN)/python -m actors.cluster_demo
 
-test: $(STAMP) sandbox-deps
+test: $(STAMP) sandbox-deps browser-deps
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest --timeout=120
 
@@ -50,6 +50,24 @@ sandbox-deps:
 	elif command -v apk >/dev/null 2>&1; then $$su apk add -q bubblewrap; fi; \
 	command -v bwrap >/dev/null 2>&1 && echo "installed $$(bwrap --version)" || \
 		echo "bwrap could not be installed: $$hint"
+
+# The web console's browser tests (tests/web) drive the system Chromium through Playwright
+# (never `playwright install`: nothing is downloaded at run time). Installs the Debian
+# `chromium` package when it is missing and root or passwordless sudo can; otherwise says
+# what to install and the browser tests fail naming it.
+browser-deps:
+	@{ command -v chromium >/dev/null 2>&1 || test -x /usr/bin/chromium; } && exit 0; \
+	hint="install Chromium (apt-get install chromium, dnf install chromium or apk add chromium); the browser tests in tests/web need it"; \
+	if [ "$$(id -u)" = 0 ]; then su=""; elif sudo -n true 2>/dev/null; then su="sudo -n"; \
+	else echo "chromium is missing and this user cannot install it: $$hint"; exit 0; fi; \
+	if command -v apt-get >/dev/null 2>&1; then \
+		$$su env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null 2>&1 || \
+		{ $$su apt-get update -q >/dev/null 2>&1 && \
+		  $$su env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null; }; \
+	elif command -v dnf >/dev/null 2>&1; then $$su dnf install -y -q chromium; \
+	elif command -v apk >/dev/null 2>&1; then $$su apk add -q chromium; fi; \
+	command -v chromium >/dev/null 2>&1 && echo "installed $$(chromium --version 2>/dev/null)" || \
+		echo "chromium could not be installed: $$hint"
 
 bench: $(STAMP)
 	$(BIN)/python -m bench

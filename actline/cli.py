@@ -198,6 +198,15 @@ def _parser() -> argparse.ArgumentParser:
     _nats(chat, "default: NATS_URL, else an embedded one")
     _node_options(chat)
 
+    web = command("console", "a web console: live turns, timelines, agents, traces")
+    web.add_argument("--port", type=int, default=8765, help="0 picks a free port")
+    web.add_argument("--host", default="127.0.0.1", help="the interface (default loopback)")
+    web.add_argument(
+        "--allow-remote", action="store_true", help="allow a non-loopback --host (token kept)"
+    )
+    _nats(web, "default: NATS_URL, else an embedded one with a node")
+    _node_options(web)
+
     agent = command("agent", "answer an outside agent's tasks by running a command")
     agent.add_argument("name", help="the agent's name (the model hands work to it)")
     _agent_flags(agent)
@@ -343,6 +352,10 @@ def _dispatch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             from .cmd_turns import run_chat
 
             return run_until_signal(run_chat(args, console))
+        case "console":
+            from .cmd_console import run_console
+
+            return run_until_signal(run_console(args, console))
         case "agent":
             from .cmd_agent import run_agent
 

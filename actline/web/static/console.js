@@ -1,0 +1,416 @@
+// actline console: plain JavaScript, no build step, nothing fetched from outside this server.
+"use strict";
+
+const $ = (sel, root) => (root || document).querySelector(sel);
+const el = (tag, attrs, ...children) => {
+  const node = document.createElement(tag);
+  for (const [k, v] of Object.entries(attrs || {})) {
+    if (v === null || v === undefined) continue;
+    if (k === "text") node.textContent = v;
+    else if (k === "cls") node.className = v;
+    else if (k.startsWith("on")) node.addEventListener(k.slice(2), v);
+    else node.setAttribute(k, v);
+  }
+  for (const c of children) node.append(c);
+  return node;
+};
+
+const state = { cid: null, source: null, turns: {}, current: null, tab: "turn", lastTurn: null };
+
+async function api(method, path, body) {
+  const opts = { method, headers: {}, credentials: "same-origin" };
+  if (body !== undefined) {
+    opts.headers["content-type"] = "application/json";
+    opts.body = JSON.stringify(body);
+  }
+  const res = await fetch(path, opts);
+  const text = await res.text();
+  let data = null;
+  try { data = text ? JSON.parse(text) : null; } catch (e) { data = { error: text }; }
+  if (!res.ok) throw new Error((data && data.error) || res.statusText);
+  return data;
+}
+
+// -- markdown (a small subset: headings, lists, code, emphasis, links) -------------------------
+function escapeHtml(s) {
+  return s.replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
+}
+
+function inline(text, sources) {
+  const byUrl = {};
+  for (const s of sources || []) if (s.url) byUrl[s.url] = s.sid;
+  let out = escapeHtml(text);
+  out = out.replace(/`([^`]+)`/g, "<code>$1</code>");
+  out = out.replace(/\*\*([^*]+)\*\*/g, "<strong>$1</strong>");
+  out = out.replace(/(^|[^*])\*([^*\s][^*]*)\*/g, "$1<em>$2</em>");
+  const cite = (sid, label) => `<a data-testid="citation" class="citation" data-sid="${sid}" href="#source-${sid}">${label}</a>`;
+  out = out.replace(/\[\[S:([0-9 ,\-]+)\]\]/gi, (m, body) => body.split(",").map((x) => x.trim()).filter(Boolean)
+    .map((sid) => cite(sid, `[${sid}]`)).join(" "));
+  out = out.replace(/\[([^\]]+)\]\(([^)\s]+)\)/g, (m, label, url) => {
+    const raw = url.replace(/&amp;/g, "&");
+    if (raw in byUrl) return cite(byUrl[raw], label);
+    const safe = /^(https?:|#|\/)/.test(raw) ? url : "#";
+    return `<a href="${safe}" rel="noreferrer" target="_blank">${label}</a>`;
+  });
+  return out;
+}
+
+function markdown(text, sources) {
+  const lines = text.split("\n");
+  const html = [];
+  let list = null, code = null, para = [];
+  const flush = () => {
+    if (para.length) { html.push(`<p>${inline(para.join(" "), sources)}</p>`); para = []; }
+    if (list) { html.push(`</${list}>`); list = null; }
+  };
+  for (const line of lines) {
+    if (code !== null) {
+      if (/^```/.test(line)) { html.push(`<pre><code>${escapeHtml(code.join("\n"))}</code></pre>`); code = null; }
+      else code.push(line);
+      continue;
+    }
+    if (/^```/.test(line)) { flush(); code = []; continue; }
+    const h = line.match(/^(#{1,6})\s+(.*)$/);
+    const ul = line.match(/^\s*[-*+]\s+(.*)$/);
+    const ol = line.match(/^\s*\d+[.)]\s+(.*)$/);
+    if (h) { flush(); html.push(`<h${h[1].length + 2}>${inline(h[2], sources)}</h${h[1].length + 2}>`); }
+    else if (ul || ol) {
+      if (para.length) { html.push(`<p>${inline(para.join(" "), sources)}</p>`); para = []; }
+      const kind = ul ? "ul" : "ol";
+      if (list !== kind) { if (list) html.push(`</${list}>`); html.push(`<${kind}>`); list = kind; }
+      html.push(`<li>${inline((ul || ol)[1], sources)}</li>`);
+    } else if (!line.trim()) flush();
+    else { if (list) { html.push(`</${list}>`); list = null; } para.push(line); }
+  }
+  if (code !== null) html.push(`<pre><code>${escapeHtml(code.join("\n"))}</code></pre>`);
+  flush();
+  return html.join("\n");
+}
+
+// -- connection and conversations -----------------------------------------------------------
+function showConnection(s) {
+  const node = $("#connection");
+  node.textContent = s;
+  node.classList.toggle("down", s !== "connected");
+}
+
+async function loadConversations() {
+  let rows = [];
+  try { rows = await api("GET", "/api/conversations"); } catch (e) { return; }
+  const list = $("#conversation-list");
+  list.replaceChildren(...rows.map((r) => el("li", {
+    "data-testid": "conversation-item", "data-cid": r.conversation_id,
+    cls: r.conversation_id === state.cid ? "active" : "",
+    onclick: () => openConversation(r.conversation_id),
+  }, el("span", { text: r.title }), el("span", { cls: "meta", text: `${r.turns} turn(s) · ${r.last_status || "-"}` }))));
+}
+
+function listen(cid) {
+  if (state.source) state.source.close();
+  const source = new EventSource(`/events/${encodeURIComponent(cid || "console")}`);
+  source.onmessage = (msg) => { try { onEvent(JSON.parse(msg.data)); } catch (e) { console.error(e); } };
+  source.onerror = () => showConnection("reconnecting (to the console)");
+  state.source = source;
+}
+
+function openConversation(cid) {
+  state.cid = cid;
+  state.turns = {};
+  state.current = null;
+  $("#turn").replaceChildren();
+  $("#history").replaceChildren();
+  $("#current-conversation").textContent = cid ? `conversation ${cid}` : "new conversation";
+  for (const li of document.querySelectorAll("#conversation-list li")) li.classList.toggle("active", li.dataset.cid === cid);
+  listen(cid);
+  if (state.tab === "timeline") loadTimeline();
+}
+
+// -- a live turn ------------------------------------------------------------------------------
+function archive(view) {
+  // an earlier turn keeps its content but gives up the test ids of the live view
+  for (const node of view.root.querySelectorAll("[data-testid]")) {
+    node.dataset.pastTestid = node.dataset.testid;
+    node.removeAttribute("data-testid");
+  }
+  $("#history").append(view.root);
+}
+
+function turnView(tid) {
+  if (state.turns[tid]) return state.turns[tid];
+  if (state.current && state.turns[state.current]) archive(state.turns[state.current]);
+  const root = el("div", { cls: "turn", "data-turn": tid });
+  const status = el("span", { "data-testid": "turn-status", cls: "status", text: "running" });
+  const view = {
+    tid, root, status, answerText: "", sources: [], canvas: {}, thinking: null,
+    cards: el("div", { cls: "cards" }),
+    answer: el("div", { "data-testid": "answer", cls: "answer" }),
+    sourceList: el("ol", { cls: "sources" }),
+    followups: el("div", { cls: "followups" }),
+    panels: el("div", { cls: "panels" }),
+    usage: el("div", { cls: "usage" }),
+  };
+  root.append(el("div", { cls: "head" }, el("span", { cls: "muted", text: `turn ${tid}` }), status),
+    view.cards, view.panels, view.answer, view.sourceList, view.followups, view.usage);
+  $("#turn").append(root);
+  state.turns[tid] = view;
+  state.current = tid;
+  state.lastTurn = tid;
+  $("#trace-turn").value = tid;
+  return view;
+}
+
+const LABELS = { thinking: "thinking", tool_call: "tool call", tool_result: "tool result", plan: "plan", note: "note", waiting: "waiting", notice: "notice", complete: "complete" };
+
+function addCard(view, ev) {
+  const kind = ev.card_kind || ev.phase;
+  const card = el("div", { "data-testid": "card", "data-kind": kind, cls: "card" });
+  const label = el("span", { cls: "label", text: LABELS[kind] || kind });
+  if (kind === "thinking") {
+    const body = el("div", { cls: "stream" });
+    card.append(el("details", {}, el("summary", {}, label, el("span", { text: ev.detail || "" })), body));
+    view.thinking = body;
+  } else {
+    card.append(label, el("span", { cls: "detail", text: ev.detail || "" }));
+    view.thinking = null;
+  }
+  const data = Object.fromEntries(Object.entries(ev.data || {}).filter(([k]) => k !== "context"));
+  if (Object.keys(data).length) {
+    card.append(el("details", { cls: "data" }, el("summary", { text: "details" }), el("pre", { text: JSON.stringify(data, null, 2) })));
+  }
+  if (["tool_call", "tool_result", "plan", "note"].includes(kind) && ev.round && state.cid) {
+    const calls = el("div", { cls: "calls" });
+    card.append(calls);
+    if (kind !== "tool_call") showCalls(calls, view.tid, ev.round);
+    else card.append(el("button", { type: "button", cls: "small", text: "arguments", onclick: () => showCalls(calls, view.tid, ev.round) }));
+  }
+  if (kind === "waiting") {
+    card.append(el("div", { cls: "row" },
+      el("button", { type: "button", "data-testid": "skip", text: "Skip waiting", onclick: () => control(view, "skip") }),
+      el("button", { type: "button", "data-testid": "cancel", text: "Cancel turn", onclick: () => control(view, "cancel") })));
+    view.status.textContent = "waiting";
+  } else if (kind !== "complete" && !["completed", "failed", "cancelled"].includes(view.status.textContent)) {
+    view.status.textContent = "running";
+  }
+  view.cards.append(card);
+}
+
+async function showCalls(box, tid, round) {
+  let rows = [];
+  try { rows = await api("GET", `/api/turns/${tid}/rounds/${round}/calls?conversation_id=${state.cid}`); }
+  catch (e) { box.textContent = e.message; return; }
+  box.replaceChildren(...rows.map((c) => el("div", { cls: "call", "data-testid": "tool-call" },
+    el("div", { cls: "muted", text: `${c.tool || c.call_id} ${JSON.stringify(c.params || {})}`.slice(0, 400) }),
+    ...c.results.map((r) => el("div", { cls: "result" },
+      el("span", { cls: "path-link", "data-testid": "result-path", text: r.path, onclick: (e) => openInline(e.target, r.path) }),
+      el("div", { cls: "preview", text: r.preview }))))));
+}
+
+async function openInline(node, path) {
+  const box = node.parentElement.querySelector(".preview");
+  try {
+    const data = await api("GET", `/api/conversations/${state.cid}/read?path=${encodeURIComponent(path)}`);
+    box.textContent = data.text || data.error;
+  } catch (e) { box.textContent = e.message; }
+}
+
+async function control(view, what) {
+  try { await api("POST", `/api/turns/${view.tid}/${what}`, { conversation_id: state.cid }); }
+  catch (e) { $("#ask-error").textContent = `${what}: ${e.message}`; }
+}
+
+function panel(view, ev) {
+  let p = view.canvas[ev.key];
+  if (!p) {
+    const body = el("div", { cls: "body" });
+    const node = el("div", { "data-testid": "canvas-panel", "data-key": ev.key, cls: "canvas" }, el("h4", { text: ev.key }), body);
+    view.panels.append(node);
+    p = view.canvas[ev.key] = { node, body, text: "", format: ev.format };
+  }
+  if (ev.replace) p.text = "";
+  p.text += ev.text || "";
+  if (ev.format) p.format = ev.format;
+  if (p.format === "markdown") p.body.innerHTML = markdown(p.text, view.sources);
+  else p.body.textContent = p.text;
+  if (ev.completed && ev.unresolved && ev.unresolved.length) p.body.append(el("div", { cls: "error", text: `no source for ${ev.unresolved.join(", ")}` }));
+}
+
+function delta(view, ev) {
+  if (ev.key) return panel(view, ev);
+  if (ev.channel === "thinking" && ev.text) {
+    if (!view.thinking) addCard(view, { phase: "thinking", detail: "" });
+    view.thinking.textContent += ev.text;
+  } else if (ev.channel === "answer" && ev.text) {
+    view.answerText += ev.text;
+    view.answer.innerHTML = markdown(view.answerText, view.sources);
+  } else if (ev.completed && ev.unresolved && ev.unresolved.length) {
+    view.cards.append(el("div", { "data-testid": "card", "data-kind": "notice", cls: "card", text: `${ev.channel}: no source for citation(s) ${ev.unresolved.join(", ")}` }));
+  }
+}
+
+function result(view, ev) {
+  view.status.textContent = ev.status;
+  view.sources = ev.sources || [];
+  const text = ev.answer || view.answerText;
+  view.answer.innerHTML = markdown(text, view.sources);
+  if (ev.error) view.answer.append(el("div", { cls: "error", text: ev.error }));
+  view.sourceList.replaceChildren(...view.sources.map((s) => el("li", { "data-testid": "source", "data-sid": String(s.sid), id: `source-${s.sid}`, value: String(s.sid) },
+    el("a", { href: s.url || "#", target: "_blank", rel: "noreferrer", text: s.title || s.url || `source ${s.sid}` }),
+    el("span", { cls: "muted", text: s.text ? ` — ${s.text.slice(0, 160)}` : "" }))));
+  view.followups.replaceChildren(...(ev.followups || []).map((q) => el("button", { type: "button", "data-testid": "followup-button", text: q, onclick: () => send(q) })));
+  const u = ev.usage || {};
+  view.usage.replaceChildren(el("span", { "data-testid": "usage", text: `tokens ${ev.prompt_tokens || 0} in / ${u.output_tokens || 0} out · cache read ${ev.cache_read_pct || 0}% · ${ev.rounds} round(s)` }));
+  loadConversations();
+}
+
+function onEvent(ev) {
+  if (ev.type === "connection") return showConnection(ev.state);
+  if (!ev.turn_id || (state.cid && ev.conversation_id !== state.cid)) return;
+  const view = turnView(ev.turn_id);
+  if (ev.type === "card") addCard(view, ev);
+  else if (ev.type === "delta") delta(view, ev);
+  else if (ev.type === "result") result(view, ev);
+}
+
+function running() {
+  const view = state.current && state.turns[state.current];
+  return view && ["running", "waiting"].includes(view.status.textContent) ? view : null;
+}
+
+async function readFiles() {
+  const files = Array.from($("#attach").files || []);
+  return Promise.all(files.map((f) => new Promise((resolve, reject) => {
+    const reader = new FileReader();
+    reader.onload = () => resolve({ name: f.name, content_b64: String(reader.result).split(",", 2)[1] || "" });
+    reader.onerror = () => reject(reader.error);
+    reader.readAsDataURL(f);
+  })));
+}
+
+async function send(text) {
+  $("#ask-error").textContent = "";
+  if (!text.trim()) return;
+  try {
+    const live = running();
+    if (live) {
+      await api("POST", `/api/turns/${live.tid}/followup`, { conversation_id: state.cid, text });
+      live.cards.append(el("div", { "data-testid": "card", "data-kind": "note", cls: "card", text: `followup sent: ${text}` }));
+    } else {
+      const body = { text, attachments: await readFiles() };
+      if (state.cid) body.conversation_id = state.cid;
+      const out = await api("POST", "/api/turns", body);
+      if (out.conversation_id !== state.cid) { openConversation(out.conversation_id); }
+      turnView(out.turn_id);
+      $("#attach").value = "";
+      $("#attached").textContent = "";
+      loadConversations();
+    }
+    $("#prompt").value = "";
+  } catch (e) { $("#ask-error").textContent = e.message; }
+}
+
+// -- timeline, agents, traces -----------------------------------------------------------------
+async function loadTimeline() {
+  const body = $("#timeline tbody");
+  $("#path-view").classList.add("hidden");
+  $("#view-timeline").append($("#path-view"));
+  if (!state.cid) { body.replaceChildren(); $("#timeline-note").textContent = "pick a conversation"; return; }
+  let data;
+  try { data = await api("GET", `/api/conversations/${state.cid}/timeline`); }
+  catch (e) { $("#timeline-note").textContent = e.message; return; }
+  $("#timeline-note").textContent = `${data.blocks.length} blocks`;
+  body.replaceChildren(...data.blocks.map((b) => el("tr", { "data-testid": "block", "data-path": b.path, "data-state": b.state },
+    el("td", { text: String(b.seq) }), el("td", { text: b.type }),
+    el("td", {}, b.path ? el("span", { cls: "path-link", "data-testid": "block-path", text: b.path, onclick: (e) => openPath(b.path, e.target.closest("tr")) }) : ""),
+    el("td", { text: b.state }), el("td", { text: (b.text || "").slice(0, 160) }))));
+  const r = data.rendered;
+  $("#rendered-note").textContent = `${r.stable_tokens} cached + ${r.tail_tokens} tail tokens`;
+  const out = [];
+  for (const part of r.parts) {
+    out.push(el("div", { cls: part.cached ? "part" : "part tail", text: (part.label ? `[${part.label}] ` : "") + part.text }));
+    for (const m of r.cache_marks) if (m.after_part === part.index && part.cached) out.push(el("span", { "data-testid": "cache-mark", cls: "cache-mark", text: m.label }));
+  }
+  const shown = out.filter((n) => n.dataset.testid === "cache-mark").length;
+  for (const m of r.cache_marks.slice(shown)) out.push(el("span", { "data-testid": "cache-mark", cls: "cache-mark", text: m.label }));
+  $("#rendered").replaceChildren(...out);
+}
+
+async function openPath(path, row) {
+  const view = $("#path-view");
+  if (row) {  // opened in place: a row under the block's row
+    const old = $("#path-row");
+    if (old) old.remove();
+    const cell = el("td", { colspan: "5" });
+    const holder = el("tr", { id: "path-row" }, cell);
+    cell.append(view);
+    row.after(holder);
+  }
+  try {
+    const data = await api("GET", `/api/conversations/${state.cid}/read?path=${encodeURIComponent(path)}`);
+    view.textContent = `${data.path}\n\n${data.text || data.error}`;
+  } catch (e) { view.textContent = e.message; }
+  view.classList.remove("hidden");
+}
+
+async function loadAgents() {
+  let rows = [];
+  try { rows = await api("GET", "/api/agents"); } catch (e) { $("#done-result").textContent = e.message; }
+  $("#agents tbody").replaceChildren(...rows.map((a) => el("tr", { "data-testid": "agent", "data-name": a.name, "data-present": String(a.present) },
+    el("td", { text: a.name }), el("td", { text: a.present ? "yes" : "no" }),
+    el("td", {}, ...a.open_tasks.map((t) => el("div", { cls: "path-link", "data-testid": "open-task", text: `${t.task_id} (turn ${t.turn_id}) ${t.text || ""}`,
+      onclick: () => { $("#done-agent").value = a.name; $("#done-task").value = t.task_id; $("#done-turn").value = t.turn_id; } }))))));
+  if (rows.length && !$("#done-agent").value) $("#done-agent").value = rows[0].name;
+}
+
+async function sendDone(event) {
+  event.preventDefault();
+  const name = $("#done-agent").value.trim();
+  const out = $("#done-result");
+  try {
+    const r = await api("POST", `/api/agents/${encodeURIComponent(name)}/done`, {
+      task_id: $("#done-task").value.trim() || null, turn_id: $("#done-turn").value.trim() || null, summary: $("#done-summary").value });
+    out.className = ""; out.textContent = `accepted: ${r.detail || "the DONE was applied"}`;
+    loadAgents();
+  } catch (e) { out.className = "error"; out.textContent = `refused: ${e.message}`; }
+}
+
+async function loadTrace() {
+  const tid = $("#trace-turn").value.trim() || state.lastTurn;
+  const chart = $("#trace");
+  if (!tid) { $("#trace-note").textContent = "run a turn first"; return; }
+  let data;
+  try { data = await api("GET", `/api/turns/${tid}/trace`); }
+  catch (e) { $("#trace-note").textContent = e.message; chart.replaceChildren(); return; }
+  const spans = data.spans;
+  const total = Math.max(1, ...spans.map((s) => s.offset_ms + (s.duration_ms || 0)));
+  $("#trace-note").textContent = `${spans.length} spans, ${total.toFixed(0)} ms, status ${data.session.status}`;
+  chart.replaceChildren(...spans.map((s) => {
+    const left = (100 * s.offset_ms) / total, width = Math.max(0.2, (100 * (s.duration_ms || 0)) / total);
+    return el("div", { "data-testid": "span", "data-name": s.name, cls: "span" },
+      el("div", { cls: s.status && s.status !== "ok" ? "bar error" : "bar", style: `left:${left}%;width:${width}%`, title: JSON.stringify(s.attrs || {}), text: `${s.name} ${Number(s.duration_ms || 0).toFixed(1)} ms` }));
+  }));
+}
+
+function showTab(tab) {
+  state.tab = tab;
+  for (const b of document.querySelectorAll(".tab")) b.classList.toggle("active", b.dataset.tab === tab);
+  for (const v of document.querySelectorAll(".view")) v.classList.toggle("hidden", v.id !== `view-${tab}`);
+  if (tab === "timeline") loadTimeline();
+  if (tab === "agents") loadAgents();
+  if (tab === "traces") loadTrace();
+}
+
+document.addEventListener("DOMContentLoaded", () => {
+  for (const b of document.querySelectorAll(".tab")) b.addEventListener("click", () => showTab(b.dataset.tab));
+  $("#ask").addEventListener("submit", (e) => { e.preventDefault(); send($("#prompt").value); });
+  $("#prompt").addEventListener("keydown", (e) => { if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) { e.preventDefault(); send($("#prompt").value); } });
+  $("#attach").addEventListener("change", () => { $("#attached").textContent = Array.from($("#attach").files).map((f) => f.name).join(", "); });
+  $("#new-conversation").addEventListener("click", () => openConversation(null));
+  $("#timeline-refresh").addEventListener("click", loadTimeline);
+  $("#agents-refresh").addEventListener("click", loadAgents);
+  $("#trace-load").addEventListener("click", loadTrace);
+  $("#done-form").addEventListener("submit", sendDone);
+  if (window.location.search.includes("token=")) window.history.replaceState(null, "", "/");
+  const wanted = new URLSearchParams(window.location.hash.slice(1)).get("cid");
+  openConversation(wanted || null);
+  loadConversations();
+});

@@ -1,0 +1,202 @@
+"""What the console's JSON API reads from the node's store and trace files (no NATS).
+
+``conversations`` lists the stored conversations newest first with a title (the first
+user message), turns and last status; ``timeline`` gives every stored block with its
+state (``visible``, ``hidden``, ``pruned``: hidden by TTL pruning or tool-response
+retention, ``summarised``: before the latest summary) and the rendered view with its cache
+marks (the renderer's marks, up to 3, padded to 3 so the page always shows the three
+breakpoints: a missing one is labelled ``unused`` at the end of the cached parts);
+``read`` resolves a logical path as ``react.read`` does (``timeline.read.resolve``);
+``round_calls`` the tool calls of one round (arguments, result paths and previews);
+``sources`` the pool rows a result cites; ``trace`` a turn's spans (``actline.cmd_trace``).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from actors import trace_sinks
+from storage import Store
+from timeline import Block, Renderer, TimelineConfig
+from timeline.read import resolve
+
+from ..cmd_trace import turn_trace
+
+__all__ = ["conversations", "read_path", "round_calls", "sources", "timeline", "trace"]
+
+MARKS = 3
+PREVIEW = 300
+TITLE_CHARS = 80
+
+
+def _blocks(store: Store, cid: str) -> list[Block]:
+    return [Block.from_dict(d) for d in store.iter_blocks(cid)]
+
+
+def _title(blocks: list[Block]) -> str:
+    for block in blocks:
+        if block.type.startswith("user") and block.text.strip():
+            line = block.text.strip().split("\n", 1)[0]
+            return line[:TITLE_CHARS]
+    return ""
+
+
+def _last_status(blocks: list[Block]) -> str:
+    for block in reversed(blocks):
+        data = block.data if isinstance(block.data, dict) else {}
+        status = data.get("status") or block.meta.get("status")
+        if isinstance(status, str) and status:
+            return status
+    return ""
+
+
+def conversations(
+    store: Store, live_status: dict[str, str], running: dict[str, str]
+) -> list[dict[str, Any]]:
+    """Every stored conversation (``{conversation_id, title, turns, last_status, updated}``),
+    newest first; a turn this console follows gives the live status."""
+    from ..cmd_timeline import stored_conversations
+
+    rows = []
+    for row in stored_conversations(store):
+        cid = row["conversation_id"]
+        loaded = store.load(cid)
+        blocks = list(loaded.timeline.blocks)
+        turns = loaded.timeline.turn_ids()
+        status = _last_status(blocks)
+        last = running.get(cid) or (turns[-1] if turns else "")
+        status = live_status.get(last, status)
+        updated = row["last_active"] or max((b.ts for b in blocks), default=0.0)
+        rows.append(
+            {
+                "conversation_id": cid,
+                "title": _title(_blocks(store, cid)) or cid,
+                "turns": len(turns),
+                "last_status": status,
+                "updated": updated,
+            }
+        )
+    rows.sort(key=lambda r: float(r["updated"] or 0.0), reverse=True)
+    return rows
+
+
+def _state(block: Block, visible: set[str]) -> str:
+    if block.id not in visible:
+        return "summarised"
+    if block.hidden:
+        pruned = "retention" in block.meta or "prune" in block.replacement.lower()
+        return "pruned" if pruned else "hidden"
+    return "visible"
+
+
+def _text(block: Block) -> str:
+    if block.text:
+        return block.text
+    if block.data is not None:
+        return json.dumps(block.data, ensure_ascii=False, default=str)
+    return ""
+
+
+def timeline(store: Store, cid: str, max_tokens: int) -> dict[str, Any]:
+    """The stored blocks with their states and the rendered view with three cache marks."""
+    loaded = store.load(cid)
+    visible = {b.id for b in loaded.timeline.blocks}
+    blocks = [
+        {
+            "seq": b.seq,
+            "path": b.path,
+            "type": b.type,
+            "turn_id": b.turn_id,
+            "state": _state(b, visible),
+            "text": _text(b),
+        }
+        for b in _blocks(store, cid)
+    ]
+    result = Renderer(loaded.timeline, TimelineConfig(max_tokens=max_tokens)).render(
+        now=time.time()
+    )
+    parts = []
+    for i, part in enumerate(result.stable):
+        parts.append({"index": i, "cached": True, "text": _part_text(part)})
+    for label, part in zip(result.labels, result.tail, strict=True):
+        parts.append(
+            {"index": len(parts), "cached": False, "label": label, "text": _part_text(part)}
+        )
+    marks = [{"after_part": m, "label": f"cache mark {n + 1}"} for n, m in enumerate(result.marks)]
+    last_stable = len(result.stable) - 1
+    while len(marks) < MARKS:
+        marks.append({"after_part": last_stable, "label": f"cache mark {len(marks) + 1} (unused)"})
+    rendered = {
+        "text": result.text(),
+        "parts": parts,
+        "cache_marks": marks[:MARKS],
+        "stable_tokens": result.stable_tokens,
+        "tail_tokens": result.tail_tokens,
+    }
+    return {"conversation_id": cid, "blocks": blocks, "rendered": rendered}
+
+
+def _part_text(part: dict[str, Any]) -> str:
+    content = part.get("content", part.get("text", ""))
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):
+        pieces = [c.get("text", "") if isinstance(c, dict) else str(c) for c in content]
+        return "\n".join(p for p in pieces if p)
+    return json.dumps(content, ensure_ascii=False, default=str)
+
+
+def round_calls(store: Store, cid: str, turn_id: str, round_: int) -> list[dict[str, Any]]:
+    """The tool calls of one round of a turn: tool, arguments, and each result's path and
+    preview (``PREVIEW`` characters; the full text is ``read_path`` of the path)."""
+    if store.header(cid) is None:
+        return []
+    prefix = f"c{round_}-"
+    calls: dict[str, dict[str, Any]] = {}
+    for block in _blocks(store, cid):
+        if block.turn_id != turn_id or not block.call_id.startswith(prefix):
+            continue
+        call = calls.setdefault(block.call_id, {"call_id": block.call_id, "results": []})
+        data = block.data if isinstance(block.data, dict) else {}
+        if block.type == "react.tool.call":
+            call.update(tool=data.get("tool", ""), params=data.get("params", {}), path=block.path)
+        elif block.type == "react.tool.result":
+            preview = _text(block)
+            if len(preview) > PREVIEW:
+                preview = preview[:PREVIEW] + "…"
+            call["results"].append({"path": block.path, "preview": preview})
+    return list(calls.values())
+
+
+def read_path(store: Store, cid: str, path: str) -> dict[str, Any]:
+    """What ``react.read`` finds at ``path`` on the conversation's timeline."""
+    found = resolve(store.load(cid).timeline, path)
+    text = found.text
+    if not text.strip() and found.blocks:  # blocks of data only (a turn header, say)
+        text = "\n\n".join(
+            json.dumps(b.to_dict(), ensure_ascii=False, default=str) for b in found.blocks
+        )
+    if found.rows:
+        text = "\n\n".join(f"[{r.sid}] {r.title} {r.url}\n{r.text}" for r in found.rows)
+    return {"path": found.path, "kind": found.kind, "text": text, "error": found.error}
+
+
+def sources(store: Store, cid: str, sids: list[int]) -> list[dict[str, Any]]:
+    """The pool rows of ``sids`` (``sid``, ``title``, ``url``, ``text``)."""
+    if not sids or store.header(cid) is None:
+        return []
+    rows = store.load(cid).timeline.sources.select(tuple(sids))
+    return [{"sid": r.sid, "title": r.title, "url": r.url, "text": r.text[:400]} for r in rows]
+
+
+def trace(home: Path, turn_id: str) -> dict[str, Any]:
+    """The session and spans of one turn's trace (``ConfigError`` when it has none)."""
+    found = turn_trace(trace_sinks.read(home), turn_id)
+    spans = found["spans"]
+    start = min((float(s.get("start") or 0.0) for s in spans), default=0.0)
+    for span in spans:
+        span["offset_ms"] = (float(span.get("start") or 0.0) - start) * 1000.0
+    return found
