@@ -189,6 +189,13 @@ def make_app(runtime: Runtime, token: str, *, home: Path | None = None) -> Starl
         limit = runtime.config.node.max_context_tokens
         return JSONResponse(await asyncio.to_thread(views.timeline, store, cid, limit))
 
+    async def get_turns(request: Request) -> Response:
+        cid = _id(request.path_params["cid"], "conversation_id")
+        store = stores.get()
+        if store.header(cid) is None:  # a new conversation: no turn stored yet
+            return JSONResponse([])
+        return JSONResponse(await asyncio.to_thread(views.turns, store, cid))
+
     async def read(request: Request) -> Response:
         cid = _id(request.path_params["cid"], "conversation_id")
         path = request.query_params.get("path", "")
@@ -280,6 +287,7 @@ def make_app(runtime: Runtime, token: str, *, home: Path | None = None) -> Starl
         Route("/api/turns/{turn_id}/rounds/{round:int}/calls", calls),
         Route("/api/conversations/{cid}/timeline", get_timeline),
         Route("/api/conversations/{cid}/read", read),
+        Route("/api/conversations/{cid}/turns", get_turns),
         Route("/api/agents", agents),
         Route("/api/agents/{name}/done", done, methods=["POST"]),
         Route("/events/{cid}", events),

@@ -137,6 +137,10 @@ async def test_a_turn_streams_in_order_and_shows_in_the_list_timeline_and_read(
     assert row["conversation_id"] == cid and row["turns"] == 1
     assert row["title"] == "How do the pricing tiers differ?" and row["last_status"] == "completed"
 
+    [stored] = await console.get(f"/api/conversations/{cid}/turns")
+    assert stored["turn_id"] == turn["turn_id"] and stored["prompt"] == row["title"]
+    assert stored["answer"].strip()
+
     timeline = await console.get(f"/api/conversations/{cid}/timeline")
     assert len(timeline["rendered"]["cache_marks"]) == 3
     states = {b["state"] for b in timeline["blocks"]}
