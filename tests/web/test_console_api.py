@@ -239,3 +239,16 @@ async def test_a_nats_restart_is_announced_and_the_console_keeps_working(
     turn = await console.post("/api/turns", {"text": "How do the pricing tiers differ?"})
     events = await console.events(turn["conversation_id"])
     assert events[-1]["status"] == "completed"
+
+
+async def test_a_gated_tool_call_is_approved_from_the_console(console: Console) -> None:
+    gated = {"approve_tools": ["react.search_knowledge"]}
+    handle = await console.rt.submit("How do the pricing tiers differ?", config=gated)
+    card = await handle.wait_for("waiting", detail="approval", timeout=30)
+    [pending] = card.data["approvals"]
+    path = f"/api/turns/{handle.turn_id}"
+    wrong = await console.post(f"{path}/deny", {"approval_id": "ap-nope"}, status=409)
+    assert wrong["code"] == "unknown_approval"
+    ok = await console.post(f"{path}/approve", {"approval_id": pending["approval_id"]})
+    assert ok["ok"] is True and "approved by console" in ok["detail"]
+    assert (await handle.wait(30)).status == "completed"

@@ -202,6 +202,14 @@ function addCard(view, ev) {
     else card.append(el("button", { type: "button", cls: "small", text: "arguments", onclick: () => showCalls(calls, view.tid, ev.round) }));
   }
   if (kind === "waiting") {
+    for (const item of (ev.data && ev.data.approvals) || []) {
+      const decide = (what) => api("POST", `/api/turns/${view.tid}/${what}`, { approval_id: item.approval_id, reason: `${what} in the console` })
+        .catch((e) => { $("#ask-error").textContent = `${what}: ${e.message}`; });
+      card.append(el("div", { cls: "row approval", "data-approval": item.approval_id },
+        el("span", { text: `needs approval: ${item.tool} ${JSON.stringify(item.params || {})}`.slice(0, 300) }),
+        el("button", { type: "button", "data-testid": "approve", text: "Approve", onclick: () => decide("approve") }),
+        el("button", { type: "button", "data-testid": "deny", text: "Deny", onclick: () => decide("deny") })));
+    }
     card.append(el("div", { cls: "row" },
       el("button", { type: "button", "data-testid": "skip", text: "Skip waiting", onclick: () => control(view, "skip") }),
       el("button", { type: "button", "data-testid": "cancel", text: "Cancel turn", onclick: () => control(view, "cancel") })));
