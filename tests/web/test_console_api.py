@@ -133,6 +133,18 @@ async def test_a_turn_streams_in_order_and_shows_in_the_list_timeline_and_read(
     assert [c["tool"] for c in calls] == call_card["detail"].split(", ")
     assert calls[0]["params"] and calls[0]["results"][0]["path"].startswith("tc:")
 
+    traced: list[Event] = []
+
+    async def flushed() -> bool:  # the trace sink may write just after the result
+        async with console.http.get(f"{console.base}/api/turns/{turn['turn_id']}/trace") as res:
+            traced.append(await res.json())
+            return res.status == 200
+
+    await until(flushed)
+    trace = traced[-1]
+    assert trace["session"]["turn_id"] == turn["turn_id"] and trace["spans"]
+    assert all(span["offset_ms"] >= 0 for span in trace["spans"])
+
     [row] = await console.get("/api/conversations")
     assert row["conversation_id"] == cid and row["turns"] == 1
     assert row["title"] == "How do the pricing tiers differ?" and row["last_status"] == "completed"
