@@ -6,6 +6,9 @@ and ``/events/{conversation_id}``. Every route needs the cookie or ``?token=``; 
 it the answer is 401 "token required". The runtime is started and closed by the caller
 (``actline.cmd_console``); the app's lifespan starts and stops its ``Hub``.
 
+Approvals: ``POST /api/turns/{tid}/approve|deny {approval_id?, reason?}`` decide a turn's
+pending tool calls (None: every pending one), by ``console``, as ``actline approve`` does.
+
 Bad input is a 400 with ``{"error": ...}`` naming the field; what the node refuses is a
 409 with its ``ErrorReply`` code and message.
 """
@@ -17,7 +20,7 @@ import base64
 import binascii
 import hmac
 import mimetypes
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -181,6 +184,18 @@ def make_app(runtime: Runtime, token: str, *, home: Path | None = None) -> Starl
         await runtime.cancel(tid)
         return JSONResponse({"ok": True})
 
+    def decider(approved: bool) -> Callable[[Request], Awaitable[Response]]:
+        async def decide(request: Request) -> Response:
+            tid = _id(request.path_params["turn_id"], "turn_id")
+            body = await _body(request)
+            approval = body.get("approval_id") or None
+            approval = None if approval is None else _id(approval, "approval_id")
+            reason = _text(body, "reason", required=False)
+            verdict = runtime.approve if approved else runtime.deny
+            return _reply(await verdict(tid, approval_id=approval, reason=reason, by="console"))
+
+        return decide
+
     async def get_timeline(request: Request) -> Response:
         cid = _id(request.path_params["cid"], "conversation_id")
         store = stores.get()
@@ -188,6 +203,13 @@ def make_app(runtime: Runtime, token: str, *, home: Path | None = None) -> Starl
             return _error(404, f"conversation {cid!r} is not stored in {where}")
         limit = runtime.config.node.max_context_tokens
         return JSONResponse(await asyncio.to_thread(views.timeline, store, cid, limit))
+
+    async def get_turns(request: Request) -> Response:
+        cid = _id(request.path_params["cid"], "conversation_id")
+        store = stores.get()
+        if store.header(cid) is None:  # a new conversation: no turn stored yet
+            return JSONResponse([])
+        return JSONResponse(await asyncio.to_thread(views.turns, store, cid))
 
     async def read(request: Request) -> Response:
         cid = _id(request.path_params["cid"], "conversation_id")
@@ -276,10 +298,13 @@ def make_app(runtime: Runtime, token: str, *, home: Path | None = None) -> Starl
         Route("/api/turns/{turn_id}/followup", followup, methods=["POST"]),
         Route("/api/turns/{turn_id}/skip", skip, methods=["POST"]),
         Route("/api/turns/{turn_id}/cancel", cancel, methods=["POST"]),
+        Route("/api/turns/{turn_id}/approve", decider(True), methods=["POST"]),
+        Route("/api/turns/{turn_id}/deny", decider(False), methods=["POST"]),
         Route("/api/turns/{turn_id}/trace", get_trace),
         Route("/api/turns/{turn_id}/rounds/{round:int}/calls", calls),
         Route("/api/conversations/{cid}/timeline", get_timeline),
         Route("/api/conversations/{cid}/read", read),
+        Route("/api/conversations/{cid}/turns", get_turns),
         Route("/api/agents", agents),
         Route("/api/agents/{name}/done", done, methods=["POST"]),
         Route("/events/{cid}", events),

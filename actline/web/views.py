@@ -7,7 +7,8 @@ retention, ``summarised``: before the latest summary) and the rendered view with
 marks (the renderer's marks, up to 3, padded to 3 so the page always shows the three
 breakpoints: a missing one is labelled ``unused`` at the end of the cached parts);
 ``read`` resolves a logical path as ``react.read`` does (``timeline.read.resolve``);
-``round_calls`` the tool calls of one round (arguments, result paths and previews);
+``turns`` each turn's prompt and answer; ``round_calls`` the tool calls of one round
+(arguments, result paths and previews);
 ``sources`` the pool rows a result cites; ``trace`` a turn's spans (``actline.cmd_trace``).
 """
 
@@ -25,7 +26,15 @@ from timeline.read import resolve
 
 from ..cmd_trace import turn_trace
 
-__all__ = ["conversations", "read_path", "round_calls", "sources", "timeline", "trace"]
+__all__ = [
+    "conversations",
+    "read_path",
+    "round_calls",
+    "sources",
+    "timeline",
+    "trace",
+    "turns",
+]
 
 MARKS = 3
 PREVIEW = 300
@@ -81,6 +90,18 @@ def conversations(
         )
     rows.sort(key=lambda r: float(r["updated"] or 0.0), reverse=True)
     return rows
+
+
+def turns(store: Store, cid: str) -> list[dict[str, Any]]:
+    """Each stored turn of a conversation: its prompt and its answer (the latest completion)."""
+    out: dict[str, dict[str, Any]] = {}
+    for block in _blocks(store, cid):
+        turn = out.setdefault(block.turn_id, {"turn_id": block.turn_id, "prompt": "", "answer": ""})
+        if block.type == "user.prompt" and not turn["prompt"]:
+            turn["prompt"] = block.text
+        elif block.type == "assistant.completion" and block.text:
+            turn["answer"] = block.text
+    return list(out.values())
 
 
 def _state(block: Block, visible: set[str]) -> str:

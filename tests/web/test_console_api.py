@@ -133,9 +133,25 @@ async def test_a_turn_streams_in_order_and_shows_in_the_list_timeline_and_read(
     assert [c["tool"] for c in calls] == call_card["detail"].split(", ")
     assert calls[0]["params"] and calls[0]["results"][0]["path"].startswith("tc:")
 
+    traced: list[Event] = []
+
+    async def flushed() -> bool:  # the trace sink may write just after the result
+        async with console.http.get(f"{console.base}/api/turns/{turn['turn_id']}/trace") as res:
+            traced.append(await res.json())
+            return res.status == 200
+
+    await until(flushed)
+    trace = traced[-1]
+    assert trace["session"]["turn_id"] == turn["turn_id"] and trace["spans"]
+    assert all(span["offset_ms"] >= 0 for span in trace["spans"])
+
     [row] = await console.get("/api/conversations")
     assert row["conversation_id"] == cid and row["turns"] == 1
     assert row["title"] == "How do the pricing tiers differ?" and row["last_status"] == "completed"
+
+    [stored] = await console.get(f"/api/conversations/{cid}/turns")
+    assert stored["turn_id"] == turn["turn_id"] and stored["prompt"] == row["title"]
+    assert stored["answer"].strip()
 
     timeline = await console.get(f"/api/conversations/{cid}/timeline")
     assert len(timeline["rendered"]["cache_marks"]) == 3
@@ -235,3 +251,16 @@ async def test_a_nats_restart_is_announced_and_the_console_keeps_working(
     turn = await console.post("/api/turns", {"text": "How do the pricing tiers differ?"})
     events = await console.events(turn["conversation_id"])
     assert events[-1]["status"] == "completed"
+
+
+async def test_a_gated_tool_call_is_approved_from_the_console(console: Console) -> None:
+    gated = {"approve_tools": ["react.search_knowledge"]}
+    handle = await console.rt.submit("How do the pricing tiers differ?", config=gated)
+    card = await handle.wait_for("waiting", detail="approval", timeout=30)
+    [pending] = card.data["approvals"]
+    path = f"/api/turns/{handle.turn_id}"
+    wrong = await console.post(f"{path}/deny", {"approval_id": "ap-nope"}, status=409)
+    assert wrong["code"] == "unknown_approval"
+    ok = await console.post(f"{path}/approve", {"approval_id": pending["approval_id"]})
+    assert ok["ok"] is True and "approved by console" in ok["detail"]
+    assert (await handle.wait(30)).status == "completed"

@@ -122,7 +122,23 @@ function openConversation(cid) {
   $("#current-conversation").textContent = cid ? `conversation ${cid}` : "new conversation";
   for (const li of document.querySelectorAll("#conversation-list li")) li.classList.toggle("active", li.dataset.cid === cid);
   listen(cid);
+  if (cid) loadHistory(cid);
   if (state.tab === "timeline") loadTimeline();
+}
+
+async function loadHistory(cid) {
+  // the stored turns (prompt and answer); turns this console follows show live instead
+  let rows = [];
+  try { rows = await api("GET", `/api/conversations/${cid}/turns`); } catch (e) { return; }
+  if (state.cid !== cid) return;
+  const past = rows.filter((t) => !state.turns[t.turn_id]).map((t) => {
+    const answer = el("div", { cls: "answer" });
+    answer.innerHTML = markdown(t.answer, []);
+    for (const a of answer.querySelectorAll("[data-testid]")) a.removeAttribute("data-testid");
+    return el("div", { cls: "turn past", "data-turn": t.turn_id },
+      el("div", { cls: "muted", text: `turn ${t.turn_id}` }), el("div", { cls: "prompt", text: t.prompt }), answer);
+  });
+  $("#history").prepend(...past);
 }
 
 // -- a live turn ------------------------------------------------------------------------------
@@ -137,6 +153,8 @@ function archive(view) {
 
 function turnView(tid) {
   if (state.turns[tid]) return state.turns[tid];
+  const stored = document.querySelector(`#history .turn.past[data-turn="${tid}"]`);
+  if (stored) stored.remove();
   if (state.current && state.turns[state.current]) archive(state.turns[state.current]);
   const root = el("div", { cls: "turn", "data-turn": tid });
   const status = el("span", { "data-testid": "turn-status", cls: "status", text: "running" });
@@ -184,6 +202,14 @@ function addCard(view, ev) {
     else card.append(el("button", { type: "button", cls: "small", text: "arguments", onclick: () => showCalls(calls, view.tid, ev.round) }));
   }
   if (kind === "waiting") {
+    for (const item of (ev.data && ev.data.approvals) || []) {
+      const decide = (what) => api("POST", `/api/turns/${view.tid}/${what}`, { approval_id: item.approval_id, reason: `${what} in the console` })
+        .catch((e) => { $("#ask-error").textContent = `${what}: ${e.message}`; });
+      card.append(el("div", { cls: "row approval", "data-approval": item.approval_id },
+        el("span", { text: `needs approval: ${item.tool} ${JSON.stringify(item.params || {})}`.slice(0, 300) }),
+        el("button", { type: "button", "data-testid": "approve", text: "Approve", onclick: () => decide("approve") }),
+        el("button", { type: "button", "data-testid": "deny", text: "Deny", onclick: () => decide("deny") })));
+    }
     card.append(el("div", { cls: "row" },
       el("button", { type: "button", "data-testid": "skip", text: "Skip waiting", onclick: () => control(view, "skip") }),
       el("button", { type: "button", "data-testid": "cancel", text: "Cancel turn", onclick: () => control(view, "cancel") })));
