@@ -82,7 +82,8 @@ def first_line(text: str, width: int = TEXT_WIDTH) -> str:
     return line if len(line) <= width else line[: width - 1] + "…"
 
 
-def _block_text(block: Block) -> str:
+def block_text(block: Block) -> str:
+    """A block's text, or its data as JSON (a data block)."""
     if block.text:
         return block.text
     if block.data is not None:
@@ -133,7 +134,7 @@ def _table(console: Console, cid: str, blocks: list[Block], stored: str = "") ->
             str(b.seq),
             b.type,
             b.path,
-            Text(first_line(_block_text(b))),
+            Text(first_line(block_text(b))),
             "hidden" if b.hidden else "",
             style="dim" if b.hidden else None,
         )

@@ -24,6 +24,7 @@ from storage import Store
 from timeline import Block, Renderer, TimelineConfig
 from timeline.read import resolve
 
+from ..cmd_timeline import block_text
 from ..cmd_trace import turn_trace
 
 __all__ = [
@@ -113,14 +114,6 @@ def _state(block: Block, visible: set[str]) -> str:
     return "visible"
 
 
-def _text(block: Block) -> str:
-    if block.text:
-        return block.text
-    if block.data is not None:
-        return json.dumps(block.data, ensure_ascii=False, default=str)
-    return ""
-
-
 def timeline(store: Store, cid: str, max_tokens: int) -> dict[str, Any]:
     """The stored blocks with their states and the rendered view with three cache marks."""
     loaded = store.load(cid)
@@ -132,7 +125,7 @@ def timeline(store: Store, cid: str, max_tokens: int) -> dict[str, Any]:
             "type": b.type,
             "turn_id": b.turn_id,
             "state": _state(b, visible),
-            "text": _text(b),
+            "text": block_text(b),
         }
         for b in _blocks(store, cid)
     ]
@@ -185,7 +178,7 @@ def round_calls(store: Store, cid: str, turn_id: str, round_: int) -> list[dict[
         if block.type == "react.tool.call":
             call.update(tool=data.get("tool", ""), params=data.get("params", {}), path=block.path)
         elif block.type == "react.tool.result":
-            preview = _text(block)
+            preview = block_text(block)
             if len(preview) > PREVIEW:
                 preview = preview[:PREVIEW] + "…"
             call["results"].append({"path": block.path, "preview": preview})
