@@ -1,15 +1,15 @@
-"""A conversation's memsearch index, kept current and embedded in the background.
+"""A conversation's memsearch index, its rows embedded in the background as they are written.
 
-The index (``tools.memindex.MemIndex``) is loaded from the store's rows at the first commit
-of the actor's life (or the first search, whichever comes first) and gets each commit's new
-rows. Rows without a vector are embedded by one background task per conversation: batches of
-``EMBED_STEP`` rows, the cache lookup and the model on a worker thread (``MemIndex.compute``
-touches no index state), the vectors installed on the event loop. The vectors go to the
-store's embedding cache, so a conversation loaded again later finds them there and embeds
-nothing. The newest rows go first (recent turns are the likeliest to be asked about). A
-search never embeds rows itself (``search_embed_rows = 0``): it waits for the background when
-a step's worth of rows is pending (the last commits), else it ranks the rows still pending
-by BM25 alone, and ``react.memsearch`` says so in a notice.
+Rows are embedded when they are committed, not when they are searched: each commit's new
+rows go through the model on a worker thread in the background (newest first, batches of
+``EMBED_STEP``) and their vectors to the store's embedding cache. The index itself
+(``tools.memindex.MemIndex``) is loaded only by the conversation's first search: its rows
+from the store, their vectors from the cache (a lookup, never the model), so a node holding
+thousands of conversations that nobody searches holds no index for them. Once loaded, it
+takes each commit's rows and embeds them in the background as before. A search never embeds
+rows itself (``search_embed_rows = 0``): it waits for the background when a step's worth of
+rows is pending (the last commits), else it ranks the rows still pending by BM25 alone, and
+``react.memsearch`` says so in a notice.
 """
 
 from __future__ import annotations
@@ -49,8 +49,11 @@ class ConversationMemory:
         self._spawn = spawn
         self._index: MemIndex | None = None
         self._loading = asyncio.Lock()
+        self._load_started = False
         self._early: list[dict[str, Any]] = []
-        """Rows written while the index was not loaded yet (added after the stored ones)."""
+        """Rows written while the index loads (added after the stored ones)."""
+        self._unembedded: list[dict[str, Any]] = []
+        """Rows written while no index is loaded, waiting for their vectors to be cached."""
         self._embedding: asyncio.Task[None] | None = None
         self.embedded_in_background = 0
 
@@ -62,23 +65,32 @@ class ConversationMemory:
         """The index, loaded from the stored rows on first use (the embedder too)."""
         async with self._loading:
             if self._index is None:
-                embedder = None
-                if self.embeddings:
-                    embedder = await asyncio.to_thread(default_embedder)
-                index = MemIndex(embedder, StoreVectors(self.store))
-                index.search_embed_rows = 0  # the background task embeds; a search never waits
+                self._load_started = True
+                index = await self._new_index()
                 index.add(await asyncio.to_thread(self.store.index_rows, self.cid))
                 index.add(self._early)
                 self._early.clear()
+                found, vectors = await asyncio.to_thread(index.cached, index.pending_batch())
+                index.install(found, vectors)
                 self._index = index
             return self._index
+
+    async def _new_index(self) -> MemIndex:
+        embedder = await asyncio.to_thread(default_embedder) if self.embeddings else None
+        index = MemIndex(embedder, StoreVectors(self.store))
+        index.search_embed_rows = 0  # the background task embeds; a search never waits
+        return index
 
     def written(self, rows: Sequence[dict[str, Any]]) -> None:
         """Rows of a commit: indexed now (or once loaded), embedded in the background."""
         if self._index is not None:
             self._index.add(rows)
-        else:
+        elif self._load_started:
             self._early.extend(rows)
+        elif self.embeddings:
+            self._unembedded.extend(rows)  # to the store's cache; no index is held
+        else:
+            return
         self.kick()
 
     def kick(self) -> None:
@@ -87,6 +99,17 @@ class ConversationMemory:
             self._embedding = self._spawn(self._embed(), f"memsearch:{self.cid}")
 
     async def _embed(self) -> None:
+        while self._index is None and not self._load_started and self._unembedded:
+            rows, self._unembedded = self._unembedded, []
+            scratch = await self._new_index()  # these rows only, dropped once cached
+            scratch.add(rows)
+            while scratch.pending():
+                batch = scratch.pending_batch(EMBED_STEP, newest=True)
+                vectors = await asyncio.to_thread(scratch.compute, batch)
+                self.embedded_in_background += scratch.install(batch, vectors)
+        if self._index is None and not self._load_started:
+            return
+        self._unembedded.clear()
         index = await self.index()
         while index.pending():
             batch = index.pending_batch(EMBED_STEP, newest=True)  # recent turns first

@@ -409,6 +409,25 @@ class MemIndex:
         log.debug("memindex: %d vectors (%d embedded)", len(keys), len(texts))
         return [found[key] for key in keys]
 
+    def cached(self, batch: PendingBatch) -> tuple[PendingBatch, list[bytes]]:
+        """The rows of ``batch`` whose vectors are in the cache, with those vectors (a cache
+        lookup, never the model). Touches no index state, like ``compute``; ``install`` them."""
+        embedder = self._embedder
+        if embedder is None or self._cache is None or not batch.texts:
+            return PendingBatch((), ()), []
+        keys = [vector_key(embedder.model_id, text) for text in batch.texts]
+        stored = self._cache.get_many(sorted(set(keys)))
+        rids: list[int] = []
+        texts: list[str] = []
+        vectors: list[bytes] = []
+        for rid, text, key in zip(batch.rids, batch.texts, keys, strict=True):
+            raw = stored.get(key)
+            if raw is not None and self._row_vector(raw) is not None:
+                rids.append(rid)
+                texts.append(text)
+                vectors.append(raw)
+        return PendingBatch(tuple(rids), tuple(texts)), vectors
+
     def install(self, batch: PendingBatch, vectors: Sequence[bytes]) -> int:
         """Give ``batch``'s rows the ``vectors`` of ``compute``; rows that got one meanwhile
         are left as they are. Fresh vectors went through float16, like cached and stored ones,

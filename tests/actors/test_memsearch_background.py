@@ -125,3 +125,30 @@ async def test_without_embeddings_the_search_says_it_ranked_by_keywords(store: S
     assert out.result["ranking"] == "bm25"
     assert [n.code for n in out.notices] == ["memsearch_keywords_only"]
     assert out.result["hits"][0]["turn_id"] == "m017"
+
+
+async def test_a_conversation_nobody_searches_holds_no_index_but_its_rows_are_embedded(
+    store: Store,
+) -> None:
+    """Thousands of conversations (turns parked on agents) must not each hold an index: a
+    commit's rows are embedded into the store's cache without one, and the first search
+    takes their vectors from there (a lookup, not the model)."""
+    tl = _stored(store, turns=3)
+    memory = ConversationMemory("c1", store, embeddings=True, spawn=_spawn)
+    tl.begin_turn("m200", tl.blocks[-1].ts + 60)
+    note = "Our tax adviser is Greta Lind, reachable on Tuesdays only."
+    ts = tl.blocks[-1].ts + 1
+    block = tl.append(Block.new(USER_PROMPT, "m200", ts, path="ar:m200.user.prompt", text=note))
+    store.persist(tl, index=index_rows)
+    memory.written(index_rows([block]))
+    await memory.idle()
+    assert memory.loaded is None  # no index held for a conversation nobody searched
+    assert memory.embedded_in_background == 1
+    assert store.get_vectors([vector_key("all-MiniLM-L6-v2", note)])  # in the store's cache
+    index = await memory.for_search()
+    assert len(index) == 7 and index.pending() == 0
+    hits = index.search("who helps us with taxes?", roles={"user"}, top_k=3)
+    assert hits[0].turn_id == "m200" and hits[0].dense is not None
+    # only the six rows stored before this memory existed went through the model (a search
+    # waits for so few): the committed row's vector came from the cache
+    assert index.model_texts == 6
