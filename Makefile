@@ -26,8 +26,6 @@ test: $(STAMP) sandbox-deps browser-deps
 	$(BIN)/ruff check .
 	$(BIN)/python -m pytest --timeout=120
 
-# code.exec_python runs under Landlock or bubblewrap (ACTLINE_SANDBOX); the tests run both.
-# Installs bubblewrap when it is missing and root or passwordless sudo can; never fails.
 # The keys, certificates and credentials of a cluster (cluster.yaml): secrets stay in
 # deploy/keys (not synced to the hosts); deploy/ gets what the hosts and the job need.
 deploy-keys: $(STAMP)
@@ -37,6 +35,8 @@ deploy-keys: $(STAMP)
 	ACTLINE_HOME=deploy/keys $(BIN)/actline creds client --out deploy/client.creds
 	$(BIN)/python -m bus.certs --out deploy/tls --hosts $(HOSTS) --ca-key-dir deploy/keys
 
+# code.exec_python runs under Landlock or bubblewrap (ACTLINE_SANDBOX); the tests run both.
+# Installs bubblewrap when it is missing and root or passwordless sudo can; never fails.
 sandbox-deps:
 	@command -v bwrap >/dev/null 2>&1 && exit 0; \
 	hint="install bubblewrap (apt-get install bubblewrap, dnf install bubblewrap or apk add bubblewrap); until then its sandbox tests are skipped"; \
