@@ -57,6 +57,18 @@ def _stored(store: Store, turns: int = memfixture.TURNS) -> Timeline:
     return tl
 
 
+def _commit_a_turn(store: Store, tl: Timeline, memory: ConversationMemory) -> str:
+    """A new turn's prompt committed and handed to ``memory`` (as a conversation's commit
+    does); returns its text."""
+    tl.begin_turn("m200", tl.blocks[-1].ts + 60)
+    note = "Our tax adviser is Greta Lind, reachable on Tuesdays only."
+    ts = tl.blocks[-1].ts + 1
+    block = tl.append(Block.new(USER_PROMPT, "m200", ts, path="ar:m200.user.prompt", text=note))
+    store.persist(tl, index=index_rows)
+    memory.written(index_rows([block]))
+    return note
+
+
 def _memsearch(tl: Timeline, memory: ConversationMemory, query: str) -> Any:
     index = memory.loaded
     assert index is not None
@@ -104,12 +116,7 @@ async def test_rows_of_a_commit_are_embedded_in_the_background(store: Store) -> 
     await memory.idle()
     index = memory.loaded
     assert index is not None and index.pending() == 0
-    tl.begin_turn("m200", tl.blocks[-1].ts + 60)
-    note = "Our tax adviser is Greta Lind, reachable on Tuesdays only."
-    ts = tl.blocks[-1].ts + 1
-    block = tl.append(Block.new(USER_PROMPT, "m200", ts, path="ar:m200.user.prompt", text=note))
-    store.persist(tl, index=index_rows)
-    memory.written(index_rows([block]))
+    _commit_a_turn(store, tl, memory)
     assert index.pending() == 1
     await memory.idle()
     assert index.pending() == 0
@@ -135,12 +142,7 @@ async def test_a_conversation_nobody_searches_holds_no_index_but_its_rows_are_em
     takes their vectors from there (a lookup, not the model)."""
     tl = _stored(store, turns=3)
     memory = ConversationMemory("c1", store, embeddings=True, spawn=_spawn)
-    tl.begin_turn("m200", tl.blocks[-1].ts + 60)
-    note = "Our tax adviser is Greta Lind, reachable on Tuesdays only."
-    ts = tl.blocks[-1].ts + 1
-    block = tl.append(Block.new(USER_PROMPT, "m200", ts, path="ar:m200.user.prompt", text=note))
-    store.persist(tl, index=index_rows)
-    memory.written(index_rows([block]))
+    note = _commit_a_turn(store, tl, memory)
     await memory.idle()
     assert memory.loaded is None  # no index held for a conversation nobody searched
     assert memory.embedded_in_background == 1
