@@ -50,7 +50,6 @@ from typing import Any, Final
 
 from bus import Bus, Envelope, Subscription
 from channels import ChannelDelta, ChannelSpec, ChannelStream, ChannelSubscribers, strip_fence
-from channels.citations import UNRESOLVED_RE
 from llm.errors import (
     ContextWindowExceeded,
     ModelConfigError,
@@ -223,8 +222,8 @@ class StreamerActor:
         subject = self.bus.subjects.stream(request.conversation_id)
         spoke: set[str] = set()
         """Channels that streamed text in this call: only they get a completion delta."""
-        keys: dict[str, set[int]] = {}
-        """Canvas keys streamed in this call -> the unresolved SIDs their text shows."""
+        keys: set[str] = set()
+        """Canvas keys streamed in this call."""
         unresolved: dict[str, list[int]] = {}
         """Channel -> its unresolved SIDs, for its completion delta (known at the end)."""
 
@@ -235,12 +234,11 @@ class StreamerActor:
                     continue
                 extra: dict[str, Any] = {}
                 if delta.key is not None:
-                    missing = keys.setdefault(delta.key, set())
-                    missing.update(int(m) for m in UNRESOLVED_RE.findall(delta.text))
+                    keys.add(delta.key)
                     extra = {"key": delta.key, "format": delta.format}
                     extra["replace"] = delta.index == 0
                     if delta.completed:
-                        extra["unresolved"] = sorted(missing)
+                        extra["unresolved"] = parser.key_unresolved(delta.channel, delta.key)
                 elif delta.channel in KEYED_CHANNELS:
                     continue
                 elif delta.text:
@@ -293,9 +291,11 @@ class StreamerActor:
             if channel.unresolved_sources:
                 unresolved[name] = list(channel.unresolved_sources)
         await emit(finished)
-        await emit(whole_canvas(result["canvas"].raw, result["canvas"].obj, set(keys)))
+        await emit(whole_canvas(result["canvas"].raw, result["canvas"].obj, keys))
         channels = {name: r.raw for name, r in result.channels.items() if r.declared or r.raw}
-        cited_missing = set(result["answer"].unresolved_sources).union(*keys.values())
+        cited_missing = set(result["answer"].unresolved_sources).union(
+            *result["canvas"].key_unresolved.values()
+        )
         return GenerateResult(
             conversation_id=request.conversation_id,
             turn_id=request.turn_id,

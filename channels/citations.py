@@ -174,10 +174,6 @@ def unresolved_marker(sids: Iterable[int], fmt: str) -> str:
     return " ".join(f"[?{s}]" for s in sids)
 
 
-UNRESOLVED_RE = re.compile(r"\[\?([0-9]+)\]")
-"""The text marker of an unresolved SID (markdown and text formats)."""
-
-
 def render(sources: list[CitationSource], fmt: str) -> str:
     """Render resolved sources for one token in a channel format."""
     if fmt == "html":

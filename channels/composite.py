@@ -52,6 +52,10 @@ class CompositeJsonStreamer:
         self._streaming = False
         self._replacer: CitationReplacer | None = None
         self._out: list[KeyEvent] = []
+        self.unresolved: dict[str, list[int]] = {}
+        """Key -> the SIDs its value cited that match no source (set when the value ends)."""
+        self.used: dict[int, None] = {}
+        """SIDs the keys' values cited that resolved."""
 
     # -- output ---------------------------------------------------------------
     def _text(self, text: str) -> None:
@@ -71,6 +75,8 @@ class CompositeJsonStreamer:
                 tail = self._replacer.flush()
                 if tail:
                     self._out.append((self._key, self._fmt, tail, False))
+                self.unresolved[self._key] = sorted(self._replacer.unresolved)
+                self.used.update(self._replacer.used)
             self._out.append((self._key, self._fmt, "", True))
         self._streaming = False
         self._replacer = None

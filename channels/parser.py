@@ -448,6 +448,12 @@ class ChannelStream:
             if self._subs is not None:
                 self._dispatch(delta)
 
+    def key_unresolved(self, channel: str, key: str) -> list[int]:
+        """The SIDs the value of composite ``key`` of ``channel`` cited that match no source
+        (known once the key's completed delta is out)."""
+        composite = self._composites.get(channel)
+        return [] if composite is None else composite.unresolved.get(key, [])
+
     def _dispatch(self, delta: ChannelDelta) -> None:
         if self._subs is None:
             return
@@ -466,6 +472,10 @@ class ChannelStream:
             if replacer is not None:
                 result.used_sources = sorted(replacer.used)
                 result.unresolved_sources = sorted(replacer.unresolved)
+            composite = self._composites.get(name)
+            if composite is not None:
+                result.used_sources = sorted({*result.used_sources, *composite.used})
+                result.key_unresolved = dict(composite.unresolved)
             if not result.declared and name != OUTSIDE:
                 if "unknown channel" not in result.errors:
                     result.errors.append("unknown channel")

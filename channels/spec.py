@@ -95,6 +95,8 @@ class ChannelResult:
     obj: Any = None
     used_sources: list[int] = field(default_factory=list)
     unresolved_sources: list[int] = field(default_factory=list)
+    key_unresolved: dict[str, list[int]] = field(default_factory=dict)
+    """A composite channel's keys -> the SIDs each cited that match no source."""
     errors: list[str] = field(default_factory=list)
     started_at: float | None = None
     finished_at: float | None = None

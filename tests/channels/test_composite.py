@@ -105,3 +105,20 @@ def test_unresolved_sids_in_a_key_are_marked_never_passed_through() -> None:
             keyed[d.key] = keyed.get(d.key, "") + d.text
     assert keyed["a"] == "x [Two](https://e.com/2) [?9]"
     assert keyed["h"] == 'y <sup class="cite unresolved" data-sids="8">?8</sup>'
+
+
+def test_each_key_records_the_sids_it_cited_not_what_its_text_looks_like() -> None:
+    """The parser knows which SIDs a key cited: resolved ones join the channel's used
+    sources, unresolved ones are listed per key; a literal "[?5]" in the text is not one."""
+    spec = ChannelSpec("canvas", format="json", composite={"*": "markdown"})
+    text = '<channel:canvas>{"a": "x [[S:2,9]]", "b": "a literal [?5] only"}</channel:canvas>'
+    stream = ChannelStream([spec], sources=CMAP)
+    deltas = [d for ch in text for d in stream.feed(ch)]
+    done = [d.key for d in deltas if d.completed and d.key is not None]
+    assert done == ["a", "b"]
+    assert stream.key_unresolved("canvas", "a") == [9]
+    assert stream.key_unresolved("canvas", "b") == []
+    stream.finish()
+    canvas = stream.result["canvas"]
+    assert canvas.key_unresolved == {"a": [9], "b": []}
+    assert canvas.used_sources == [2]
