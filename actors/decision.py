@@ -242,7 +242,7 @@ class DecisionActor(Actor):
         self, phase: messages.Phase, round_: int, detail: str, data: Mapping[str, Any] | None = None
     ) -> None:
         """A card, with the watchdog's readings in ``data.context``."""
-        data = {**(data or {}), "context": self.watchdog.telemetry().model_dump()}
+        data = {**(data or {}), "context": self.watchdog.readings()}
         await remote.publish_card(self.services, self.cid, self.tid, phase, round_, detail, data)
 
     # -- the model ----------------------------------------------------------------------------

@@ -38,6 +38,9 @@ class JsonlSink:
         self.folder = Path(folder)
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
+        self._current: tuple[str, Path, int] | None = None
+        """The day, the file and its size after our last line: the next line goes there
+        without a directory listing while the day and the size allow."""
 
     def path(self, when: float | None = None) -> Path:
         """The file the next line goes to."""
@@ -50,10 +53,20 @@ class JsonlSink:
 
     def _write(self, records: Sequence[Mapping[str, Any]]) -> None:
         text = "".join(json.dumps(r, default=str, ensure_ascii=False) + "\n" for r in records)
+        data = text.encode("utf-8")
+        now = time.time()
+        day = time.strftime("%Y%m%d", time.gmtime(now))
         with self._lock:
-            self.folder.mkdir(parents=True, exist_ok=True)
-            with self.path().open("a", encoding="utf-8") as f:
-                f.write(text)
+            current = self._current
+            if current is None or current[0] != day or current[2] >= self.max_bytes:
+                self.folder.mkdir(parents=True, exist_ok=True)
+                path = self.path(now)
+                current = (day, path, path.stat().st_size if path.exists() else 0)
+            _, path, size = current
+            with path.open("ab") as f:
+                f.write(data)
+                size = f.tell()  # other writers to the file count too
+            self._current = (day, path, size)
 
     def export(self, spans: Sequence[Span]) -> None:
         self._write([s.record() for s in spans])

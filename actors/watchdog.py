@@ -30,6 +30,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 from messages import ContextTelemetry
 from timeline import Block
@@ -199,18 +200,23 @@ class Watchdog:
         return Verdict((f"context watchdog: {what}. {action}.",), compact)
 
     def telemetry(self) -> ContextTelemetry:
-        """The readings as the turn result's ``usage.context`` and the cards carry them."""
-        return ContextTelemetry(
-            tokens=self.stats.tokens,
-            peak_tokens=self.peak_tokens,
-            token_drift=self.token_drift,
-            over_tooling=self.over_tooling,
-            repeated_reads=self.repeated_reads,
-            context_rot=self.stats.rot,
-            compactions=self.compactions,
-            watchdog_compactions=self.watchdog_compactions,
-            signals=dict(self.fired),
-        )
+        """The readings as the turn result's ``usage.context`` carries them."""
+        return ContextTelemetry(**self.readings())
+
+    def readings(self) -> dict[str, Any]:
+        """The readings as a card's ``data.context`` carries them: ``telemetry().model_dump()``
+        built without the model (a card is sent several times a round)."""
+        return {
+            "tokens": self.stats.tokens,
+            "peak_tokens": self.peak_tokens,
+            "token_drift": self.token_drift,
+            "over_tooling": self.over_tooling,
+            "repeated_reads": self.repeated_reads,
+            "context_rot": self.stats.rot,
+            "compactions": self.compactions,
+            "watchdog_compactions": self.watchdog_compactions,
+            "signals": dict(self.fired),
+        }
 
 
 def _show(value: float) -> str:

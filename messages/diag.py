@@ -41,9 +41,15 @@ FORMATS = ("text", "json")
 LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
 
 
+_LOGGERS: dict[str, logging.Logger] = {}
+
+
 def logger(category: str) -> logging.Logger:
     """The logger of one category (``actline.diag.AI-REQ``, ...)."""
-    return logging.getLogger(f"{PREFIX}.{category}")
+    found = _LOGGERS.get(category)
+    if found is None:  # loggers live for the process: keeping them here costs nothing
+        found = _LOGGERS[category] = logging.getLogger(f"{PREFIX}.{category}")
+    return found
 
 
 def enabled(category: str, level: int = logging.INFO) -> bool:

@@ -5,11 +5,16 @@ safe in a subject token: letters, digits, ``_``, ``-`` and ``:`` (no ``.``,
 wildcards or whitespace). ``new_id()`` returns a 26-character ULID-style id
 (48-bit millisecond time + 80 random bits, Crockford base32) whose string order
 is creation order, also for ids created within one millisecond by one process.
+
+The random bits come from ``random.getrandbits``: ids must be unique, not secret (nothing
+is authorised by knowing one), and the module's generator is seeded from ``os.urandom``
+and seeded again in a forked child. ``os.urandom`` costs a system call per id, and a
+round makes several.
 """
 
 from __future__ import annotations
 
-import os
+import random
 import re
 import threading
 import time
@@ -53,7 +58,7 @@ def new_id(prefix: str = "") -> str:
             now = _last_ms
             rand = (_last_rand + 1) & ((1 << 80) - 1)
         else:
-            rand = int.from_bytes(os.urandom(10), "big")
+            rand = random.getrandbits(80)
         _last_ms, _last_rand = now, rand
     value = (now << 80) | rand
     chars = []
