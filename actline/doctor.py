@@ -85,12 +85,12 @@ def _model(name: str) -> Check:
     return Check("model", OK, f"{name} (offline)")
 
 
-def _memsearch(enabled: bool) -> Check:
-    from tools.embeddings import embeddings_status
+def _memsearch(enabled: bool, model: str = "minilm") -> Check:
+    from tools.embedders import embeddings_status
 
     if not enabled:
         return Check("memsearch", WARN, "BM25 only: ACTLINE_EMBEDDINGS is off")
-    status = embeddings_status()
+    status = embeddings_status(model)
     if status["available"]:
         return Check("memsearch", OK, f"hybrid: BM25 + {status['model']} vectors (offline)")
     return Check("memsearch", WARN, f"BM25 only: {status['reason']}")
@@ -144,7 +144,7 @@ async def run_doctor(console: Console | None = None) -> int:
         await _nats(os.environ.get("NATS_URL")),
         _lmdb(settings.home),
         _model(settings.model),
-        _memsearch(settings.embeddings),
+        _memsearch(settings.embeddings, settings.embed_model),
         _workspace(settings.workspace_mode),
         await _sandbox(settings.sandbox),
     ]

