@@ -17,7 +17,8 @@ from typing import Any
 from messages import new_id
 from storage import Quota
 from tools.confinement import SANDBOX_MODES
-from tools.embedders import EMBED_MODELS
+from tools.embedders import DEFAULT_EMBED_MODEL, EMBED_MODELS, embeddings_status
+from tools.embeddings import embeddings_disabled
 from tools.workspace import WORKSPACE_MODES
 
 from .errors import McpConfigError, SettingsError
@@ -89,7 +90,7 @@ class NodeSettings:
     conversation, one commit per turn)."""
     embeddings: bool = True
     """``ACTLINE_EMBEDDINGS``: hybrid memsearch when the ``embeddings`` extra is installed."""
-    embed_model: str = "minilm"
+    embed_model: str = DEFAULT_EMBED_MODEL
     """``ACTLINE_EMBED_MODEL``: the dense model of hybrid memsearch: ``minilm``
     (all-MiniLM-L6-v2, the default) or ``mpnet`` (all-mpnet-base-v2: recall@3 0.92 to 0.97
     against 0.87 to 0.90 on ``tests/tools/test_memsearch_unseen.py``, about 10 times slower
@@ -182,6 +183,16 @@ class NodeSettings:
                 f"embedding model {self.embed_model!r} is unknown: set ACTLINE_EMBED_MODEL="
                 + " or ".join(EMBED_MODELS),
             )
+        if self.embeddings and self.embed_model != DEFAULT_EMBED_MODEL:
+            # A model chosen by name that is not installed is refused here, not replaced by
+            # keyword-only search at the first memsearch (a package lookup, nothing loaded).
+            status = embeddings_status(self.embed_model)
+            if not status["available"] and not embeddings_disabled():
+                raise SettingsError(
+                    "ACTLINE_EMBED_MODEL",
+                    self.embed_model,
+                    f"embedding model {self.embed_model!r} is not available: {status['reason']}",
+                )
         if self.sandbox not in SANDBOX_MODES:
             raise SettingsError(
                 "ACTLINE_SANDBOX",

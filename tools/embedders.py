@@ -18,18 +18,28 @@ from typing import Any, Final
 from .embeddings import (
     Embedder,
     EmbeddingsUnavailable,
-    _disabled,
     default_model_cache,
+    embeddings_disabled,
 )
 from .embeddings import embeddings_status as minilm_status
 from .mpnet import MPNetEmbedder, mpnet_status
 
-__all__ = ["EMBED_MODELS", "default_embedder", "embedder_class", "embeddings_status"]
+__all__ = [
+    "DEFAULT_EMBED_MODEL",
+    "EMBED_MODELS",
+    "default_embedder",
+    "embedder_class",
+    "embeddings_status",
+]
 
 log = logging.getLogger(__name__)
 
 EMBED_MODELS: Final = ("minilm", "mpnet")
 """The models ``ACTLINE_EMBED_MODEL`` may name."""
+DEFAULT_EMBED_MODEL: Final = "minilm"
+"""Without it installed memsearch ranks by keywords and says so in every result; a model
+chosen by name that is not installed is a ``SettingsError`` when the node's settings are
+made."""
 
 
 def embedder_class(model: str) -> type[Embedder]:
@@ -64,7 +74,7 @@ def default_embedder(model: str = "minilm", cache_dir: Path | None = None) -> Em
     ``ACTLINE_EMBEDDINGS=off`` turns it off. A failed load is logged once and not retried.
     """
     cls = embedder_class(model)
-    if _disabled():
+    if embeddings_disabled():
         return None
     with _lock:
         if model not in _loaded and model not in _failed:

@@ -123,7 +123,8 @@ def _missing_files(model_dir: Path) -> list[str]:
     return [name for name in MODEL_FILES if not (model_dir / name).is_file()]
 
 
-def _disabled() -> bool:
+def embeddings_disabled() -> bool:
+    """``ACTLINE_EMBEDDINGS`` turns the dense side off for the process."""
     return os.environ.get(ENV_SWITCH, "").strip().lower() in ("off", "0", "false", "no")
 
 
@@ -141,7 +142,7 @@ def embeddings_status() -> dict[str, Any]:
         "model_dir": None if model_dir is None else str(model_dir),
     }
     missing = _missing_modules()
-    if _disabled():
+    if embeddings_disabled():
         status["reason"] = f"turned off by {ENV_SWITCH}={os.environ.get(ENV_SWITCH)}"
     elif missing:
         status["reason"] = f"missing Python packages: {', '.join(missing)}; {INSTALL_HINT}"

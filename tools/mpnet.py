@@ -27,12 +27,12 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 from .embeddings import (
     ENV_SWITCH,
     Embedder,
-    _disabled,
     _f32,
     _Layer,
     _layer_norm,
     _missing_modules,
     _pad,
+    embeddings_disabled,
     read_safetensors,
 )
 from .model_parts import MissingPart, SplitModel, extract_model, find_parts
@@ -234,7 +234,7 @@ def mpnet_status() -> dict[str, Any]:
         "model_dir": None,
     }
     missing = _missing_modules()
-    if _disabled():
+    if embeddings_disabled():
         status["reason"] = f"turned off by {ENV_SWITCH}={os.environ.get(ENV_SWITCH)}"
         return status
     if missing:

