@@ -55,7 +55,7 @@ from tools.react import ReactTools
 from tools.skills import node_skills
 from tools.workspace import TurnFiles
 
-from . import trace_sinks
+from . import gc_tuning, trace_sinks
 from .agent_tasks import AgentTasks
 from .config_file import load_settings
 from .conversation import ConversationActor
@@ -164,11 +164,11 @@ class Node:
         if self._started:
             return
         settings = self.settings
-        # Every stream and bucket made through this bus gets this count; a count the
-        # cluster cannot hold is refused here, before anything is created.
+        # A replica count the cluster cannot hold is refused here, before anything is made.
         replicas_for(self.bus, settings.js_replicas)
         self.bus.js_replicas = settings.js_replicas
         self._started = True
+        gc_tuning.tune_gc(settings.gc_threshold)
         if self._store is None:
             self._store = await asyncio.to_thread(Store, settings.home, sync=settings.storage_sync)
         if self._knowledge is None and settings.knowledge_dir is not None:

@@ -88,6 +88,9 @@ class NodeSettings:
     workspace_mode: str = "custom"
     """``ACTLINE_WORKSPACE``: ``custom`` (file versions in LMDB) or ``git`` (a repository per
     conversation, one commit per turn)."""
+    gc_threshold: int = 5000
+    """``ACTLINE_GC_THRESHOLD``: the collector's first threshold while a node runs (0 leaves
+    the process's own; ``actors.gc_tuning``)."""
     embeddings: bool = True
     """``ACTLINE_EMBEDDINGS``: hybrid memsearch when the ``embeddings`` extra is installed."""
     embed_model: str = DEFAULT_EMBED_MODEL
@@ -175,6 +178,13 @@ class NodeSettings:
                 "ACTLINE_WORKSPACE",
                 self.workspace_mode,
                 f"workspace mode {self.workspace_mode!r} is unknown: set ACTLINE_WORKSPACE={modes}",
+            )
+        if self.gc_threshold != 0 and not 100 <= self.gc_threshold <= 1_000_000:
+            raise SettingsError(
+                "ACTLINE_GC_THRESHOLD",
+                str(self.gc_threshold),
+                f"ACTLINE_GC_THRESHOLD={self.gc_threshold} is out of bounds: the collector's "
+                "first threshold is 0 (the process's own) or 100 to 1,000,000",
             )
         if self.embed_model not in EMBED_MODELS:
             raise SettingsError(
@@ -320,6 +330,7 @@ _ENV: dict[str, tuple[str, type]] = {
     "storage_sync": ("ACTLINE_SYNC", bool),
     "workspace_mode": ("ACTLINE_WORKSPACE", str),
     "embeddings": ("ACTLINE_EMBEDDINGS", bool),
+    "gc_threshold": ("ACTLINE_GC_THRESHOLD", int),
     "embed_model": ("ACTLINE_EMBED_MODEL", str),
     "builtin_tools": ("ACTLINE_BUILTIN_TOOLS", bool),
     "exec_timeout_s": ("ACTLINE_EXEC_TIMEOUT", float),

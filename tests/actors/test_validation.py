@@ -216,6 +216,9 @@ def test_a_refused_value_is_shown_short() -> None:
         ("ACTLINE_AGENT_BEAT", "3600"),
         ("ACTLINE_AGENT_BEAT", "soon"),
         ("ACTLINE_EMBED_MODEL", "bert-large"),
+        ("ACTLINE_GC_THRESHOLD", "50"),
+        ("ACTLINE_GC_THRESHOLD", "-1"),
+        ("ACTLINE_GC_THRESHOLD", "often"),
     ],
 )
 def test_a_node_refuses_to_start_with_a_default_out_of_bounds(var: str, raw: str) -> None:
