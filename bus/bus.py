@@ -213,6 +213,7 @@ class Bus:
         self._connected = asyncio.Event()
         self._reconnected = asyncio.Condition()
         self._reconnect_hooks: list[Callable[[], None]] = []
+        self._disconnect_hooks: list[Callable[[], None]] = []
         if nc.is_connected:
             self._connected.set()
 
@@ -316,6 +317,7 @@ class Bus:
     async def _on_disconnect(self) -> None:
         log.info("nats disconnected from %s; reconnecting", self.url)
         self._connected.clear()
+        _run_hooks(self._disconnect_hooks, "disconnect")
 
     async def _on_reconnect(self) -> None:
         log.info("nats reconnected to %s", self.server)
@@ -323,23 +325,18 @@ class Bus:
         self._connected.set()
         async with self._reconnected:
             self._reconnected.notify_all()
-        for hook in list(self._reconnect_hooks):
-            try:
-                hook()
-            except Exception:
-                log.exception("a reconnect hook failed")
+        _run_hooks(self._reconnect_hooks, "reconnect")
 
     def on_reconnect(self, hook: Callable[[], None]) -> Callable[[], None]:
         """Call ``hook()`` after each reconnect (subscriptions are back by then); returns
         the function that removes it. A hook must not block: it starts a task if it
         has work to do (what was published while disconnected, say)."""
-        self._reconnect_hooks.append(hook)
+        return _add_hook(self._reconnect_hooks, hook)
 
-        def remove() -> None:
-            with contextlib.suppress(ValueError):
-                self._reconnect_hooks.remove(hook)
-
-        return remove
+    def on_disconnect(self, hook: Callable[[], None]) -> Callable[[], None]:
+        """Call ``hook()`` when the connection drops (the client is reconnecting by then);
+        returns the function that removes it. A hook must not block."""
+        return _add_hook(self._disconnect_hooks, hook)
 
     async def close(self) -> None:
         """Drain subscriptions and close the connection."""
@@ -683,3 +680,21 @@ class Bus:
             await self._nc.publish(self.subjects.deadletter, self._encode(letter))
         except nats.errors.Error as err:
             log.error("dead letter from %s lost: %s", raw.subject, err)
+
+
+def _add_hook(hooks: list[Callable[[], None]], hook: Callable[[], None]) -> Callable[[], None]:
+    hooks.append(hook)
+
+    def remove() -> None:
+        with contextlib.suppress(ValueError):
+            hooks.remove(hook)
+
+    return remove
+
+
+def _run_hooks(hooks: list[Callable[[], None]], what: str) -> None:
+    for hook in list(hooks):
+        try:
+            hook()
+        except Exception:
+            log.exception("a %s hook failed", what)

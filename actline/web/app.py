@@ -314,11 +314,15 @@ def make_app(runtime: Runtime, token: str, *, home: Path | None = None) -> Starl
     @asynccontextmanager
     async def lifespan(app: Starlette) -> AsyncIterator[None]:
         hub.start()
-        unhook = runtime.bus.on_reconnect(hub.reconnected)
+        unhooks = [
+            runtime.bus.on_disconnect(hub.disconnected),
+            runtime.bus.on_reconnect(hub.reconnected),
+        ]
         try:
             yield
         finally:
-            unhook()
+            for unhook in unhooks:
+                unhook()
             await hub.close()
             stores.close()
 

@@ -5,9 +5,9 @@ appends its events, converted by ``event_json``, to one ordered log. A server-se
 stream (``Hub.stream``) replays a conversation's events from the log and then waits for new
 ones; each event's SSE id is its index in the log, so a browser that reconnects with
 ``Last-Event-ID`` resumes where it was. ``connection`` events (for every conversation) say
-when the console's NATS connection drops (``reconnecting``) and comes back (``connected``):
-a watcher samples ``Bus.is_connected`` every ``POLL_S`` and the bus's reconnect hook calls
-``reconnected`` (so a drop shorter than a sample is announced too).
+when the console's NATS connection drops (``reconnecting``) and comes back (``connected``),
+told by the bus's hooks (``Bus.on_disconnect`` calls ``disconnected``, ``Bus.on_reconnect``
+``reconnected``).
 
 After a NATS restart the client resubscribes and recovers the results of pending turns
 from the results stream (``actors.client``); deltas published while it was away are lost to
@@ -33,8 +33,6 @@ __all__ = ["Hub", "card_kind", "event_json"]
 
 log = logging.getLogger(__name__)
 
-POLL_S = 0.25
-"""How often the connection watcher samples the NATS connection."""
 TURN_TIMEOUT_S = 24 * 3600.0
 """How long the console follows one turn (a waiting turn may wait for hours)."""
 PLAN_TOOLS = ("react.plan",)
@@ -100,7 +98,6 @@ class Hub:
 
     def start(self) -> None:
         self.connected = self.is_connected()
-        self._spawn(self._watch(), "console-connection")
 
     def shutdown(self) -> None:
         """End every event stream now (before the web server waits for its connections)."""
@@ -153,23 +150,16 @@ class Hub:
             if self.running.get(cid) == tid:
                 del self.running[cid]
 
-    async def _watch(self) -> None:
-        while True:
-            try:
-                now = self.is_connected()
-            except Exception:  # the runtime is closing: nothing more to say
-                return
-            if now != self.connected:
-                self.connected = now
-                self.publish(None, self.connection_event())
-            await asyncio.sleep(POLL_S)
-
-    def reconnected(self) -> None:
-        """A ``Bus.on_reconnect`` hook: the connection dropped and is back. A drop shorter
-        than the watcher's sampling is still announced (reconnecting, then connected)."""
+    def disconnected(self) -> None:
+        """A ``Bus.on_disconnect`` hook: the connection dropped (``reconnecting``)."""
         if self.connected:
             self.connected = False
             self.publish(None, self.connection_event())
+
+    def reconnected(self) -> None:
+        """A ``Bus.on_reconnect`` hook: the connection is back. A drop whose disconnect was
+        not told is still announced (reconnecting, then connected)."""
+        self.disconnected()
         self.connected = True
         self.publish(None, self.connection_event())
 

@@ -204,7 +204,7 @@ async def test_unsubscribe_stops_delivery(bus: Bus) -> None:
         await bus.request(subject, turn(), timeout=2)
 
 
-async def test_server_restart_the_client_reconnects_and_serves_again(
+async def test_server_restart_the_client_reconnects_tells_its_hooks_and_serves_again(
     fresh_nats: EmbeddedNats,
 ) -> None:
     client = await Bus.connect(fresh_nats.url)
@@ -212,6 +212,11 @@ async def test_server_restart_the_client_reconnects_and_serves_again(
     subject = client.subjects.turn_submit
     await server.subscribe(subject, accept)
     assert isinstance(await client.request(subject, turn()), TurnAccepted)
+    told: list[str] = []
+    removers = [
+        client.on_disconnect(lambda: told.append("down")),
+        client.on_reconnect(lambda: told.append("up")),
+    ]
 
     await asyncio.to_thread(fresh_nats.restart)
     await client.wait_connected(timeout=15, reconnects=1)
@@ -220,6 +225,13 @@ async def test_server_restart_the_client_reconnects_and_serves_again(
     reply = await client.request(subject, turn(turn_id="after"), timeout=5)
     assert isinstance(reply, TurnAccepted) and reply.turn_id == "after"
     assert client.counters["reconnects"] == 1
+    # the hooks were told, in order; removed, they are not told of the next restart
+    assert told == ["down", "up"]
+    for remove in removers:
+        remove()
+    await asyncio.to_thread(fresh_nats.restart)
+    await client.wait_connected(timeout=15, reconnects=2)
+    assert told == ["down", "up"]
     await client.close()
     await server.close()
 
