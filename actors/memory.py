@@ -21,8 +21,9 @@ from pathlib import Path
 from typing import Any, Final
 
 from storage import Store
-from tools.embedders import default_embedder
-from tools.memindex import MemIndex
+from tools.embedders import default_embedder, loaded_embedder
+from tools.embeddings import Embedder
+from tools.memindex import MemIndex, cache_vectors, row_texts
 
 from .services import StoreVectors
 
@@ -69,6 +70,7 @@ class ConversationMemory:
         self._unembedded: list[dict[str, Any]] = []
         """Rows written while no index is loaded, waiting for their vectors to be cached."""
         self._embedding: asyncio.Task[None] | None = None
+        self._vectors = StoreVectors(store)
         self.embedded_in_background = 0
 
     @property
@@ -90,14 +92,18 @@ class ConversationMemory:
             return self._index
 
     async def _new_index(self) -> MemIndex:
-        embedder = (
-            await asyncio.to_thread(default_embedder, self.embed_model, self.model_cache)
-            if self.embeddings
-            else None
-        )
-        index = MemIndex(embedder, StoreVectors(self.store))
+        index = MemIndex(await self._embedder(), self._vectors)
         index.search_embed_rows = 0  # the background task embeds; a search never waits
         return index
+
+    async def _embedder(self) -> Embedder | None:
+        """The process-wide model (loaded on a worker thread the first time), or None."""
+        if not self.embeddings:
+            return None
+        loaded = loaded_embedder(self.embed_model)
+        if loaded is not None:
+            return loaded
+        return await asyncio.to_thread(default_embedder, self.embed_model, self.model_cache)
 
     def written(self, rows: Sequence[dict[str, Any]]) -> None:
         """Rows of a commit: indexed now (or once loaded), embedded in the background."""
@@ -119,12 +125,14 @@ class ConversationMemory:
     async def _embed(self) -> None:
         while self._index is None and not self._load_started and self._unembedded:
             rows, self._unembedded = self._unembedded, []
-            scratch = await self._new_index()  # these rows only, dropped once cached
-            scratch.add(rows)
-            while scratch.pending():
-                batch = scratch.pending_batch(EMBED_STEP, newest=True)
-                vectors = await asyncio.to_thread(scratch.compute, batch)
-                self.embedded_in_background += scratch.install(batch, vectors)
+            embedder = await self._embedder()
+            if embedder is None:
+                break
+            texts = row_texts(rows)  # no index: the vectors only go to the store's cache
+            for end in range(len(texts), 0, -EMBED_STEP):  # newest first
+                step = texts[max(0, end - EMBED_STEP) : end]
+                await asyncio.to_thread(cache_vectors, embedder, self._vectors, step)
+                self.embedded_in_background += len(step)
         if self._index is None and not self._load_started:
             return
         self._unembedded.clear()

@@ -30,6 +30,7 @@ __all__ = [
     "default_embedder",
     "embedder_class",
     "embeddings_status",
+    "loaded_embedder",
 ]
 
 log = logging.getLogger(__name__)
@@ -64,6 +65,15 @@ def embeddings_status(model: str = "minilm") -> dict[str, Any]:
 _lock = threading.Lock()
 _loaded: dict[str, Embedder] = {}
 _failed: dict[str, str] = {}
+
+
+def loaded_embedder(model: str = DEFAULT_EMBED_MODEL) -> Embedder | None:
+    """``model``'s process-wide embedder if it is loaded already (never loads: the event
+    loop may call it), else None; ``default_embedder`` loads it."""
+    if embeddings_disabled():
+        return None
+    with _lock:
+        return _loaded.get(model)
 
 
 def default_embedder(model: str = "minilm", cache_dir: Path | None = None) -> Embedder | None:

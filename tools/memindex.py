@@ -403,23 +403,9 @@ class MemIndex:
         embedder = self._embedder
         if embedder is None or not batch.texts:
             return []
-        keys = [vector_key(embedder.model_id, text) for text in batch.texts]
-        found: dict[str, bytes] = {}
-        if self._cache is not None:
-            for key, raw in self._cache.get_many(sorted(set(keys))).items():
-                if self._row_vector(raw) is not None:
-                    found[key] = raw
-        texts = {key: text for key, text in zip(keys, batch.texts, strict=True) if key not in found}
-        if texts:
-            order = list(texts)
-            vectors = embedder.embed([texts[k] for k in order], batch_size=EMBED_BATCH)
-            fresh = {key: encode_vector(vector) for key, vector in zip(order, vectors, strict=True)}
-            if self._cache is not None:
-                self._cache.put_many(fresh)
-            found.update(fresh)
-            self.model_texts += len(order)
-        log.debug("memindex: %d vectors (%d embedded)", len(keys), len(texts))
-        return [found[key] for key in keys]
+        vectors, embedded = cache_vectors(embedder, self._cache, batch.texts)
+        self.model_texts += embedded
+        return vectors
 
     def cached(self, batch: PendingBatch) -> tuple[PendingBatch, list[bytes]]:
         """The rows of ``batch`` whose vectors are in the cache, with those vectors (a cache
@@ -665,6 +651,46 @@ class MemIndex:
                 )
             )
         return hits
+
+
+def row_texts(rows: Iterable[Mapping[str, Any]]) -> list[str]:
+    """The texts ``MemIndex.add`` would index from ``rows`` (well-formed rows only), for
+    embedding them into the cache without an index (``cache_vectors``)."""
+    return [row.text for raw in rows if (row := _parse(raw)) is not None]
+
+
+def cache_vectors(
+    embedder: TextEmbedder, cache: VectorCache | None, texts: Sequence[str]
+) -> tuple[list[bytes], int]:
+    """The float16 vector of each text, from ``cache`` or else from ``embedder`` (and then put
+    in ``cache``), and how many went through the model. Blocking (the model): a worker
+    thread's work."""
+    dim = int(embedder.dim)
+    keys = [vector_key(embedder.model_id, text) for text in texts]
+    found: dict[str, bytes] = {}
+    if cache is not None:
+        for key, raw in cache.get_many(sorted(set(keys))).items():
+            if _fits(raw, dim):
+                found[key] = raw
+    missing = {key: text for key, text in zip(keys, texts, strict=True) if key not in found}
+    if missing:
+        order = list(missing)
+        vectors = embedder.embed([missing[k] for k in order], batch_size=EMBED_BATCH)
+        fresh = {key: encode_vector(vector) for key, vector in zip(order, vectors, strict=True)}
+        if cache is not None:
+            cache.put_many(fresh)
+        found.update(fresh)
+    log.debug("memindex: %d vectors (%d embedded)", len(keys), len(missing))
+    return [found[key] for key in keys], len(missing)
+
+
+def _fits(raw: bytes, dim: int) -> bool:
+    """A cached vector of the model's width with finite values (what ``add`` accepts)."""
+    try:
+        decoded = decode_vector(raw)
+    except (TypeError, ValueError):
+        return False
+    return decoded.shape == (dim,) and bool(np.isfinite(decoded).all())
 
 
 def _mass(n: int, terms: Sequence[str], idf: Mapping[str, float]) -> float:
