@@ -36,39 +36,18 @@ deploy-keys: $(STAMP)
 	ACTLINE_HOME=deploy/keys $(BIN)/actline creds client --out deploy/client.creds
 	$(BIN)/python -m bus.certs --out deploy/tls --hosts $(HOSTS) --ca-key-dir deploy/keys
 
-# code.exec_python runs under Landlock or bubblewrap (ACTLINE_SANDBOX); the tests run both.
-# Installs bubblewrap when it is missing and root or passwordless sudo can; never fails.
+# code.exec_python runs under Landlock or bubblewrap (ACTLINE_SANDBOX); the tests run every
+# layer this machine has and check that the others are refused. Installs bubblewrap when it
+# is missing and root or passwordless sudo can; never fails.
 sandbox-deps:
-	@command -v bwrap >/dev/null 2>&1 && exit 0; \
-	hint="install bubblewrap (apt-get install bubblewrap, dnf install bubblewrap or apk add bubblewrap); until then its sandbox tests are skipped"; \
-	if [ "$$(id -u)" = 0 ]; then su=""; elif sudo -n true 2>/dev/null; then su="sudo -n"; \
-	else echo "bwrap is missing and this user cannot install it: $$hint"; exit 0; fi; \
-	if command -v apt-get >/dev/null 2>&1; then \
-		$$su env DEBIAN_FRONTEND=noninteractive apt-get install -y -q bubblewrap >/dev/null 2>&1 || \
-		{ $$su apt-get update -q >/dev/null 2>&1 && \
-		  $$su env DEBIAN_FRONTEND=noninteractive apt-get install -y -q bubblewrap >/dev/null; }; \
-	elif command -v dnf >/dev/null 2>&1; then $$su dnf install -y -q bubblewrap; \
-	elif command -v apk >/dev/null 2>&1; then $$su apk add -q bubblewrap; fi; \
-	command -v bwrap >/dev/null 2>&1 && echo "installed $$(bwrap --version)" || \
-		echo "bwrap could not be installed: $$hint"
+	@sh scripts/system-package.sh bwrap bubblewrap "the tests run code.exec_python under bubblewrap only where it is installed"
 
 # The web console's browser tests (tests/web) drive the system Chromium through Playwright
 # (never `playwright install`: nothing is downloaded at run time). Installs the Debian
 # `chromium` package when it is missing and root or passwordless sudo can; otherwise says
 # what to install and the browser tests fail naming it.
 browser-deps:
-	@{ command -v chromium >/dev/null 2>&1 || test -x /usr/bin/chromium; } && exit 0; \
-	hint="install Chromium (apt-get install chromium, dnf install chromium or apk add chromium); the browser tests in tests/web need it"; \
-	if [ "$$(id -u)" = 0 ]; then su=""; elif sudo -n true 2>/dev/null; then su="sudo -n"; \
-	else echo "chromium is missing and this user cannot install it: $$hint"; exit 0; fi; \
-	if command -v apt-get >/dev/null 2>&1; then \
-		$$su env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null 2>&1 || \
-		{ $$su apt-get update -q >/dev/null 2>&1 && \
-		  $$su env DEBIAN_FRONTEND=noninteractive apt-get install -y -q chromium >/dev/null; }; \
-	elif command -v dnf >/dev/null 2>&1; then $$su dnf install -y -q chromium; \
-	elif command -v apk >/dev/null 2>&1; then $$su apk add -q chromium; fi; \
-	command -v chromium >/dev/null 2>&1 && echo "installed $$(chromium --version 2>/dev/null)" || \
-		echo "chromium could not be installed: $$hint"
+	@sh scripts/system-package.sh chromium chromium "the browser tests in tests/web need it"
 
 bench: $(STAMP)
 	$(BIN)/python -m bench
