@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import random
 import re
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 TURNS = 200
@@ -387,23 +387,43 @@ def _fill(template: str, rng: random.Random, chosen: dict[str, str]) -> str:
 
 def conversation(seed: int = SEED) -> Iterator[dict[str, Any]]:
     """The index rows of the 200 turns: a user row and an assistant row per turn."""
+    # The id topics come back often, so every neighbour id appears.
+    extra = [0, 1, 3, 4]
+    return synthetic(seed, TURNS, FACTS, FILLER, _fill, turn_id, extra, T0)
+
+
+Fill = Callable[[str, random.Random, dict[str, str]], str]
+
+
+def synthetic(
+    seed: int,
+    turns: int,
+    facts: Sequence[tuple[int, str, str]],
+    filler: Sequence[tuple[Sequence[str], Sequence[str]]],
+    fill: Fill,
+    name: Callable[[int], str],
+    extra_topics: Sequence[int],
+    start: float,
+) -> Iterator[dict[str, Any]]:
+    """A synthetic conversation's index rows (a user and an assistant row per turn): the
+    ``facts`` at their turns, and between them filler turns on a topic other than the last
+    one (``extra_topics`` come back more often), their slots filled by ``fill``."""
     rng = random.Random(seed)
-    facts = {turn: (user, answer) for turn, user, answer in FACTS}
-    ts = T0
+    planted = {turn: (user, answer) for turn, user, answer in facts}
+    ts = start
     previous = -1
-    for i in range(TURNS):
+    for i in range(turns):
         ts += rng.uniform(600, 36_000)
-        if i in facts:
-            user, answer = facts[i]
+        if i in planted:
+            user, answer = planted[i]
         else:
-            # The id topics come back often, so every neighbour id appears.
-            topic = rng.choice([t for t in range(len(FILLER)) if t != previous] + [0, 1, 3, 4])
+            topic = rng.choice([t for t in range(len(filler)) if t != previous] + [*extra_topics])
             previous = topic
-            prompts, answers = FILLER[topic]
+            prompts, answers = filler[topic]
             chosen: dict[str, str] = {}
-            user = _fill(rng.choice(prompts), rng, chosen)
-            answer = _fill(rng.choice(answers), rng, chosen)
-        tid = turn_id(i)
+            user = fill(rng.choice(prompts), rng, chosen)
+            answer = fill(rng.choice(answers), rng, chosen)
+        tid = name(i)
         yield {"turn_id": tid, "role": "user", "ts": ts, "text": user, "path": f"ar:{tid}.user"}
         yield {
             "turn_id": tid,

@@ -22,6 +22,8 @@ import pytest
 from tools.embeddings import Embedder
 from tools.memindex import DictVectorCache, MemIndex
 
+from . import memfixture
+
 TURNS = 200
 T0 = 1_800_000_000.0
 SEED = 20
@@ -453,30 +455,7 @@ def _fill(template: str, rng: random.Random, chosen: dict[str, str]) -> str:
 
 def conversation(seed: int = SEED) -> Iterator[dict[str, Any]]:
     """The index rows of the 200 turns: a user row and an assistant row per turn."""
-    rng = random.Random(seed)
-    facts = {turn: (user, answer) for turn, user, answer in FACTS}
-    ts = T0
-    previous = -1
-    for i in range(TURNS):
-        ts += rng.uniform(600, 36_000)
-        if i in facts:
-            user, answer = facts[i]
-        else:
-            topic = rng.choice([t for t in range(len(FILLER)) if t != previous])
-            previous = topic
-            prompts, answers = FILLER[topic]
-            chosen: dict[str, str] = {}
-            user = _fill(rng.choice(prompts), rng, chosen)
-            answer = _fill(rng.choice(answers), rng, chosen)
-        tid = turn_id(i)
-        yield {"turn_id": tid, "role": "user", "ts": ts, "text": user, "path": f"ar:{tid}.user"}
-        yield {
-            "turn_id": tid,
-            "role": "assistant",
-            "ts": ts + 30,
-            "text": answer,
-            "path": f"ar:{tid}.assistant",
-        }
+    return memfixture.synthetic(seed, TURNS, FACTS, FILLER, _fill, turn_id, (), T0)
 
 
 def recall(index: MemIndex, mode: Any) -> tuple[float, list[str]]:

@@ -1,9 +1,10 @@
 """tools.sandbox.run_python on real child interpreters: results, limits and confinement.
 
 Every test runs real code in a real child, once under each kernel layer (Landlock, bubblewrap;
-a layer this machine lacks is not run: ``test_sandbox_layers.py`` checks it is refused). Escapes are checked twice: the result
-names the refusal, and the file system shows that nothing happened outside the workspace. The
-escape attempts aimed at the node itself are in ``test_sandbox_escape.py``.
+a layer this machine lacks is not run: ``test_sandbox_layers.py`` checks it is refused).
+Escapes are checked twice: the result names the refusal, and the file system shows that
+nothing happened outside the workspace. The escape attempts aimed at the node itself are in
+``test_sandbox_escape.py``.
 """
 
 from __future__ import annotations

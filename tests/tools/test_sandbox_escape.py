@@ -4,9 +4,9 @@ The layout is a node's: ``ACTLINE_HOME`` holds a real LMDB store with another co
 secret, the code runs in ``workspaces/c1/<turn>`` with ``workspaces/c1`` readable (as
 code.exec_python runs it), and ``workspaces/c2`` belongs to another conversation. Each attempt
 runs under Landlock and under bubblewrap (where this machine has the layer; a layer it lacks
-is checked to be refused, ``tests/tools/sandbox_modes.py``) with the whole sandbox, then with the kernel layer alone (no audit hook), and under
-``unconfined`` (the audit hook alone, which compiled code gets past: that is why it has to be
-asked for by name). When no layer is available the code does not run at all. Whether an
+is checked to be refused, ``tests/tools/sandbox_modes.py``) with the whole sandbox, then with
+the kernel layer alone (no audit hook), and under ``unconfined`` (the audit hook alone, which
+compiled code gets past: that is why it has to be asked for by name). When no layer is available the code does not run at all. Whether an
 attempt escaped is read on the host: the secret in the output, a file on the host, a changed
 store.
 """
