@@ -6,9 +6,9 @@ code.exec_python runs it), and ``workspaces/c2`` belongs to another conversation
 runs under Landlock and under bubblewrap (where this machine has the layer; a layer it lacks
 is checked to be refused, ``tests/tools/sandbox_modes.py``) with the whole sandbox, then with
 the kernel layer alone (no audit hook), and under ``unconfined`` (the audit hook alone, which
-compiled code gets past: that is why it has to be asked for by name). When no layer is available the code does not run at all. Whether an
-attempt escaped is read on the host: the secret in the output, a file on the host, a changed
-store.
+compiled code gets past: that is why it has to be asked for by name). When no layer is
+available the code does not run at all. Whether an attempt escaped is read on the host: the
+secret in the output, a file on the host, a changed store.
 """
 
 from __future__ import annotations
