@@ -14,6 +14,11 @@ truncated to the model's ``max_seq_length`` (256 word pieces, ``sentence_bert_co
 sorted by length and padded per batch, so a batch gives the same vectors as one-by-one calls
 (to float rounding).
 
+This forward pass was kept over onnxruntime running the int8 ONNX export of the same model
+(``bench/memsearch_libs.py``): as fast at one thread, faster only at two (batch 32), but the
+int8 vectors lost a query each on two recall sets, and onnxruntime adds a 78 MB dependency and a
+second copy of the weights; this one is exact float32 and needs only numpy and tokenizers.
+
 numpy and tokenizers are an optional extra (``actline[embeddings]``): they are imported inside
 functions, so ``import tools.embeddings`` always works and ``embeddings_status()`` says what
 is missing. ``tools.embedders.default_embedder()`` loads a model once per process (well under
