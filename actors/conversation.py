@@ -265,6 +265,7 @@ class ConversationActor(Actor):
         }
         try:
             await self._persist({end.turn_id: record})
+            await self.services.ownership.settled(self.cid)  # cluster: copied, then told
         except ConversationLost as exc:
             await self._lose(job, exc.reason)
             return

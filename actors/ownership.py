@@ -73,6 +73,11 @@ class Ownership(Protocol):
         """A round of ``cid`` was committed to ``store`` (raises ``ConversationLost``)."""
         ...
 
+    async def settled(self, cid: str) -> None:
+        """Return once every committed round of ``cid`` is as durable as the mode makes it,
+        before a turn's result goes out (raises ``ConversationLost``)."""
+        ...
+
     async def release(self, cid: str) -> None:
         """This node dropped ``cid`` (evicted or lost)."""
         ...
@@ -120,6 +125,9 @@ class LocalOwnership:
 
     async def committed(self, cid: str, persisted: PersistedRound) -> None:
         return None
+
+    async def settled(self, cid: str) -> None:
+        return None  # the synced LMDB commit is the only copy
 
     async def release(self, cid: str) -> None:
         return None
@@ -218,6 +226,18 @@ class ClusterOwnership:
         self._unpublished.setdefault(cid, []).append(persisted)
         if not await self._copy(cid):
             self._recopy_later(cid)
+
+    async def settled(self, cid: str) -> None:
+        """Copy what is still pending, trying again (waiting longer each time) until it is
+        copied. A turn's result goes out only then: a result whose last rounds live only in
+        this node's LMDB would be lost to the node that takes the conversation over (its
+        beat stalled for a node TTL while NATS failed over, say), which would see the turn
+        still running and answer the next one without it. A lost race raises
+        ``ConversationLost``: the turn goes back to the queue and its new owner runs it."""
+        wait = RECOPY_S[0]
+        while not await self._copy(cid):
+            await asyncio.sleep(wait)  # NATS is away or electing: no event says it is back
+            wait = min(wait * 2, RECOPY_S[1])
 
     async def _copy(self, cid: str) -> bool:
         """Copy the rounds of ``cid`` not copied yet, merged; False when NATS refused (they
