@@ -85,7 +85,7 @@ def _model(name: str) -> Check:
     return Check("model", OK, f"{name} (offline)")
 
 
-def _memsearch(enabled: bool, model: str = "minilm") -> Check:
+def _memsearch(enabled: bool, model: str) -> Check:
     from tools.embedders import embeddings_status
 
     if not enabled:

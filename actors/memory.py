@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from storage import Store
-from tools.embedders import default_embedder, loaded_embedder
+from tools.embedders import DEFAULT_EMBED_MODEL, default_embedder, loaded_embedder
 from tools.embeddings import Embedder
 from tools.memindex import MemIndex, cache_vectors, row_texts
 
@@ -51,7 +51,7 @@ class ConversationMemory:
         *,
         embeddings: bool,
         spawn: Spawn,
-        embed_model: str = "minilm",
+        embed_model: str = DEFAULT_EMBED_MODEL,
         model_cache: Path | None = None,
     ) -> None:
         self.cid = cid

@@ -52,7 +52,7 @@ def embedder_class(model: str) -> type[Embedder]:
     raise ValueError(f"unknown embedding model {model!r}: use {' or '.join(EMBED_MODELS)}")
 
 
-def embeddings_status(model: str = "minilm") -> dict[str, Any]:
+def embeddings_status(model: str = DEFAULT_EMBED_MODEL) -> dict[str, Any]:
     """Whether ``default_embedder(model)`` can give a model, and why not; cheap (no load).
 
     ``{"available": bool, "model": model id, "reason": str, "model_dir": str | None}``, for
@@ -76,7 +76,9 @@ def loaded_embedder(model: str = DEFAULT_EMBED_MODEL) -> Embedder | None:
         return _loaded.get(model)
 
 
-def default_embedder(model: str = "minilm", cache_dir: Path | None = None) -> Embedder | None:
+def default_embedder(
+    model: str = DEFAULT_EMBED_MODEL, cache_dir: Path | None = None
+) -> Embedder | None:
     """The process-wide embedder of ``model``, loaded on first use; None when unavailable or
     turned off. ``cache_dir`` is where a split model is unpacked (default
     ``$ACTLINE_HOME/models``); the first load decides it.

@@ -357,15 +357,7 @@ class MemIndex:
                 self._embedded[rid] = True
 
     def _row_vector(self, vector: Any) -> NDArray[np.float32] | None:
-        if vector is None:
-            return None
-        try:
-            decoded = decode_vector(vector)
-        except (TypeError, ValueError):
-            return None
-        if decoded.shape != (self._dim,) or not np.isfinite(decoded).all():
-            return None
-        return decoded
+        return _usable_vector(vector, self._dim)
 
     def _grow(self, capacity: int) -> None:
         def grown(old: NDArray[Any]) -> NDArray[Any]:
@@ -670,7 +662,7 @@ def cache_vectors(
     found: dict[str, bytes] = {}
     if cache is not None:
         for key, raw in cache.get_many(sorted(set(keys))).items():
-            if _fits(raw, dim):
+            if _usable_vector(raw, dim) is not None:
                 found[key] = raw
     missing = {key: text for key, text in zip(keys, texts, strict=True) if key not in found}
     if missing:
@@ -684,13 +676,18 @@ def cache_vectors(
     return [found[key] for key in keys], len(missing)
 
 
-def _fits(raw: bytes, dim: int) -> bool:
-    """A cached vector of the model's width with finite values (what ``add`` accepts)."""
+def _usable_vector(vector: Any, dim: int) -> NDArray[np.float32] | None:
+    """``vector`` decoded when it has the model's width and finite values, else None (a row's
+    or a cache entry's vector: what ``add`` and ``cache_vectors`` accept)."""
+    if vector is None:
+        return None
     try:
-        decoded = decode_vector(raw)
+        decoded = decode_vector(vector)
     except (TypeError, ValueError):
-        return False
-    return decoded.shape == (dim,) and bool(np.isfinite(decoded).all())
+        return None
+    if decoded.shape != (dim,) or not np.isfinite(decoded).all():
+        return None
+    return decoded
 
 
 def _mass(n: int, terms: Sequence[str], idf: Mapping[str, float]) -> float:
