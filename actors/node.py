@@ -284,7 +284,7 @@ class Node:
             await self.executor.stop()
         await self._mcp.aclose()
         if self.services is not None:
-            await self.services.tracer.drain()
+            await self.services.tracer.aclose()
         if self._commits is not None:
             self._commits.close()
             self._commits = None

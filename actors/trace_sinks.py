@@ -19,7 +19,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from .errors import SettingsError
 from .settings import NodeSettings
@@ -28,6 +28,8 @@ from .tracing import Sink, Span, Tracer
 __all__ = ["JsonlSink", "OtelSink", "Tracer", "read", "sinks", "tracer"]
 
 MAX_BYTES = 64 * 1024 * 1024
+_JSON = json.JSONEncoder(default=str, ensure_ascii=False)
+"""One encoder for every line (``json.dumps`` with options builds one per call)."""
 OTEL_VARS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 
 
@@ -38,9 +40,9 @@ class JsonlSink:
         self.folder = Path(folder)
         self.max_bytes = max_bytes
         self._lock = threading.Lock()
-        self._current: tuple[str, Path, int] | None = None
-        """The day, the file and its size after our last line: the next line goes there
-        without a directory listing while the day and the size allow."""
+        self._current: tuple[str, BinaryIO, int] | None = None
+        """The day, the open file and its size after our last line: the next line goes
+        there without opening it or listing the folder while the day and the size allow."""
 
     def path(self, when: float | None = None) -> Path:
         """The file the next line goes to."""
@@ -52,21 +54,27 @@ class JsonlSink:
         return path
 
     def _write(self, records: Sequence[Mapping[str, Any]]) -> None:
-        text = "".join(json.dumps(r, default=str, ensure_ascii=False) + "\n" for r in records)
-        data = text.encode("utf-8")
+        data = "".join(_JSON.encode(r) + "\n" for r in records).encode("utf-8")
         now = time.time()
         day = time.strftime("%Y%m%d", time.gmtime(now))
         with self._lock:
             current = self._current
             if current is None or current[0] != day or current[2] >= self.max_bytes:
+                if current is not None:
+                    current[1].close()
+                self._current = None
                 self.folder.mkdir(parents=True, exist_ok=True)
-                path = self.path(now)
-                current = (day, path, path.stat().st_size if path.exists() else 0)
-            _, path, size = current
-            with path.open("ab") as f:
-                f.write(data)
-                size = f.tell()  # other writers to the file count too
-            self._current = (day, path, size)
+                current = (day, self.path(now).open("ab", buffering=0), 0)
+            _, file, _ = current
+            file.write(data)  # unbuffered: the line is in the file when this returns
+            self._current = (day, file, file.tell())  # other writers to the file count too
+
+    def close(self) -> None:
+        """Close the file lines go to (the next line opens it again)."""
+        with self._lock:
+            if self._current is not None:
+                self._current[1].close()
+                self._current = None
 
     def export(self, spans: Sequence[Span]) -> None:
         self._write([s.record() for s in spans])

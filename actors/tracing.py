@@ -9,8 +9,10 @@ request on the bus carries it as a ``traceparent`` header (``headers()``) and th
 streamer or tool executor that serves it, on any node, records its span as a child
 (``Tracer.remote``).
 
-Sinks (``actors.trace_sinks``) run off the event loop, after the turn. A sink that
-raises never fails the turn: the session's status becomes ``partial`` (REFERENCE.md
+Sinks (``actors.trace_sinks``) run off the event loop, after the turn, on one worker
+thread at a time: sessions that end while an export runs wait and go to the sinks
+together in the next one (a busy node hands its sinks batches, not one thread hop per
+turn). A sink that raises never fails the turn: the session's status becomes ``partial`` (REFERENCE.md
 §3.10: success plus a sink failure) and the other sinks still get it.
 """
 
@@ -147,7 +149,9 @@ class Tracer:
         self.clock = clock
         self.sessions: dict[str, str] = {}
         """Turn id -> the status its last session ended with (``ok``/``error``/``partial``)."""
-        self._pending: set[asyncio.Task[None]] = set()
+        self._queue: list[tuple[list[Span], dict[str, Any] | None]] = []
+        """Ended sessions and served spans waiting for the exporter."""
+        self._exporter: asyncio.Task[None] | None = None
 
     @property
     def enabled(self) -> bool:
@@ -188,16 +192,28 @@ class Tracer:
     def _submit(self, spans: list[Span], session: dict[str, Any] | None) -> None:
         if not self.sinks:
             return
-        task = asyncio.get_running_loop().create_task(self._export(spans, session))
-        self._pending.add(task)
-        task.add_done_callback(self._pending.discard)
+        self._queue.append((spans, session))
+        if self._exporter is None or self._exporter.done():
+            self._exporter = asyncio.get_running_loop().create_task(self._export())
 
-    async def _export(self, spans: list[Span], session: dict[str, Any] | None) -> None:
-        await asyncio.to_thread(self.export_now, spans, session)
+    async def _export(self) -> None:
+        while self._queue:
+            batch, self._queue = self._queue, []
+            await asyncio.to_thread(self.export_batch, batch)
 
     def export_now(self, spans: Sequence[Span], session: dict[str, Any] | None) -> str:
         """Give ``spans`` and then the ``session`` record to every sink; the session's
         status (``partial`` when a sink raised)."""
+        return self.export_batch([(spans, session)])[0]
+
+    def export_batch(
+        self, batch: Sequence[tuple[Sequence[Span], dict[str, Any] | None]]
+    ) -> list[str]:
+        """``export_now`` for several sessions at once: every span to each sink in one
+        call, then each session record. A sink that raised on the spans makes every
+        session of the batch ``partial``. The status of each entry (``ok`` without a
+        session)."""
+        spans = [span for entry, _ in batch for span in entry]
         failures: list[str] = []
         for sink in self.sinks:
             try:
@@ -205,8 +221,12 @@ class Tracer:
             except Exception as exc:
                 log.warning("trace sink %s failed: %s", type(sink).__name__, exc)
                 failures.append(f"{type(sink).__name__}: {exc}")
-        if session is None:
-            return "ok"
+        statuses: list[str] = []
+        for _, session in batch:
+            statuses.append("ok" if session is None else self._session(session, failures))
+        return statuses
+
+    def _session(self, session: dict[str, Any], failures: list[str]) -> str:
         if failures:
             session["sink_errors"] = failures
             if session["status"] == "ok":
@@ -222,9 +242,17 @@ class Tracer:
         return str(session["status"])
 
     async def drain(self) -> None:
-        """Wait for the exports in flight (a node stopping)."""
-        if self._pending:
-            await asyncio.gather(*list(self._pending), return_exceptions=True)
+        """Wait for the exports in flight and queued (a node stopping)."""
+        while self._exporter is not None and not self._exporter.done():
+            await asyncio.wait([self._exporter])
+
+    async def aclose(self) -> None:
+        """Drain, then close the sinks that hold a file (a node stopping)."""
+        await self.drain()
+        for sink in self.sinks:
+            close = getattr(sink, "close", None)
+            if close is not None:
+                close()
 
 
 class TraceSession:
