@@ -12,8 +12,9 @@ streamer or tool executor that serves it, on any node, records its span as a chi
 Sinks (``actors.trace_sinks``) run off the event loop, after the turn, on one worker
 thread at a time: sessions that end while an export runs wait and go to the sinks
 together in the next one (a busy node hands its sinks batches, not one thread hop per
-turn). A sink that raises never fails the turn: the session's status becomes ``partial`` (REFERENCE.md
-§3.10: success plus a sink failure) and the other sinks still get it.
+turn). A sink that raises never fails the turn: the session's status becomes
+``partial`` (REFERENCE.md §3.10: success plus a sink failure) and the other sinks still
+get it.
 """
 
 from __future__ import annotations
