@@ -377,6 +377,48 @@ def test_the_jsonl_sink_rotates_by_size_and_actline_trace_0_turns_it_off(tmp_pat
     assert isinstance(trace_sinks.sinks(off.with_(trace=True), env={})[0], trace_sinks.JsonlSink)
 
 
+class HeldSink:
+    """A sink whose first export waits for ``release``: what each call got."""
+
+    def __init__(self) -> None:
+        self.release = threading.Event()
+        self.exports: list[list[str]] = []
+        self.sessions: list[str] = []
+
+    def export(self, spans: Sequence[Span]) -> None:
+        if not self.exports:
+            assert self.release.wait(TIMEOUT)
+        self.exports.append(sorted({s.turn_id for s in spans}))
+
+    def session(self, record: Mapping[str, Any]) -> None:
+        self.sessions.append(record["turn_id"])
+
+
+async def test_sessions_that_end_during_an_export_reach_the_sinks_together_in_the_next(
+    tmp_path: Path,
+) -> None:
+    held, jsonl = HeldSink(), trace_sinks.JsonlSink(tmp_path / "traces")
+    tracer = trace_sinks.Tracer([held, jsonl], node="n1")
+    for turn in ("t-1", "t-2", "t-3"):
+        session = tracer.session(turn, "c1")
+        session.start("round", round=1)
+        session.finish("ok", rounds=1)
+        if turn == "t-1":
+            await until(lambda: tracer._exporter is not None and not tracer._queue)
+    held.release.set()
+    await tracer.aclose()
+    assert held.exports == [["t-1"], ["t-2", "t-3"]]  # two thread hops for three turns
+    assert held.sessions == ["t-1", "t-2", "t-3"]
+    assert tracer.sessions == {"t-1": "ok", "t-2": "ok", "t-3": "ok"}
+    records = trace_sinks.read(tmp_path)
+    assert [r["turn_id"] for r in records if r["type"] == "session"] == ["t-1", "t-2", "t-3"]
+    assert jsonl._current is None  # closed; a later line opens the file again
+    session = tracer.session("t-4", "c1")
+    session.finish("ok")
+    await tracer.aclose()
+    assert [r["turn_id"] for r in trace_sinks.read(tmp_path)][-2:] == ["t-4", "t-4"]
+
+
 @pytest.fixture
 async def claude(bus: Bus, tmp_path: Path) -> AsyncIterator[tuple[Node, Policy]]:
     """A node on a Claude model served by the fake Anthropic server, with a small context."""
