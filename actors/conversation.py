@@ -108,6 +108,7 @@ class ConversationActor(Actor):
             spawn=self.spawn,
             embed_model=services.settings.embed_model,
             model_cache=services.settings.home / "models",
+            background=services.embedding,
         )
         """The memsearch index, embedded in the background (``actors.memory``)."""
         self._committing: asyncio.Task[None] | None = None

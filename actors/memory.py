@@ -2,7 +2,10 @@
 
 Rows are embedded when they are committed, not when they are searched: each commit's new
 rows go through the model on a worker thread in the background (newest first, batches of
-``EMBED_STEP``) and their vectors to the store's embedding cache. The index itself
+``EMBED_STEP``) and their vectors to the store's embedding cache. While a conversation
+holds no index, its rows join the node's one queue (``BackgroundEmbedding``): every
+conversation's commits share its steps, one worker-thread step at a time, and a text
+queued by several commits is looked up once. The index itself
 (``tools.memindex.MemIndex``) is loaded only by the conversation's first search: its rows
 from the store, their vectors from the cache (a lookup, never the model), so a node holding
 thousands of conversations that nobody searches holds no index for them. Once loaded, it
@@ -16,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
@@ -25,9 +28,9 @@ from tools.embedders import DEFAULT_EMBED_MODEL, default_embedder, loaded_embedd
 from tools.embeddings import Embedder
 from tools.memindex import MemIndex, cache_vectors, row_texts
 
-from .services import StoreVectors
+from .settings import NodeSettings
 
-__all__ = ["EMBED_STEP", "SEARCH_WAIT_ROWS", "ConversationMemory"]
+__all__ = ["EMBED_STEP", "SEARCH_WAIT_ROWS", "BackgroundEmbedding", "ConversationMemory"]
 
 log = logging.getLogger(__name__)
 
@@ -37,6 +40,93 @@ SEARCH_WAIT_ROWS: Final = EMBED_STEP
 """A search waits for the background when at most this many rows are pending."""
 
 Spawn = Callable[[Coroutine[Any, Any, None], str], "asyncio.Task[None]"]
+
+
+class StoreVectors:
+    """The store's embedding cache as a ``tools.memindex.VectorCache``."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def get_many(self, keys: Sequence[str]) -> dict[str, bytes]:
+        return self.store.get_vectors(keys)
+
+    def put_many(self, items: Mapping[str, bytes]) -> None:
+        self.store.put_vectors(items)
+
+
+async def _load_embedder(embed_model: str, model_cache: Path | None) -> Embedder | None:
+    """The process-wide model (loaded on a worker thread the first time), or None."""
+    loaded = loaded_embedder(embed_model)
+    if loaded is not None:
+        return loaded
+    return await asyncio.to_thread(default_embedder, embed_model, model_cache)
+
+
+class BackgroundEmbedding:
+    """A node's queue of committed texts whose conversation holds no index: their vectors
+    go to the store's cache, newest first, ``EMBED_STEP`` texts per worker-thread step and
+    one step at a time, whichever conversations they came from. A text queued twice is
+    embedded (or found in the cache) once, and counts for each conversation that queued it
+    (``ConversationMemory.embedded_in_background``)."""
+
+    def __init__(
+        self,
+        store: Store,
+        *,
+        embed_model: str = DEFAULT_EMBED_MODEL,
+        model_cache: Path | None = None,
+    ) -> None:
+        self.embed_model = embed_model
+        self.model_cache = model_cache
+        self._vectors = StoreVectors(store)
+        self._texts: dict[str, list[ConversationMemory]] = {}
+        """Queued text -> the conversations that queued it (insertion order: newest last)."""
+        self._task: asyncio.Task[None] | None = None
+        self._closed = False
+
+    @classmethod
+    def of(cls, store: Store, settings: NodeSettings) -> BackgroundEmbedding:
+        """The queue of a node with ``settings`` (its model, its home's model cache)."""
+        return cls(store, embed_model=settings.embed_model, model_cache=settings.home / "models")
+
+    def __len__(self) -> int:
+        return len(self._texts)
+
+    def add(self, owner: ConversationMemory, texts: Sequence[str]) -> None:
+        if self._closed:
+            return
+        for text in texts:
+            self._texts.setdefault(text, []).append(owner)
+        if self._texts and (self._task is None or self._task.done()):
+            self._task = asyncio.get_running_loop().create_task(
+                self._run(), name="memsearch:background"
+            )
+
+    async def _run(self) -> None:
+        embedder = await _load_embedder(self.embed_model, self.model_cache)
+        if embedder is None:
+            self._texts.clear()
+            return
+        while self._texts and not self._closed:
+            count = min(EMBED_STEP, len(self._texts))
+            step = [self._texts.popitem() for _ in range(count)]  # the newest
+            await asyncio.to_thread(cache_vectors, embedder, self._vectors, [t for t, _ in step])
+            for _, owners in step:
+                for owner in owners:
+                    owner.embedded_in_background += 1
+
+    async def idle(self) -> None:
+        """Wait until the queue is empty (tests, benchmarks)."""
+        while self._task is not None and not self._task.done():
+            await asyncio.wait([self._task])
+
+    async def aclose(self) -> None:
+        """Drop what is queued and wait for the step in flight, which writes to the store
+        (a node stopping, before its store closes)."""
+        self._closed = True
+        self._texts.clear()
+        await self.idle()
 
 
 class ConversationMemory:
@@ -53,6 +143,7 @@ class ConversationMemory:
         spawn: Spawn,
         embed_model: str = DEFAULT_EMBED_MODEL,
         model_cache: Path | None = None,
+        background: BackgroundEmbedding | None = None,
     ) -> None:
         self.cid = cid
         self.store = store
@@ -67,8 +158,11 @@ class ConversationMemory:
         self._load_started = False
         self._early: list[dict[str, Any]] = []
         """Rows written while the index loads (added after the stored ones)."""
-        self._unembedded: list[dict[str, Any]] = []
-        """Rows written while no index is loaded, waiting for their vectors to be cached."""
+        self.background = background or BackgroundEmbedding(
+            store, embed_model=embed_model, model_cache=model_cache
+        )
+        """Where rows written while no index is loaded wait for their vectors to be cached
+        (the node's queue; a queue of its own when none is given)."""
         self._embedding: asyncio.Task[None] | None = None
         self._vectors = StoreVectors(store)
         self.embedded_in_background = 0
@@ -97,13 +191,9 @@ class ConversationMemory:
         return index
 
     async def _embedder(self) -> Embedder | None:
-        """The process-wide model (loaded on a worker thread the first time), or None."""
         if not self.embeddings:
             return None
-        loaded = loaded_embedder(self.embed_model)
-        if loaded is not None:
-            return loaded
-        return await asyncio.to_thread(default_embedder, self.embed_model, self.model_cache)
+        return await _load_embedder(self.embed_model, self.model_cache)
 
     def written(self, rows: Sequence[dict[str, Any]]) -> None:
         """Rows of a commit: indexed now (or once loaded), embedded in the background."""
@@ -111,9 +201,9 @@ class ConversationMemory:
             self._index.add(rows)
         elif self._load_started:
             self._early.extend(rows)
-        elif self.embeddings:
-            self._unembedded.extend(rows)  # to the store's cache; no index is held
         else:
+            if self.embeddings:  # to the store's cache; no index is held
+                self.background.add(self, row_texts(rows))
             return
         self.kick()
 
@@ -123,19 +213,6 @@ class ConversationMemory:
             self._embedding = self._spawn(self._embed(), f"memsearch:{self.cid}")
 
     async def _embed(self) -> None:
-        while self._index is None and not self._load_started and self._unembedded:
-            rows, self._unembedded = self._unembedded, []
-            embedder = await self._embedder()
-            if embedder is None:
-                break
-            texts = row_texts(rows)  # no index: the vectors only go to the store's cache
-            for end in range(len(texts), 0, -EMBED_STEP):  # newest first
-                step = texts[max(0, end - EMBED_STEP) : end]
-                await asyncio.to_thread(cache_vectors, embedder, self._vectors, step)
-                self.embedded_in_background += len(step)
-        if self._index is None and not self._load_started:
-            return
-        self._unembedded.clear()
         index = await self.index()
         while index.pending():
             batch = index.pending_batch(EMBED_STEP, newest=True)  # recent turns first
@@ -143,10 +220,12 @@ class ConversationMemory:
             self.embedded_in_background += index.install(batch, vectors)
 
     async def idle(self) -> None:
-        """Wait for the background embedding to finish (tests, benchmarks)."""
+        """Wait for the background embedding to finish (tests, benchmarks): this
+        conversation's index and the queue its rows joined."""
         task = self._embedding
         if task is not None:
             await asyncio.wait([task])
+        await self.background.idle()
 
     async def for_search(self) -> MemIndex:
         """The index for a ``react.memsearch`` call: loaded, its background embedding on.

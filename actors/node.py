@@ -64,6 +64,7 @@ from .done_routing import ASK_TIMEOUT_S, DoneRouter, route_approval
 from .errors import ActorStopped, InputRefused, NodeNotStarted, SettingsFileError
 from .limits import refusal, validate_input
 from .mailbox import Control, TurnJob, UserInput
+from .memory import BackgroundEmbedding
 from .models import NodeModels
 from .ownership import ClusterOwnership, LocalOwnership, Ownership, renewal_ticks
 from .results import open_results
@@ -99,8 +100,7 @@ class Node:
         self.registry = registry or ToolRegistry()
         self._model = model
         self._models = dict(models or {})
-        self._llm = llm
-        """Model settings (None: ``LLMSettings.from_env``); claude per turn needs its key."""
+        self._llm = llm  # model settings (None: LLMSettings.from_env); claude needs its key
         self._store = store
         self._own_store = store is None
         self._knowledge = knowledge
@@ -214,6 +214,7 @@ class Node:
             ownership=self.ownership,
             queue=self.queue,
             tracer=tracer,
+            embedding=BackgroundEmbedding.of(self._store, settings),
         )
         if settings.streamers > 0:
             self.streamer = StreamerActor(
@@ -284,7 +285,7 @@ class Node:
             await self.executor.stop()
         await self._mcp.aclose()
         if self.services is not None:
-            await self.services.tracer.aclose()
+            await self.services.aclose()
         if self._commits is not None:
             self._commits.close()
             self._commits = None
@@ -442,8 +443,6 @@ class Node:
 
 
 # --- python -m actors.node ----------------------------------------------------------------
-
-
 def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m actors.node", description=__doc__)
     parser.add_argument(

@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Callable, Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -25,6 +25,7 @@ from tools import KnowledgeSpace
 from tools.react import ReactTools
 
 from .base import ActorRef
+from .memory import BackgroundEmbedding
 from .ownership import Ownership
 from .settings import NodeSettings
 from .streamer import StreamerActor
@@ -285,20 +286,13 @@ class Services:
     local_tools: bool = False
     """This node runs a tool executor: external calls go to ``al.tools.exec.<node>``, where
     the conversation's workspace is (``ToolContext.files``)."""
+    embedding: BackgroundEmbedding | None = None
+    """The node's queue of committed rows to embed for conversations holding no memsearch
+    index (None: each conversation queues its own)."""
 
-    @property
-    def vector_cache(self) -> StoreVectors:
-        return StoreVectors(self.store)
-
-
-class StoreVectors:
-    """The store's embedding cache as a ``tools.memindex.VectorCache``."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-
-    def get_many(self, keys: Sequence[str]) -> dict[str, bytes]:
-        return self.store.get_vectors(keys)
-
-    def put_many(self, items: Mapping[str, bytes]) -> None:
-        self.store.put_vectors(items)
+    async def aclose(self) -> None:
+        """Finish the background work that writes to the store, before it closes (a node
+        stopping): the trace exports, the step of background embedding in flight."""
+        await self.tracer.aclose()
+        if self.embedding is not None:
+            await self.embedding.aclose()
