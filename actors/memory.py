@@ -158,9 +158,11 @@ class ConversationMemory:
         self._load_started = False
         self._early: list[dict[str, Any]] = []
         """Rows written while the index loads (added after the stored ones)."""
-        self.background = background or BackgroundEmbedding(
-            store, embed_model=embed_model, model_cache=model_cache
-        )
+        if background is None:
+            background = BackgroundEmbedding(
+                store, embed_model=embed_model, model_cache=model_cache
+            )
+        self.background = background
         """Where rows written while no index is loaded wait for their vectors to be cached
         (the node's queue; a queue of its own when none is given)."""
         self._embedding: asyncio.Task[None] | None = None

@@ -18,7 +18,8 @@ from typing import Any
 
 import pytest
 
-from actors.memory import ConversationMemory
+from actors import memory as memory_module
+from actors.memory import EMBED_STEP, BackgroundEmbedding, ConversationMemory
 from storage import Store
 from timeline import Block, Timeline
 from timeline.blocks import COMPLETION, USER_PROMPT
@@ -27,6 +28,7 @@ from tools.memindex import vector_key
 from tools.react import ReactContext, ReactTools, index_rows
 
 from ..tools import memfixture
+from ..waiting import until
 
 TURNS = 100
 ROWS = 2 * TURNS
@@ -67,6 +69,15 @@ def _commit_a_turn(store: Store, tl: Timeline, memory: ConversationMemory) -> st
     store.persist(tl, index=index_rows)
     memory.written(index_rows([block]))
     return note
+
+
+def _rows(*texts: str) -> list[dict[str, Any]]:
+    """The memsearch rows of one user prompt per text, as a commit hands them over."""
+    blocks = [
+        Block.new(USER_PROMPT, f"u{n}", 1.7e9 + n, path=ar_path(f"u{n}", "user.prompt"), text=t)
+        for n, t in enumerate(texts)
+    ]
+    return index_rows(blocks)
 
 
 def _memsearch(tl: Timeline, memory: ConversationMemory, query: str) -> Any:
@@ -154,3 +165,39 @@ async def test_a_conversation_nobody_searches_holds_no_index_but_its_rows_are_em
     # only the six rows stored before this memory existed went through the model (a search
     # waits for so few): the committed row's vector came from the cache
     assert index.model_texts == 6
+
+
+async def test_conversations_share_the_nodes_background_queue_newest_first_each_text_once(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The node's one queue (``BackgroundEmbedding``): two conversations' commits go
+    through the same worker-thread steps, newest first; a text both queued is looked up
+    once and counts for each; a stopping node drops what is queued but lets the step in
+    flight finish before its store closes."""
+    steps: list[list[str]] = []
+    real = memory_module.cache_vectors
+
+    def recording(embedder: Any, cache: Any, texts: list[str]) -> Any:
+        steps.append(list(texts))
+        return real(embedder, cache, texts)
+
+    monkeypatch.setattr(memory_module, "cache_vectors", recording)
+    background = BackgroundEmbedding(store)
+    a = ConversationMemory("ca", store, embeddings=True, spawn=_spawn, background=background)
+    b = ConversationMemory("cb", store, embeddings=True, spawn=_spawn, background=background)
+    shared = "The quarterly report is due on the first Friday of the month."
+    a.written(_rows("Greta Lind advises on taxes.", shared))
+    b.written(_rows(shared, "Deploys freeze on Fridays."))
+    assert len(background) == 3  # the shared text is queued once
+    await a.idle()
+    assert steps == [["Deploys freeze on Fridays.", shared, "Greta Lind advises on taxes."]]
+    assert (a.embedded_in_background, b.embedded_in_background) == (2, 2)
+    assert a.loaded is None and b.loaded is None  # neither holds an index
+    assert store.get_vectors([vector_key("all-MiniLM-L6-v2", shared)])
+
+    a.written(_rows(*(f"row {n} of a long backlog" for n in range(3 * EMBED_STEP))))
+    await until(lambda: len(steps) > 1)  # a step is in flight (or done)
+    await background.aclose()
+    assert len(background) == 0 and a.embedded_in_background % EMBED_STEP == 2  # whole steps
+    a.written(_rows("Written after the node stopped."))  # nothing is queued
+    assert len(background) == 0
