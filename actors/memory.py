@@ -111,7 +111,17 @@ class BackgroundEmbedding:
         while self._texts and not self._closed:
             count = min(EMBED_STEP, len(self._texts))
             step = [self._texts.popitem() for _ in range(count)]  # the newest
-            await asyncio.to_thread(cache_vectors, embedder, self._vectors, [t for t, _ in step])
+            try:
+                await asyncio.to_thread(
+                    cache_vectors, embedder, self._vectors, [t for t, _ in step]
+                )
+            except Exception as exc:  # a full store, say: the rows stay searchable
+                log.warning(
+                    "memsearch: %d rows not embedded in the background (%s: %s); a search "
+                    "ranks them by keywords until it embeds them",
+                    count, type(exc).__name__, exc,
+                )  # fmt: skip
+                continue
             for _, owners in step:
                 for owner in owners:
                     owner.embedded_in_background += 1

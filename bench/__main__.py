@@ -13,6 +13,7 @@ BENCHMARKS = [
     "channels",
     "longrun",
     "loop",
+    "loop_split",
     "memsearch",
     "render",
     "resume",

@@ -16,6 +16,7 @@ from collections.abc import Coroutine, Iterator
 from pathlib import Path
 from typing import Any
 
+import lmdb
 import pytest
 
 from actors import memory as memory_module
@@ -201,3 +202,26 @@ async def test_conversations_share_the_nodes_background_queue_newest_first_each_
     assert len(background) == 0 and a.embedded_in_background % EMBED_STEP == 2  # whole steps
     a.written(_rows("Written after the node stopped."))  # nothing is queued
     assert len(background) == 0
+
+
+async def test_a_step_that_fails_is_logged_and_the_queue_goes_on(
+    store: Store, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """A full store (say) loses no row: the failed step's rows stay stored and searchable
+    by keywords, the warning says so, and the next step still runs."""
+    real = memory_module.cache_vectors
+    calls: list[int] = []
+
+    def full_once(embedder: Any, cache: Any, texts: list[str]) -> Any:
+        calls.append(len(texts))
+        if len(calls) == 1:
+            raise lmdb.MapFullError("mdb_put: MDB_MAP_FULL: Environment mapsize limit reached")
+        return real(embedder, cache, texts)
+
+    monkeypatch.setattr(memory_module, "cache_vectors", full_once)
+    memory = ConversationMemory("c1", store, embeddings=True, spawn=_spawn)
+    memory.written(_rows(*(f"backlog row {n}" for n in range(EMBED_STEP + 1))))
+    await memory.idle()
+    assert calls == [EMBED_STEP, 1] and memory.embedded_in_background == 1
+    assert "rows not embedded in the background (MapFullError" in caplog.text
+    assert "ranks them by keywords" in caplog.text
