@@ -32,6 +32,9 @@ from typing import Any, Protocol
 
 log = logging.getLogger(__name__)
 
+KEPT_STATUSES = 10_000
+"""How many turns' session statuses a tracer keeps (``Tracer.sessions``)."""
+
 TRACEPARENT = "traceparent"
 
 
@@ -149,7 +152,8 @@ class Tracer:
         self.node = node
         self.clock = clock
         self.sessions: dict[str, str] = {}
-        """Turn id -> the status its last session ended with (``ok``/``error``/``partial``)."""
+        """Turn id -> the status its last session ended with (``ok``/``error``/``partial``),
+        for the newest ``KEPT_STATUSES`` turns (a node runs for months)."""
         self._queue: list[tuple[list[Span], dict[str, Any] | None]] = []
         """Ended sessions and served spans waiting for the exporter."""
         self._exporter: asyncio.Task[None] | None = None
@@ -239,7 +243,10 @@ class Tracer:
                 log.warning("trace sink %s lost the session: %s", type(sink).__name__, exc)
                 if session["status"] == "ok":
                     session["status"] = "partial"
+        self.sessions.pop(session["turn_id"], None)  # the newest last
         self.sessions[session["turn_id"]] = session["status"]
+        while len(self.sessions) > KEPT_STATUSES:
+            del self.sessions[next(iter(self.sessions))]
         return str(session["status"])
 
     async def drain(self) -> None:

@@ -19,7 +19,7 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
 
 from actline.cli import main as actline_main
 from actline.cmd_trace import turn_trace
-from actors import NodeSettings, ToolRegistry, trace_sinks
+from actors import NodeSettings, ToolRegistry, trace_sinks, tracing
 from actors.client import Client
 from actors.node import Node
 from actors.tracing import Span
@@ -455,3 +455,18 @@ async def test_a_compaction_is_a_span_under_its_render_with_the_summary_tokens(
         assert render["name"] == "render" and render["attrs"]["compacted"] is True
         assert render["start"] <= span["start"] <= span["end"] <= render["end"]
     assert sum(s["attrs"]["output_tokens"] for _, s in compactions) > 0  # the summaries' cost
+
+
+def test_a_tracer_keeps_the_statuses_of_the_newest_turns_only(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(tracing, "KEPT_STATUSES", 3)
+    tracer = tracing.Tracer([HeldSink()], node="n1")
+    tracer.sinks[0].release.set()  # type: ignore[attr-defined]
+    for turn in ("t-1", "t-2", "t-3", "t-2", "t-4"):
+        session = tracer.session(turn, "c1")
+        session.end(session.root)
+        assert tracer.export_now(session.spans, None) == "ok"  # spans only: no status kept
+        record = {"type": "session", "turn_id": turn, "status": "ok"}
+        assert tracer.export_batch([(session.spans, record)]) == ["ok"]
+    assert list(tracer.sessions) == ["t-3", "t-2", "t-4"]  # t-2 ended again: the newest
