@@ -304,7 +304,7 @@ class StreamerActor:
             raw="",
             usage=usage,
             notices=[f"{n.code}: {n.message}" for n in result.notices],
-            used_sources=list(result["answer"].used_sources),
+            used_sources=sorted({*result["answer"].used_sources, *result["canvas"].used_sources}),
             unresolved_sources=sorted(cited_missing),
             answer_emitted=result["answer"].emitted,
             seq_end=seq,

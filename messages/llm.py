@@ -45,7 +45,8 @@ class GenerateResult(WireModel):
     error_code: str = ""
     """Why the call failed (``model_unavailable``, ``context_window``, ...); empty when ok."""
     used_sources: list[int] = Field(default_factory=list)
-    """SIDs cited in the answer channel that resolved against the sources."""
+    """SIDs cited in the answer or canvas channels that resolved against the sources (the
+    turn's ``sources_used``)."""
     unresolved_sources: list[int] = Field(default_factory=list)
     """SIDs cited in the answer or canvas channels that match no source (the decision
     loop records an ``unresolved_citation`` notice the model sees next round)."""

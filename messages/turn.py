@@ -46,6 +46,7 @@ class ReActResult(WireModel):
     answer: str = ""
     followups: list[str] = Field(default_factory=list)
     sources_used: list[int] = Field(default_factory=list)
+    """The SIDs the final answer and canvas cite that resolved against the pool."""
     usage: Usage = Field(default_factory=Usage)
     rounds: int = 0
     error: str | None = None

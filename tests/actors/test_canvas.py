@@ -162,3 +162,26 @@ def test_canvas_parts_no_key_carried_go_whole_at_the_end() -> None:
     assert (broken.format, broken.text) == ("text", "not json {")
     assert whole_canvas('{"s": "cut', None, {"s"}) == []  # its keys already went
     assert whole_canvas("", None, set()) == []
+
+
+async def test_sources_cited_only_on_the_canvas_are_the_turns_sources_used_too(
+    bus: Bus, client: Client, tmp_path: Path
+) -> None:
+    model = Scripted(
+        {
+            "c1": [
+                say("Reading.", calls=[("react.read", {"paths": [DOC]})]),
+                say("Answering.", answer="The tiers are on the canvas.")
+                + canvas({"summary": "Three tiers [[S:1]]."}),
+            ]
+        }
+    )
+    node = await start_node(bus, tmp_path / "home", model)
+    try:
+        handle = await run_turn(client, "Compare the tiers on a canvas", "c1")
+    finally:
+        await node.stop()
+    result = handle.result.result()
+    assert result.status == "completed", result.error
+    assert "[[S:" not in result.answer and "[1]" not in result.answer  # no answer citation
+    assert result.sources_used == [1]  # the canvas cited source 1
