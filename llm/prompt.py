@@ -35,7 +35,9 @@ When the action is complete (or exit), follow the decision with:
 </channel:answer>
 <channel:followup>["2 or 3 short follow-up questions the user may ask next"]</channel:followup>
 <channel:usage>{"sids": [the SIDs you cited]}</channel:usage>
-Optionally <channel:canvas>{a JSON artifact}</channel:canvas>.
+Optionally <channel:canvas>{"<title>": value, ...}</channel:canvas>: one JSON object; the
+user sees each top-level key as a titled panel, a string value as markdown (cite [[S:n]] in
+it too), any other value as JSON.
 
 Protocol errors (bad JSON, unknown tools, wrong parameters, a repeated identical call) come
 back as [NOTICE] blocks with a code such as protocol_violation.bad_params; fix the cause in
