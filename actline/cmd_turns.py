@@ -24,12 +24,12 @@ from rich.console import Console
 from rich.text import Text
 
 from bus import StreamMissing
-from messages import ErrorReply, ReActResult
+from messages import ErrorReply, ReActResult, StreamDelta
 from messages.ids import is_valid_id
 
 from .attachments import read_attachments
 from .config import Config, ConfigError
-from .console import TurnPrinter
+from .console import CanvasPanels, TurnPrinter
 from .runtime import Runtime, follow
 
 __all__ = ["load_config", "run_approval", "run_ask", "run_chat", "run_result", "run_serve"]
@@ -137,6 +137,7 @@ async def run_ask(args: argparse.Namespace, console: Console) -> int:
             rt.check_conversation(cid)  # only with a node here; a remote node starts it anew
         handle = await rt.submit(args.question, cid, config=turn_config, attachments=attachments)
         printer = TurnPrinter(console, show_thinking=not args.no_thinking)
+        canvas = CanvasPanels()
         result: ReActResult | None = None
         try:
             async for event in follow(handle, timeout=args.timeout):
@@ -144,6 +145,8 @@ async def run_ask(args: argparse.Namespace, console: Console) -> int:
                     result = event
                 elif not args.json:
                     printer.show(event)
+                elif isinstance(event, StreamDelta) and event.key is not None:
+                    canvas.add(event)
         except TimeoutError:
             print(
                 f"actline: no result for turn {handle.turn_id} within {args.timeout:g} s; it may "
@@ -157,8 +160,9 @@ async def run_ask(args: argparse.Namespace, console: Console) -> int:
                     await rt.cancel(handle.turn_id)
             raise
     assert result is not None
-    if args.json:
-        print(json.dumps(result.model_dump(mode="json"), ensure_ascii=False), flush=True)
+    if args.json:  # the result, and the canvas panels the turn streamed
+        shown = {**result.model_dump(mode="json"), "canvas": canvas.as_json()}
+        print(json.dumps(shown, ensure_ascii=False), flush=True)
     else:
         printer.show(result)
         _say(

@@ -33,7 +33,14 @@ from rich.text import Text
 
 from messages import ReActProgress, ReActResult, StreamDelta, TurnAccepted
 
-__all__ = ["CARD_STYLES", "TurnPrinter", "TurnStats", "canvas_panel", "summary_table"]
+__all__ = [
+    "CARD_STYLES",
+    "CanvasPanels",
+    "TurnPrinter",
+    "TurnStats",
+    "canvas_panel",
+    "summary_table",
+]
 
 CARD_STYLES: dict[str, tuple[str, str]] = {
     "thinking": ("◆ thinking", "bold gold1"),
@@ -44,6 +51,52 @@ CARD_STYLES: dict[str, tuple[str, str]] = {
     "notice": ("! notice", "bold red"),
 }
 STREAMED = {"thinking": "gold1 dim", "answer": ""}
+
+
+@dataclass
+class CanvasPanel:
+    """One canvas key as its deltas built it: the text so far, its format, the SIDs its
+    completed delta said match no source."""
+
+    text: str = ""
+    format: str = ""
+    unresolved: list[int] = field(default_factory=list)
+    completed: bool = False
+
+
+@dataclass
+class CanvasPanels:
+    """A turn's canvas panels from its keyed ``stream.delta`` messages, in the order the
+    keys first came: a delta with ``replace`` starts its key over (what the printer draws
+    and ``actline ask --json`` prints under ``canvas``)."""
+
+    panels: dict[str, CanvasPanel] = field(default_factory=dict)
+
+    def add(self, delta: StreamDelta) -> CanvasPanel:
+        key = delta.key or ""
+        panel = self.panels.get(key)
+        if panel is None or delta.replace:
+            panel = self.panels[key] = CanvasPanel()
+        panel.text += delta.text
+        panel.format = delta.format or panel.format
+        panel.unresolved = list(delta.unresolved) or panel.unresolved
+        panel.completed = panel.completed or delta.completed
+        return panel
+
+    def as_json(self) -> dict[str, dict[str, Any]]:
+        """Key -> ``{"format", "text", "unresolved"}``; a ``json`` panel's text parsed into
+        ``value`` as well."""
+        out: dict[str, dict[str, Any]] = {}
+        for key, panel in self.panels.items():
+            row: dict[str, Any] = {"format": panel.format, "text": panel.text}
+            if panel.format == "json":
+                try:
+                    row["value"] = json.loads(panel.text)
+                except ValueError:
+                    pass  # the text as it came: a canvas that was not JSON
+            row["unresolved"] = panel.unresolved
+            out[key] = row
+        return out
 
 
 @dataclass(slots=True)
@@ -77,8 +130,8 @@ class TurnPrinter:
     open_channel: str = ""
     followups: list[str] = field(default_factory=list)
     answer_started: bool = False
-    canvas: dict[str, str] = field(default_factory=dict)
-    """Canvas key -> its text so far (the panels of this turn)."""
+    canvas: CanvasPanels = field(default_factory=CanvasPanels)
+    """The canvas panels of this turn so far."""
     _live: Live | None = field(default=None, repr=False)
 
     def _close(self) -> None:
@@ -163,11 +216,10 @@ class TurnPrinter:
     def panel(self, delta: StreamDelta) -> None:
         """One keyed delta: the key's panel, redrawn live on a terminal (module docstring)."""
         key = delta.key or ""
-        if delta.replace or key not in self.canvas:
+        if delta.replace or key not in self.canvas.panels:
             self._close()
-            self.canvas[key] = ""
-        self.canvas[key] += delta.text
-        shown = canvas_panel(key, self.canvas[key], delta.format, delta.unresolved)
+        panel = self.canvas.add(delta)
+        shown = canvas_panel(key, panel.text, delta.format, delta.unresolved)
         if not self.console.is_terminal:
             if delta.completed:
                 self.console.print(shown)

@@ -170,6 +170,7 @@ def test_ask_json_prints_only_the_result(tmp_path: Path) -> None:
     assert data["kind"] == "turn.result"
     assert data["status"] == "completed"
     assert data["answer"] and data["conversation_id"].startswith("c-")
+    assert data["canvas"] == {}  # the offline model writes no canvas
 
 
 def test_chat_continues_a_stored_conversation_from_the_command_line(

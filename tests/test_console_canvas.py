@@ -7,7 +7,7 @@ import io
 
 from rich.console import Console
 
-from actline.console import TurnPrinter
+from actline.console import CanvasPanels, TurnPrinter
 from messages import StreamDelta
 
 
@@ -36,7 +36,10 @@ def test_on_a_terminal_each_key_is_one_live_panel_that_stays() -> None:
     for d in KEYED[2:]:
         printer.show(d)
     assert printer._live is None
-    assert printer.canvas == {"plan": "Plan **one**", "data": "new"}
+    assert {k: p.text for k, p in printer.canvas.panels.items()} == {
+        "plan": "Plan **one**",
+        "data": "new",
+    }
     text = out.getvalue()
     assert "plan" in text and "Plan one" in text and "no source for citation(s) 4" in text
 
@@ -52,3 +55,22 @@ def test_elsewhere_each_key_prints_once_complete() -> None:
     assert text.count(" plan ") == 1 and text.count(" data ") == 1
     assert "Plan one" in text and "new" in text and "old" not in text
     assert "It ships [?9]." in text and "! answer: no source for citation(s) 9" in text
+
+
+def test_the_panels_as_json_what_ask_json_prints_under_canvas() -> None:
+    panels = CanvasPanels()
+    for d in [*KEYED, delta('{"team": 20}', 6, key="table", format="json", replace=True)]:
+        panels.add(d)
+    panels.add(delta("not json", 7, key="raw", format="json", replace=True))
+    assert panels.as_json() == {
+        "plan": {"format": "markdown", "text": "Plan **one**", "unresolved": []},
+        "data": {"format": "text", "text": "new", "unresolved": [4]},  # replaced, then cited
+        "table": {
+            "format": "json",
+            "text": '{"team": 20}',
+            "value": {"team": 20},
+            "unresolved": [],
+        },
+        "raw": {"format": "json", "text": "not json", "unresolved": []},  # the text as it came
+    }
+    assert [p.completed for p in panels.panels.values()] == [True, True, False, False]

@@ -8,7 +8,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from actline.console import TurnPrinter
+from actline.console import CanvasPanels, TurnPrinter
 from actors.client import Client, TurnHandle
 from actors.streamer import WHOLE_CANVAS_KEY, whole_canvas
 from bus import Bus
@@ -106,6 +106,15 @@ async def test_canvas_keys_and_displayed_writes_arrive_as_keyed_deltas_and_panel
     assert "Report" in out and "All good." in out and '"team": 20' in out
     assert "no source for citation(s) 7" in out
     assert '{"summary"' not in out  # never the raw canvas JSON
+    # what `actline ask --json` prints under "canvas", built from the same deltas
+    panels = CanvasPanels()
+    for d in handle.deltas:
+        if d.key is not None:
+            panels.add(d)
+    shown = panels.as_json()
+    assert list(shown) == [written, "summary", "table"]
+    assert shown["table"]["value"] == CANVAS["table"] and shown["summary"]["unresolved"] == [7]
+    assert shown[written]["text"] == write["content"]
 
 
 async def test_an_unresolved_citation_is_marked_for_the_client_and_noticed_next_round(
