@@ -104,7 +104,14 @@ class BackgroundEmbedding:
             )
 
     async def _run(self) -> None:
-        embedder = await _load_embedder(self.embed_model, self.model_cache)
+        try:
+            embedder = await _load_embedder(self.embed_model, self.model_cache)
+        except Exception as exc:  # a broken model cache, say: searches say keywords only
+            log.warning(
+                "memsearch: the embedding model %s did not load (%s: %s); %d rows stay "
+                "searchable by keywords", self.embed_model, type(exc).__name__, exc, len(self),
+            )  # fmt: skip
+            embedder = None
         if embedder is None:
             self._texts.clear()
             return

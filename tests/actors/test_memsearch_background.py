@@ -225,3 +225,18 @@ async def test_a_step_that_fails_is_logged_and_the_queue_goes_on(
     assert calls == [EMBED_STEP, 1] and memory.embedded_in_background == 1
     assert "rows not embedded in the background (MapFullError" in caplog.text
     assert "ranks them by keywords" in caplog.text
+
+
+async def test_a_model_that_does_not_load_is_logged_and_its_rows_stay_for_keywords(
+    store: Store, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    async def broken(model: str, cache: Any) -> Any:
+        raise OSError(f"model.safetensors of {model} is truncated")
+
+    monkeypatch.setattr(memory_module, "_load_embedder", broken)
+    memory = ConversationMemory("c1", store, embeddings=True, spawn=_spawn)
+    memory.written(_rows("Greta Lind advises on taxes.", "Deploys freeze on Fridays."))
+    await memory.idle()
+    assert len(memory.background) == 0 and memory.embedded_in_background == 0
+    assert "did not load (OSError: model.safetensors of minilm is truncated)" in caplog.text
+    assert "2 rows stay searchable by keywords" in caplog.text
