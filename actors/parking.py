@@ -17,7 +17,7 @@ its ack wait (no redelivery while it is repeated), ``ack`` on it removes the mes
 before or after the delayed redelivery; the server keys all of these by the stream
 sequence. The redelivery arrives after ``D`` with ``deliveries + 1``. nats-py marks
 a message acked after a nak, and ``bus.QueueItem`` then refuses every action on it:
-``rearmed`` gives the same delivery back usable.
+``QueueItem.rearmed`` gives the same delivery back usable.
 
 The delay: every parked message comes back once per delay and is parked again (a
 redelivery of a turn parked here is recognised by its stream sequence: no decode). So
@@ -39,9 +39,6 @@ turn of a conversation leased elsewhere.
 
 from __future__ import annotations
 
-import copy
-import dataclasses
-
 from bus import QueueItem
 
 PARK_MAX_S = 300.0
@@ -56,13 +53,6 @@ within ``PARK_MAX_S``)."""
 def park_delay(parked: int, least_s: float) -> float:
     """The nak delay of a parked message when ``parked`` turns are parked."""
     return min(PARK_MAX_S, max(least_s, parked / REPARK_PER_S))
-
-
-def rearmed(item: QueueItem) -> QueueItem:
-    """The same delivery, usable again after a delayed nak (the server still holds it)."""
-    msg = copy.copy(item._msg)
-    msg._ackd = False
-    return dataclasses.replace(item, _msg=msg)
 
 
 class ParkedTurns:
@@ -128,7 +118,7 @@ class ParkedTurns:
             self._conversations[cid] = left
         else:
             self._conversations.pop(cid, None)
-        return rearmed(item)
+        return item.rearmed()
 
     def clear(self) -> list[QueueItem]:
         """Every parked delivery, usable again; nothing is parked after."""

@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import copy
 import logging
 import time
 from collections.abc import Awaitable, Callable
@@ -341,6 +342,14 @@ class QueueItem:
             dict(msg.headers or {}),
             meta.timestamp.timestamp() if meta.timestamp is not None else 0.0,
         )
+
+    def rearmed(self) -> QueueItem:
+        """The same delivery, usable again after a delayed ``nak`` (the server still holds
+        the message; nats-py marks a message acked after a nak and this item would refuse
+        every action on it)."""
+        msg = copy.copy(self._msg)
+        msg._ackd = False
+        return replace(self, _msg=msg)
 
     async def _send(self, action: str, *, delay: float | None = None) -> None:
         if getattr(self._msg, "_ackd", False):

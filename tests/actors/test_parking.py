@@ -22,7 +22,6 @@ import pytest
 import messages
 from actors.client import Client, TurnHandle
 from actors.node import Node
-from actors.parking import rearmed
 from bus import Bus, EmbeddedNats, QueueItem, WorkQueue
 from llm import ExtractiveModel
 from messages import Ack, AgentTask, ErrorReply, ReActResult, TurnRequest
@@ -106,15 +105,15 @@ async def test_a_delivery_parked_with_a_delayed_nak_can_still_be_acked_by_the_se
             )
         before = await pulled()
         await before.nak(delay=60.0)  # parked for a minute
-        await rearmed(before).in_progress()
-        await rearmed(before).ack()  # settled before its redelivery
+        await before.rearmed().in_progress()
+        await before.rearmed().ack()  # settled before its redelivery
         after = await pulled()
         assert after.stream_seq != before.stream_seq
         await after.nak(delay=0.2)
         again = await pulled()  # the delayed redelivery
         assert (again.stream_seq, again.deliveries) == (after.stream_seq, 2)
         await again.nak(delay=60.0)  # parked again
-        await rearmed(after).ack()  # the first delivery still settles it
+        await after.rearmed().ack()  # the first delivery still settles it
         await until(lambda: all_gone(queue, before.stream_seq, after.stream_seq), TIMEOUT)
     finally:
         await queue.close()
