@@ -34,7 +34,7 @@ import logging
 import math
 import os
 import time
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Final, Self
@@ -223,7 +223,7 @@ def _f32(array: NDArray[Any]) -> NDArray[np.float32]:
     return np.ascontiguousarray(array, dtype=np.float32)
 
 
-def _layers(tensors: dict[str, NDArray[Any]], count: int) -> list[_Layer]:
+def _layers(tensors: Mapping[str, NDArray[Any]], count: int) -> list[_Layer]:
     import numpy as np
 
     layers = []
@@ -380,6 +380,11 @@ class Embedder:
     """The ``model_id`` of a model loaded by this class: the vector cache keys on it."""
     install_hint: ClassVar[str] = INSTALL_HINT
 
+    tensor_prefix: ClassVar[str] = "bert."
+    """What the weight names start with in ``model.safetensors`` (dropped when read)."""
+    layer_norm_eps: ClassVar[float] = 1e-12
+    """The LayerNorm epsilon when ``config.json`` names none."""
+
     def __init__(
         self,
         *,
@@ -387,40 +392,32 @@ class Embedder:
         model_id: str,
         tokenizer: Tokenizer,
         config: dict[str, Any],
-        word: NDArray[np.float32],
-        position: NDArray[np.float32],
-        token_type: NDArray[np.float32],
-        ln_w: NDArray[np.float32],
-        ln_b: NDArray[np.float32],
-        layers: list[_Layer],
+        tensors: Mapping[str, NDArray[np.float32]],
         max_tokens: int,
     ) -> None:
-        self._setup(model_dir, model_id, tokenizer, config, max_tokens, eps=1e-12)
-        self._word = word
-        self._position = position
-        self._token_type = token_type
-        self._ln_w = ln_w
-        self._ln_b = ln_b
-        self._layers = layers
-
-    def _setup(
-        self,
-        model_dir: Path,
-        model_id: str,
-        tokenizer: Tokenizer,
-        config: dict[str, Any],
-        max_tokens: int,
-        *,
-        eps: float,
-    ) -> None:
-        """What every encoder keeps: the tokenizer, sizes and the LayerNorm epsilon."""
+        """The model from its weights (named without ``tensor_prefix``)."""
         self.model_dir = model_dir
         self.model_id = model_id
         self.dim = int(config["hidden_size"])
         self.max_tokens = max_tokens
         self._tokenizer = tokenizer
         self._heads = int(config["num_attention_heads"])
-        self._eps = float(config.get("layer_norm_eps", eps))
+        self._eps = float(config.get("layer_norm_eps", self.layer_norm_eps))
+        self._word = tensors["embeddings.word_embeddings.weight"]
+        self._position = _f32(tensors["embeddings.position_embeddings.weight"])
+        self._ln_w = _f32(tensors["embeddings.LayerNorm.weight"])
+        self._ln_b = _f32(tensors["embeddings.LayerNorm.bias"])
+        self._layers = self._build_layers(tensors, int(config["num_hidden_layers"]))
+        self._own_tensors(tensors)
+
+    @staticmethod
+    def _build_layers(tensors: Mapping[str, NDArray[Any]], count: int) -> list[_Layer]:
+        """The encoder layers from their weights (BERT's names)."""
+        return _layers(tensors, count)
+
+    def _own_tensors(self, tensors: Mapping[str, NDArray[np.float32]]) -> None:
+        """The weights only this architecture has (BERT: the token type embeddings)."""
+        self._token_type = _f32(tensors["embeddings.token_type_embeddings.weight"])
 
     @classmethod
     def load(cls, model_dir: str | Path | None = None, *, cache_dir: Path | None = None) -> Self:
@@ -501,18 +498,13 @@ class Embedder:
         max_tokens: int,
     ) -> Self:
         tensors = read_safetensors(folder / "model.safetensors")
-        tensors = {k.removeprefix("bert."): v for k, v in tensors.items()}
+        tensors = {k.removeprefix(cls.tensor_prefix): v for k, v in tensors.items()}
         return cls(
             model_dir=folder,
             model_id=model_id,
             tokenizer=tokenizer,
             config=config,
-            word=tensors["embeddings.word_embeddings.weight"],
-            position=_f32(tensors["embeddings.position_embeddings.weight"]),
-            token_type=_f32(tensors["embeddings.token_type_embeddings.weight"]),
-            ln_w=_f32(tensors["embeddings.LayerNorm.weight"]),
-            ln_b=_f32(tensors["embeddings.LayerNorm.bias"]),
-            layers=_layers(tensors, int(config["num_hidden_layers"])),
+            tensors=tensors,
             max_tokens=max_tokens,
         )
 

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 import os
 import zipfile
+from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, ClassVar, Final
 
@@ -33,14 +34,12 @@ from .embeddings import (
     _missing_modules,
     _pad,
     embeddings_disabled,
-    read_safetensors,
 )
 from .model_parts import MissingPart, SplitModel, extract_model, find_parts
 
 if TYPE_CHECKING:
     import numpy as np
     from numpy.typing import NDArray
-    from tokenizers import Tokenizer
 
 __all__ = ["MODEL_ID", "MPNET", "MPNetEmbedder", "mpnet_status", "relative_position_bucket"]
 
@@ -102,7 +101,7 @@ def relative_position_bucket(
     return out
 
 
-def _layers(tensors: dict[str, NDArray[Any]], count: int) -> list[_Layer]:
+def _layers(tensors: Mapping[str, NDArray[Any]], count: int) -> list[_Layer]:
     import numpy as np
 
     layers = []
@@ -136,28 +135,17 @@ class MPNetEmbedder(Embedder):
     split_model: ClassVar[SplitModel] = MPNET
     """The part packages the weights come from."""
 
-    def __init__(
-        self,
-        *,
-        model_dir: Path,
-        model_id: str,
-        tokenizer: Tokenizer,
-        config: dict[str, Any],
-        word: NDArray[np.float32],
-        position: NDArray[np.float32],
-        ln_w: NDArray[np.float32],
-        ln_b: NDArray[np.float32],
-        relative_bias: NDArray[np.float32],
-        layers: list[_Layer],
-        max_tokens: int,
-    ) -> None:
-        self._setup(model_dir, model_id, tokenizer, config, max_tokens, eps=1e-5)
-        self._word = word
-        self._position = position
-        self._ln_w = ln_w
-        self._ln_b = ln_b
-        self._relative_bias = relative_bias
-        self._layers = layers
+    tensor_prefix: ClassVar[str] = "mpnet."
+    layer_norm_eps: ClassVar[float] = 1e-5
+
+    @staticmethod
+    def _build_layers(tensors: Mapping[str, NDArray[Any]], count: int) -> list[_Layer]:
+        """The encoder layers from their weights (MPNet's names)."""
+        return _layers(tensors, count)
+
+    def _own_tensors(self, tensors: Mapping[str, NDArray[np.float32]]) -> None:
+        """MPNet: no token types; the relative position bias shared by every layer."""
+        self._relative_bias = _f32(tensors["encoder.relative_attention_bias.weight"])
 
     @classmethod
     def _installed_dir(cls, cache_dir: Path | None) -> Path:
@@ -174,31 +162,6 @@ class MPNetEmbedder(Embedder):
         except (OSError, KeyError, zipfile.BadZipFile) as exc:
             reason = f"cannot unpack the model from its part packages into {cache}: {exc}"
             raise cls.unavailable(reason, str(cache / cls.split_model.folder)) from exc
-
-    @classmethod
-    def _from_tensors(
-        cls,
-        folder: Path,
-        model_id: str,
-        tokenizer: Tokenizer,
-        config: dict[str, Any],
-        max_tokens: int,
-    ) -> MPNetEmbedder:
-        tensors = read_safetensors(folder / "model.safetensors")
-        tensors = {k.removeprefix("mpnet."): v for k, v in tensors.items()}
-        return cls(
-            model_dir=folder,
-            model_id=model_id,
-            tokenizer=tokenizer,
-            config=config,
-            word=tensors["embeddings.word_embeddings.weight"],
-            position=_f32(tensors["embeddings.position_embeddings.weight"]),
-            ln_w=_f32(tensors["embeddings.LayerNorm.weight"]),
-            ln_b=_f32(tensors["embeddings.LayerNorm.bias"]),
-            relative_bias=_f32(tensors["encoder.relative_attention_bias.weight"]),
-            layers=_layers(tensors, int(config["num_hidden_layers"])),
-            max_tokens=max_tokens,
-        )
 
     @staticmethod
     def _max_positions(config: dict[str, Any]) -> int:
