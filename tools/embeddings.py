@@ -223,22 +223,36 @@ def _f32(array: NDArray[Any]) -> NDArray[np.float32]:
     return np.ascontiguousarray(array, dtype=np.float32)
 
 
-def _layers(tensors: Mapping[str, NDArray[Any]], count: int) -> list[_Layer]:
+@dataclass(frozen=True)
+class LayerNames:
+    """Where an encoder layer's attention weights are, under ``encoder.layer.<i>.`` (the
+    feed-forward and output LayerNorm names are the same in BERT and MPNet)."""
+
+    attention: str = "attention.self."
+    """The query, key and value projections' prefix."""
+    qkv: tuple[str, str, str] = ("query", "key", "value")
+    out: str = "attention.output.dense"
+    norm: str = "attention.output.LayerNorm"
+
+
+BERT_LAYERS: Final = LayerNames()
+
+
+def _layers(tensors: Mapping[str, NDArray[Any]], count: int, names: LayerNames) -> list[_Layer]:
     import numpy as np
 
     layers = []
     for i in range(count):
         prefix = f"encoder.layer.{i}."
-        att = prefix + "attention.self."
-        qkv = ("query", "key", "value")
+        att = prefix + names.attention
         layers.append(
             _Layer(
-                qkv_w=_f32(np.concatenate([tensors[f"{att}{n}.weight"] for n in qkv]).T),
-                qkv_b=_f32(np.concatenate([tensors[f"{att}{n}.bias"] for n in qkv])),
-                out_w=_f32(tensors[prefix + "attention.output.dense.weight"].T),
-                out_b=_f32(tensors[prefix + "attention.output.dense.bias"]),
-                ln1_w=_f32(tensors[prefix + "attention.output.LayerNorm.weight"]),
-                ln1_b=_f32(tensors[prefix + "attention.output.LayerNorm.bias"]),
+                qkv_w=_f32(np.concatenate([tensors[f"{att}{n}.weight"] for n in names.qkv]).T),
+                qkv_b=_f32(np.concatenate([tensors[f"{att}{n}.bias"] for n in names.qkv])),
+                out_w=_f32(tensors[f"{prefix}{names.out}.weight"].T),
+                out_b=_f32(tensors[f"{prefix}{names.out}.bias"]),
+                ln1_w=_f32(tensors[f"{prefix}{names.norm}.weight"]),
+                ln1_b=_f32(tensors[f"{prefix}{names.norm}.bias"]),
                 up_w=_f32(tensors[prefix + "intermediate.dense.weight"].T),
                 up_b=_f32(tensors[prefix + "intermediate.dense.bias"]),
                 down_w=_f32(tensors[prefix + "output.dense.weight"].T),
@@ -384,6 +398,7 @@ class Embedder:
     """What the weight names start with in ``model.safetensors`` (dropped when read)."""
     layer_norm_eps: ClassVar[float] = 1e-12
     """The LayerNorm epsilon when ``config.json`` names none."""
+    layer_names: ClassVar[LayerNames] = BERT_LAYERS
 
     def __init__(
         self,
@@ -407,13 +422,8 @@ class Embedder:
         self._position = _f32(tensors["embeddings.position_embeddings.weight"])
         self._ln_w = _f32(tensors["embeddings.LayerNorm.weight"])
         self._ln_b = _f32(tensors["embeddings.LayerNorm.bias"])
-        self._layers = self._build_layers(tensors, int(config["num_hidden_layers"]))
+        self._layers = _layers(tensors, int(config["num_hidden_layers"]), self.layer_names)
         self._own_tensors(tensors)
-
-    @staticmethod
-    def _build_layers(tensors: Mapping[str, NDArray[Any]], count: int) -> list[_Layer]:
-        """The encoder layers from their weights (BERT's names)."""
-        return _layers(tensors, count)
 
     def _own_tensors(self, tensors: Mapping[str, NDArray[np.float32]]) -> None:
         """The weights only this architecture has (BERT: the token type embeddings)."""

@@ -28,8 +28,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Final
 from .embeddings import (
     ENV_SWITCH,
     Embedder,
+    LayerNames,
     _f32,
-    _Layer,
     _layer_norm,
     _missing_modules,
     _pad,
@@ -101,30 +101,11 @@ def relative_position_bucket(
     return out
 
 
-def _layers(tensors: Mapping[str, NDArray[Any]], count: int) -> list[_Layer]:
-    import numpy as np
-
-    layers = []
-    for i in range(count):
-        prefix = f"encoder.layer.{i}."
-        att = prefix + "attention.attn."
-        layers.append(
-            _Layer(
-                qkv_w=_f32(np.concatenate([tensors[f"{att}{n}.weight"] for n in "qkv"]).T),
-                qkv_b=_f32(np.concatenate([tensors[f"{att}{n}.bias"] for n in "qkv"])),
-                out_w=_f32(tensors[att + "o.weight"].T),
-                out_b=_f32(tensors[att + "o.bias"]),
-                ln1_w=_f32(tensors[prefix + "attention.LayerNorm.weight"]),
-                ln1_b=_f32(tensors[prefix + "attention.LayerNorm.bias"]),
-                up_w=_f32(tensors[prefix + "intermediate.dense.weight"].T),
-                up_b=_f32(tensors[prefix + "intermediate.dense.bias"]),
-                down_w=_f32(tensors[prefix + "output.dense.weight"].T),
-                down_b=_f32(tensors[prefix + "output.dense.bias"]),
-                ln2_w=_f32(tensors[prefix + "output.LayerNorm.weight"]),
-                ln2_b=_f32(tensors[prefix + "output.LayerNorm.bias"]),
-            )
-        )
-    return layers
+MPNET_LAYERS: Final = LayerNames(
+    attention="attention.attn.", qkv=("q", "k", "v"), out="attention.attn.o",
+    norm="attention.LayerNorm",
+)  # fmt: skip
+"""MPNet's attention weight names (``tools.embeddings.LayerNames``)."""
 
 
 class MPNetEmbedder(Embedder):
@@ -137,11 +118,7 @@ class MPNetEmbedder(Embedder):
 
     tensor_prefix: ClassVar[str] = "mpnet."
     layer_norm_eps: ClassVar[float] = 1e-5
-
-    @staticmethod
-    def _build_layers(tensors: Mapping[str, NDArray[Any]], count: int) -> list[_Layer]:
-        """The encoder layers from their weights (MPNet's names)."""
-        return _layers(tensors, count)
+    layer_names: ClassVar[LayerNames] = MPNET_LAYERS
 
     def _own_tensors(self, tensors: Mapping[str, NDArray[np.float32]]) -> None:
         """MPNet: no token types; the relative position bias shared by every layer."""
