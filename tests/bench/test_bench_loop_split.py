@@ -18,10 +18,9 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_a_short_run_here_and_against_a_second_checkout(tmp_path: Path) -> None:
     other = tmp_path / "other"
     other.mkdir()
-    archive = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z"], capture_output=True)
-    if archive.returncode != 0:
-        pytest.skip("not a git checkout")
-    for name in archive.stdout.decode().split("\0"):  # the working tree, as a checkout
+    listed = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z"], capture_output=True)
+    assert listed.returncode == 0, f"git ls-files failed: {listed.stderr.decode()}"
+    for name in listed.stdout.decode().split("\0"):  # the working tree, as a checkout
         if name and (ROOT / name).is_file():
             (other / name).parent.mkdir(parents=True, exist_ok=True)
             (other / name).write_bytes((ROOT / name).read_bytes())
