@@ -110,6 +110,14 @@ def _recall(index: MemIndex, turn_id: Any, queries: list[tuple[str, int]], mode:
     return found / len(queries)
 
 
+def _embedded(model: Any, cache: DictVectorCache, conversation: Any) -> MemIndex:
+    """A hybrid index of ``conversation()``'s rows, every row embedded by ``model``."""
+    index = MemIndex(model, cache)
+    index.add(conversation())
+    index.embed_pending()
+    return index
+
+
 def stemming(embedder: Embedder, cache: DictVectorCache) -> None:
     snowball = text._stem
     print("stemming: recall@3 bm25 / hybrid per query set, and tokenize time of 400 rows")
@@ -118,9 +126,7 @@ def stemming(embedder: Embedder, cache: DictVectorCache) -> None:
         text._word_terms.cache_clear()
         cells = []
         for _, conversation, turn_id, queries in SETS:
-            index = MemIndex(embedder, cache)
-            index.add(conversation())
-            index.embed_pending()
+            index = _embedded(embedder, cache, conversation)
             bm25 = _recall(index, turn_id, queries, "bm25")
             hybrid = _recall(index, turn_id, queries, "hybrid")
             cells.append(f"{bm25:.3f} / {hybrid:.3f}")
@@ -380,10 +386,7 @@ def _embeddings(
         cache = DictVectorCache()
         cells = []
         for set_name, conversation, turn_id, queries in SETS:
-            index = MemIndex(model, cache)
-            index.add(conversation())
-            index.embed_pending()
-            recall = _recall(index, turn_id, queries, "hybrid")
+            recall = _recall(_embedded(model, cache, conversation), turn_id, queries, "hybrid")
             cells.append(f"{recall:{len(set_name)}.3f}")
         print(f"  {name:24} " + "  ".join(cells))
 
