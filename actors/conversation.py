@@ -60,7 +60,7 @@ from .mailbox import (
     Writes,
 )
 from .memory import ConversationMemory
-from .policy import TurnSettings, verdict
+from .policy import verdict
 from .results import publish_result
 from .services import RunningTurn, Services
 from .state import DecisionState, transition
@@ -211,7 +211,7 @@ class ConversationActor(Actor):
             return False
         try:  # before anything is announced or stored; False: settled, holds no slot
             request = validate_request(request, services.settings, services.clock())
-            turn = TurnSettings.parse(recorded_profile(self.tl, request), services.settings)
+            turn = services.turn_settings(recorded_profile(self.tl, request))
         except InputRefused as exc:
             log.warning("turn %s of %s refused: %s", request.turn_id, self.cid, exc.field)
             await self._publish_result(refused_turn(request, exc))

@@ -139,6 +139,31 @@ class TurnSettings:
         )
 
 
+class SettingsMemo:
+    """The settings of the configs a node saw lately: a turn's settings depend only on its
+    config and the node's defaults, so each distinct config is parsed once, not per turn.
+    A config that is refused, or is not plain JSON, is parsed (and refused) every time."""
+
+    SIZE = 256
+
+    def __init__(self, defaults: TurnDefaults) -> None:
+        self.defaults = defaults
+        self._memo: dict[str, TurnSettings] = {}
+
+    def parse(self, config: Mapping[Any, Any]) -> TurnSettings:
+        try:
+            key = json.dumps(config, sort_keys=True, separators=(",", ":"), allow_nan=False)
+        except (TypeError, ValueError):
+            return TurnSettings.parse(config, self.defaults)
+        settings = self._memo.get(key)
+        if settings is None:
+            settings = TurnSettings.parse(config, self.defaults)
+            if len(self._memo) >= self.SIZE:
+                del self._memo[next(iter(self._memo))]  # the oldest
+            self._memo[key] = settings
+        return settings
+
+
 @dataclass(frozen=True, slots=True)
 class Classified:
     """One model reply, classified.

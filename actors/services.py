@@ -27,6 +27,7 @@ from tools.react import ReactTools
 from .base import ActorRef
 from .memory import BackgroundEmbedding
 from .ownership import Ownership
+from .policy import SettingsMemo, TurnSettings
 from .settings import NodeSettings
 from .streamer import StreamerActor
 from .tracing import Tracer
@@ -289,6 +290,14 @@ class Services:
     embedding: BackgroundEmbedding | None = None
     """The node's queue of committed rows to embed for conversations holding no memsearch
     index (None: each conversation queues its own)."""
+    _settings: SettingsMemo | None = field(default=None, init=False, repr=False)
+
+    def turn_settings(self, config: Mapping[Any, Any]) -> TurnSettings:
+        """A turn's settings from its config and this node's defaults (``TurnSettings.parse``;
+        ``InputRefused`` for a bad config), each distinct config parsed once."""
+        if self._settings is None or self._settings.defaults is not self.settings:
+            self._settings = SettingsMemo(self.settings)
+        return self._settings.parse(config)
 
     async def aclose(self) -> None:
         """Finish the background work that writes to the store, before it closes (a node

@@ -180,9 +180,12 @@ class PreparedRound:
     """What it writes (``revision`` 0 until ``done``)."""
     undo: Callable[[], None]
     """Gives the timeline back its row and restyle changes after a failed write."""
+    stored: Callable[[], None] = lambda: None
+    """Tells the timeline how far its blocks are stored, once the write is durable."""
 
     def done(self, revision: int) -> PersistedRound:
         """The round as written at ``revision``."""
+        self.stored()
         return replace(self.round, revision=revision)
 
 
@@ -586,8 +589,15 @@ class Store:
     ) -> PreparedRound:
         """What ``persist_round`` would write, packed, as a function of a write transaction
         (``Committer.submit`` takes it). Takes the timeline's pending row and restyle
-        changes: call ``undo()`` when the write fails, so the next round writes them."""
-        _, stored = self.cursor(tl.conversation_id)
+        changes: call ``undo()`` when the write fails, so the next round writes them.
+
+        How far the blocks are stored comes from the timeline's own last commit
+        (``Timeline.stored_seq``), else from the store's cursor row: a commit reads nothing.
+        A write that finds the store moved on raises ``SequenceGap`` and the next round
+        asks the store again."""
+        stored = tl.stored_seq
+        if stored is None:
+            _, stored = self.cursor(tl.conversation_id)
         new = tl.blocks_since(stored)
         restyled = tl.take_restyled()
         updated = [b for b in restyled if 0 <= b.seq < stored]
@@ -613,9 +623,13 @@ class Store:
         def undo() -> None:
             tl.requeue_restyled(restyled)
             tl.requeue_row_changes(rows)
+            tl.stored_seq = None
+
+        def stored_to() -> None:
+            tl.stored_seq = stored + len(new)
 
         persisted = PersistedRound(0, list(new), updated, snapshot, boundary, turn_records, rows)
-        return PreparedRound(write, persisted, undo)
+        return PreparedRound(write, persisted, undo, stored_to)
 
     def replace_conversation(
         self,

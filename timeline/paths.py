@@ -242,7 +242,9 @@ def _parse_cached(text: str, lenient: bool) -> LogicalPath:
         _fail("empty_path", text, "write a logical path such as ar:<turn>.user.prompt")
     if len(s) > MAX_PATH:
         _fail("too_long", text, f"a logical path is at most {MAX_PATH} characters")
-    bad = next((c for c in s if unicodedata.category(c) in _BAD_CATEGORIES), None)
+    bad = None  # printable ASCII has no control or format character
+    if not (s.isascii() and s.isprintable()):
+        bad = next((c for c in s if unicodedata.category(c) in _BAD_CATEGORIES), None)
     if bad is not None:
         _fail("bad_segment", text, f"remove the control or format character {bad!r}")
     if s.lower().startswith("file:"):

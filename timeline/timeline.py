@@ -108,6 +108,9 @@ class Timeline:
         self.current_turn_id: str | None = None
         self.suppress_prev_turn_cache = False
         """Set by a successful hide: CP1 moves up to CP2 for the rest of the turn."""
+        self.stored_seq: int | None = None
+        """Blocks below this seq are in the store, as this timeline's last commit left it
+        (``Store.prepare_round``); None: ask the store."""
 
     # -- reading ----------------------------------------------------------------------------
 

@@ -268,6 +268,39 @@ async def test_a_timeline_round_prepared_by_the_store_persists_and_loads_back(
     assert store.turn_log("c1", "t1")["blocks_count"] == len(b.tl)
 
 
+async def test_a_timeline_knows_how_far_its_own_commits_stored_it(group: Group) -> None:
+    """After a commit the next round is packed without reading the store's cursor; a
+    write that finds the store moved on (another writer) fails alone with ``SequenceGap``,
+    and its undo makes the next round ask the store again."""
+    store, committer = group.store, group.committer
+    b = Build(Timeline("c1"))
+    b.turn("t1", "what are the plans?")
+    b.rounds(1, size=20)
+    assert b.tl.stored_seq is None  # a timeline that never committed asks the store
+    prepared = store.prepare_round(b.tl)
+    prepared.done(await committer.submit(prepared.write))
+    assert b.tl.stored_seq == len(b.tl) == store.cursor("c1")[1]
+
+    b.rounds(1, size=20, prefix="r2x")
+    second = store.prepare_round(b.tl)
+    first_seq = len(prepared.round.blocks)
+    assert [x.seq for x in second.round.blocks] == list(range(first_seq, len(b.tl)))
+    second.done(await committer.submit(second.write))
+    assert b.tl.stored_seq == len(b.tl) == store.cursor("c1")[1]
+
+    elsewhere = Block.new(NOTICE, "t1", 9.0, seq=len(b.tl), text="written by another node")
+    store.append_turn("c1", [elsewhere], b.tl.snapshot())
+    b.rounds(1, size=10, prefix="r3x")
+    stale = store.prepare_round(b.tl)
+    mine = len(b.tl) - len(stale.round.blocks)  # the seq its first new block has
+    with pytest.raises(SequenceGap) as gap:
+        await committer.submit(stale.write)
+    assert (gap.value.expected, gap.value.got) == (mine + 1, mine)
+    stale.undo()
+    assert b.tl.stored_seq is None
+    assert store.cursor("c1")[1] == mine + 1  # nothing of it was written
+
+
 async def test_rounds_of_two_conversations_commit_in_one_transaction(group: Group) -> None:
     store, committer = group.store, group.committer
     timelines = []

@@ -258,6 +258,9 @@ REFUSALS = [
     ("bad_segment", "ar:t1.user.prompt\x00"),
     ("bad_segment", "ks:docs/a\tb.md"),
     ("bad_segment", "ks:docs\u202e/a.md"),
+    ("bad_segment", "ks:docs/r\u00e9sum\u00e9\u200b.md"),  # non-ASCII: every character is checked
+    ("bad_segment", "ks:docs/a\u2028b.md"),
+    ("bad_segment", "ks:docs/a\x7fb.md"),
     ("bad_segment", "ks:docs//a.md"),
     ("bad_segment", "ks:" + "a" * 256),
     ("bad_segment", "fi:t1.files/~bundle/a.py"),
