@@ -370,9 +370,22 @@ class Client:
             )
 
     async def followup(
-        self, conversation_id: str, turn_id: str, text: str, *, timeout: float = 5.0
+        self,
+        conversation_id: str,
+        turn_id: str,
+        text: str,
+        *,
+        attachments: Sequence[Attachment] = (),
+        timeout: float = 5.0,
     ) -> Ack | ErrorReply:
-        msg = Followup(conversation_id=conversation_id, turn_id=turn_id, text=text)
+        """Add ``text`` (and ``attachments``) to the running turn ``turn_id``: the model sees
+        it next round. ``ErrorReply`` ``turn_not_running`` when that turn is not running."""
+        msg = Followup(
+            conversation_id=conversation_id,
+            turn_id=turn_id,
+            text=text,
+            attachments=list(attachments),
+        )
         return await self._ask(self.bus.subjects.conv(conversation_id, "followup"), msg, timeout)
 
     async def feedback(

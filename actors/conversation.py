@@ -447,7 +447,9 @@ class ConversationActor(Actor):
                 "send the text as a new turn.request",
             )
         self.followups += 1
-        add_followup(self.tl, running, self.followups, msg)
+        add_followup(self.tl, self.workspace, running, self.followups, msg)
+        if msg.attachments:
+            self.files.changed()
         self.current.tell(FollowupArrived(self.followups))
         return Ack(ref=running, detail="joined the running turn; the model sees it next round")
 

@@ -3,7 +3,9 @@
 A turn request, before the loop starts: the turn's header, the user's prompt, one meta
 block per attachment (an inline attachment's bytes go to the turn's workspace,
 ``fi:<turn>.user.attachments/<name>``) and, for the first turn of a conversation, a
-``stage.gate`` with its title (seed 000). A followup joins the running turn; feedback
+``stage.gate`` with its title (seed 000). A followup joins the running turn, its
+attachments under a message-scoped path
+(``fi:<turn>.external.followup.attachments/<message>/<name>``); feedback
 is recorded under the latest turn and announced next turn. Everything here was checked
 by ``actors.limits`` first (sizes, timestamps); a timestamp the node replaced keeps the
 sender's in its block's meta as ``client_ts``.
@@ -15,6 +17,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import messages
+from messages import new_id
 from timeline import Block, Timeline
 from timeline.blocks import FEEDBACK, STAGE_GATE, USER_ATTACHMENT_META, USER_FOLLOWUP, USER_PROMPT
 from timeline.paths import ar_path
@@ -66,15 +69,28 @@ def recorded_profile(tl: Timeline, request: messages.TurnRequest) -> Mapping[str
 
 
 def attachment_block(
-    tl: Timeline, workspace: WorkspaceBackend, tid: str, ts: float, attachment: messages.Attachment
+    tl: Timeline,
+    workspace: WorkspaceBackend,
+    tid: str,
+    ts: float,
+    attachment: messages.Attachment,
+    *,
+    message_id: str | None = None,
 ) -> Block:
-    """The attachment's meta block; its bytes go to the turn's workspace when inline."""
+    """The attachment's meta block; its bytes go to the turn's workspace when inline (a
+    followup's, with its ``message_id``, under the followup attachments area)."""
     meta: dict[str, Any] = {"name": attachment.name, "mime": attachment.mime}
     path = ""
     if attachment.data is not None:
-        path = workspace.write(
-            tid, "user.attachments", attachment.name, attachment.data, mime=attachment.mime
-        )
+        if message_id is None:
+            path = workspace.write(
+                tid, "user.attachments", attachment.name, attachment.data, mime=attachment.mime
+            )
+        else:
+            path = workspace.write_followup_attachment(
+                tid, message_id, attachment.name, attachment.data, mime=attachment.mime
+            )
+            meta["message_id"] = message_id
         meta["size"] = len(attachment.data)
     elif attachment.ref:
         meta["ref"] = attachment.ref
@@ -91,11 +107,25 @@ def attachment_block(
     )
 
 
-def add_followup(tl: Timeline, turn_id: str, number: int, msg: messages.Followup) -> None:
-    """The ``number``-th followup of the running turn ``turn_id``."""
+def add_followup(
+    tl: Timeline,
+    workspace: WorkspaceBackend,
+    turn_id: str,
+    number: int,
+    msg: messages.Followup,
+) -> None:
+    """The ``number``-th followup of the running turn ``turn_id`` and a meta block per
+    attachment (inline bytes under ``fi:<turn>.external.followup.attachments/<message>/``,
+    the message id ``f<number>-<new id>``, in the followup's meta as ``message_id``)."""
     path = ar_path(turn_id, f"user.followup.{number}")
     ts = msg.ts.timestamp()
-    tl.append(Block.new(USER_FOLLOWUP, turn_id, ts, path=path, text=msg.text, meta=_stamp(msg)))
+    meta = _stamp(msg)
+    message_id = new_id(f"f{number}-") if msg.attachments else None
+    if message_id is not None:
+        meta["message_id"] = message_id
+    tl.append(Block.new(USER_FOLLOWUP, turn_id, ts, path=path, text=msg.text, meta=meta))
+    for attachment in msg.attachments:
+        tl.append(attachment_block(tl, workspace, turn_id, ts, attachment, message_id=message_id))
 
 
 def add_feedback(tl: Timeline, anchor: str, msg: messages.Feedback) -> None:

@@ -12,8 +12,8 @@ from actors.client import Client
 from actors.node import Node
 from bus import Bus
 from llm import ReplayModel
-from messages import DeadLetter, ErrorReply, Message, encode
-from storage import Store
+from messages import Attachment, DeadLetter, ErrorReply, Message, encode
+from storage import Store, Workspace
 from timeline import Renderer, TimelineConfig
 from timeline.blocks import (
     COMPLETION,
@@ -22,6 +22,7 @@ from timeline.blocks import (
     STAGE_GATE,
     TOOL_CALL,
     TOOL_RESULT,
+    USER_ATTACHMENT_META,
     USER_FOLLOWUP,
     USER_PROMPT,
 )
@@ -306,6 +307,51 @@ async def test_a_followup_joins_the_running_turn_and_the_answer_waits_for_it(
         for b in model.models["c1"].requests[1].blocks
     )
     assert isinstance(late, ErrorReply) and late.code == "turn_not_running"
+
+
+async def test_a_followups_attachments_join_the_running_turn_under_its_message(
+    bus: Bus, client: Client, tmp_path: Path
+) -> None:
+    """Inline bytes go to ``fi:<turn>.external.followup.attachments/<message>/<name>``, a
+    reference stays a reference; the model sees both next round."""
+    model = Scripted(
+        {"c1": [say("slow first round", answer="Before."), say("saw it", answer="After.")]},
+        delay=0.05,
+        chunk_chars=8,
+    )
+    node = await start_node(bus, tmp_path / "home", model, followup_grace_s=0.3)
+    try:
+        handle = await client.submit("first question", conversation_id="c1")
+        await handle.wait_text("thinking")
+        reply = await client.followup(
+            "c1",
+            handle.turn_id,
+            "and these",
+            attachments=[
+                Attachment(name="receipt.txt", mime="text/plain", data=b"paid 42 EUR"),
+                Attachment(name="scan.pdf", mime="application/pdf", ref="s3://bucket/scan.pdf"),
+            ],
+        )
+        result = await handle.wait(20)
+        tl = node.conversations["c1"].tl
+        workspace = Workspace(node.store, "c1")
+        followup = next(b for b in tl.blocks if b.type == USER_FOLLOWUP)
+        meta = [b for b in tl.turn_blocks(handle.turn_id) if b.type == USER_ATTACHMENT_META]
+        stored = workspace.read(meta[0].path)
+    finally:
+        await node.stop()
+    assert reply.kind == "ack" and result.answer == "After."
+    message = followup.meta["message_id"]
+    assert message.startswith("f1-")
+    assert meta[0].path == (
+        f"fi:{handle.turn_id}.external.followup.attachments/{message}/receipt.txt"
+    )
+    assert stored == b"paid 42 EUR" and "paid 42 EUR" in meta[0].text
+    assert meta[0].meta["message_id"] == message
+    assert meta[1].meta["ref"] == "s3://bucket/scan.pdf" and "message_id" not in meta[1].meta
+    assert [b.seq for b in meta] == [followup.seq + 1, followup.seq + 2]  # right after it
+    seen = " ".join(b.get("text") or "" for b in model.models["c1"].requests[1].blocks)
+    assert "paid 42 EUR" in seen and "scan.pdf" in seen
 
 
 async def test_feedback_becomes_a_block_and_an_announce_notice_next_turn(

@@ -469,6 +469,24 @@ async def test_oversized_followups_feedback_and_dones_get_an_error_reply_naming_
         tid = handle.turn_id
         replies = [
             (await client.followup("c1", tid, "x" * 2_001), "text"),
+            (
+                await client.followup(
+                    "c1", tid, "see", attachments=[Attachment(name="../up.txt", data=b"x")]
+                ),
+                "attachments[0].name",
+            ),
+            (
+                await client.followup(
+                    "c1", tid, "see", attachments=[Attachment(name="a.bin", data=b"x" * 1_001)]
+                ),
+                "attachments[0].data",
+            ),
+            (
+                await client.followup(
+                    "c1", tid, "see", attachments=[Attachment(name="a", ref="r")] * 3
+                ),
+                "attachments",
+            ),
             (await client.feedback("c1", tid, -1, "x" * 501), "text"),
             (await client.feedback("c1", tid, 7, "great"), "rating"),
             (await client.send_done("reviewer", "s" * 1_001, turn_id=tid), "summary"),
