@@ -8,9 +8,9 @@ conversation id was given), streamed with ``TurnPrinter``. While a turn runs:
 * Ctrl-C once skips waiting for outside agents (``react.skip_waiting``), twice within
   ``DOUBLE_PRESS_S`` cancels the turn (``react.cancel``), a third time quits the chat;
 * ``/skip``, ``/cancel``, ``/id`` and ``/quit`` do the same by name;
-* ``/attach FILE`` attaches a file to the next turn typed at the prompt (checked against the
-  node's attachment limits at once); ``/feedback [up|down|-1|0|1] [text]`` rates the latest
-  turn of the chat;
+* ``/attach FILE`` attaches a file to the next message typed at the prompt, a turn or, while
+  one runs, a followup (checked against the node's attachment limits at once);
+  ``/feedback [up|down|-1|0|1] [text]`` rates the latest turn of the chat;
 * a tool call waiting for approval shows its card (tool, arguments, the ``actline approve``
   and ``deny`` commands); ``/approve [ap-ID] [reason]`` and ``/deny [ap-ID] [reason]`` decide
   it from the chat (every pending one without an id). Skipping the wait denies them.
@@ -223,7 +223,7 @@ class _Chat:
         self.cancel_sent = False
         self.pending: deque[str] = deque()
         self.attachments: list[Attachment] = []
-        """Files ``/attach`` took for the next message."""
+        """Files ``/attach`` took for the next message (a turn, or a followup)."""
         self.last_turn: str | None = None
         self.hung_up = False
         self._controls: set[asyncio.Task[None]] = set()
@@ -306,7 +306,7 @@ class _Chat:
         self.attachments.append(attachment)
         size = len(attachment.data or b"")
         what = f"{attachment.name} ({size} bytes, {attachment.mime})"
-        self.say(f"attached {what}: it goes with your next turn")
+        self.say(f"attached {what}: it goes with your next message (a followup while a turn runs)")
 
     def feedback(self, words: list[str]) -> None:
         """``/feedback [up|down|-1|0|1] [text]`` on the latest turn of this chat."""
@@ -524,23 +524,29 @@ class _Chat:
         if text.startswith("/"):
             self._command(text)
             return
-        task = asyncio.create_task(self._followup(handle, text))
+        attachments, self.attachments = self.attachments, []  # /attach: with this followup
+        task = asyncio.create_task(self._followup(handle, text, attachments))
         self._followups.add(task)
         task.add_done_callback(self._followups.discard)
 
-    async def _followup(self, handle: TurnHandle, text: str) -> None:
+    async def _followup(self, handle: TurnHandle, text: str, attachments: list[Attachment]) -> None:
         try:
-            verdict = await self.rt.followup(handle, text)
+            verdict = await self.rt.followup(handle, text, attachments=attachments)
         except BusError as exc:
             self.say(f"followup not sent: {exc}", "red")
+            self.attachments = [*attachments, *self.attachments]
             return
         if isinstance(verdict, Ack):
             self.say(f"followup joined turn {verdict.ref}: {verdict.detail}", "cyan")
         elif verdict.code == "turn_not_running":
             self.say("the turn had ended: your line becomes the next turn", "cyan")
             self.pending.append(text)
+            self.attachments = [*attachments, *self.attachments]  # they go with it
         else:
             self.say(f"followup not joined ({verdict.code}): {verdict.message}", "red")
+            if attachments:
+                self.attachments = [*attachments, *self.attachments]
+                self.say("its attachments wait for your next message", "red")
 
 
 async def run_chat(

@@ -314,9 +314,13 @@ class Runtime:
         Raises ``StreamMissing`` when this NATS has no results stream."""
         return await self.client.fetch_result(turn_id)
 
-    async def followup(self, handle: TurnHandle, text: str) -> Ack | ErrorReply:
-        """A user message that joins the running turn."""
-        return await self.client.followup(handle.conversation_id, handle.turn_id, text)
+    async def followup(
+        self, handle: TurnHandle, text: str, *, attachments: Sequence[Attachment] = ()
+    ) -> Ack | ErrorReply:
+        """A user message (and its files) that joins the running turn."""
+        return await self.client.followup(
+            handle.conversation_id, handle.turn_id, text, attachments=attachments
+        )
 
     async def feedback(
         self,

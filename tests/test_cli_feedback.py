@@ -132,7 +132,7 @@ def test_chat_attach_and_feedback(tmp_path: Path) -> None:
         chat.line(f"/attach {tmp_path / 'nope.txt'}")
         chat.expect("does not exist")
         chat.line(f"/attach {notes}")
-        chat.expect("attached notes.txt (22 bytes, text/plain): it goes with your next turn")
+        chat.expect("attached notes.txt (22 bytes, text/plain): it goes with your next message")
         chat.line("How do the pricing tiers differ?")
         chat.expect("complete  completed")
         chat.expect("you> ")
@@ -149,6 +149,35 @@ def test_chat_attach_and_feedback(tmp_path: Path) -> None:
     assert len(attached) == 1 and "remember the blue tier" in json.dumps(attached[0])
     feedback = [b for b in blocks if b.get("type") == "feedback"]
     assert len(feedback) == 1 and "too long" in json.dumps(feedback[0])
+
+
+def test_a_file_attached_while_a_turn_runs_goes_with_the_followup(tmp_path: Path) -> None:
+    extra = tmp_path / "extra.txt"
+    extra.write_text("the backups run nightly")
+    chat = Chat(tmp_path / "home")
+    try:
+        chat.expect("you> ")
+        chat.line(WAITING_QUESTION)
+        chat.expect("waiting for reviewer")
+        chat.line(f"/attach {extra}")
+        chat.expect("attached extra.txt (23 bytes, text/plain)")
+        chat.line("and the backups?")
+        chat.expect("followup joined turn t-")
+        chat.send(b"\x03")  # skip waiting for the reviewer
+        chat.expect("complete  completed")
+        chat.expect("you> ")
+        chat.line("/quit")
+        assert chat.exit_code() == 0
+        cid = _conversation_id(chat.transcript[chat.pos :])
+    finally:
+        chat.close()
+    blocks = _stored(tmp_path / "home", cid, clean_env(tmp_path / "home"))
+    followup = next(b for b in blocks if b.get("type") == "user.followup")
+    message = followup["meta"]["message_id"]
+    attached = [b for b in blocks if str(b.get("path")).endswith(f"/{message}/extra.txt")]
+    assert len(attached) == 1 and "the backups run nightly" in json.dumps(attached[0])
+    assert ".external.followup.attachments/" in str(attached[0]["path"])
+    assert not any(".user.attachments/" in str(b.get("path")) for b in blocks)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGHUP, signal.SIGTERM])
