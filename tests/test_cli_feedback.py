@@ -42,6 +42,13 @@ def _stored(home: Path, cid: str, env: dict[str, str]) -> list[dict[str, object]
     return [json.loads(line) for line in shown.stdout.splitlines() if line.strip()]
 
 
+def _quit_and_read(chat: Chat, home: Path) -> list[dict[str, object]]:
+    """Quit the chat (exit status 0) and read its conversation's stored blocks."""
+    chat.line("/quit")
+    assert chat.exit_code() == 0
+    return _stored(home, _conversation_id(chat.transcript[chat.pos :]), clean_env(home))
+
+
 def test_ask_attaches_files_and_feedback_is_recorded_on_the_latest_turn(tmp_path: Path) -> None:
     home = tmp_path / "home"
     env = clean_env(home, ACTLINE_DOCS=str(KB), ACTLINE_FOLLOWUP_GRACE="0")
@@ -139,12 +146,9 @@ def test_chat_attach_and_feedback(tmp_path: Path) -> None:
         chat.line("/feedback down too long")
         chat.expect("feedback on turn t-")
         chat.expect("feedback recorded")
-        chat.line("/quit")
-        assert chat.exit_code() == 0
-        cid = _conversation_id(chat.transcript[chat.pos :])
+        blocks = _quit_and_read(chat, tmp_path / "home")
     finally:
         chat.close()
-    blocks = _stored(tmp_path / "home", cid, clean_env(tmp_path / "home"))
     attached = [b for b in blocks if str(b.get("path")).endswith(".user.attachments/notes.txt")]
     assert len(attached) == 1 and "remember the blue tier" in json.dumps(attached[0])
     feedback = [b for b in blocks if b.get("type") == "feedback"]
@@ -166,12 +170,9 @@ def test_a_file_attached_while_a_turn_runs_goes_with_the_followup(tmp_path: Path
         chat.send(b"\x03")  # skip waiting for the reviewer
         chat.expect("complete  completed")
         chat.expect("you> ")
-        chat.line("/quit")
-        assert chat.exit_code() == 0
-        cid = _conversation_id(chat.transcript[chat.pos :])
+        blocks = _quit_and_read(chat, tmp_path / "home")
     finally:
         chat.close()
-    blocks = _stored(tmp_path / "home", cid, clean_env(tmp_path / "home"))
     followup = next(b for b in blocks if b.get("type") == "user.followup")
     message = followup["meta"]["message_id"]
     attached = [b for b in blocks if str(b.get("path")).endswith(f"/{message}/extra.txt")]
