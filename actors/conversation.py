@@ -28,7 +28,7 @@ from typing import Any, get_args
 
 import messages
 from messages import Ack, ErrorReply, Feedback, Followup, ReActResult, TurnAccepted, TurnStatus
-from storage import NotStored
+from storage import NotStored, StorageError
 from timeline import Renderer, Timeline, TimelineConfig
 from timeline.tokens import DEFAULT_COUNTER
 from tools.react import ReactContext, ReactOutcome
@@ -446,10 +446,18 @@ class ConversationActor(Actor):
                 message=f"turn {msg.turn_id} is not running in conversation {self.cid}; "
                 "send the text as a new turn.request",
             )
+        try:  # its files first: one that cannot be stored leaves nothing of the followup
+            add_followup(self.tl, self.workspace, running, self.followups + 1, msg)
+        except StorageError as exc:
+            return ErrorReply(
+                code="not_stored",
+                message=f"the followup's attachments could not be stored ({exc}); nothing "
+                f"of it joined turn {running}: send it again without them or smaller",
+            )
+        finally:
+            if msg.attachments:
+                self.files.changed()
         self.followups += 1
-        add_followup(self.tl, self.workspace, running, self.followups, msg)
-        if msg.attachments:
-            self.files.changed()
         self.current.tell(FollowupArrived(self.followups))
         return Ack(ref=running, detail="joined the running turn; the model sees it next round")
 

@@ -76,9 +76,11 @@ def attachment_block(
     attachment: messages.Attachment,
     *,
     message_id: str | None = None,
+    ref_path: str | None = None,
 ) -> Block:
     """The attachment's meta block; its bytes go to the turn's workspace when inline (a
-    followup's, with its ``message_id``, under the followup attachments area)."""
+    followup's, with its ``message_id``, under the followup attachments area). A reference
+    has no file: its block's path is ``ref_path``, else the next ``user.attachment.<n>``."""
     meta: dict[str, Any] = {"name": attachment.name, "mime": attachment.mime}
     path = ""
     if attachment.data is not None:
@@ -101,7 +103,7 @@ def attachment_block(
         USER_ATTACHMENT_META,
         tid,
         ts,
-        path=path or ar_path(tid, f"user.attachment.{len(tl.turn_blocks(tid))}"),
+        path=path or ref_path or ar_path(tid, f"user.attachment.{len(tl.turn_blocks(tid))}"),
         text=text,
         meta=meta,
     )
@@ -121,11 +123,24 @@ def add_followup(
     ts = msg.ts.timestamp()
     meta = _stamp(msg)
     message_id = new_id(f"f{number}-") if msg.attachments else None
+    # The files first: a write that fails (the workspace quota) appends nothing.
+    attached = [
+        attachment_block(
+            tl,
+            workspace,
+            turn_id,
+            ts,
+            attachment,
+            message_id=message_id,
+            ref_path=ar_path(turn_id, f"user.followup.{number}.attachment.{i + 1}"),
+        )
+        for i, attachment in enumerate(msg.attachments)
+    ]
     if message_id is not None:
         meta["message_id"] = message_id
     tl.append(Block.new(USER_FOLLOWUP, turn_id, ts, path=path, text=msg.text, meta=meta))
-    for attachment in msg.attachments:
-        tl.append(attachment_block(tl, workspace, turn_id, ts, attachment, message_id=message_id))
+    for block in attached:
+        tl.append(block)
 
 
 def add_feedback(tl: Timeline, anchor: str, msg: messages.Feedback) -> None:

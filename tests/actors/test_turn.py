@@ -330,6 +330,7 @@ async def test_a_followups_attachments_join_the_running_turn_under_its_message(
             attachments=[
                 Attachment(name="receipt.txt", mime="text/plain", data=b"paid 42 EUR"),
                 Attachment(name="scan.pdf", mime="application/pdf", ref="s3://bucket/scan.pdf"),
+                Attachment(name="photo.jpg", mime="image/jpeg", ref="s3://bucket/photo.jpg"),
             ],
         )
         result = await handle.wait(20)
@@ -341,6 +342,7 @@ async def test_a_followups_attachments_join_the_running_turn_under_its_message(
     finally:
         await node.stop()
     assert reply.kind == "ack" and result.answer == "After."
+    assert followup.path == f"ar:{handle.turn_id}.user.followup.1"
     message = followup.meta["message_id"]
     assert message.startswith("f1-")
     assert meta[0].path == (
@@ -349,9 +351,52 @@ async def test_a_followups_attachments_join_the_running_turn_under_its_message(
     assert stored == b"paid 42 EUR" and "paid 42 EUR" in meta[0].text
     assert meta[0].meta["message_id"] == message
     assert meta[1].meta["ref"] == "s3://bucket/scan.pdf" and "message_id" not in meta[1].meta
-    assert [b.seq for b in meta] == [followup.seq + 1, followup.seq + 2]  # right after it
+    assert [b.path for b in meta[1:]] == [
+        f"ar:{handle.turn_id}.user.followup.1.attachment.{n}" for n in (2, 3)
+    ]
+    assert [b.seq for b in meta] == [followup.seq + n for n in (1, 2, 3)]  # right after it
     seen = " ".join(b.get("text") or "" for b in model.models["c1"].requests[1].blocks)
     assert "paid 42 EUR" in seen and "scan.pdf" in seen
+
+
+async def test_a_followup_whose_attachment_the_store_cannot_hold_is_refused_whole(
+    bus: Bus, client: Client, tmp_path: Path
+) -> None:
+    """A full LMDB map: the followup gets ``not_stored`` and nothing of it joins the turn;
+    the next followup (counted as the first) and the turn go on."""
+    store = Store(tmp_path / "small", map_size=1 << 20, max_map_size=1 << 20)
+    model = Scripted(
+        {"c1": [say("slow first round", answer="Before."), say("saw it", answer="After.")]},
+        delay=0.05,
+        chunk_chars=8,
+    )
+    node = await start_node(
+        bus, tmp_path / "home", model, store=store, followup_grace_s=0.3,
+        max_attachment_bytes=2 << 20, max_attachments_bytes=2 << 20,
+    )  # fmt: skip
+    try:
+        handle = await client.submit("first question", conversation_id="c1")
+        await handle.wait_text("thinking")
+        refused = await client.followup(
+            "c1",
+            handle.turn_id,
+            "with a file too big for the store",
+            attachments=[Attachment(name="big.bin", data=b"x" * (1 << 20))],
+        )
+        joined = await client.followup("c1", handle.turn_id, "without it then")
+        result = await handle.wait(20)
+        tl = node.conversations["c1"].tl
+    finally:
+        await node.stop()
+        store.close()
+    assert isinstance(refused, ErrorReply) and refused.code == "not_stored", refused
+    assert "store full" in refused.message and "nothing of it joined" in refused.message
+    assert joined.kind == "ack" and result.answer == "After."
+    followups = [b for b in tl.blocks if b.type == USER_FOLLOWUP]
+    assert [(b.text, b.path) for b in followups] == [
+        ("without it then", f"ar:{handle.turn_id}.user.followup.1")
+    ]
+    assert not any(b.type == USER_ATTACHMENT_META for b in tl.blocks)
 
 
 async def test_feedback_becomes_a_block_and_an_announce_notice_next_turn(
