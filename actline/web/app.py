@@ -172,7 +172,13 @@ def make_app(runtime: Runtime, token: str, *, home: Path | None = None) -> Starl
         tid = _id(request.path_params["turn_id"], "turn_id")
         body = await _body(request)
         cid = _id(body.get("conversation_id"), "conversation_id")
-        return _reply(await runtime.client.followup(cid, tid, _text(body, "text")))
+        attachments = _attachments(body.get("attachments"))
+        try:
+            check_attachments(attachments, runtime.config.node)
+        except ConfigError as exc:
+            raise BadInput(str(exc)) from None
+        text = _text(body, "text")
+        return _reply(await runtime.client.followup(cid, tid, text, attachments=attachments))
 
     async def skip(request: Request) -> Response:
         tid = _id(request.path_params["turn_id"], "turn_id")

@@ -193,8 +193,17 @@ async def test_a_waiting_turn_lists_its_agent_and_completes_on_a_done_from_the_c
     [reviewer] = [a for a in agents if a["name"] == "reviewer"]
     [task] = reviewer["open_tasks"]
     assert task["turn_id"] == tid and "reviewer" in task["text"]
+    wrong = [{"name": "../up.md", "content_b64": "eA=="}]
+    refused = await console.post(
+        f"/api/turns/{tid}/followup",
+        {"conversation_id": cid, "text": "x", "attachments": wrong},
+        status=409,
+    )
+    assert refused["code"] == "invalid_input" and "attachments[0].name" in refused["error"]
+    schedule = [{"name": "schedule.md", "content_b64": "YmFja3VwcyBhdCAwMjowMAo="}]
     joined = await console.post(
-        f"/api/turns/{tid}/followup", {"conversation_id": cid, "text": "also the backups"}
+        f"/api/turns/{tid}/followup",
+        {"conversation_id": cid, "text": "also the backups", "attachments": schedule},
     )
     assert joined["ok"] is True
     done = {"task_id": task["task_id"], "summary": "retention looks right"}
@@ -204,6 +213,10 @@ async def test_a_waiting_turn_lists_its_agent_and_completes_on_a_done_from_the_c
     assert result["status"] == "completed" and "retention looks right" in result["answer"]
     kinds = [e["card_kind"] for e in events if e["type"] == "card"]
     assert "waiting" in kinds and kinds.index("waiting") < len(kinds) - 1
+    timeline = await console.get(f"/api/conversations/{cid}/timeline")
+    [attached] = [b for b in timeline["blocks"] if str(b["path"]).endswith("/schedule.md")]
+    assert f"fi:{tid}.external.followup.attachments/" in attached["path"]
+    assert "backups at 02:00" in attached["text"]
     late = await console.post("/api/agents/reviewer/done", done, status=409)
     assert late["code"] and late["error"]
 
