@@ -7,6 +7,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime
+from pathlib import Path
 
 import pytest
 
@@ -18,6 +19,7 @@ from llm.prompt import DECISION_PROTOCOL
 from llm.protocol import complete
 from llm.replay import ReplayModel
 from messages import Followup, GenerateRequest
+from storage import Store, Workspace
 from tests.timeline.builders import Build, words
 from timeline import Renderer, RenderResult, TimelineConfig
 
@@ -41,7 +43,7 @@ def request(result: RenderResult) -> GenerateRequest:
 
 
 async def test_a_followup_stamped_in_the_past_keeps_the_cached_prefix(
-    server: FakeAnthropicServer,
+    server: FakeAnthropicServer, tmp_path: Path
 ) -> None:
     settings = LLMSettings(model="claude-sonnet-4-6", api_key="k", base_url=server.base_url)
     model = AnthropicModel(settings)
@@ -56,7 +58,8 @@ async def test_a_followup_stamped_in_the_past_keeps_the_cached_prefix(
     # The followup's clock says it was sent before the third block the model has seen.
     sent = datetime.fromtimestamp(b.tl.blocks[2].ts, UTC)
     followup = Followup(conversation_id="c1", turn_id="t1", text="also check the logs", ts=sent)
-    add_followup(b.tl, "t1", 1, followup)
+    with Store(tmp_path / "store", sync=False) as store:
+        add_followup(b.tl, Workspace(store, "c1"), "t1", 1, followup)
     assert b.tl.blocks[-1].text == "also check the logs"
     assert b.tl.blocks[-1].ts == sent.timestamp()
 
