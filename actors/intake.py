@@ -123,7 +123,7 @@ def add_followup(
     ts = msg.ts.timestamp()
     meta = _stamp(msg)
     message_id = new_id(f"f{number}-") if msg.attachments else None
-    # The files first: a write that fails (the workspace quota) appends nothing.
+    # The files first: a write that fails (a full store) appends nothing.
     attached = [
         attachment_block(
             tl,
