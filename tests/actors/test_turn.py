@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from actors import NodeSettings, ToolRegistry
-from actors.client import Client
+from actors.client import Client, TurnHandle
 from actors.node import Node
 from bus import Bus
 from llm import ReplayModel
@@ -274,23 +274,29 @@ async def test_turns_of_a_new_and_a_known_conversation_and_a_gate_only_once(
     assert [b.text for b in tl.blocks if b.type == COMPLETION] == ["First.", "Second."]
 
 
+def two_slow_rounds(before: str, after: str) -> Scripted:
+    """Conversation c1: a first round slow enough for a followup to land while the model
+    writes (it answers ``before``), then the round that saw it (``after``)."""
+    rounds = [say("slow first round", answer=before), say("saw it", answer=after)]
+    return Scripted({"c1": rounds}, delay=0.05, chunk_chars=8)
+
+
+async def thinking_turn(client: Client) -> TurnHandle:
+    """A turn of c1 whose model is writing its first round."""
+    handle = await client.submit("first question", conversation_id="c1")
+    await handle.wait_text("thinking")
+    return handle
+
+
 async def test_a_followup_joins_the_running_turn_and_the_answer_waits_for_it(
     bus: Bus, client: Client, tmp_path: Path
 ) -> None:
-    model = Scripted(
-        {
-            "c1": [
-                say("slow first round", answer="An answer before the followup."),
-                say("saw it", answer="An answer that includes the followup."),
-            ]
-        },
-        delay=0.05,
-        chunk_chars=8,
+    model = two_slow_rounds(
+        "An answer before the followup.", "An answer that includes the followup."
     )
     node = await start_node(bus, tmp_path / "home", model, followup_grace_s=0.3)
     try:
-        handle = await client.submit("first question", conversation_id="c1")
-        await handle.wait_text("thinking")  # the model is writing: it did not see what follows
+        handle = await thinking_turn(client)  # it did not see what follows
         reply = await client.followup("c1", handle.turn_id, "also: what about limits?")
         result = await handle.wait(20)
         tl = node.conversations["c1"].tl
@@ -314,15 +320,10 @@ async def test_a_followups_attachments_join_the_running_turn_under_its_message(
 ) -> None:
     """Inline bytes go to ``fi:<turn>.external.followup.attachments/<message>/<name>``, a
     reference stays a reference; the model sees both next round."""
-    model = Scripted(
-        {"c1": [say("slow first round", answer="Before."), say("saw it", answer="After.")]},
-        delay=0.05,
-        chunk_chars=8,
-    )
+    model = two_slow_rounds("Before.", "After.")
     node = await start_node(bus, tmp_path / "home", model, followup_grace_s=0.3)
     try:
-        handle = await client.submit("first question", conversation_id="c1")
-        await handle.wait_text("thinking")
+        handle = await thinking_turn(client)
         reply = await client.followup(
             "c1",
             handle.turn_id,
@@ -365,18 +366,13 @@ async def test_a_followup_whose_attachment_the_store_cannot_hold_is_refused_whol
     """A full LMDB map: the followup gets ``not_stored`` and nothing of it joins the turn;
     the next followup (counted as the first) and the turn go on."""
     store = Store(tmp_path / "small", map_size=1 << 20, max_map_size=1 << 20)
-    model = Scripted(
-        {"c1": [say("slow first round", answer="Before."), say("saw it", answer="After.")]},
-        delay=0.05,
-        chunk_chars=8,
-    )
+    model = two_slow_rounds("Before.", "After.")
     node = await start_node(
         bus, tmp_path / "home", model, store=store, followup_grace_s=0.3,
         max_attachment_bytes=2 << 20, max_attachments_bytes=2 << 20,
     )  # fmt: skip
     try:
-        handle = await client.submit("first question", conversation_id="c1")
-        await handle.wait_text("thinking")
+        handle = await thinking_turn(client)
         refused = await client.followup(
             "c1",
             handle.turn_id,
