@@ -180,7 +180,7 @@ class PreparedRound:
     """What it writes (``revision`` 0 until ``done``)."""
     undo: Callable[[], None]
     """Gives the timeline back its row and restyle changes after a failed write."""
-    stored: Callable[[], None] = lambda: None
+    stored: Callable[[], None]
     """Tells the timeline how far its blocks are stored, once the write is durable."""
 
     def done(self, revision: int) -> PersistedRound:
