@@ -533,20 +533,19 @@ class _Chat:
         try:
             verdict = await self.rt.followup(handle, text, attachments=attachments)
         except BusError as exc:
-            self.say(f"followup not sent: {exc}", "red")
-            self.attachments = [*attachments, *self.attachments]
-            return
+            verdict = ErrorReply(code="not_sent", message=str(exc))
         if isinstance(verdict, Ack):
             self.say(f"followup joined turn {verdict.ref}: {verdict.detail}", "cyan")
-        elif verdict.code == "turn_not_running":
+            return
+        self.attachments = [*attachments, *self.attachments]  # not joined: they wait
+        if verdict.code == "turn_not_running":
             self.say("the turn had ended: your line becomes the next turn", "cyan")
-            self.pending.append(text)
-            self.attachments = [*attachments, *self.attachments]  # they go with it
-        else:
-            self.say(f"followup not joined ({verdict.code}): {verdict.message}", "red")
-            if attachments:
-                self.attachments = [*attachments, *self.attachments]
-                self.say("its attachments wait for your next message", "red")
+            self.pending.append(text)  # its attachments go with it
+            return
+        what = "not sent" if verdict.code == "not_sent" else f"not joined ({verdict.code})"
+        self.say(f"followup {what}: {verdict.message}", "red")
+        if attachments:
+            self.say("its attachments wait for your next message", "red")
 
 
 async def run_chat(
