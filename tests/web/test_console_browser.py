@@ -158,6 +158,8 @@ def test_a_followup_typed_while_the_turn_runs_joins_it(page: Page, backend: Back
     ask(page, "zjoin: what plans are there?")
     backend.until(lambda: script.holding)
     expect(status(page)).to_have_text(re.compile("running"))
+    sso = {"name": "sso.md", "mimeType": "text/markdown", "buffer": b"SSO comes with Okta."}
+    page.get_by_test_id("attach").set_input_files(sso)  # picked while the turn runs
     type_and_send(page, "and what does Enterprise add?")
     cid = script.conversation_id
 
@@ -168,12 +170,18 @@ def test_a_followup_typed_while_the_turn_runs_joins_it(page: Page, backend: Back
         )
 
     backend.until(joined)
+    note = page.locator('[data-testid="card"][data-kind="note"]').last
+    expect(note).to_have_text("followup sent: and what does Enterprise add? (attached: sso.md)")
+    expect(page.locator("#attached")).to_have_text("")  # the picker is cleared once it joined
     backend.release(script)
     expect(page.get_by_test_id("answer").last).to_contain_text("Enterprise adds SSO")
     expect(status(page)).to_have_text(re.compile("completed"))
     first, second = script.model.requests
     assert first.turn_id == second.turn_id  # one turn
     assert any("what does Enterprise add?" in str(b.get("text", "")) for b in second.blocks)
+    where = f"fi:{first.turn_id}.external.followup.attachments/"
+    [file] = [str(b.get("text")) for b in second.blocks if where in str(b.get("text"))]
+    assert "/sso.md" in file and "SSO comes with Okta." in file  # the model saw the file
 
 
 def test_the_timeline_shows_three_cache_marks_opens_a_path_in_place_and_the_trace_its_spans(

@@ -317,19 +317,23 @@ async function send(text) {
   if (!text.trim()) return;
   try {
     const live = running();
+    const attachments = await readFiles();
     if (live) {
-      await api("POST", `/api/turns/${live.tid}/followup`, { conversation_id: state.cid, text });
-      live.cards.append(el("div", { "data-testid": "card", "data-kind": "note", cls: "card", text: `followup sent: ${text}` }));
+      // the picked files go with the followup; they stay picked if it is refused
+      await api("POST", `/api/turns/${live.tid}/followup`, { conversation_id: state.cid, text, attachments });
+      const names = attachments.map((a) => a.name).join(", ");
+      const note = names ? `followup sent: ${text} (attached: ${names})` : `followup sent: ${text}`;
+      live.cards.append(el("div", { "data-testid": "card", "data-kind": "note", cls: "card", text: note }));
     } else {
-      const body = { text, attachments: await readFiles() };
+      const body = { text, attachments };
       if (state.cid) body.conversation_id = state.cid;
       const out = await api("POST", "/api/turns", body);
       if (out.conversation_id !== state.cid) { openConversation(out.conversation_id); }
       turnView(out.turn_id);
-      $("#attach").value = "";
-      $("#attached").textContent = "";
       loadConversations();
     }
+    $("#attach").value = "";
+    $("#attached").textContent = "";
     $("#prompt").value = "";
   } catch (e) { $("#ask-error").textContent = e.message; }
 }
