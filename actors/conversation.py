@@ -40,9 +40,9 @@ from .base import Actor
 from .compactor import Compactor
 from .conversation_files import ConversationFiles
 from .decision import DecisionActor
-from .errors import ConversationLost, InputRefused, UnexpectedMessage
-from .intake import add_feedback, add_followup, contribute, recorded_profile
-from .limits import refused_turn, validate_request
+from .errors import ActorStopped, ConversationLost, InputRefused, UnexpectedMessage
+from .intake import add_feedback, add_followup, contribute, followup_message_id, recorded_profile
+from .limits import not_running, refused_turn, validate_request
 from .mailbox import (
     Commit,
     Durable,
@@ -163,7 +163,7 @@ class ConversationActor(Actor):
             case RouteDone():
                 return await self._route_done(message.signal)
             case UserInput(message=Followup() as followup):
-                return self._followup(followup)
+                return await self._followup(followup)
             case UserInput(message=Feedback() as feedback):
                 return await self._feedback(feedback)
         raise UnexpectedMessage(self.name, type(message).__name__)
@@ -229,8 +229,10 @@ class ConversationActor(Actor):
         self.renderer.config = turn.profile.timeline_config(services.settings.max_context_tokens)
         if record is None:
             # Stored with the first round's checkpoint: a crash before it leaves no record,
-            # and the redelivered request starts the turn afresh.
-            contribute(self.tl, self.workspace, request, turn.profile.as_table())
+            # and the redelivered request starts the turn afresh. Its files first, off the
+            # event loop when the workspace is slow.
+            files = await self.files.attachments(request.turn_id, request.attachments)
+            contribute(self.tl, request, turn.profile.as_table(), files)
         else:
             self.tl.begin_turn(request.turn_id, request.ts.timestamp())
             services.tasks.recover([(self.cid, record)])  # its open agent tasks
@@ -438,16 +440,14 @@ class ConversationActor(Actor):
         return revision
 
     # -- input from outside ----------------------------------------------------------------------
-    def _followup(self, msg: Followup) -> messages.Message:
+    async def _followup(self, msg: Followup) -> messages.Message:
         running = self.running_turn
         if running is None or msg.turn_id != running or self.current is None:
-            return ErrorReply(
-                code="turn_not_running",
-                message=f"turn {msg.turn_id} is not running in conversation {self.cid}; "
-                "send the text as a new turn.request",
-            )
+            return not_running(msg.turn_id, self.cid)
+        number = self.followups + 1
+        message_id = followup_message_id(number, msg)
         try:  # its files first: one that cannot be stored leaves nothing of the followup
-            add_followup(self.tl, self.workspace, running, self.followups + 1, msg)
+            files = await self.files.attachments(running, msg.attachments, message_id=message_id)
         except StorageError as exc:
             return ErrorReply(
                 code="not_stored",
@@ -457,8 +457,13 @@ class ConversationActor(Actor):
         finally:
             if msg.attachments:
                 self.files.changed()
-        self.followups += 1
-        self.current.tell(FollowupArrived(self.followups))
+        try:  # the turn may have answered while the files were stored (off the event loop)
+            self.current.tell(FollowupArrived(number))
+        except ActorStopped:
+            await self.files.discard(running, files)
+            return not_running(msg.turn_id, self.cid, "it answered while the files were stored")
+        add_followup(self.tl, running, number, msg, message_id=message_id, files=files)
+        self.followups = number
         return Ack(ref=running, detail="joined the running turn; the model sees it next round")
 
     async def _feedback(self, msg: Feedback) -> messages.Message:

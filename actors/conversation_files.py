@@ -9,15 +9,20 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any, TypeVar
 
+from messages import Attachment
 from storage import Store, Workspace
 from storage.committer import Committer
 from tools.workspace import LocalTree, TurnFiles, open_workspace, workspace_lines
 
+from .intake import discard_attachments, store_attachments
 from .settings import NodeSettings
 
 log = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class ConversationFiles:
@@ -75,10 +80,36 @@ class ConversationFiles:
 
     async def run(self, fn: Callable[..., object], *args: object) -> None:
         """A workspace call: off the event loop when the workspace is slow (git)."""
+        await self.call(fn, *args)
+
+    async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
+        """``fn(*args, **kwargs)``, a call that reaches the workspace: in a worker thread when
+        the workspace is slow (git runs a process per file), else here."""
         if self.workspace.slow:
-            await asyncio.to_thread(fn, *args)
-        else:
-            fn(*args)
+            return await asyncio.to_thread(fn, *args, **kwargs)
+        return fn(*args, **kwargs)
+
+    async def attachments(
+        self,
+        turn_id: str,
+        attachments: Sequence[Attachment],
+        *,
+        message_id: str | None = None,
+    ) -> tuple[str, ...]:
+        """Store the inline attachments' bytes (``intake.store_attachments``): their paths."""
+        return await self.call(
+            store_attachments, self.workspace, turn_id, attachments, message_id=message_id
+        )
+
+    async def discard(self, turn_id: str, files: Sequence[str]) -> None:
+        """Delete stored attachments that joined nothing (``intake.discard_attachments``);
+        a failure is logged: the files stay, named by no block."""
+        try:
+            await self.call(discard_attachments, self.workspace, turn_id, files)
+        except Exception:
+            log.exception(
+                "could not delete the files %s of turn %s of %s", files, turn_id, self.cid
+            )
 
     def turn(self, turn_id: str) -> TurnFiles:
         return TurnFiles(self.workspace, self.local, turn_id, self.lock)

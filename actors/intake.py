@@ -1,26 +1,26 @@
 """What user input puts on a conversation's timeline.
 
 A turn request, before the loop starts: the turn's header, the user's prompt, one meta
-block per attachment (an inline attachment's bytes go to the turn's workspace,
-``fi:<turn>.user.attachments/<name>``) and, for the first turn of a conversation, a
-``stage.gate`` with its title (seed 000). A followup joins the running turn, its
-attachments under a message-scoped path
-(``fi:<turn>.external.followup.attachments/<message>/<name>``); feedback
-is recorded under the latest turn and announced next turn. Everything here was checked
-by ``actors.limits`` first (sizes, timestamps); a timestamp the node replaced keeps the
-sender's in its block's meta as ``client_ts``.
+block per attachment and, for the first turn of a conversation, a ``stage.gate`` with its
+title (seed 000). An inline attachment's bytes go to the turn's workspace first
+(``store_attachments``: ``fi:<turn>.user.attachments/<name>``), so a file that cannot be
+stored leaves nothing on the timeline. A followup joins the running turn, its attachments
+under a message-scoped path (``fi:<turn>.external.followup.attachments/<message>/<name>``);
+feedback is recorded under the latest turn and announced next turn. Everything here was
+checked by ``actors.limits`` first (sizes, timestamps); a timestamp the node replaced keeps
+the sender's in its block's meta as ``client_ts``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import messages
 from messages import new_id
 from timeline import Block, Timeline
 from timeline.blocks import FEEDBACK, STAGE_GATE, USER_ATTACHMENT_META, USER_FOLLOWUP, USER_PROMPT
-from timeline.paths import ar_path
+from timeline.paths import ar_path, parse_path
 from tools.workspace import WorkspaceBackend
 
 from .limits import client_ts
@@ -29,22 +29,68 @@ TITLE_WORDS = 8
 """Words of the first prompt that title a new conversation."""
 
 
+def store_attachments(
+    workspace: WorkspaceBackend,
+    turn_id: str,
+    attachments: Sequence[messages.Attachment],
+    *,
+    message_id: str | None = None,
+) -> tuple[str, ...]:
+    """Write the inline attachments' bytes to the turn's workspace, in order: their ``fi:``
+    paths (``""`` for a reference, which has no file). A prompt's go under
+    ``user.attachments``, a followup's (``message_id``) under its message's folder.
+
+    Blocking (a git workspace runs git): the conversation calls it off the event loop when
+    its workspace is slow (``ConversationFiles.call``), before anything is appended."""
+    paths = []
+    for attachment in attachments:
+        if attachment.data is None:
+            paths.append("")
+        elif message_id is None:
+            paths.append(
+                workspace.write(
+                    turn_id,
+                    "user.attachments",
+                    attachment.name,
+                    attachment.data,
+                    mime=attachment.mime,
+                )
+            )
+        else:
+            paths.append(
+                workspace.write_followup_attachment(
+                    turn_id, message_id, attachment.name, attachment.data, mime=attachment.mime
+                )
+            )
+    return tuple(paths)
+
+
+def discard_attachments(workspace: WorkspaceBackend, turn_id: str, files: Sequence[str]) -> None:
+    """Delete what ``store_attachments`` stored (``files``) of a followup that did not join
+    its turn: no file of the turn is left that no block names."""
+    for file in files:
+        if file:
+            path = parse_path(file)
+            workspace.delete(turn_id, path.name, path.rel)
+
+
 def contribute(
     tl: Timeline,
-    workspace: WorkspaceBackend,
     request: messages.TurnRequest,
     profile: Mapping[str, Any] | None = None,
+    files: Sequence[str] = (),
 ) -> None:
     """The turn's header (``profile``, the resolved one, in its meta), prompt (with
     ``client_ts`` in its meta when the node replaced the request's timestamp), attachments
-    and (first turn) title gate."""
+    (``files``: what ``store_attachments`` stored of them) and (first turn) title gate."""
     tid, ts = request.turn_id, request.ts.timestamp()
+    stored = _stored(request.attachments, files)
     new_conversation = not tl.turn_ids()
     tl.begin_turn(tid, ts, {"profile": dict(profile)} if profile is not None else None)
     path = ar_path(tid, "user.prompt")
     tl.append(Block.new(USER_PROMPT, tid, ts, path=path, text=request.text, meta=_stamp(request)))
-    for attachment in request.attachments:
-        tl.append(attachment_block(tl, workspace, tid, ts, attachment))
+    for attachment, file in stored:
+        tl.append(attachment_block(tl, tid, ts, attachment, file))
     if new_conversation:
         words = request.text.split()
         title = " ".join(words[:TITLE_WORDS]) + (" …" if len(words) > TITLE_WORDS else "")
@@ -70,28 +116,20 @@ def recorded_profile(tl: Timeline, request: messages.TurnRequest) -> Mapping[str
 
 def attachment_block(
     tl: Timeline,
-    workspace: WorkspaceBackend,
     tid: str,
     ts: float,
     attachment: messages.Attachment,
+    file: str,
     *,
     message_id: str | None = None,
     ref_path: str | None = None,
 ) -> Block:
-    """The attachment's meta block; its bytes go to the turn's workspace when inline (a
-    followup's, with its ``message_id``, under the followup attachments area). A reference
-    has no file: its block's path is ``ref_path``, else the next ``user.attachment.<n>``."""
+    """The attachment's meta block. An inline one's bytes are stored at ``file`` (a
+    followup's under its ``message_id``); a reference has no file: its block's path is
+    ``ref_path``, else the next ``user.attachment.<n>``."""
     meta: dict[str, Any] = {"name": attachment.name, "mime": attachment.mime}
-    path = ""
     if attachment.data is not None:
-        if message_id is None:
-            path = workspace.write(
-                tid, "user.attachments", attachment.name, attachment.data, mime=attachment.mime
-            )
-        else:
-            path = workspace.write_followup_attachment(
-                tid, message_id, attachment.name, attachment.data, mime=attachment.mime
-            )
+        if message_id is not None:
             meta["message_id"] = message_id
         meta["size"] = len(attachment.data)
     elif attachment.ref:
@@ -103,44 +141,59 @@ def attachment_block(
         USER_ATTACHMENT_META,
         tid,
         ts,
-        path=path or ref_path or ar_path(tid, f"user.attachment.{len(tl.turn_blocks(tid))}"),
+        path=file or ref_path or ar_path(tid, f"user.attachment.{len(tl.turn_blocks(tid))}"),
         text=text,
         meta=meta,
     )
 
 
+def followup_message_id(number: int, msg: messages.Followup) -> str | None:
+    """The message id of the ``number``-th followup, ``f<number>-<new id>``, when it has
+    attachments (their folder); None without."""
+    return new_id(f"f{number}-") if msg.attachments else None
+
+
 def add_followup(
     tl: Timeline,
-    workspace: WorkspaceBackend,
     turn_id: str,
     number: int,
     msg: messages.Followup,
+    *,
+    message_id: str | None = None,
+    files: Sequence[str] = (),
 ) -> None:
     """The ``number``-th followup of the running turn ``turn_id`` and a meta block per
-    attachment (inline bytes under ``fi:<turn>.external.followup.attachments/<message>/``,
-    the message id ``f<number>-<new id>``, in the followup's meta as ``message_id``)."""
+    attachment (``files``: what ``store_attachments`` stored of them under ``message_id``,
+    which the followup's meta names)."""
+    stored = _stored(msg.attachments, files)
     path = ar_path(turn_id, f"user.followup.{number}")
     ts = msg.ts.timestamp()
     meta = _stamp(msg)
-    message_id = new_id(f"f{number}-") if msg.attachments else None
-    # The files first: a write that fails (a full store) appends nothing.
-    attached = [
-        attachment_block(
-            tl,
-            workspace,
-            turn_id,
-            ts,
-            attachment,
-            message_id=message_id,
-            ref_path=ar_path(turn_id, f"user.followup.{number}.attachment.{i + 1}"),
-        )
-        for i, attachment in enumerate(msg.attachments)
-    ]
     if message_id is not None:
         meta["message_id"] = message_id
     tl.append(Block.new(USER_FOLLOWUP, turn_id, ts, path=path, text=msg.text, meta=meta))
-    for block in attached:
-        tl.append(block)
+    for i, (attachment, file) in enumerate(stored):
+        ref_path = ar_path(turn_id, f"user.followup.{number}.attachment.{i + 1}")
+        tl.append(
+            attachment_block(
+                tl, turn_id, ts, attachment, file, message_id=message_id, ref_path=ref_path
+            )
+        )
+
+
+def _stored(
+    attachments: Sequence[messages.Attachment], files: Sequence[str]
+) -> list[tuple[messages.Attachment, str]]:
+    """Each attachment with its stored file; a count that differs is the caller's bug."""
+    if len(files) != len(attachments):
+        raise ValueError(
+            f"{len(attachments)} attachments but {len(files)} stored files: store them with "
+            "store_attachments first"
+        )
+    for attachment, file in zip(attachments, files, strict=True):
+        if (attachment.data is not None) != bool(file):
+            raise ValueError(f"attachment {attachment.name!r}: its stored file is {file!r}")
+    return list(zip(attachments, files, strict=True))
 
 
 def add_feedback(tl: Timeline, anchor: str, msg: messages.Feedback) -> None:

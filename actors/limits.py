@@ -64,6 +64,17 @@ def refusal(exc: InputRefused) -> ErrorReply:
     )
 
 
+def not_running(turn_id: str, conversation_id: str | None = None, why: str = "") -> ErrorReply:
+    """The reply to a followup for a turn that is not running (``why``: how it ended)."""
+    where = f" in conversation {conversation_id}" if conversation_id else ""
+    because = f" ({why})" if why else ""
+    return ErrorReply(
+        code="turn_not_running",
+        message=f"turn {turn_id} is not running{where}{because}; nothing of the followup "
+        "joined it: send the text as a new turn.request",
+    )
+
+
 def refused_turn(request: TurnRequest, exc: InputRefused) -> ReActResult:
     """The ``turn.result`` of a turn request that ``exc`` refused."""
     error = f"the turn request was refused: {exc}"

@@ -62,7 +62,7 @@ from .conversation import ConversationActor
 from .done_queue import DoneQueue
 from .done_routing import ASK_TIMEOUT_S, DoneRouter, route_approval
 from .errors import ActorStopped, InputRefused, NodeNotStarted, SettingsFileError
-from .limits import refusal, validate_input
+from .limits import not_running, refusal, validate_input
 from .mailbox import Control, TurnJob, UserInput
 from .memory import BackgroundEmbedding
 from .models import NodeModels
@@ -419,10 +419,7 @@ class Node:
         if not await self.ownership.accepts(cid, msg, loaded=loaded):
             return None  # every node hears it; the conversation's owner answers
         if isinstance(msg, Followup) and not loaded:
-            return ErrorReply(
-                code="turn_not_running",
-                message=f"turn {msg.turn_id} is not running; send the text as a new turn.request",
-            )
+            return not_running(msg.turn_id)
         conv = await self.conversation(cid)
         try:
             msg = validate_input(msg, self.settings, conv.services.clock())

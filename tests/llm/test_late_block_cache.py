@@ -19,7 +19,6 @@ from llm.prompt import DECISION_PROTOCOL
 from llm.protocol import complete
 from llm.replay import ReplayModel
 from messages import Followup, GenerateRequest
-from storage import Store, Workspace
 from tests.timeline.builders import Build, words
 from timeline import Renderer, RenderResult, TimelineConfig
 
@@ -58,8 +57,7 @@ async def test_a_followup_stamped_in_the_past_keeps_the_cached_prefix(
     # The followup's clock says it was sent before the third block the model has seen.
     sent = datetime.fromtimestamp(b.tl.blocks[2].ts, UTC)
     followup = Followup(conversation_id="c1", turn_id="t1", text="also check the logs", ts=sent)
-    with Store(tmp_path / "store", sync=False) as store:
-        add_followup(b.tl, Workspace(store, "c1"), "t1", 1, followup)
+    add_followup(b.tl, "t1", 1, followup)  # no attachments: no file to store first
     assert b.tl.blocks[-1].text == "also check the logs"
     assert b.tl.blocks[-1].ts == sent.timestamp()
 
