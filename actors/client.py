@@ -290,6 +290,10 @@ class Client:
             self._deliver(result, fetched=True)
         return result
 
+    def handle(self, turn_id: str) -> TurnHandle | None:
+        """The handle of a turn this client submitted (None for any other turn)."""
+        return self._handles.get(turn_id)
+
     @property
     def pending(self) -> list[TurnHandle]:
         """The handles still waiting for their result."""

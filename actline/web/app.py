@@ -134,7 +134,12 @@ def make_app(runtime: Runtime, token: str, *, home: Path | None = None) -> Starl
         store = stores.maybe()
         return [] if store is None else views.sources(store, cid, sids)
 
-    hub = Hub(is_connected=lambda: runtime.bus.is_connected, sources=sources)
+    hub = Hub(
+        is_connected=lambda: runtime.bus.is_connected,
+        sources=sources,
+        bus=runtime.bus,
+        client=runtime.client,
+    )
 
     def authorised(request: Request) -> bool:
         given = request.query_params.get("token") or request.cookies.get(COOKIE) or ""
@@ -289,6 +294,7 @@ def make_app(runtime: Runtime, token: str, *, home: Path | None = None) -> Starl
         cid = _id(request.path_params["cid"], "conversation_id")
         last = request.headers.get("last-event-id", "")
         after = int(last) if last.isdigit() else -1
+        await hub.watch(cid)  # the turns other clients submit in it, from now on
 
         async def feed() -> AsyncIterator[dict[str, Any]]:
             async for index, data in hub.stream(cid, after):

@@ -19,6 +19,8 @@ import uvicorn
 from actline.config import Config
 from actline.runtime import Runtime
 from actline.web import make_app
+from actors.client import Client
+from bus import Bus
 from tests.waiting import until
 
 KB = Path(__file__).resolve().parents[2] / "examples" / "kb"
@@ -173,6 +175,49 @@ async def test_a_turn_streams_in_order_and_shows_in_the_list_timeline_and_read(
     assert "'text'" in bad["error"]
     missing = await console.post("/api/turns", {"text": "x", "conversation_id": "a b"}, status=400)
     assert "conversation_id" in missing["error"]
+
+
+async def test_a_turn_another_client_submits_streams_live_to_the_page_once(
+    console: Console,
+) -> None:
+    """A Ray job or ``actline ask`` drives the conversation; the page that shows it sees the
+    turn live (cards, deltas, result with its sources), each event once."""
+    first = await console.post("/api/turns", {"text": "How do the pricing tiers differ?"})
+    cid = first["conversation_id"]
+    await console.events(cid)  # the page shows the conversation (its own turn, to the result)
+    creds = console.rt.config.creds_for("client")
+    other_bus = await Bus.connect(console.rt.nats_url, name="another-client", creds=creds)
+    other = Client(other_bus)
+    try:
+        seen: list[Event] = []
+
+        def theirs(event: Event) -> bool:
+            return RESULT(event) and event["turn_id"] != first["turn_id"]
+
+        watching = asyncio.ensure_future(console.events(cid, theirs, into=seen))
+        await until(lambda: bool(seen))  # the stream is open: the console follows cid
+        handle = await other.submit("What does the SLA cover?", conversation_id=cid)
+        result = await handle.wait(30)
+        await asyncio.wait_for(watching, 30)
+        listed = await console.get("/api/conversations")
+    finally:
+        await other.close()
+        await other_bus.close()
+    tid = handle.turn_id
+    live = [e for e in seen if e.get("turn_id") == tid]
+    kinds = [e["type"] for e in live]
+    assert kinds[0] == "accepted" and kinds[-1] == "result" and kinds.count("result") == 1
+    wire = [c.round for c in handle.cards]
+    assert [e["round"] for e in live if e["type"] == "card"] == wire  # each card once, in order
+    answer = "".join(e["text"] for e in live if e["type"] == "delta" and e["channel"] == "answer")
+    assert answer == handle.text("answer") and answer.strip()
+    shown = live[-1]
+    assert shown["status"] == "completed" == result.status and shown["answer"] == result.answer
+    assert {s["sid"] for s in shown["sources"]} == set(result.sources_used)
+    own = [e for e in seen if e.get("turn_id") == first["turn_id"]]
+    assert len([e for e in own if e["type"] == "result"]) == 1  # the console's own: not twice
+    [row] = [c for c in listed if c["conversation_id"] == cid]
+    assert row["turns"] == 2
 
 
 async def test_a_waiting_turn_lists_its_agent_and_completes_on_a_done_from_the_console(

@@ -184,6 +184,27 @@ def test_a_followup_typed_while_the_turn_runs_joins_it(page: Page, backend: Back
     assert "/sso.md" in file and "SSO comes with Okta." in file  # the model saw the file
 
 
+def test_a_turn_another_client_submits_shows_live_on_the_page(page: Page, backend: Backend) -> None:
+    script = backend.model.script(
+        "zjob",
+        [
+            say("Greeting.", answer="Hello from the page's turn."),
+            say("Searching.", calls=[SEARCH]),
+            say("Answering the job.", answer="The job's answer: four tiers."),
+        ],
+    )
+    ask(page, "zjob: hello")
+    expect(status(page)).to_have_text(re.compile("completed"))
+    cid = script.conversation_id
+    # a Ray job (here the backend's own client) asks in the conversation the page shows
+    handle = backend.call(backend.rt.client.submit("and the tiers?", conversation_id=cid))
+    turn = page.locator(f'.turn[data-turn="{handle.turn_id}"]')
+    expect(turn.get_by_test_id("answer")).to_contain_text("The job's answer: four tiers.")
+    expect(turn.get_by_test_id("turn-status")).to_have_text("completed")
+    kinds = turn.get_by_test_id("card").evaluate_all("cs => cs.map(c => c.dataset.kind)")
+    assert kinds.count("tool_call") == 1 and kinds.count("complete") == 1, kinds
+
+
 def test_the_timeline_shows_three_cache_marks_opens_a_path_in_place_and_the_trace_its_spans(
     page: Page, backend: Backend, console: Console
 ) -> None:
