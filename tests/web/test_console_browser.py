@@ -8,6 +8,7 @@ fixed sleep. Screenshots of the main views land in ``tests/web/results/``.
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from typing import Any
@@ -203,6 +204,45 @@ def test_a_turn_another_client_submits_shows_live_on_the_page(page: Page, backen
     expect(turn.get_by_test_id("turn-status")).to_have_text("completed")
     kinds = turn.get_by_test_id("card").evaluate_all("cs => cs.map(c => c.dataset.kind)")
     assert kinds.count("tool_call") == 1 and kinds.count("complete") == 1, kinds
+
+
+def test_canvas_keys_and_a_displayed_write_become_titled_panels(
+    page: Page, backend: Backend
+) -> None:
+    report = {
+        "path": "outputs/notes/report.md",
+        "channel": "canvas",
+        "content": "# Report\n\nAll *good*.\n",
+    }
+    board = {"summary": "Three tiers [[S:1]], one more [[S:7]].", "table": {"team": 20}}
+    canvas = f"<channel:canvas>```json\n{json.dumps(board)}\n```</channel:canvas>"
+    backend.model.script(
+        "zpanel",
+        [
+            say(
+                "Reading and writing.",
+                calls=[("react.read", {"paths": [DOC]}), ("react.write", report)],
+            ),
+            say("Answering.", answer="See the canvas [[S:1]].") + canvas,
+        ],
+    )
+    ask(page, "zpanel: compare the tiers on a canvas")
+    expect(status(page)).to_have_text(re.compile("completed"))
+    panels = page.get_by_test_id("canvas-panel")
+    keys = panels.evaluate_all("ps => ps.map(p => p.dataset.key)")
+    [written] = [k for k in keys if k.endswith("report.md")]
+    assert sorted(keys) == sorted([written, "summary", "table"]), keys
+    shown = page.locator(f'[data-testid="canvas-panel"][data-key="{written}"]')
+    expect(shown.locator("h4")).to_have_text(written)
+    expect(shown.locator("em")).to_have_text("good")  # markdown rendered
+    expect(shown.locator(".body")).to_have_css("white-space", "normal")  # no blank lines added
+    summary = page.locator('[data-testid="canvas-panel"][data-key="summary"]')
+    expect(summary).to_contain_text("Three tiers")
+    expect(summary).not_to_contain_text("[[S:")
+    expect(summary.locator(".error")).to_have_text("no source for 7")
+    table = page.locator('[data-testid="canvas-panel"][data-key="table"] .body')
+    assert json.loads(table.inner_text()) == board["table"]
+    screenshot(page, "canvas")
 
 
 def test_the_timeline_shows_three_cache_marks_opens_a_path_in_place_and_the_trace_its_spans(

@@ -255,6 +255,7 @@ function panel(view, ev) {
   if (ev.replace) p.text = "";
   p.text += ev.text || "";
   if (ev.format) p.format = ev.format;
+  p.body.classList.toggle("markdown", p.format === "markdown");  // its own HTML lays it out
   if (p.format === "markdown") p.body.innerHTML = markdown(p.text, view.sources);
   else p.body.textContent = p.text;
   if (ev.completed && ev.unresolved && ev.unresolved.length) p.body.append(el("div", { cls: "error", text: `no source for ${ev.unresolved.join(", ")}` }));
