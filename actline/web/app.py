@@ -33,6 +33,8 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
+from actors.errors import InputRefused
+from actors.limits import check_config
 from bus import BusError
 from messages import Ack, Attachment, ErrorReply
 from messages.ids import is_valid_id, is_valid_name
@@ -105,6 +107,20 @@ def _id(value: Any, key: str) -> str:
     return value
 
 
+def _config(raw: Any) -> dict[str, Any] | None:
+    """A turn's ``config`` (its settings: profile, limits, model), checked as the node checks
+    it; a profile name the node does not know comes back as the turn's refusal."""
+    if raw is None:
+        return None
+    if not isinstance(raw, dict):
+        raise BadInput(f"'config' must be an object of turn settings (got {raw!r})")
+    try:
+        check_config(raw)
+    except InputRefused as exc:
+        raise BadInput(f"refused: {exc}") from None
+    return raw
+
+
 def _attachments(raw: Any) -> list[Attachment]:
     if raw is None:
         return []
@@ -165,9 +181,10 @@ def make_app(runtime: Runtime, token: str, *, home: Path | None = None) -> Starl
         if cid is not None:
             _id(cid, "conversation_id")
         attachments = _attachments(body.get("attachments"))
+        config = _config(body.get("config"))
         try:
             check_attachments(attachments, runtime.config.node)
-            handle = await runtime.submit(text, cid, attachments=attachments)
+            handle = await runtime.submit(text, cid, attachments=attachments, config=config)
         except ConfigError as exc:
             raise BadInput(str(exc)) from None
         hub.add(handle)

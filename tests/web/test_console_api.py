@@ -220,6 +220,29 @@ async def test_a_turn_another_client_submits_streams_live_to_the_page_once(
     assert row["turns"] == 2
 
 
+async def test_a_turn_takes_its_settings_and_bad_ones_are_refused_naming_the_key(
+    console: Console,
+) -> None:
+    turn = await console.post(
+        "/api/turns", {"text": "How do the pricing tiers differ?", "config": {"max_iterations": 1}}
+    )
+    events = await console.events(turn["conversation_id"])
+    result = events[-1]
+    assert result["turn_id"] == turn["turn_id"] and result["rounds"] == 1  # one round allowed
+    for config, named in (
+        ({"max_iterations": 0}, "config.max_iterations"),
+        ({"temperature": 2}, "config.temperature"),
+        ("fast", "'config' must be an object"),
+    ):
+        refused = await console.post("/api/turns", {"text": "x", "config": config}, status=400)
+        assert named in refused["error"], refused
+    unknown = await console.post(
+        "/api/turns", {"text": "How much is Team?", "config": {"profile": "no-such-profile"}}
+    )
+    shown = (await console.events(unknown["conversation_id"]))[-1]
+    assert shown["status"] == "failed" and "no-such-profile" in shown["error"]
+
+
 async def test_a_waiting_turn_lists_its_agent_and_completes_on_a_done_from_the_console(
     console: Console,
 ) -> None:

@@ -245,6 +245,23 @@ def test_canvas_keys_and_a_displayed_write_become_titled_panels(
     screenshot(page, "canvas")
 
 
+def test_turn_settings_typed_on_the_page_go_with_new_turns(page: Page, backend: Backend) -> None:
+    script = backend.model.script(
+        "zset",
+        [say("Searching.", calls=[SEARCH]), say("Answering.", answer="Four tiers.")],
+    )
+    page.get_by_test_id("new-conversation").click()
+    page.get_by_test_id("settings").fill("{max_iterations: 1}")
+    type_and_send(page, "zset: how many tiers?")
+    expect(page.locator("#ask-error")).to_contain_text("turn settings are not JSON")
+    assert script.model.calls == 0  # nothing was sent
+    page.get_by_test_id("settings").fill('{"max_iterations": 1}')
+    page.get_by_test_id("send").click()
+    expect(status(page)).to_have_text("budget_exhausted")  # one round was all it could have
+    expect(page.get_by_test_id("usage").last).to_contain_text("1 round(s)")
+    assert script.model.requests[0].turn_id == turn_id_of(script)
+
+
 def test_the_timeline_shows_three_cache_marks_opens_a_path_in_place_and_the_trace_its_spans(
     page: Page, backend: Backend, console: Console
 ) -> None:

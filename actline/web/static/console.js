@@ -313,6 +313,16 @@ async function readFiles() {
   })));
 }
 
+function settings() {
+  // the turn settings typed for new turns (kept for the next ones); null when none
+  const raw = $("#settings").value.trim();
+  if (!raw) return null;
+  let config;
+  try { config = JSON.parse(raw); } catch (e) { throw new Error(`turn settings are not JSON: ${e.message}`); }
+  if (!config || typeof config !== "object" || Array.isArray(config)) throw new Error('turn settings must be a JSON object, as {"profile": "fast"}');
+  return config;
+}
+
 async function send(text) {
   $("#ask-error").textContent = "";
   if (!text.trim()) return;
@@ -327,6 +337,8 @@ async function send(text) {
       live.cards.append(el("div", { "data-testid": "card", "data-kind": "note", cls: "card", text: note }));
     } else {
       const body = { text, attachments };
+      const config = settings();
+      if (config) body.config = config;
       if (state.cid) body.conversation_id = state.cid;
       const out = await api("POST", "/api/turns", body);
       if (out.conversation_id !== state.cid) { openConversation(out.conversation_id); }
