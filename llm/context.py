@@ -124,6 +124,8 @@ class TurnView:
     system: str = ""
     earlier: dict[str, Entry] = field(default_factory=dict, repr=False, compare=False)
     """``ks:`` documents of earlier turns by path (react.read does not copy them again)."""
+    asked_before: list[str] = field(default_factory=list, repr=False, compare=False)
+    """The user's prompts of the earlier turns still in the view, oldest first."""
     _read_docs: list[ReadDoc] | None = field(default=None, repr=False, compare=False)
 
     @property
@@ -266,6 +268,8 @@ def parse_context(request: GenerateRequest) -> TurnView:
             for earlier in entries:
                 if earlier.path.startswith("ks:"):
                     view.earlier[earlier.path] = earlier
+                elif earlier.label == "USER MESSAGE" and earlier.body.strip():
+                    view.asked_before.append(earlier.body.strip())
             entries = []
             continue
         entries.append(entry)

@@ -25,8 +25,10 @@ Messages API server. A turn goes:
    result carries; or, when nothing read answers, a plain decline ("The documents
    do not cover …") with no citation; then 2 or 3 follow-ups and a usage sidecar.
 
-It completes early when ANNOUNCE shows the last iteration. What it reads
-(see ``context.py``): tool calls as ``{"params", "tool"}`` JSON under a
+A short question that points back ("How much does it cost?") is read with the question
+asked just before it, in this turn or the turn before (``with_antecedent``), so that "it"
+is searched and answered for. It completes early when ANNOUNCE shows the last iteration.
+What it reads (see ``context.py``): tool calls as ``{"params", "tool"}`` JSON under a
 ``[TOOL CALL] tc:…`` header, search hits as JSON with ``ks:`` paths, read
 documents as blocks at ``ks:`` paths whose first line is ``[S:n] title — url``.
 """
@@ -59,6 +61,12 @@ _MEMORY = re.compile(
     r"what did (?:i|you))\b",
     re.IGNORECASE,
 )
+_BACK = re.compile(
+    r"\b(it|its|they|them|their|theirs|this|that|these|those|one|ones)\b", re.IGNORECASE
+)
+"""Words by which a short question points back at the one before it ("How much is it?")."""
+SHORT_QUESTION = 3
+"""Content words at most in a question that ``_BACK`` makes a follow-up of the one before."""
 _CITATION = re.compile(r"\s*\[\[S:[^\]]*\]\]")
 MAX_READ = 6
 """Documents read per search: the best answer is often the 4th or 5th hit."""
@@ -91,6 +99,18 @@ def refers_to_memory(text: str) -> bool:
 def _topic(text: str) -> str:
     """The question without the outside-agent clause and the reference to earlier turns."""
     return _MEMORY.sub(" ", _AGENT.sub(" ", text))
+
+
+def with_antecedent(question: str, before: Sequence[str]) -> str:
+    """``question``, and when it is short and points back ("How much does it cost?"), the
+    topic of the question asked just before it in brackets, so that what "it" stands for is
+    searched and answered too. Anything else comes back as it is."""
+    if not before or _BACK.search(question) is None:
+        return question
+    if len(terms(_topic(question), stemmed=False)) > SHORT_QUESTION:
+        return question
+    antecedent = " ".join(_topic(before[-1]).split())
+    return f"{question} ({antecedent})" if antecedent else question
 
 
 def search_query(text: str, stem: Stem = snowball_stem) -> str:
@@ -277,7 +297,7 @@ class Policy:
         self.top_k = top_k
         self.max_read = max_read
         self.stem = stem
-        self.question = view.prompt
+        self.question = with_antecedent(view.prompt, view.asked_before)
         self.agent = agent_request(view.prompt)
 
     def output(self) -> str:
@@ -297,7 +317,7 @@ class Policy:
                 },
                 "… [1] recalling earlier turns",
             )
-        for position, question in v.questions():
+        for position, question in self.questions():
             search = v.first_call_after("react.search_knowledge", position)
             if search is None:
                 return self.call(
@@ -332,9 +352,19 @@ class Policy:
             )
         return self.complete()
 
+    def questions(self) -> list[tuple[int, str]]:
+        """The prompt and each user followup of the turn (with their positions), a short one
+        that points back read with the question before it (``with_antecedent``)."""
+        asked = list(self.view.asked_before)
+        out = []
+        for position, question in self.view.questions():
+            out.append((position, with_antecedent(question, asked)))
+            asked.append(question)
+        return out
+
     def answer(self, limit: int = MAX_POINTS) -> Answer:
         """What answers the prompt and each user followup of the turn."""
-        questions = [q for _, q in self.view.questions()]
+        questions = [q for _, q in self.questions()]
         return answer_points(self.view, questions, limit, self.stem)
 
     def call(self, thinking: str, tool: str, params: dict[str, object], notes: str) -> str:

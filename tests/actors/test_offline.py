@@ -30,3 +30,23 @@ async def test_two_turns_on_one_topic_both_answer_with_citations(bus: Bus, tmp_p
         assert handle.text("answer").strip()
     types = {b.type for b in tl.blocks}
     assert PLAN in types and NOTE in types
+
+
+async def test_a_short_question_that_points_back_is_read_with_the_one_before(
+    bus: Bus, tmp_path: Path
+) -> None:
+    node = await start_node(bus, tmp_path / "home", ExtractiveModel())
+    client = Client(bus)
+    try:
+        await run_turn(client, "What does the Enterprise tier include?", "c1")
+        second = await run_turn(client, "How much does it cost?", "c1")
+        third = await run_turn(client, "How much does it cost?", "c2")  # nothing before it
+    finally:
+        await client.close()
+        await node.stop()
+    thought, answer = second.text("thinking"), second.result.result().answer
+    assert "Searching the knowledge space for:" in thought
+    assert "enterprise" in thought.split("Searching the knowledge space for:")[1].lower()
+    assert "$60,000" in answer.split("\n")[0]  # Enterprise's price, first
+    alone = third.result.result().answer
+    assert "$60,000" not in alone.split("\n")[0]  # no earlier question: read as it is

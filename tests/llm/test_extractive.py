@@ -13,7 +13,13 @@ from bench.driver import Driver, TurnOutcome
 from channels import parse, sids_in_text
 from llm.anthropic import AnthropicModel
 from llm.config import LLMSettings
-from llm.extractive import ExtractiveModel, agent_request, refers_to_memory, search_query
+from llm.extractive import (
+    ExtractiveModel,
+    agent_request,
+    refers_to_memory,
+    search_query,
+    with_antecedent,
+)
 from llm.fake_anthropic import FakeAnthropicServer
 from llm.protocol import Model
 from tools import KnowledgeSpace
@@ -188,3 +194,29 @@ async def test_behind_the_local_messages_api_it_answers_exactly_as_in_process(
         remote = await driver(AnthropicModel(settings), kb).turn("What is the default retention?")
     assert remote.answer == local.answer and remote.rounds == local.rounds
     assert sum(u.cache_read_tokens for u in remote.usage) > 0
+
+
+@pytest.mark.parametrize(
+    ("question", "before", "read"),
+    [
+        (
+            "How much does it cost?",
+            ["What does the Enterprise tier include?"],
+            "How much does it cost? (What does the Enterprise tier include?)",
+        ),
+        (  # the newest question before it
+            "And the Business one?",
+            ["Team tier limits", "Which tiers have SSO?"],
+            "And the Business one? (Which tiers have SSO?)",
+        ),
+        ("Which tiers include SSO?", ["Tell me about Enterprise"], None),  # points nowhere
+        ("And what is the default retention?", ["How do I rotate the key?"], None),
+        ("What does that mean for Kafka integration limits?", ["Kafka?"], None),  # not short
+        ("How much does it cost?", [], None),  # nothing before it
+        ("Is it encrypted?", ["Ask reviewer to check the TLS setup"], None),  # only a task
+    ],
+)
+def test_a_short_question_that_points_back_takes_the_topic_of_the_one_before(
+    question: str, before: list[str], read: str | None
+) -> None:
+    assert with_antecedent(question, before) == (read or question)
