@@ -101,16 +101,24 @@ def _topic(text: str) -> str:
     return _MEMORY.sub(" ", _AGENT.sub(" ", text))
 
 
+def points_back(question: str) -> bool:
+    """True when ``question`` is short and names what it asks about only by a pronoun."""
+    if _BACK.search(question) is None:
+        return False
+    return len(terms(_topic(question), stemmed=False)) <= SHORT_QUESTION
+
+
 def with_antecedent(question: str, before: Sequence[str]) -> str:
-    """``question``, and when it is short and points back ("How much does it cost?"), the
-    topic of the question asked just before it in brackets, so that what "it" stands for is
-    searched and answered too. Anything else comes back as it is."""
-    if not before or _BACK.search(question) is None:
+    """``question``, and when it points back ("How much does it cost?"), the topic of the
+    newest question before it that does not point back itself, in brackets, so that what "it"
+    stands for is searched and answered too. Anything else comes back as it is."""
+    if not points_back(question):
         return question
-    if len(terms(_topic(question), stemmed=False)) > SHORT_QUESTION:
-        return question
-    antecedent = " ".join(_topic(before[-1]).split())
-    return f"{question} ({antecedent})" if antecedent else question
+    for earlier in reversed(before):
+        if not points_back(earlier):
+            antecedent = " ".join(_topic(earlier).split())
+            return f"{question} ({antecedent})" if antecedent else question
+    return question
 
 
 def search_query(text: str, stem: Stem = snowball_stem) -> str:

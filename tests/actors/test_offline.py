@@ -40,6 +40,7 @@ async def test_a_short_question_that_points_back_is_read_with_the_one_before(
     try:
         await run_turn(client, "What does the Enterprise tier include?", "c1")
         second = await run_turn(client, "How much does it cost?", "c1")
+        again = await run_turn(client, "How much does it cost?", "c1")  # still Enterprise
         third = await run_turn(client, "How much does it cost?", "c2")  # nothing before it
     finally:
         await client.close()
@@ -48,5 +49,6 @@ async def test_a_short_question_that_points_back_is_read_with_the_one_before(
     assert "Searching the knowledge space for:" in thought
     assert "enterprise" in thought.split("Searching the knowledge space for:")[1].lower()
     assert "$60,000" in answer.split("\n")[0]  # Enterprise's price, first
+    assert "$60,000" in again.result.result().answer.split("\n")[0]
     alone = third.result.result().answer
     assert "$60,000" not in alone.split("\n")[0]  # no earlier question: read as it is

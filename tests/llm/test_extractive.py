@@ -213,6 +213,11 @@ async def test_behind_the_local_messages_api_it_answers_exactly_as_in_process(
         ("And what is the default retention?", ["How do I rotate the key?"], None),
         ("What does that mean for Kafka integration limits?", ["Kafka?"], None),  # not short
         ("How much does it cost?", [], None),  # nothing before it
+        (  # asked again: the question it points to is the one that named the topic
+            "Is it encrypted?",
+            ["What does the Enterprise tier include?", "How much does it cost?"],
+            "Is it encrypted? (What does the Enterprise tier include?)",
+        ),
         ("Is it encrypted?", ["Ask reviewer to check the TLS setup"], None),  # only a task
     ],
 )
