@@ -44,6 +44,8 @@ log = logging.getLogger(__name__)
 
 RENEW_CONCURRENCY = 64
 """Lease renewals in flight at once during a ``recheck``."""
+CLAIM_ATTEMPTS = 5
+"""Reads and writes tried to claim this node's key when a killed process of its id left one."""
 
 
 class KvLeases:
@@ -153,13 +155,24 @@ class KvLeases:
                 return
             except WrongRevision:  # aged out (a stall longer than the TTL) or rewritten
                 self._lapse("its key was gone")
-        try:
-            self._beat_revision = await nodes.create(key, self._value())
-        except KeyExists:
-            entry = await nodes.get(key)
-            last = int(entry.revision or 0) if entry is not None else 0
-            self._beat_revision = await nodes.update(key, self._value(), last=last)
+        self._beat_revision = await self._claim_key(nodes, key)
         self._beat_went_through()
+
+    async def _claim_key(self, nodes: KvBucket, key: str) -> int:
+        """This node's key written afresh. A key left by this node id's last process (killed)
+        is taken over at its revision; one that ages out or changes meanwhile is tried again."""
+        for _ in range(CLAIM_ATTEMPTS - 1):
+            try:
+                return await nodes.create(key, self._value())
+            except KeyExists:
+                entry = await nodes.get(key)
+            if entry is None:
+                continue  # it aged out between the two reads: create it
+            try:
+                return await nodes.update(key, self._value(), last=int(entry.revision or 0))
+            except WrongRevision:
+                continue  # it changed (or aged out) between the two: read it again
+        return await nodes.create(key, self._value())
 
     def _beat_went_through(self) -> None:
         now = time.monotonic()

@@ -7,7 +7,7 @@ import pytest
 
 from actors import leases as leases_module
 from actors.leases import KvLeases
-from bus import Bus, EmbeddedNats
+from bus import Bus, EmbeddedNats, KvBucket, KvEntry
 from tests.waiting import until
 
 
@@ -160,3 +160,41 @@ async def test_a_lease_released_while_the_leases_are_checked_is_not_counted_lost
     finally:
         await lease.stop()
         await bus.close()
+
+
+@pytest.mark.parametrize("meanwhile", ["aged_out", "rewritten"])
+async def test_a_restarted_node_claims_the_key_its_killed_process_left_whatever_it_does_meanwhile(
+    fresh_nats: EmbeddedNats, monkeypatch: pytest.MonkeyPatch, meanwhile: str
+) -> None:
+    """Node ``a`` restarts (same id) while the key of its killed process still stands: its
+    first beat finds the key, reads it and writes over it at that revision. Between the read
+    and the write the old key may age out, or change: the claim reads again and goes on,
+    where it used to stop the node from starting (``WrongRevision``)."""
+    bus_old, old = await leases(fresh_nats.url, "a")
+    assert old._beating is not None and old._nodes is not None
+    old._beating.cancel()  # killed: no goodbye, its key stays until the node TTL
+    nodes, key = old._nodes, bus_old.subjects.kv_key("a")
+    get = KvBucket.get
+    struck: list[str] = []
+
+    async def get_then_strike(self: KvBucket, name: str) -> KvEntry | None:
+        entry = await get(self, name)
+        if name == key and not struck:  # once, just after the read
+            struck.append(meanwhile)
+            if meanwhile == "aged_out":
+                await nodes.delete(key)
+            else:
+                await nodes.put(key, b"another write")
+        return entry
+
+    monkeypatch.setattr(KvBucket, "get", get_then_strike)
+    bus_new, new = await leases(fresh_nats.url, "a")
+    try:
+        assert struck == [meanwhile]
+        entry = await get(nodes, key)
+        assert entry is not None and entry.revision == new._beat_revision  # its own write
+        assert await new.acquire("c1")
+    finally:
+        await new.stop()
+        await bus_new.close()
+        await bus_old.close()
