@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from actors.client import Client
+from actors.client import Client, TurnHandle
 from bus import Bus
 from llm.protocol import Chunk
-from messages import Attachment, ErrorReply, GenerateRequest
+from messages import Ack, Attachment, ErrorReply, GenerateRequest
 from timeline.blocks import USER_ATTACHMENT_META, USER_FOLLOWUP
 from tools.gitspace import GitWorkspace
 
@@ -131,19 +131,28 @@ def held_model() -> HeldFirstRound:
     )
 
 
+async def followup_held(
+    client: Client, model: HeldFirstRound, gate: Gate
+) -> tuple[TurnHandle, asyncio.Future[Ack | ErrorReply]]:
+    """A turn of c-slow whose model holds its first round, and a followup with a file whose
+    write waits at the gate (its reply comes once the gate opens)."""
+    slow = await client.submit("first question", conversation_id="c-slow")
+    await until(lambda: model.holding)
+    followup = client.followup(
+        "c-slow", slow.turn_id, "and this file", attachments=[slow_file("late notes")]
+    )
+    joining = asyncio.ensure_future(followup)
+    await until(gate.entered.is_set)
+    return slow, joining
+
+
 async def test_a_followups_attachment_is_stored_while_other_conversations_go_on(
     bus: Bus, client: Client, tmp_path: Path, gate: Gate
 ) -> None:
     model = held_model()
     node = await start_node(bus, tmp_path / "home", model, workspace_mode="git")
     try:
-        slow = await client.submit("first question", conversation_id="c-slow")
-        await until(lambda: model.holding)
-        followup = client.followup(
-            "c-slow", slow.turn_id, "and this file", attachments=[slow_file("late notes")]
-        )
-        joining = asyncio.ensure_future(followup)
-        await until(gate.entered.is_set)
+        slow, joining = await followup_held(client, model, gate)
         fast = await run_turn(client, "hello", "c-fast")
         still_writing = not gate.left.is_set()
         gate.opened.set()
@@ -172,15 +181,9 @@ async def test_a_followup_whose_turn_answers_while_its_files_are_stored_is_refus
     model = held_model()
     node = await start_node(bus, tmp_path / "home", model, workspace_mode="git")
     try:
-        slow = await client.submit("first question", conversation_id="c-slow")
-        await until(lambda: model.holding)
+        slow, joining = await followup_held(client, model, gate)
         decision = node.conversations["c-slow"].current
         assert decision is not None
-        followup = client.followup(
-            "c-slow", slow.turn_id, "and this file", attachments=[slow_file("late notes")]
-        )
-        joining = asyncio.ensure_future(followup)
-        await until(gate.entered.is_set)
         model.release.set()  # the turn answers while the file is being written
         await until(lambda: not decision.running)
         gate.opened.set()
