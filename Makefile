@@ -25,7 +25,7 @@ cluster-demo: $(STAMP)
 
 test: $(STAMP) sandbox-deps browser-deps
 	$(BIN)/ruff check .
-	$(BIN)/python -m pytest --timeout=120
+	$(BIN)/python -m pytest --timeout=120 --durations=15
 
 # The keys, certificates and credentials of a cluster (cluster.yaml): secrets stay in
 # deploy/keys (not synced to the hosts); deploy/ gets what the hosts and the job need.
