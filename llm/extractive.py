@@ -25,12 +25,13 @@ Messages API server. A turn goes:
    result carries; or, when nothing read answers, a plain decline ("The documents
    do not cover …") with no citation; then 2 or 3 follow-ups and a usage sidecar.
 
-A short question that points back ("How much does it cost?") is read with the question
-asked just before it, in this turn or the turn before (``with_antecedent``), so that "it"
-is searched and answered for. It completes early when ANNOUNCE shows the last iteration.
-What it reads (see ``context.py``): tool calls as ``{"params", "tool"}`` JSON under a
-``[TOOL CALL] tc:…`` header, search hits as JSON with ``ks:`` paths, read
-documents as blocks at ``ks:`` paths whose first line is ``[S:n] title — url``.
+A short question that points back ("How much does it cost?") is read with the newest
+question before it, in this turn or an earlier one, that names its topic
+(``with_antecedent``), so that "it" is searched and answered for. It completes early
+when ANNOUNCE shows the last iteration. What it reads (see ``context.py``): tool calls
+as ``{"params", "tool"}`` JSON under a ``[TOOL CALL] tc:…`` header, search hits as JSON
+with ``ks:`` paths, read documents as blocks at ``ks:`` paths whose first line is
+``[S:n] title — url``.
 """
 
 from __future__ import annotations
