@@ -11,6 +11,7 @@ BENCHMARKS = [
     "bus",
     "cache",
     "channels",
+    "console_list",
     "longrun",
     "loop",
     "loop_split",

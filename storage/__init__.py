@@ -14,7 +14,7 @@ from .errors import (
     StoreFull,
 )
 from .quota import Quota, Usage
-from .store import Loaded, Store
+from .store import Loaded, Outline, Store
 from .workspace import FileStat, Workspace
 
 __all__ = [
@@ -22,6 +22,7 @@ __all__ = [
     "FileStat",
     "Loaded",
     "NotStored",
+    "Outline",
     "Quota",
     "QuotaExceeded",
     "RevisionConflict",

@@ -266,6 +266,26 @@ class Gate:
 
 
 @dataclass(frozen=True, slots=True)
+class Outline:
+    """What a list of conversations shows of one, read without loading it (``Store.outline``)."""
+
+    title: str
+    """The first line of the first user block with text, among the first ``OUTLINE_HEAD``."""
+    turns: int
+    """Its turns that have a decision-loop record (every turn that ran a round)."""
+    last_turn: str
+    """The turn of its last block."""
+    last_status: str
+    """That turn's record status (``running``, ``completed``, …); "" without a record."""
+    last_ts: float
+    """Its last block's time."""
+
+
+OUTLINE_HEAD = 20
+"""Blocks from a conversation's start that ``Store.outline`` looks through for its title."""
+
+
+@dataclass(frozen=True, slots=True)
 class Loaded:
     """A conversation as loaded: its timeline (visible view) and its header."""
 
@@ -794,6 +814,44 @@ class Store:
                     if raw is not None:
                         out.append(Block.from_dict(unpack(raw)))
             return out
+
+        return self.read(fn)
+
+    def outline(self, cid: str) -> Outline:
+        """A conversation's title, turns and last turn in one read, whatever its length: the
+        first ``OUTLINE_HEAD`` blocks at most, its last block, and its turn records' keys."""
+        check_id(cid)
+        prefix = f"{cid}/".encode()
+
+        def fn(txn: lmdb.Transaction) -> Outline:
+            blocks = txn.cursor(db=self.db["blocks"])
+            title = ""
+            if blocks.set_range(prefix):
+                for n, (key, raw) in enumerate(blocks):
+                    if n >= OUTLINE_HEAD or not bytes(key).startswith(prefix):
+                        break
+                    block = unpack(raw)
+                    text = str(block.get("text") or "").strip()
+                    if str(block.get("type", "")).startswith("user") and text:
+                        title = text.split("\n", 1)[0]
+                        break
+            last: dict[str, Any] = {}
+            # '0' follows '/': the first key past every "<cid>/<seq>" is at or after "<cid>0"
+            at_end = blocks.prev() if blocks.set_range(f"{cid}0".encode()) else blocks.last()
+            if at_end and bytes(blocks.key()).startswith(prefix):
+                last = dict(unpack(blocks.value()))
+            turns = 0
+            records = txn.cursor(db=self.db["turns"])
+            if records.set_range(prefix):
+                for key in records.iternext(values=False):
+                    if not bytes(key).startswith(prefix):
+                        break
+                    turns += 1
+            last_turn = str(last.get("turn_id") or "")
+            found = txn.get(prefix + last_turn.encode(), db=self.db["turns"]) if last_turn else None
+            record = unpack(found) if found is not None else {}
+            status = str(record.get("status") or "") if isinstance(record, dict) else ""
+            return Outline(title, turns, last_turn, status, float(last.get("ts") or 0.0))
 
         return self.read(fn)
 

@@ -40,57 +40,39 @@ __all__ = [
 MARKS = 3
 PREVIEW = 300
 TITLE_CHARS = 80
+LIST_LIMIT = 500
+"""Conversations the list shows at most (the most recently active)."""
 
 
 def _blocks(store: Store, cid: str) -> list[Block]:
     return [Block.from_dict(d) for d in store.iter_blocks(cid)]
 
 
-def _title(blocks: list[Block]) -> str:
-    for block in blocks:
-        if block.type.startswith("user") and block.text.strip():
-            line = block.text.strip().split("\n", 1)[0]
-            return line[:TITLE_CHARS]
-    return ""
-
-
-def _last_status(blocks: list[Block]) -> str:
-    for block in reversed(blocks):
-        data = block.data if isinstance(block.data, dict) else {}
-        status = data.get("status") or block.meta.get("status")
-        if isinstance(status, str) and status:
-            return status
-    return ""
-
-
 def conversations(
-    store: Store, live_status: dict[str, str], running: dict[str, str]
+    store: Store, live_status: dict[str, str], running: dict[str, str], limit: int = LIST_LIMIT
 ) -> list[dict[str, Any]]:
-    """Every stored conversation (``{conversation_id, title, turns, last_status, updated}``),
-    newest first; a turn this console follows gives the live status."""
+    """The ``limit`` most recently active stored conversations (``{conversation_id, title,
+    turns, last_status, updated}``), newest first; a turn this console follows gives the
+    live status. Each is read by ``Store.outline``: what it costs does not grow with the
+    conversations' lengths (one outline per stored conversation, to find the newest)."""
     from ..cmd_timeline import stored_conversations
 
     rows = []
     for row in stored_conversations(store):
         cid = row["conversation_id"]
-        loaded = store.load(cid)
-        blocks = list(loaded.timeline.blocks)
-        turns = loaded.timeline.turn_ids()
-        status = _last_status(blocks)
-        last = running.get(cid) or (turns[-1] if turns else "")
-        status = live_status.get(last, status)
-        updated = row["last_active"] or max((b.ts for b in blocks), default=0.0)
+        outline = store.outline(cid)
+        last = running.get(cid) or outline.last_turn
         rows.append(
             {
                 "conversation_id": cid,
-                "title": _title(_blocks(store, cid)) or cid,
-                "turns": len(turns),
-                "last_status": status,
-                "updated": updated,
+                "title": outline.title[:TITLE_CHARS] or cid,
+                "turns": outline.turns,
+                "last_status": live_status.get(last, outline.last_status),
+                "updated": row["last_active"] or outline.last_ts,
             }
         )
     rows.sort(key=lambda r: float(r["updated"] or 0.0), reverse=True)
-    return rows
+    return rows[:limit]
 
 
 def turns(store: Store, cid: str) -> list[dict[str, Any]]:

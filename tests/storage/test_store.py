@@ -9,7 +9,15 @@ from pathlib import Path
 
 import pytest
 
-from storage import DiskFull, NotStored, RevisionConflict, SequenceGap, Store, StoreFull
+from storage import (
+    DiskFull,
+    NotStored,
+    Outline,
+    RevisionConflict,
+    SequenceGap,
+    Store,
+    StoreFull,
+)
 from storage.store import pack
 from tests.timeline.builders import Build, words
 from timeline import Block, Renderer, SourceRow, Timeline, TimelineConfig
@@ -438,3 +446,30 @@ def test_replace_conversation_replaces_the_header_rows_too(tmp_path: Path) -> No
 def test_a_header_row_key_must_fit_in_a_key(tmp_path: Path) -> None:
     with Store(tmp_path) as store, pytest.raises(ValueError, match="header row key"):
         store.append_turn("c1", [], {"version": 2}, rows={"x" * 600: 1})
+
+
+def test_an_outline_reads_the_title_turns_and_last_turn_whatever_the_conversations_length(
+    tmp_path: Path,
+) -> None:
+    """``Store.outline`` (the console's list): the first prompt, the turns with a record and
+    the last turn's status, with neighbours whose ids share a prefix kept apart."""
+    with Store(tmp_path / "db", sync=False) as store:
+        long, _, b = conversation(40, "c1")  # 40 turns, about 400 blocks
+        records = {f"t{n}": {"status": "completed"} for n in range(1, 41)}
+        store.persist(long, turn_records=records)
+        b.turn("t41", "Another question\nwith a second line")
+        store.persist(long, turn_records={"t41": {"status": "running", "round": 1}})
+        for cid in ("c10", "c1-x"):  # sort right after and right before "c1/..."
+            other, _, _ = conversation(1, cid)
+            store.persist(other, turn_records={"t1": {"status": "failed"}})
+        outline = store.outline("c1")
+        neighbour = store.outline("c10")
+        before = store.outline("c1-x")
+        unknown = store.outline("c2")
+    assert outline.title == long.blocks[1].text.split("\n")[0]  # the first prompt's first line
+    assert outline.turns == 41
+    assert (outline.last_turn, outline.last_status) == ("t41", "running")
+    assert outline.last_ts == long.blocks[-1].ts
+    for other in (neighbour, before):
+        assert (other.turns, other.last_turn, other.last_status) == (1, "t1", "failed")
+    assert unknown == Outline("", 0, "", "", 0.0)

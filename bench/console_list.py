@@ -1,0 +1,153 @@
+"""The console's list of conversations as conversations grow: outlines against whole loads.
+
+A store (LMDB, no sync) holds ``--conversations`` conversations of N blocks each
+(``--sizes``; ``bench.loop.prefill``: turns of a prompt, tool rounds and a completion, each
+turn with its completed record). The list the console serves (``actline.web.views.
+conversations``, one ``Store.outline`` per conversation) is timed against what it did
+before, loading every conversation whole (``Store.load`` and every block again for the
+title and status), in the same process and alternately, ``--repeat`` times each.
+
+Target (``target_met``): at every size the list costs at most a tenth of the whole loads
+(``TARGET_RATIO``), and from the smallest size to the largest its cost grows at most a
+fifth as much as the conversations do (``GROWTH_SHARE``: it reads the first blocks, the last
+one and the turn records' keys, not the blocks).
+
+    python -m bench.console_list [--sizes 100,1000,5000] [--conversations 20] [--repeat 5]
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from actline.cmd_timeline import stored_conversations
+from actline.web import views
+from bench.common import RESULTS, SanityCheckFailed, write_result
+from bench.loop import prefill
+from storage import Store
+from timeline import Block
+
+TARGET_RATIO = 0.1
+"""The most the list may cost against loading every conversation whole, at every size."""
+GROWTH_SHARE = 0.2
+"""The most the list's cost may grow, as a share of how much the conversations grow: it
+counts a conversation's turns by their records' keys, one key per turn, so it is not flat."""
+END = 2e9
+"""The prefilled conversations' last block time (a fixed clock: the same store each run)."""
+
+
+def whole_loads(store: Store) -> list[tuple[str, int, int]]:
+    """The list as it was: every conversation loaded, and all its blocks read again."""
+    rows = []
+    for row in stored_conversations(store):
+        cid = row["conversation_id"]
+        loaded = store.load(cid)
+        blocks = [Block.from_dict(d) for d in store.iter_blocks(cid)]
+        rows.append((cid, len(loaded.timeline.turn_ids()), len(blocks)))
+    return rows
+
+
+def fill(store: Store, blocks: int, conversations: int) -> int:
+    """``conversations`` conversations of ``blocks`` blocks, each turn with its record; the
+    turns of one."""
+    turns = 0
+    for k in range(conversations):
+        tl = prefill(blocks, f"c-list-{k}", end=END)
+        tids = tl.turn_ids()
+        store.persist(tl, turn_records={tid: {"status": "completed"} for tid in tids})
+        turns = len(tids)
+    return turns
+
+
+def measure(sizes: Sequence[int], conversations: int, repeat: int) -> list[dict[str, Any]]:
+    rows = []
+    for blocks in sizes:
+        with tempfile.TemporaryDirectory(prefix="actline-bench-list-") as tmp:
+            with Store(Path(tmp) / "db", sync=False) as store:
+                turns = fill(store, blocks, conversations)
+                listed = views.conversations(store, {}, {})
+                if len(listed) != conversations or any(r["turns"] != turns for r in listed):
+                    raise SanityCheckFailed(blocks, f"the list shows {listed[:2]}…")
+                outline: list[float] = []
+                whole: list[float] = []
+                for _ in range(repeat):  # alternately, so both see the same machine
+                    t0 = time.perf_counter()
+                    views.conversations(store, {}, {})
+                    outline.append(time.perf_counter() - t0)
+                    t0 = time.perf_counter()
+                    whole_loads(store)
+                    whole.append(time.perf_counter() - t0)
+        rows.append(
+            {
+                "blocks": blocks,
+                "turns": turns,
+                "conversations": conversations,
+                "list_p50_ms": statistics.median(outline) * 1e3,
+                "whole_p50_ms": statistics.median(whole) * 1e3,
+            }
+        )
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.console_list",
+        description=__doc__.splitlines()[0] if __doc__ else None,
+    )
+    parser.add_argument("--sizes", default="100,1000,5000", help="blocks per conversation")
+    parser.add_argument("--conversations", type=int, default=20)
+    parser.add_argument("--repeat", type=int, default=5)
+    parser.add_argument("--out", type=Path, default=RESULTS / "console_list.json")
+    args = parser.parse_args(argv)
+    sizes = sorted({int(s) for s in args.sizes.split(",") if s.strip()})
+    console = Console()
+    with console.status("building the stores and listing them"):
+        rows = measure(sizes, args.conversations, max(1, args.repeat))
+    table = Table(title=f"the console's list of {args.conversations} conversations")
+    for name in ("blocks each", "turns each", "list p50", "whole loads p50", "list / whole"):
+        table.add_column(name, justify="right")
+    for row in rows:
+        row["ratio"] = row["list_p50_ms"] / row["whole_p50_ms"]
+        table.add_row(
+            f"{row['blocks']:,}",
+            f"{row['turns']:,}",
+            f"{row['list_p50_ms']:.2f} ms",
+            f"{row['whole_p50_ms']:.1f} ms",
+            f"{row['ratio']:.3f}",
+        )
+    console.print(table)
+    first, last = rows[0], rows[-1]
+    grew = last["list_p50_ms"] / first["list_p50_ms"]
+    size_grew = last["blocks"] / first["blocks"]
+    growth_ok = len(rows) < 2 or grew - 1 <= GROWTH_SHARE * (size_grew - 1)
+    ratio_ok = all(r["ratio"] <= TARGET_RATIO for r in rows)
+    console.print(
+        f"the list grew {grew:.2f}x while the conversations grew {size_grew:.0f}x "
+        f"(target: at most {1 + GROWTH_SHARE * (size_grew - 1):.1f}x); list / whole at most "
+        f"{TARGET_RATIO} at every size: {'met' if ratio_ok else 'missed'}"
+    )
+    result = {
+        "benchmark": "console_list",
+        "machine": platform.platform(),
+        "rows": rows,
+        "list_growth": grew,
+        "size_growth": size_grew,
+        "target_ratio": TARGET_RATIO,
+        "growth_share": GROWTH_SHARE,
+        "target_met": ratio_ok and growth_ok,
+    }
+    write_result(console, args.out, result)
+    return 0 if result["target_met"] else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
