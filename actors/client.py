@@ -14,6 +14,10 @@ connection comes back from a disconnect (whatever was published meanwhile), when
 ``TurnHandle.wait`` runs out of time, and on ``fetch_result``. A result seen twice (on
 the subscription and in the stream) is delivered once: a handle's result is set once.
 
+``watch(conversation_id, on_turn)`` follows the turns other clients submit in a
+conversation (the web console's live view): each gets a handle at its first event, and its
+result comes as the client's own turns' results do.
+
 Cancellation: ``close`` cancels a recovery still running (nothing is lost: ``wait`` or
 ``fetch_result`` reads the stream again).
 """
@@ -24,7 +28,7 @@ import asyncio
 import contextlib
 import logging
 from collections import Counter
-from collections.abc import Awaitable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -70,9 +74,13 @@ anew after a server died takes 5-9 s here) before it fails."""
 
 @dataclass
 class TurnHandle:
-    """One submitted turn: its events as they arrive and its result."""
+    """One turn a client follows: its events as they arrive and its result."""
 
-    request: TurnRequest
+    turn_id: str
+    conversation_id: str
+    request: TurnRequest | None = None
+    """The request, when this client submitted the turn (None: another client did, and
+    ``Client.watch`` follows it)."""
     events: list[messages.Message] = field(default_factory=list)
     result: asyncio.Future[ReActResult] = field(
         default_factory=lambda: asyncio.get_running_loop().create_future()
@@ -80,14 +88,6 @@ class TurnHandle:
     changed: asyncio.Event = field(default_factory=asyncio.Event)
     client: Client | None = field(default=None, repr=False, compare=False)
     """The client that follows the turn: it reads a missed result from the results stream."""
-
-    @property
-    def turn_id(self) -> str:
-        return self.request.turn_id
-
-    @property
-    def conversation_id(self) -> str:
-        return self.request.conversation_id
 
     async def wait(self, timeout: float = 60.0) -> ReActResult:
         """The result; ``RequestTimeout`` when it does not come within ``timeout``.
@@ -164,6 +164,8 @@ class Client:
     def __init__(self, bus: Bus) -> None:
         self.bus = bus
         self._handles: dict[str, TurnHandle] = {}
+        self._watchers: dict[str, Callable[[TurnHandle], None]] = {}
+        """Conversation id -> who is told of each turn other clients submit in it (``watch``)."""
         self._streams: dict[str, Subscription] = {}
         self._results: dict[str, Subscription] = {}
         self._cleanup: set[asyncio.Task[None]] = set()
@@ -215,7 +217,7 @@ class Client:
         """Publish ``request``; its result comes to the handle. ``follow=False`` leaves the
         conversation's stream (deltas and progress cards) unread, for callers that only
         want results (a batch job): the handle's ``events`` stay empty."""
-        handle = TurnHandle(request, client=self)
+        handle = TurnHandle(request.turn_id, request.conversation_id, request, client=self)
         self._handles[request.turn_id] = handle
         if follow:
             await self._follow(request.conversation_id)
@@ -246,11 +248,42 @@ class Client:
                 self.bus.subjects.stream(cid), self._on_event
             )
 
+    async def watch(self, conversation_id: str, on_turn: Callable[[TurnHandle], None]) -> None:
+        """Follow the turns other clients (a Ray job, ``actline ask``) submit in
+        ``conversation_id`` from now on: each gets a handle when its first event arrives,
+        given to ``on_turn``, and is followed as this client's own turns are (its events;
+        its result from ``al.result.<tid>``, from the results stream when it came before the
+        subscription, and after a reconnect)."""
+        self._watchers[conversation_id] = on_turn
+        await self._follow(conversation_id)
+
     async def _on_event(self, msg: messages.Message, env: Envelope) -> None:
-        handle = self._handles.get(getattr(msg, "turn_id", ""))
-        if handle is not None:
-            handle.events.append(msg)
-            handle.changed.set()
+        tid = str(getattr(msg, "turn_id", ""))
+        handle = self._handles.get(tid)
+        if handle is None:
+            on_turn = self._watchers.get(str(getattr(msg, "conversation_id", "")))
+            if on_turn is None or not tid:
+                return
+            handle = await self._adopt(str(getattr(msg, "conversation_id", "")), tid)
+            on_turn(handle)
+        handle.events.append(msg)
+        handle.changed.set()
+
+    async def _adopt(self, cid: str, tid: str) -> TurnHandle:
+        """A handle for a turn another client submitted, subscribed to its result."""
+        handle = TurnHandle(tid, cid, client=self)
+        self._handles[tid] = handle
+        self._results[tid] = await self.bus.subscribe(
+            self.bus.subjects.result(tid), self._on_result
+        )
+        self._spawn(_quietly(self.fetch_result(tid)))  # a result published before that
+        return handle
+
+    def _spawn(self, work: Coroutine[Any, Any, None]) -> None:
+        """A task kept until it ends (``close`` waits for it)."""
+        task = asyncio.get_running_loop().create_task(work)
+        self._cleanup.add(task)
+        task.add_done_callback(self._cleanup.discard)
 
     async def _on_result(self, msg: messages.Message, env: Envelope) -> None:
         if isinstance(msg, ReActResult):
@@ -272,9 +305,7 @@ class Client:
             self.counters["results_fetched"] += 1
         sub = self._results.pop(result.turn_id, None)
         if sub is not None:  # maybe from inside its own handler: a task, kept until it ends
-            task = asyncio.get_running_loop().create_task(_quietly(sub.unsubscribe()))
-            self._cleanup.add(task)
-            task.add_done_callback(self._cleanup.discard)
+            self._spawn(_quietly(sub.unsubscribe()))
         return True
 
     # -- durable results --------------------------------------------------------------------------
@@ -289,10 +320,6 @@ class Client:
         if result is not None:
             self._deliver(result, fetched=True)
         return result
-
-    def handle(self, turn_id: str) -> TurnHandle | None:
-        """The handle of a turn this client submitted (None for any other turn)."""
-        return self._handles.get(turn_id)
 
     @property
     def pending(self) -> list[TurnHandle]:
@@ -437,7 +464,7 @@ class Client:
         return reply
 
 
-async def _quietly(done: Awaitable[None]) -> None:
+async def _quietly(done: Awaitable[object]) -> None:
     """Await a cleanup step whose failure (a connection already draining) does not matter."""
     with contextlib.suppress(Exception):
         await done

@@ -153,7 +153,6 @@ def make_app(runtime: Runtime, token: str, *, home: Path | None = None) -> Starl
     hub = Hub(
         is_connected=lambda: runtime.bus.is_connected,
         sources=sources,
-        bus=runtime.bus,
         client=runtime.client,
     )
 

@@ -2,15 +2,14 @@
 
 ``Hub`` follows each ``TurnHandle`` the console submits (``actline.runtime.follow``) and,
 once a page opens a conversation (``Hub.watch``), the turns other clients submit in it (a
-Ray job, ``actline ask``): their cards and deltas from the conversation's stream subject,
-their result from ``result.<turn>`` (or the results stream, when it came before the
-subscription). Every event, converted by ``event_json``, goes to one ordered log. A
-server-sent-events stream (``Hub.stream``) replays a conversation's events from the log and
-then waits for new ones; each event's SSE id is its index in the log, so a browser that
-reconnects with ``Last-Event-ID`` resumes where it was. ``connection`` events (for every
-conversation) say when the console's NATS connection drops (``reconnecting``) and comes back
-(``connected``), told by the bus's hooks (``Bus.on_disconnect`` calls ``disconnected``,
-``Bus.on_reconnect`` ``reconnected``).
+Ray job, ``actline ask``), through the handles ``Client.watch`` gives them: their events and
+results come as the console's own turns' do. Every event, converted by ``event_json``, goes
+to one ordered log. A server-sent-events stream (``Hub.stream``) replays a conversation's
+events from the log and then waits for new ones; each event's SSE id is its index in the
+log, so a browser that reconnects with ``Last-Event-ID`` resumes where it was.
+``connection`` events (for every conversation) say when the console's NATS connection drops
+(``reconnecting``) and comes back (``connected``), told by the bus's hooks
+(``Bus.on_disconnect`` calls ``disconnected``, ``Bus.on_reconnect`` ``reconnected``).
 
 After a NATS restart the client resubscribes and recovers the results of pending turns from
 the results stream (``actors.client``); deltas published while it was away are lost to the
@@ -28,8 +27,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from actors.client import Client, TurnHandle
-from bus import Bus, BusError, Envelope, Subscription
-from messages import Message, ReActProgress, ReActResult, StreamDelta, TurnAccepted
+from bus import BusError
+from messages import ReActProgress, ReActResult, StreamDelta, TurnAccepted
 
 from ..runtime import follow
 
@@ -94,19 +93,15 @@ class Hub:
     """Conversation id -> its turn still running (as far as this console knows)."""
     status: dict[str, str] = field(default_factory=dict)
     """Turn id -> its last status (running, waiting, or the result's)."""
-    bus: Bus | None = None
-    """The console's connection: with it, ``watch`` follows the turns of other clients."""
     client: Client | None = None
-    """The console's client: the turns it submitted are followed through their handles."""
+    """The console's client: with it, ``watch`` follows the turns of other clients."""
     connected: bool = True
     closing: bool = False
     """Set by ``shutdown``: every event stream ends (the server is stopping)."""
     _changed: asyncio.Event = field(default_factory=asyncio.Event)
     _tasks: set[asyncio.Task[None]] = field(default_factory=set)
-    _watched: dict[str, Subscription] = field(default_factory=dict)
-    """Conversation id -> the subscription to its stream subject (``watch``)."""
-    _foreign: set[str] = field(default_factory=set)
-    """Turns of other clients seen on a watched conversation (their result is awaited)."""
+    _watched: set[str] = field(default_factory=set)
+    """The conversations whose turns from other clients are followed (``watch``)."""
 
     def start(self) -> None:
         self.connected = self.is_connected()
@@ -120,10 +115,6 @@ class Hub:
         for task in list(self._tasks):
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
-        for sub in self._watched.values():
-            with contextlib.suppress(BusError):
-                await sub.unsubscribe()
-        self._watched.clear()
 
     def _spawn(self, coro: Any, name: str) -> None:
         task = asyncio.create_task(coro, name=name)
@@ -137,7 +128,7 @@ class Hub:
         self._changed = asyncio.Event()
 
     def add(self, handle: TurnHandle) -> None:
-        """Follow a turn this console submitted."""
+        """Follow a turn: one this console submitted, or another client's (``watch``)."""
         self.handles[handle.turn_id] = handle
         self.running[handle.conversation_id] = handle.turn_id
         self.status[handle.turn_id] = "running"
@@ -153,8 +144,8 @@ class Hub:
                 if isinstance(event, ReActProgress):
                     self.status[tid] = "waiting" if event.phase == "waiting" else "running"
                 if isinstance(event, ReActResult):
-                    self._show_result(event)
-                    continue
+                    self.status[tid] = event.status
+                    shown["sources"] = self.sources(cid, list(event.sources_used))
                 self.publish(cid, shown)
         except Exception as exc:  # shown on the page rather than lost
             log.exception("following turn %s failed", tid)
@@ -166,78 +157,19 @@ class Hub:
             if self.running.get(cid) == tid:
                 del self.running[cid]
 
-    def _show_result(self, result: ReActResult) -> None:
-        shown = event_json(result)
-        assert shown is not None
-        self.status[result.turn_id] = result.status
-        shown["sources"] = self.sources(result.conversation_id, list(result.sources_used))
-        self.publish(result.conversation_id, shown)
-
     # -- the turns of other clients ----------------------------------------------------------
     async def watch(self, cid: str) -> None:
-        """Follow the turns other clients submit in ``cid`` from now on. A subscription that
+        """Follow the turns other clients submit in ``cid`` from now on, as this console's
+        own (``Client.watch`` gives each a handle; ``add`` follows it). A subscription that
         fails (NATS away) is logged and tried again when a page next opens ``cid``."""
-        if self.bus is None or cid in self._watched:
+        if self.client is None or cid in self._watched:
             return
+        self._watched.add(cid)  # before the await: two pages opening it at once watch once
         try:
-            sub = await self.bus.subscribe(self.bus.subjects.stream(cid), self._on_stream)
+            await self.client.watch(cid, self.add)
         except BusError as exc:
+            self._watched.discard(cid)
             log.warning("the console cannot follow conversation %s yet: %s", cid, exc)
-            return
-        if cid in self._watched:  # two pages opened it at once
-            await sub.unsubscribe()
-        else:
-            self._watched[cid] = sub
-
-    def _own(self, tid: str) -> bool:
-        """A turn this console submitted (its handle shows it; registered before sending)."""
-        return tid in self.handles or (
-            self.client is not None and self.client.handle(tid) is not None
-        )
-
-    async def _on_stream(self, msg: Message, env: Envelope) -> None:
-        shown = event_json(msg)
-        tid = str(getattr(msg, "turn_id", ""))
-        if shown is None or not tid or self._own(tid):
-            return
-        cid = str(getattr(msg, "conversation_id", ""))
-        if tid not in self._foreign:
-            self._foreign.add(tid)
-            self.running[cid] = tid
-            self.status[tid] = "running"
-            self._spawn(self._await_result(cid, tid), f"console-watch-{tid}")
-        if isinstance(msg, ReActProgress) and self.status.get(tid) in ("running", "waiting"):
-            self.status[tid] = "waiting" if msg.phase == "waiting" else "running"
-        self.publish(cid, shown)
-
-    async def _await_result(self, cid: str, tid: str) -> None:
-        """The result of another client's turn: from ``result.<turn>``, else the results
-        stream (a result published before the subscription), shown once."""
-        assert self.bus is not None
-        got: asyncio.Future[ReActResult] = asyncio.get_running_loop().create_future()
-
-        async def on_result(msg: Message, env: Envelope) -> None:
-            if isinstance(msg, ReActResult) and not got.done():
-                got.set_result(msg)
-
-        try:
-            sub = await self.bus.subscribe(self.bus.subjects.result(tid), on_result)
-            try:
-                stored = None
-                if self.client is not None:
-                    with contextlib.suppress(BusError):  # no results stream: the live one only
-                        stored = await self.client.fetch_result(tid)
-                if stored is not None and not got.done():
-                    got.set_result(stored)
-                self._show_result(await asyncio.wait_for(got, TURN_TIMEOUT_S))
-            finally:
-                with contextlib.suppress(BusError):
-                    await sub.unsubscribe()
-        except (BusError, TimeoutError) as exc:  # the turn stays listed; its timeline has it
-            log.warning("the console lost the result of turn %s of %s: %s", tid, cid, exc)
-        finally:
-            if self.running.get(cid) == tid:
-                del self.running[cid]
 
     def disconnected(self) -> None:
         """A ``Bus.on_disconnect`` hook: the connection dropped (``reconnecting``)."""

@@ -53,8 +53,8 @@ def conversations(
 ) -> list[dict[str, Any]]:
     """The ``limit`` most recently active stored conversations (``{conversation_id, title,
     turns, last_status, updated}``), newest first; a turn this console follows gives the
-    live status. Each is read by ``Store.outline``: what it costs does not grow with the
-    conversations' lengths (one outline per stored conversation, to find the newest)."""
+    live status. Each is read by ``Store.outline`` (one per stored conversation, to find
+    the newest): its cost grows with a conversation's turns, not with its blocks."""
     from ..cmd_timeline import stored_conversations
 
     rows = []

@@ -17,11 +17,12 @@ import pytest
 from actline import Config, Runtime
 from actline.runtime import follow
 from actors import NodeSettings
-from actors.client import Client
+from actors.client import Client, TurnHandle
 from actors.errors import SettingsError
 from actors.results import ResultLog, open_results, publish_result
 from bus import Bus, EmbeddedNats, EventLog, StreamMissing
-from messages import ReActResult, Subjects
+from llm.protocol import Chunk
+from messages import GenerateRequest, ReActResult, Subjects
 from tests.waiting import until
 
 from .harness import Scripted, say, settings, start_node
@@ -325,3 +326,57 @@ async def test_a_retention_or_cap_that_cannot_work_is_refused(
     with pytest.raises(SettingsError) as caught:
         await open_results(bus, NodeSettings().with_(**{field: value}))
     assert caught.value.name.startswith("ACTLINE_RESULT_")
+
+
+class Held:
+    """The scripted model, holding every call until ``release``."""
+
+    name = "held"
+
+    def __init__(self, scripted: Scripted) -> None:
+        self.scripted, self.release = scripted, asyncio.Event()
+
+    async def stream(self, request: GenerateRequest) -> AsyncIterator[Chunk]:
+        await self.release.wait()
+        async for chunk in self.scripted.stream(request):
+            yield chunk
+
+
+async def test_a_turn_another_client_submitted_is_watched_and_its_missed_result_recovered(
+    bus: Bus, proxy: Proxy, subject_names: Subjects, tmp_path: Path, nats_server: EmbeddedNats
+) -> None:
+    """``Client.watch``: a turn submitted by another client gets a handle at its first
+    event, and its result, published while the watcher was disconnected, comes on reconnect
+    from the results stream, as a watcher's own turns' results do."""
+    model = Held(scripts(1))
+    node = await start_node(bus, tmp_path / "home", model)
+    watcher_bus = await Bus.connect(
+        proxy.url, subject_names=subject_names, creds=client_creds(nats_server, subject_names)
+    )
+    watcher, submitter = Client(watcher_bus), Client(bus)
+    seen: list[TurnHandle] = []
+    try:
+        await watcher.watch("c0", seen.append)
+        submitted = await submitter.submit("q0", conversation_id="c0")
+        await until(lambda: bool(seen))  # its turn.accepted made the handle
+        proxy.cut()
+        await until(lambda: not watcher_bus.is_connected)
+        model.release.set()
+        result = await submitted.wait(20)
+        proxy.restore()
+        async with asyncio.timeout(20):
+            watched = await seen[0].result
+    finally:
+        await watcher.close()
+        await submitter.close()
+        await watcher_bus.close()
+        await node.stop()
+    [handle] = seen
+    assert (handle.turn_id, handle.conversation_id, handle.request) == (
+        submitted.turn_id,
+        "c0",
+        None,
+    )
+    assert watched == result and watched.answer == "Answer 0."
+    assert watcher.counters["results_fetched"] == 1  # read from the stream, after reconnect
+    assert handle.accepted is not None
