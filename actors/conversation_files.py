@@ -66,21 +66,17 @@ class ConversationFiles:
         if self.commits is not None and isinstance(self.workspace, Workspace):
             await self.commits.submit(self.workspace.begin_turn_write(turn_id))
         else:
-            await self.run(self.workspace.begin_turn, turn_id)
+            await self.call(self.workspace.begin_turn, turn_id)
         self.changed()
 
     async def close(self, turn_id: str) -> None:
         """End the turn in the workspace (git: its commit) and clear its folders on disk."""
         async with self.lock:
             try:
-                await self.run(self.workspace.end_turn, turn_id)
-                await self.run(self.local.clear)
+                await self.call(self.workspace.end_turn, turn_id)
+                await self.call(self.local.clear)
             except Exception:
                 log.exception("could not close the workspace of turn %s of %s", turn_id, self.cid)
-
-    async def run(self, fn: Callable[..., object], *args: object) -> None:
-        """A workspace call: off the event loop when the workspace is slow (git)."""
-        await self.call(fn, *args)
 
     async def call(self, fn: Callable[..., T], *args: Any, **kwargs: Any) -> T:
         """``fn(*args, **kwargs)``, a call that reaches the workspace: in a worker thread when
