@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import importlib
 import json
 import random
 import statistics
@@ -13,6 +14,8 @@ from typing import Any
 from rich.console import Console
 
 RESULTS = Path(__file__).parent / "results"
+COMPARE_HINT = "pip install 'actline[compare]'"
+"""How to install the libraries a benchmark compares actline with (not in the test install)."""
 
 WORDS = (
     "the a of to in for with by from as that this which when after before service request "
@@ -66,3 +69,11 @@ def write_result(console: Console, out: Path, result: dict[str, Any]) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     out.write_text(json.dumps(result, indent=2) + "\n")
     console.print(f"wrote {out}")
+
+
+def compare_module(benchmark: str, name: str) -> Any:
+    """A comparison-only library, or an exit that names ``benchmark`` and how to install it."""
+    try:
+        return importlib.import_module(name)
+    except ImportError as exc:
+        raise SystemExit(f"{benchmark}: {name} is missing: {COMPARE_HINT}") from exc

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib
 import itertools
 import json
 import platform
@@ -52,7 +51,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from bench.common import RESULTS, SanityCheckFailed, summary_ms, write_result
+from bench.common import RESULTS, SanityCheckFailed, compare_module, summary_ms, write_result
 from bench.loop import (
     AGE_S,
     KB,
@@ -75,16 +74,12 @@ SIZES = (100, 1_000, 5_000)
 ROUNDS = 10
 TURNS = 6
 QUICK: dict[str, Any] = {"sizes": [100, 1_000], "rounds": 3, "turns": 2}
-COMPARE_HINT = "pip install 'actline[compare]' (LangGraph is a comparison-only library)"
 LIBRARIES = ("langgraph", "langgraph-checkpoint-sqlite", "langchain-core")
 
 
 def _compare_module(name: str) -> Any:
     """A comparison-only library, or an exit that says how to install it."""
-    try:
-        return importlib.import_module(name)
-    except ImportError as exc:
-        raise SystemExit(f"bench.langgraph_side: {name} is missing: {COMPARE_HINT}") from exc
+    return compare_module("bench.langgraph_side", name)
 
 
 # -- the prefilled blocks as LangGraph messages ---------------------------------------------------

