@@ -186,12 +186,14 @@ def lg_turn(graph: Graph, thread: str, rounds: int) -> list[float]:
     graph.current = thread
     human = _compare_module("langchain_core.messages").HumanMessage(QUESTION)
     out = graph.app.invoke({"messages": [human]}, _config(thread), durability="sync")
-    times = graph.calls[thread]
+    times, messages = graph.calls[thread], out["messages"]
     if len(times) != rounds:
-        raise SanityCheckFailed(0, f"LangGraph thread {thread} ran {len(times)} of {rounds} rounds")
-    last = out["messages"][-1]
+        what = f"LangGraph thread {thread} ran {len(times)} of {rounds} rounds"
+        raise SanityCheckFailed(len(messages), what)
+    last = messages[-1]
     if getattr(last, "tool_calls", None) or "Team plan" not in str(last.content):
-        raise SanityCheckFailed(0, f"LangGraph thread {thread} did not answer: {last!r}")
+        what = f"LangGraph thread {thread} did not answer: {last!r}"
+        raise SanityCheckFailed(len(messages), what)
     return [b - a for a, b in itertools.pairwise(times)]
 
 
