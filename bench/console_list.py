@@ -1,4 +1,5 @@
-"""The console's list of conversations as conversations grow: outlines against whole loads.
+"""The console's list of conversations and a conversation's turns as conversations grow:
+outlines and turn briefs against whole loads and block scans.
 
 A store (LMDB, no sync) holds ``--conversations`` conversations of N blocks each
 (``--sizes``; ``bench.loop.prefill``: turns of a prompt, tool rounds and a completion, each
@@ -7,10 +8,17 @@ conversations``, one ``Store.outline`` per conversation) is timed against what i
 before, loading every conversation whole (``Store.load`` and every block again for the
 title and status), in the same process and alternately, ``--repeat`` times each.
 
+Opening a conversation (``views.turns``: each turn's prompt and answer, from the turn log
+and the path index, ``Store.turn_briefs``) is timed likewise against what it did before,
+reading every stored block of the conversation, ``OPENS`` times per repeat each way, after
+checking that both give the same turns.
+
 Target (``target_met``): at every size the list costs at most a tenth of the whole loads
 (``TARGET_RATIO``), and from the smallest size to the largest its cost grows at most a
 fifth as much as the conversations do (``GROWTH_SHARE``: it reads the first blocks, the last
-one and the turn records' keys, not the blocks).
+one and the turn records' keys, not the blocks); opening a conversation costs at most a
+quarter of the block scan at every size (``TARGET_OPEN_RATIO``: it reads two blocks per
+turn, never the tool rounds, so it grows with the turns).
 
     python -m bench.console_list [--sizes 100,1000,5000] [--conversations 20] [--repeat 5]
 """
@@ -35,9 +43,14 @@ from bench.common import RESULTS, SanityCheckFailed, write_result
 from bench.loop import prefill
 from storage import Store
 from timeline import Block
+from timeline.blocks import COMPLETION, USER_PROMPT
 
 TARGET_RATIO = 0.1
 """The most the list may cost against loading every conversation whole, at every size."""
+TARGET_OPEN_RATIO = 0.25
+"""The most opening a conversation may cost against reading all its blocks, at every size."""
+OPENS = 5
+"""Opens of one conversation timed per repeat, each way."""
 GROWTH_SHARE = 0.2
 """The most the list's cost may grow, as a share of how much the conversations grow: it
 counts a conversation's turns by their records' keys, one key per turn, so it is not flat."""
@@ -54,6 +67,19 @@ def whole_loads(store: Store) -> list[tuple[str, int, int]]:
         blocks = [Block.from_dict(d) for d in store.iter_blocks(cid)]
         rows.append((cid, len(loaded.timeline.turn_ids()), len(blocks)))
     return rows
+
+
+def scanned_turns(store: Store, cid: str) -> list[dict[str, Any]]:
+    """A conversation's turns as the console read them before: every stored block, in order."""
+    out: dict[str, dict[str, Any]] = {}
+    for raw in store.iter_blocks(cid):
+        block = Block.from_dict(raw)
+        turn = out.setdefault(block.turn_id, {"turn_id": block.turn_id, "prompt": "", "answer": ""})
+        if block.type == USER_PROMPT and not turn["prompt"]:
+            turn["prompt"] = block.text
+        elif block.type == COMPLETION and block.text:
+            turn["answer"] = block.text
+    return list(out.values())
 
 
 def fill(store: Store, blocks: int, conversations: int) -> int:
@@ -77,8 +103,13 @@ def measure(sizes: Sequence[int], conversations: int, repeat: int) -> list[dict[
                 listed = views.conversations(store, {}, {})
                 if len(listed) != conversations or any(r["turns"] != turns for r in listed):
                     raise SanityCheckFailed(blocks, f"the list shows {listed[:2]}…")
+                opened = listed[0]["conversation_id"]
+                if views.turns(store, opened) != scanned_turns(store, opened):
+                    raise SanityCheckFailed(blocks, f"{opened}: the turns differ from the scan")
                 outline: list[float] = []
                 whole: list[float] = []
+                briefs: list[float] = []
+                scans: list[float] = []
                 for _ in range(repeat):  # alternately, so both see the same machine
                     t0 = time.perf_counter()
                     views.conversations(store, {}, {})
@@ -86,6 +117,13 @@ def measure(sizes: Sequence[int], conversations: int, repeat: int) -> list[dict[
                     t0 = time.perf_counter()
                     whole_loads(store)
                     whole.append(time.perf_counter() - t0)
+                    for _ in range(OPENS):
+                        t0 = time.perf_counter()
+                        views.turns(store, opened)
+                        briefs.append(time.perf_counter() - t0)
+                        t0 = time.perf_counter()
+                        scanned_turns(store, opened)
+                        scans.append(time.perf_counter() - t0)
         rows.append(
             {
                 "blocks": blocks,
@@ -93,6 +131,8 @@ def measure(sizes: Sequence[int], conversations: int, repeat: int) -> list[dict[
                 "conversations": conversations,
                 "list_p50_ms": statistics.median(outline) * 1e3,
                 "whole_p50_ms": statistics.median(whole) * 1e3,
+                "open_p50_ms": statistics.median(briefs) * 1e3,
+                "scan_p50_ms": statistics.median(scans) * 1e3,
             }
         )
     return rows
@@ -112,17 +152,24 @@ def main(argv: list[str] | None = None) -> int:
     console = Console()
     with console.status("building the stores and listing them"):
         rows = measure(sizes, args.conversations, max(1, args.repeat))
-    table = Table(title=f"the console's list of {args.conversations} conversations")
-    for name in ("blocks each", "turns each", "list p50", "whole loads p50", "list / whole"):
+    table = Table(
+        title=f"the console's list of {args.conversations} conversations, and opening one"
+    )
+    names = ("blocks each", "turns each", "list p50", "whole loads p50", "list / whole")
+    for name in (*names, "open p50", "block scan p50", "open / scan"):
         table.add_column(name, justify="right")
     for row in rows:
         row["ratio"] = row["list_p50_ms"] / row["whole_p50_ms"]
+        row["open_ratio"] = row["open_p50_ms"] / row["scan_p50_ms"]
         table.add_row(
             f"{row['blocks']:,}",
             f"{row['turns']:,}",
             f"{row['list_p50_ms']:.2f} ms",
             f"{row['whole_p50_ms']:.1f} ms",
             f"{row['ratio']:.3f}",
+            f"{row['open_p50_ms']:.2f} ms",
+            f"{row['scan_p50_ms']:.2f} ms",
+            f"{row['open_ratio']:.3f}",
         )
     console.print(table)
     first, last = rows[0], rows[-1]
@@ -130,10 +177,12 @@ def main(argv: list[str] | None = None) -> int:
     size_grew = last["blocks"] / first["blocks"]
     growth_ok = len(rows) < 2 or grew - 1 <= GROWTH_SHARE * (size_grew - 1)
     ratio_ok = all(r["ratio"] <= TARGET_RATIO for r in rows)
+    open_ok = all(r["open_ratio"] <= TARGET_OPEN_RATIO for r in rows)
     console.print(
         f"the list grew {grew:.2f}x while the conversations grew {size_grew:.0f}x "
         f"(target: at most {1 + GROWTH_SHARE * (size_grew - 1):.1f}x); list / whole at most "
-        f"{TARGET_RATIO} at every size: {'met' if ratio_ok else 'missed'}"
+        f"{TARGET_RATIO} at every size: {'met' if ratio_ok else 'missed'}; open / scan at "
+        f"most {TARGET_OPEN_RATIO} at every size: {'met' if open_ok else 'missed'}"
     )
     result = {
         "benchmark": "console_list",
@@ -143,7 +192,8 @@ def main(argv: list[str] | None = None) -> int:
         "size_growth": size_grew,
         "target_ratio": TARGET_RATIO,
         "growth_share": GROWTH_SHARE,
-        "target_met": ratio_ok and growth_ok,
+        "target_open_ratio": TARGET_OPEN_RATIO,
+        "target_met": ratio_ok and growth_ok and open_ok,
     }
     write_result(console, args.out, result)
     return 0 if result["target_met"] else 1

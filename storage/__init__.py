@@ -14,7 +14,7 @@ from .errors import (
     StoreFull,
 )
 from .quota import Quota, Usage
-from .store import Loaded, Outline, Store
+from .store import Loaded, Outline, Store, TurnBrief
 from .workspace import FileStat, Workspace
 
 __all__ = [
@@ -30,6 +30,7 @@ __all__ = [
     "StorageError",
     "Store",
     "StoreFull",
+    "TurnBrief",
     "Usage",
     "Workspace",
     "artifacts",

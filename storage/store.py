@@ -66,6 +66,7 @@ import msgpack
 
 from messages.ids import is_valid_id
 from timeline import Block, Timeline
+from timeline.blocks import COMPLETION, USER_PROMPT
 from timeline.snapshot import split
 
 from . import quota
@@ -279,6 +280,17 @@ class Outline:
     """That turn's record status (``running``, ``completed``, …); "" without a record."""
     last_ts: float
     """Its last block's time."""
+
+
+@dataclass(frozen=True, slots=True)
+class TurnBrief:
+    """What the console shows of one stored turn (``Store.turn_briefs``)."""
+
+    turn_id: str
+    prompt: str
+    """The text of its first ``user.prompt`` block with text ("" without one)."""
+    answer: str
+    """The text of its last ``assistant.completion`` block with text ("" without one)."""
 
 
 OUTLINE_HEAD = 20
@@ -852,6 +864,49 @@ class Store:
             record = unpack(found) if found is not None else {}
             status = str(record.get("status") or "") if isinstance(record, dict) else ""
             return Outline(title, turns, last_turn, status, float(last.get("ts") or 0.0))
+
+        return self.read(fn)
+
+    def turn_briefs(self, cid: str) -> list[TurnBrief]:
+        """Each stored turn's prompt and answer, in the order the turns first appear, in one
+        read: the turn log, then the blocks at each turn's prompt and completion paths (its
+        cost grows with the turns, never with the other blocks: tool results stay unread)."""
+        prefix = f"{check_id(cid)}/".encode()
+
+        def texts(txn: lmdb.Transaction, paths: lmdb.Cursor, turn_id: str, kind: str) -> list[str]:
+            """The texts of the turn's ``kind`` blocks at their path ``ar:<turn>.<kind>``
+            (``ar_path``'s text, built here: the turn ids are the store's own)."""
+            at = path_key(cid, f"ar:{turn_id}.{kind}")
+            out: list[str] = []
+            if paths.set_range(at):
+                for key in paths.iternext(values=False):
+                    if not bytes(key).startswith(at):
+                        break
+                    raw = txn.get(block_key(cid, int(key[len(at) :])), db=self.db["blocks"])
+                    block = unpack(raw) if raw is not None else {}
+                    same = block.get("type") == kind and block.get("turn_id") == turn_id
+                    if same and block.get("text"):
+                        out.append(str(block["text"]))
+            return out
+
+        def fn(txn: lmdb.Transaction) -> list[TurnBrief]:
+            first: list[tuple[int, str]] = []
+            log = txn.cursor(db=self.db["turnlog"])
+            if log.set_range(prefix):
+                for key, raw in log:
+                    if not bytes(key).startswith(prefix):
+                        break
+                    entry = unpack(raw)
+                    if entry.get("seqs"):
+                        first.append((min(entry["seqs"]), str(entry["turn_id"])))
+            briefs = []
+            paths = txn.cursor(db=self.db["paths"])
+            for _, tid in sorted(first):
+                prompts = texts(txn, paths, tid, USER_PROMPT)
+                answers = texts(txn, paths, tid, COMPLETION)
+                prompt, answer = prompts[0] if prompts else "", answers[-1] if answers else ""
+                briefs.append(TurnBrief(tid, prompt, answer))
+            return briefs
 
         return self.read(fn)
 

@@ -76,15 +76,12 @@ def conversations(
 
 
 def turns(store: Store, cid: str) -> list[dict[str, Any]]:
-    """Each stored turn of a conversation: its prompt and its answer (the latest completion)."""
-    out: dict[str, dict[str, Any]] = {}
-    for block in _blocks(store, cid):
-        turn = out.setdefault(block.turn_id, {"turn_id": block.turn_id, "prompt": "", "answer": ""})
-        if block.type == "user.prompt" and not turn["prompt"]:
-            turn["prompt"] = block.text
-        elif block.type == "assistant.completion" and block.text:
-            turn["answer"] = block.text
-    return list(out.values())
+    """Each stored turn of a conversation: its prompt and its answer (the latest completion),
+    read turn by turn (``Store.turn_briefs``), not block by block."""
+    return [
+        {"turn_id": t.turn_id, "prompt": t.prompt, "answer": t.answer}
+        for t in store.turn_briefs(cid)
+    ]
 
 
 def _state(block: Block, visible: set[str]) -> str:

@@ -6,10 +6,10 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench.console_list import GROWTH_SHARE, TARGET_RATIO, main
+from bench.console_list import GROWTH_SHARE, TARGET_OPEN_RATIO, TARGET_RATIO, main
 
 
-def test_the_console_list_benchmark_times_outlines_against_whole_loads_and_writes_its_json(
+def test_the_console_list_benchmark_times_outlines_and_opens_against_whole_reads_and_writes_json(
     tmp_path: Path,
 ) -> None:
     out = tmp_path / "console_list.json"
@@ -20,5 +20,8 @@ def test_the_console_list_benchmark_times_outlines_against_whole_loads_and_write
     for row in result["rows"]:
         assert row["list_p50_ms"] > 0 and row["whole_p50_ms"] > 0 and row["turns"] > 0
         assert row["ratio"] == row["list_p50_ms"] / row["whole_p50_ms"]
+        assert row["open_p50_ms"] > 0 and row["scan_p50_ms"] > 0
+        assert row["open_ratio"] == row["open_p50_ms"] / row["scan_p50_ms"]
     assert result["size_growth"] == 4.0
     assert (result["target_ratio"], result["growth_share"]) == (TARGET_RATIO, GROWTH_SHARE)
+    assert result["target_open_ratio"] == TARGET_OPEN_RATIO

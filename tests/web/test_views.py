@@ -1,5 +1,6 @@
-"""The console's list of conversations on a real LMDB store: what it shows of each, read
-without loading any conversation whole, newest first and at most ``limit``."""
+"""The console's views on a real LMDB store: the list of conversations (what it shows of
+each, newest first and at most ``limit``) and a conversation's turns, both read without
+loading any conversation whole."""
 
 from __future__ import annotations
 
@@ -10,6 +11,8 @@ import pytest
 from actline.web import views
 from storage import Store
 from tests.timeline.builders import Build, words
+from timeline import Block
+from timeline.blocks import COMPLETION, USER_PROMPT
 
 
 def stored(store: Store, cid: str, turns: int, *, running: bool = False) -> None:
@@ -50,3 +53,55 @@ def test_the_list_shows_each_conversation_from_its_outline_and_loads_none(
     updated = [float(r["updated"]) for r in rows]
     assert updated == sorted(updated, reverse=True)
     assert [r["conversation_id"] for r in two] == [r["conversation_id"] for r in rows[:2]]
+
+
+def scanned(store: Store, cid: str) -> list[dict[str, str]]:
+    """The turns as the console read them before: every stored block, in order."""
+    out: dict[str, dict[str, str]] = {}
+    for raw in store.iter_blocks(cid):
+        block = Block.from_dict(raw)
+        turn = out.setdefault(block.turn_id, {"turn_id": block.turn_id, "prompt": "", "answer": ""})
+        if block.type == USER_PROMPT and not turn["prompt"]:
+            turn["prompt"] = block.text
+        elif block.type == COMPLETION and block.text:
+            turn["answer"] = block.text
+    return list(out.values())
+
+
+def test_a_conversations_turns_are_read_turn_by_turn_as_the_block_scan_read_them(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    b = Build()
+    b.tl.conversation_id = "c-open"
+    b.turn("t1", "first question")
+    b.rounds(3, size=200, prefix="a")
+    b.completion("first answer")
+    b.turn("t2", "second question")
+    b.followup("and the price?", "f1-x")
+    b.completion("a draft answer")
+    b.rounds(1, prefix="b")
+    b.completion("the answer after the followup")  # the latest completion is the answer
+    b.turn("t3", "")  # a prompt without text, then an empty completion: both stay ""
+    b.completion("")
+    b.turn("t10", "a turn whose id sorts before t2")
+    b.rounds(2, prefix="c")  # still running: no completion yet
+    with Store(tmp_path / "db", sync=False) as store:
+        store.persist(b.tl)
+        expected = scanned(store, "c-open")
+        assert [t["turn_id"] for t in expected] == ["t1", "t2", "t3", "t10"]
+        assert expected[1]["answer"] == "the answer after the followup"
+        assert views.turns(store, "c-open") == expected
+        # A conversation taken over from its durable copy: written again, read the same.
+        blocks = list(store.iter_blocks("c-open"))
+        store.replace_conversation(
+            "c-open", store.header("c-open") or {}, [Block.from_dict(d) for d in blocks]
+        )
+        assert views.turns(store, "c-open") == expected
+        assert views.turns(store, "c-none") == []
+
+        def whole(*args: object, **kwargs: object) -> None:
+            raise AssertionError("the turns view read the conversation whole")
+
+        monkeypatch.setattr(Store, "load", whole)
+        monkeypatch.setattr(Store, "iter_blocks", whole)
+        assert views.turns(store, "c-open") == expected
