@@ -73,6 +73,10 @@ class PrefixView(Sequence[T]):
     def __iter__(self) -> Iterator[T]:
         return iter(self._items[: self._n])  # a slice copy is ~10x faster than a generator
 
+    def copy(self) -> list[T]:
+        """The items as a new list (one copy: ``list(view)`` would copy them twice)."""
+        return self._items[: self._n]
+
 
 @dataclass(frozen=True, slots=True)
 class RenderEvents:
@@ -107,8 +111,12 @@ class RenderResult:
         return self.stable_tokens + self.tail_tokens
 
     def parts(self) -> list[dict[str, Any]]:
-        """Every part in order (a new list; the part dicts are shared, do not mutate them)."""
-        return [*self.stable, *self.tail]
+        """Every part in order (a new list; the part dicts are shared, do not mutate them).
+        Built with one copy of the stable parts: it is O(blocks) every round."""
+        stable = self.stable
+        out = stable.copy() if isinstance(stable, PrefixView) else list(stable)
+        out.extend(self.tail)
+        return out
 
     def text(self) -> str:
         """A human-readable view with the cache marks shown (for ``actline timeline``)."""

@@ -167,3 +167,20 @@ def test_a_restore_point_older_than_the_cache_lifetime_is_not_used() -> None:
     _, now = grow(tl, renderer, range(7, 13), T0 + 100)
     tl.set_hidden(tl.blocks_at("tc:t2.c5.result"), "short view")
     assert renderer.render(now=now + 301).points.cp1 == 4
+
+
+def test_a_renders_parts_are_its_own_list_that_later_rounds_leave_as_they_were() -> None:
+    tl = worked_example()
+    renderer = Renderer(tl, TimelineConfig(max_tokens=0))
+    now = T0 + 100
+    first = renderer.render(now=now)
+    parts = first.parts()
+    assert parts == [*first.stable, *first.tail]
+    assert parts is not first.parts()
+    path = ar_path("t2", "assistant.completion")
+    tl.append(Block.new(COMPLETION, "t2", now, path=path, text="done"))
+    later = renderer.render(now=now + 1)
+    assert len(later.parts()) == len(parts) + 1  # the renderer appended to its own list
+    assert first.parts() == parts  # what an earlier round sent stays what it was
+    parts.append({"type": "text", "text": "mine"})
+    assert len(first.parts()) == len(parts) - 1
