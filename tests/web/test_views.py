@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 
 from actline.web import views
+from bench.console_list import scanned_turns
 from storage import Store
 from tests.timeline.builders import Build, words
 from timeline import Block
-from timeline.blocks import COMPLETION, USER_PROMPT
 
 
 def stored(store: Store, cid: str, turns: int, *, running: bool = False) -> None:
@@ -55,19 +55,6 @@ def test_the_list_shows_each_conversation_from_its_outline_and_loads_none(
     assert [r["conversation_id"] for r in two] == [r["conversation_id"] for r in rows[:2]]
 
 
-def scanned(store: Store, cid: str) -> list[dict[str, str]]:
-    """The turns as the console read them before: every stored block, in order."""
-    out: dict[str, dict[str, str]] = {}
-    for raw in store.iter_blocks(cid):
-        block = Block.from_dict(raw)
-        turn = out.setdefault(block.turn_id, {"turn_id": block.turn_id, "prompt": "", "answer": ""})
-        if block.type == USER_PROMPT and not turn["prompt"]:
-            turn["prompt"] = block.text
-        elif block.type == COMPLETION and block.text:
-            turn["answer"] = block.text
-    return list(out.values())
-
-
 def test_a_conversations_turns_are_read_turn_by_turn_as_the_block_scan_read_them(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -87,7 +74,7 @@ def test_a_conversations_turns_are_read_turn_by_turn_as_the_block_scan_read_them
     b.rounds(2, prefix="c")  # still running: no completion yet
     with Store(tmp_path / "db", sync=False) as store:
         store.persist(b.tl)
-        expected = scanned(store, "c-open")
+        expected = scanned_turns(store, "c-open")
         assert [t["turn_id"] for t in expected] == ["t1", "t2", "t3", "t10"]
         assert expected[1]["answer"] == "the answer after the followup"
         assert views.turns(store, "c-open") == expected
