@@ -10,6 +10,7 @@ the other conversation's turn could not finish while the gate is shut.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
@@ -18,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from actors import Node
 from actors.client import Client, TurnHandle
 from bus import Bus
 from llm.protocol import Chunk
@@ -131,28 +133,41 @@ def held_model() -> HeldFirstRound:
     )
 
 
+@dataclass
+class HeldFollowup:
+    """A node (git workspace) whose c-slow turn holds its first round, and a followup with a
+    file whose write waits at the gate (its reply comes once the gate opens)."""
+
+    node: Node
+    model: HeldFirstRound
+    slow: TurnHandle
+    joining: asyncio.Future[Ack | ErrorReply]
+
+
+@contextlib.asynccontextmanager
 async def followup_held(
-    client: Client, model: HeldFirstRound, gate: Gate
-) -> tuple[TurnHandle, asyncio.Future[Ack | ErrorReply]]:
-    """A turn of c-slow whose model holds its first round, and a followup with a file whose
-    write waits at the gate (its reply comes once the gate opens)."""
-    slow = await client.submit("first question", conversation_id="c-slow")
-    await until(lambda: model.holding)
-    followup = client.followup(
-        "c-slow", slow.turn_id, "and this file", attachments=[slow_file("late notes")]
-    )
-    joining = asyncio.ensure_future(followup)
-    await until(gate.entered.is_set)
-    return slow, joining
+    bus: Bus, client: Client, home: Path, gate: Gate
+) -> AsyncIterator[HeldFollowup]:
+    model = held_model()
+    node = await start_node(bus, home, model, workspace_mode="git")
+    try:
+        slow = await client.submit("first question", conversation_id="c-slow")
+        await until(lambda: model.holding)
+        followup = client.followup(
+            "c-slow", slow.turn_id, "and this file", attachments=[slow_file("late notes")]
+        )
+        joining = asyncio.ensure_future(followup)
+        await until(gate.entered.is_set)
+        yield HeldFollowup(node, model, slow, joining)
+    finally:
+        await node.stop()
 
 
 async def test_a_followups_attachment_is_stored_while_other_conversations_go_on(
     bus: Bus, client: Client, tmp_path: Path, gate: Gate
 ) -> None:
-    model = held_model()
-    node = await start_node(bus, tmp_path / "home", model, workspace_mode="git")
-    try:
-        slow, joining = await followup_held(client, model, gate)
+    async with followup_held(bus, client, tmp_path / "home", gate) as held:
+        node, model, slow, joining = held.node, held.model, held.slow, held.joining
         fast = await run_turn(client, "hello", "c-fast")
         still_writing = not gate.left.is_set()
         gate.opened.set()
@@ -164,8 +179,6 @@ async def test_a_followups_attachment_is_stored_while_other_conversations_go_on(
         workspace = node.conversations["c-slow"].workspace
         [meta] = [b for b in blocks if b.type == USER_ATTACHMENT_META]
         stored = workspace.read(meta.path)
-    finally:
-        await node.stop()
     assert fast.result.result().answer == "Hi."
     assert still_writing
     assert reply.kind == "ack"
@@ -178,10 +191,8 @@ async def test_a_followups_attachment_is_stored_while_other_conversations_go_on(
 async def test_a_followup_whose_turn_answers_while_its_files_are_stored_is_refused_whole(
     bus: Bus, client: Client, tmp_path: Path, gate: Gate
 ) -> None:
-    model = held_model()
-    node = await start_node(bus, tmp_path / "home", model, workspace_mode="git")
-    try:
-        slow, joining = await followup_held(client, model, gate)
+    async with followup_held(bus, client, tmp_path / "home", gate) as held:
+        node, model, slow, joining = held.node, held.model, held.slow, held.joining
         decision = node.conversations["c-slow"].current
         assert decision is not None
         model.release.set()  # the turn answers while the file is being written
@@ -193,8 +204,6 @@ async def test_a_followup_whose_turn_answers_while_its_files_are_stored_is_refus
         blocks = conv.tl.turn_blocks(slow.turn_id)
         workspace = conv.workspace
         left = workspace.tree(slow.turn_id, "external.followup.attachments")
-    finally:
-        await node.stop()
     assert isinstance(reply, ErrorReply) and reply.code == "turn_not_running"
     assert "answered while the files were stored" in reply.message
     assert "send the text as a new turn.request" in reply.message
