@@ -171,12 +171,9 @@ def _config(thread: str) -> dict[str, Any]:
     return {"configurable": {"thread_id": thread}}
 
 
-def lg_prefill(graph: Graph, thread: str, blocks: int) -> int:
-    """Store ``prefill(blocks)``'s messages as the thread's first checkpoint: their count."""
-    tl = prefill(blocks, thread, end=time.time() - AGE_S)
-    messages = as_messages(list(tl))
-    graph.app.update_state(_config(thread), {"messages": messages}, as_node="agent")
-    return len(messages)
+def lg_prefill(graph: Graph, thread: str, messages: Sequence[Any]) -> None:
+    """Store ``messages`` as the thread's first checkpoint."""
+    graph.app.update_state(_config(thread), {"messages": list(messages)}, as_node="agent")
 
 
 def lg_turn(graph: Graph, thread: str, rounds: int) -> list[float]:
@@ -209,7 +206,8 @@ class Size:
     blocks: int
     case: Case
     graphs: dict[str, Graph]
-    messages: int = 0
+    messages: int
+    """How many messages each thread is prefilled with."""
     lg_rounds: dict[str, list[float]] = field(default_factory=dict)
 
     def langgraph_turn(self, variant: str, i: int, rounds: int) -> None:
@@ -229,11 +227,12 @@ async def _prepare(
         )
         for variant in VARIANTS
     }
-    size = Size(blocks, case, graphs)
+    messages = as_messages(list(prefill(blocks, "lg", end=time.time() - AGE_S)))
+    size = Size(blocks, case, graphs, len(messages))
     await warm_up(case)
     for graph in graphs.values():
         for k in range(1, turns + 1):
-            size.messages = lg_prefill(graph, f"lg-{blocks}-{k}", blocks)
+            lg_prefill(graph, f"lg-{blocks}-{k}", messages)
             lg_turn(graph, f"lg-{blocks}-{k}", 2)
     return size
 
