@@ -8,6 +8,7 @@ names (``claude-sonnet-4-5-20250929``) by their longest known prefix.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from collections.abc import Mapping
@@ -91,6 +92,7 @@ _VERSION_SUFFIX = re.compile(r"(?:[-@]\d{8}|-latest)?(?:-v\d+(?::\d+)?)?")
 ``-latest``, then a Bedrock-style ``-v1:0``. Anything else is another model."""
 
 
+@functools.lru_cache(maxsize=256)
 def model_spec(name: str) -> ModelSpec:
     """The constants of ``name``: exact; an alias; the family of a dated or ``-latest``
     name; else conservative ones (``known=False``, the largest minimum cacheable prefix).

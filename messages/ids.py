@@ -34,6 +34,9 @@ AgentName = Annotated[str, StringConstraints(pattern=NAME_PATTERN)]
 _ID_RE = re.compile(ID_PATTERN)
 _NAME_RE = re.compile(NAME_PATTERN)
 _ALPHABET = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+_PAIRS = tuple(a + b for a in _ALPHABET for b in _ALPHABET)
+"""Every 10-bit value as its two characters: an id is 13 of them."""
+_SHIFTS = tuple(range(120, -1, -10))
 _lock = threading.Lock()
 _last_ms = -1
 _last_rand = 0
@@ -61,8 +64,4 @@ def new_id(prefix: str = "") -> str:
             rand = random.getrandbits(80)
         _last_ms, _last_rand = now, rand
     value = (now << 80) | rand
-    chars = []
-    for _ in range(26):
-        chars.append(_ALPHABET[value & 31])
-        value >>= 5
-    return prefix + "".join(reversed(chars))
+    return prefix + "".join([_PAIRS[(value >> shift) & 1023] for shift in _SHIFTS])

@@ -11,6 +11,7 @@ with every other character than a letter or digit made ``_`` (``al`` ->
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from dataclasses import dataclass
@@ -23,9 +24,16 @@ _PREFIX_RE = re.compile(r"^[A-Za-z0-9_\-]+(\.[A-Za-z0-9_\-]+)*$")
 
 
 def _token(value: str, what: str) -> str:
-    if not is_valid_id(value):
+    if not _valid_id(value):
         raise SubjectError(what, value)
     return value
+
+
+@functools.lru_cache(maxsize=4096)
+def _valid_id(value: str) -> bool:
+    """``is_valid_id``, remembered: a node builds the same conversation's subjects every
+    round."""
+    return is_valid_id(value)
 
 
 @dataclass(frozen=True, slots=True)

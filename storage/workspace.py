@@ -49,7 +49,7 @@ from __future__ import annotations
 import hashlib
 import re
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, TypedDict, TypeVar
 
 import lmdb
@@ -471,6 +471,23 @@ class Workspace:
             rows = self._scan_txn(txn, area, "", self._as_of(txn, turn_id))
             return {
                 rel: _stat(_logical(turn_id, area, rel), area, row) for rel, row in rows.items()
+            }
+
+        return self.store.read(fn)
+
+    def trees(self, turn_id: str, areas: Sequence[str]) -> dict[str, dict[str, FileStat]]:
+        """``tree`` of each of ``areas`` as of ``turn_id``, in one read transaction."""
+        for area in areas:
+            _check_turn_and_area(turn_id, area)
+
+        def fn(txn: lmdb.Transaction) -> dict[str, dict[str, FileStat]]:
+            ordinal = self._as_of(txn, turn_id)
+            return {
+                area: {
+                    rel: _stat(_logical(turn_id, area, rel), area, row)
+                    for rel, row in self._scan_txn(txn, area, "", ordinal).items()
+                }
+                for area in areas
             }
 
         return self.store.read(fn)

@@ -62,6 +62,7 @@ import time
 import uuid
 import weakref
 from collections import OrderedDict
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any, Final
@@ -792,6 +793,10 @@ class GitWorkspace:
             rel = key.split("/", 1)[1]
             out[rel] = _file_stat(_logical(turn_id, area, rel), key, entry)
         return out
+
+    def trees(self, turn_id: str, areas: Sequence[str]) -> dict[str, dict[str, FileStat]]:
+        """``tree`` of each of ``areas`` as of ``turn_id``."""
+        return {area: self.tree(turn_id, area) for area in areas}
 
     def versions(self, area: str, rel: str) -> list[FileStat]:
         """Every version of ``<area>/<rel>`` ever written, tombstones included, oldest first."""

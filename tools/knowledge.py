@@ -59,7 +59,15 @@ class Hit:
     chunk: int
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        # by hand: ``asdict`` deep-copies every field, and a search builds one per hit
+        return {
+            "path": self.path,
+            "title": self.title,
+            "url": self.url,
+            "score": self.score,
+            "snippet": self.snippet,
+            "chunk": self.chunk,
+        }
 
 
 @dataclass(frozen=True, slots=True)

@@ -28,7 +28,7 @@ import hashlib
 import os
 import shutil
 import stat as statmod
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Final, Protocol
@@ -97,6 +97,7 @@ class WorkspaceBackend(Protocol):
     def stat(self, path: str | LogicalPath) -> FileStat: ...
     def listdir(self, path: str | LogicalPath) -> list[str]: ...
     def tree(self, turn_id: str, area: str = "files") -> dict[str, FileStat]: ...
+    def trees(self, turn_id: str, areas: Sequence[str]) -> dict[str, dict[str, FileStat]]: ...
     def versions(self, area: str, rel: str) -> list[FileStat]: ...
 
 
@@ -381,8 +382,8 @@ def workspace_lines(
 ) -> list[str]:
     """The workspace state for ANNOUNCE: mode, the active files, outputs, pulled refs."""
     try:
-        files = workspace.tree(turn_id, "files")
-        outputs = workspace.tree(turn_id, "outputs")
+        trees = workspace.trees(turn_id, ("files", "outputs"))
+        files, outputs = trees["files"], trees["outputs"]
     except NotStored:  # the turn never began in the workspace
         files, outputs = {}, {}
     pulled = local.pulled_refs(turn_id) if local is not None else []

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pickle
+import time
 from datetime import UTC, datetime, timedelta, timezone
 from typing import Any, get_origin
 
@@ -166,6 +167,25 @@ def test_new_ids_sort_in_creation_order() -> None:
     assert len(set(ids)) == len(ids)
     assert all(len(i) == 26 and messages.is_valid_id(i) for i in ids)
     assert messages.new_id("t-").startswith("t-")
+
+
+def test_new_id_is_the_crockford_base32_of_its_millisecond_and_counter() -> None:
+    """An id is 26 characters of Crockford base32, most significant first: 48 bits of
+    milliseconds since the epoch, then 80 random bits counting up within a millisecond."""
+    alphabet = "0123456789ABCDEFGHJKMNPQRSTVWXYZ"
+    before = time.time_ns() // 1_000_000
+    first, second = messages.new_id(), messages.new_id()
+    after = time.time_ns() // 1_000_000
+    values = []
+    for text in (first, second):
+        value = 0
+        for char in text:
+            value = value * 32 + alphabet.index(char)
+        values.append(value)
+    assert all(before <= v >> 80 <= after for v in values)
+    assert values[1] > values[0]
+    if values[1] >> 80 == values[0] >> 80:  # the same millisecond: the counter went up by one
+        assert values[1] == values[0] + 1
 
 
 @pytest.mark.parametrize(

@@ -96,6 +96,13 @@ class Pair:
         for turn in [*turns, "t99"]:
             for area in FI_AREAS:
                 self.same("tree", turn, area)
+            # every area in one read: what ``tree`` gives area by area, or its refusal
+            whole = self.same("trees", turn, FI_AREAS)
+            each = [outcome(self.custom.tree, turn, area) for area in FI_AREAS]
+            if whole[0] == "ok":
+                assert whole[1] == {area: o[1] for area, o in zip(FI_AREAS, each, strict=True)}
+            else:
+                assert whole == each[0]
             for area, rel in sorted(self.written):
                 self.same("read", f"fi:{turn}.{area}/{rel}")
                 self.same("stat", f"fi:{turn}.{area}/{rel}")
