@@ -218,7 +218,10 @@ class Profile:
     def timeline_config(self, max_context_tokens: int) -> TimelineConfig:
         """The renderer's settings under this profile (the context capped by the node's):
         made once per profile and cap (a turn asks for them as it starts; both frozen)."""
-        return _timeline_config(self, max_context_tokens)
+        try:
+            return _timeline_config(self, max_context_tokens)
+        except TypeError:  # a field given as a list (a Profile built by hand): not hashable
+            return self._timeline_config(max_context_tokens)
 
     def _timeline_config(self, max_context_tokens: int) -> TimelineConfig:
         return TimelineConfig(

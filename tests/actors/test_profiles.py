@@ -117,6 +117,19 @@ def test_turn_settings_take_the_profile_then_the_configs_top_level_keys() -> Non
     assert turn.profile.timeline_config(200_000).max_tokens == BUILTINS["fast"].context_tokens
 
 
+def test_a_profiles_renderer_settings_are_made_once_and_equal_to_made_afresh() -> None:
+    node = NodeSettings(profiles={"mine": {"extends": "deep", "tool_policies": [["a.*", "drop"]]}})
+    profile = TurnSettings.parse({"profile": "mine"}, node).profile
+    first = profile.timeline_config(100_000)
+    assert profile.timeline_config(100_000) is first  # both frozen: one per profile and cap
+    assert first == profile._timeline_config(100_000)
+    assert first.retention_by_tool == (("a.*", "drop"),)
+    assert profile.timeline_config(50_000).max_tokens == 50_000  # another cap, its own
+    # a profile built by hand with a list is not hashable: made afresh, the same settings
+    by_hand = replace(profile, critical_tools=list(profile.critical_tools))  # type: ignore[arg-type]
+    assert by_hand.timeline_config(100_000) == first
+
+
 def test_approvals_join_from_the_node_the_profile_and_the_turn() -> None:
     node = NodeSettings(
         approve_tools="code.*",
