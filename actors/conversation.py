@@ -226,7 +226,7 @@ class ConversationActor(Actor):
             ),
         )
         await self.files.begin(request.turn_id)
-        self.renderer.config = turn.profile.timeline_config(services.settings.max_context_tokens)
+        self.renderer.config = turn.timeline
         if record is None:
             # Stored with the first round's checkpoint: a crash before it leaves no record,
             # and the redelivered request starts the turn afresh. Its files first, off the

@@ -27,6 +27,7 @@ from messages import (
     new_id,
 )
 from messages.ids import is_valid_name
+from timeline import TimelineConfig
 
 from . import events as ev
 from .approvals import gate, split_config
@@ -67,6 +68,8 @@ class TurnDefaults(Protocol):
     def profiles(self) -> Mapping[str, Mapping[str, Any]]: ...
     @property
     def approve_tools(self) -> str: ...
+    @property
+    def max_context_tokens(self) -> int: ...
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,6 +77,9 @@ class TurnSettings:
     """Everything a turn's ``config`` may set, resolved against the node's defaults."""
 
     limits: ev.Limits
+    timeline: TimelineConfig
+    """The renderer's settings under ``profile``, the context capped by the node's (made
+    with the settings, so once per distinct config: ``SettingsMemo``)."""
     max_calls: int = MAX_CALLS
     grace_s: float = 0.75
     model: str = "extractive"
@@ -130,6 +136,7 @@ class TurnSettings:
         )
         return cls(
             limits=limits,
+            timeline=profile.timeline_config(defaults.max_context_tokens),
             max_calls=profile.max_tool_calls_per_decision,
             grace_s=float(_pick(given.followup_grace_s, defaults.followup_grace_s)),
             model=_pick(given.model, defaults.model),

@@ -26,7 +26,6 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
@@ -216,14 +215,7 @@ class Profile:
         return out
 
     def timeline_config(self, max_context_tokens: int) -> TimelineConfig:
-        """The renderer's settings under this profile (the context capped by the node's):
-        made once per profile and cap (a turn asks for them as it starts; both frozen)."""
-        try:
-            return _timeline_config(self, max_context_tokens)
-        except TypeError:  # a field given as a list (a Profile built by hand): not hashable
-            return self._timeline_config(max_context_tokens)
-
-    def _timeline_config(self, max_context_tokens: int) -> TimelineConfig:
+        """The renderer's settings under this profile (the context capped by the node's)."""
         return TimelineConfig(
             max_tokens=min(self.context_tokens, max_context_tokens),
             compaction_ratio=self.compaction_ratio,
@@ -480,9 +472,3 @@ def _chain(name: str, custom: Mapping[str, Mapping[str, Any]], where: str) -> li
 def _show(value: object) -> str:
     text = repr(value)
     return text if len(text) <= 80 else text[:77] + "..."
-
-
-@functools.lru_cache(maxsize=256)
-def _timeline_config(profile: Profile, max_context_tokens: int) -> TimelineConfig:
-    """``Profile.timeline_config``, once per distinct profile and cap (a few per node)."""
-    return profile._timeline_config(max_context_tokens)

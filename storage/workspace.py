@@ -465,15 +465,7 @@ class Workspace:
 
     def tree(self, turn_id: str, area: str = "files") -> dict[str, FileStat]:
         """The whole ``area`` as of ``turn_id``: rel -> stat of the live version, sorted by rel."""
-        _check_turn_and_area(turn_id, area)
-
-        def fn(txn: lmdb.Transaction) -> dict[str, FileStat]:
-            rows = self._scan_txn(txn, area, "", self._as_of(txn, turn_id))
-            return {
-                rel: _stat(_logical(turn_id, area, rel), area, row) for rel, row in rows.items()
-            }
-
-        return self.store.read(fn)
+        return self.trees(turn_id, (area,))[area]
 
     def trees(self, turn_id: str, areas: Sequence[str]) -> dict[str, dict[str, FileStat]]:
         """``tree`` of each of ``areas`` as of ``turn_id``, in one read transaction."""

@@ -17,7 +17,7 @@ from actors import NodeSettings
 from actors.approvals import needs_approval
 from actors.client import Client
 from actors.errors import InputRefused, SettingsError
-from actors.policy import TurnSettings
+from actors.policy import SettingsMemo, TurnSettings
 from actors.profiles import BUILTIN, BUILTINS, KEYS, Profile, check_custom, resolve
 from bus import Bus
 from storage import Store
@@ -117,17 +117,20 @@ def test_turn_settings_take_the_profile_then_the_configs_top_level_keys() -> Non
     assert turn.profile.timeline_config(200_000).max_tokens == BUILTINS["fast"].context_tokens
 
 
-def test_a_profiles_renderer_settings_are_made_once_and_equal_to_made_afresh() -> None:
-    node = NodeSettings(profiles={"mine": {"extends": "deep", "tool_policies": [["a.*", "drop"]]}})
-    profile = TurnSettings.parse({"profile": "mine"}, node).profile
-    first = profile.timeline_config(100_000)
-    assert profile.timeline_config(100_000) is first  # both frozen: one per profile and cap
-    assert first == profile._timeline_config(100_000)
+def test_a_turns_renderer_settings_are_made_once_per_config_and_equal_to_made_afresh() -> None:
+    node = NodeSettings(
+        max_context_tokens=100_000,
+        profiles={"mine": {"extends": "deep", "tool_policies": [["a.*", "drop"]]}},
+    )
+    memo = SettingsMemo(node)
+    turn = memo.parse({"profile": "mine"})
+    first = turn.timeline
+    assert memo.parse({"profile": "mine"}).timeline is first  # one per distinct config
+    assert first == turn.profile.timeline_config(100_000)
     assert first.retention_by_tool == (("a.*", "drop"),)
-    assert profile.timeline_config(50_000).max_tokens == 50_000  # another cap, its own
-    # a profile built by hand with a list is not hashable: made afresh, the same settings
-    by_hand = replace(profile, critical_tools=list(profile.critical_tools))  # type: ignore[arg-type]
-    assert by_hand.timeline_config(100_000) == first
+    assert first.max_tokens == min(turn.profile.context_tokens, 100_000)  # the node's cap
+    other = SettingsMemo(replace(node, max_context_tokens=50_000)).parse({"profile": "mine"})
+    assert other.timeline.max_tokens == 50_000  # another cap, its own
 
 
 def test_approvals_join_from_the_node_the_profile_and_the_turn() -> None:
