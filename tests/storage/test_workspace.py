@@ -390,3 +390,22 @@ def test_resolution_matches_a_model_of_per_turn_snapshots(
             lambda txn: sum(int.from_bytes(v, "big") for _, v in txn.cursor(db=store.db["artrefs"]))
         )
         assert referenced == live
+
+
+def test_trees_refuses_what_tree_refuses_and_reads_every_area_as_of_the_turn(
+    ws: Workspace,
+) -> None:
+    ws.write("t1", "files", "a.md", b"a")
+    ws.write("t2", "outputs", "r.txt", b"r")
+    assert ws.trees("t2", ("files", "outputs")) == {
+        "files": ws.tree("t2", "files"),
+        "outputs": ws.tree("t2", "outputs"),
+    }
+    with pytest.raises(PathError) as bad_area:
+        ws.trees("t2", ("files", "nowhere"))
+    assert bad_area.value.rule == "bad_area"
+    with pytest.raises(PathError) as bad_turn:
+        ws.trees("t2/..", ("files",))
+    assert bad_turn.value.rule == "bad_turn_id"
+    with pytest.raises(NotStored):
+        ws.trees("t9", ("files",))  # a turn that never began
