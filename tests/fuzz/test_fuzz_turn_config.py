@@ -173,11 +173,14 @@ def _check(config: dict[Any, Any], node: NodeSettings) -> None:
             key = name.removeprefix("profile.")
             assert _profile_value(key, value), (name, value, config)
             continue
+        if name.startswith("timeline."):  # the profile's, capped by the node: checked below
+            continue
         assert name in FIELDS, f"{name} has no bound in this test"
         key = FIELDS[name]
         assert _in_bound(CONFIG[key], value), (name, value, config)
     if settings.limits.token_budget is not None:
         assert settings.limits.token_budget > 0, config
+    assert settings.timeline == settings.profile.timeline_config(node.max_context_tokens), config
     for name, key in FIELDS.items():
         if key in config:
             given_value = config[key]
