@@ -96,6 +96,8 @@ def react_ran(
     conversation_id: str, turn_id: str, call: ToolSpec, outcome: ReactOutcome, started: float
 ) -> None:
     """``[AI-TOOL]`` for a react.* tool run in the conversation's actor."""
+    if not d.enabled(d.AI_TOOL):
+        return  # the size below costs a JSON encoding of the result
     d.info(
         d.AI_TOOL,
         conv=conversation_id,

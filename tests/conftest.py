@@ -28,6 +28,30 @@ settings.register_profile("local", deadline=None, print_blob=True)
 settings.register_profile("ci", deadline=None, print_blob=True, derandomize=True)
 settings.load_profile("ci" if os.environ.get("CI") else "local")
 
+SERIAL = (
+    "tests/bench/test_cluster_bench.py",  # a Ray cluster per configuration
+    "tests/cluster/test_ray_job.py",  # Ray clusters
+    "tests/cluster/test_ray_model.py",
+    "tests/cluster/test_ray_submit.py",
+    "tests/cluster/test_cluster_yaml.py",
+    "tests/cluster/test_kill_loop_cluster.py",  # nodes killed in a loop
+    "tests/cluster/test_nats_failover.py",  # nats-servers killed under load
+    "tests/actors/test_kill_loop.py",
+    "tests/actors/test_parking.py::test_parked_turns_of_a_killed_node_resume",
+    "tests/storage/test_crash.py",  # writers killed at random moments
+    "tests/test_cli.py::test_make_demo_from_the_readme_runs",  # the checkout's ./.actline
+    "tests/test_cli.py::test_demo_shows_every_capability_once",
+)
+"""Tests (node-id prefixes) that ``make test`` runs after the others, one at a time (marker
+``serial``): they start Ray or NATS clusters, or kill processes on a schedule, so they run
+alone rather than beside the two workers of the first pass."""
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.nodeid.startswith(SERIAL):
+            item.add_marker(pytest.mark.serial)
+
 
 @pytest.fixture(scope="session")
 def authority(tmp_path_factory: pytest.TempPathFactory) -> Authority:

@@ -136,7 +136,9 @@ def test_chat_attach_and_feedback(tmp_path: Path) -> None:
         chat.expect("you> ")
         chat.line("/feedback up")
         chat.expect("no turn yet to give feedback on")
-        chat.line(f"/attach {tmp_path / 'nope.txt'}")
+        # A name relative to the chat's folder, so that the refusal fits on one line of
+        # the pty whatever the length of the test's temporary folder.
+        chat.line(f"/attach nope-{tmp_path.name}.txt")
         chat.expect("does not exist")
         chat.line(f"/attach {notes}")
         chat.expect("attached notes.txt (22 bytes, text/plain): it goes with your next message")

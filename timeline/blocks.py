@@ -20,6 +20,7 @@ Times are float seconds since the epoch, UTC.
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 from collections.abc import Mapping
@@ -68,7 +69,18 @@ def default_author(block_type: str) -> str:
 
 def iso(ts: float) -> str:
     """A timestamp as ISO-8601 UTC with a ``Z`` and second precision."""
-    return datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    frac, whole = math.modf(ts)
+    # The second ``datetime.fromtimestamp`` lands on: microseconds rounded half to even,
+    # carried into the second (or borrowed from it) as it does.
+    micros = round(frac * 1e6)
+    second = int(whole) + (micros >= 1_000_000) - (micros < 0)
+    return _iso_second(second)
+
+
+@functools.lru_cache(maxsize=4096)
+def _iso_second(second: int) -> str:
+    """``iso`` of a whole second: blocks of a round share their seconds."""
+    return datetime.fromtimestamp(second, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 @dataclass(slots=True, eq=False)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 import pickle
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 
 from timeline import Block, BlockError, Timeline
-from timeline.blocks import COMPLETION, USER_FOLLOWUP, USER_PROMPT, default_author
+from timeline.blocks import COMPLETION, USER_FOLLOWUP, USER_PROMPT, default_author, iso
 
 T0 = 1_800_000_000.0
 
@@ -137,3 +138,31 @@ def test_a_snapshot_of_an_unknown_version_is_refused() -> None:
     with pytest.raises(BlockError) as caught:
         Timeline.restore({"version": 99}, [])
     assert caught.value.field == "version"
+
+
+@pytest.mark.parametrize(
+    "ts",
+    [
+        T0,
+        T0 + 0.4999995,
+        T0 + 0.9999994,
+        T0 + 0.9999995,  # rounds up into the next second, as datetime does
+        T0 + 0.9999996,
+        0.0,
+        -0.0000004,
+        -0.5,
+        -1.9999996,
+        253_402_300_799.0,  # the last second of year 9999
+    ],
+)
+def test_iso_names_the_second_datetime_gives(ts: float) -> None:
+    expected = datetime.fromtimestamp(ts, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    assert iso(ts) == expected
+
+
+@pytest.mark.parametrize("ts", [float("nan"), float("inf"), 1e20])
+def test_iso_refuses_what_datetime_refuses(ts: float) -> None:
+    with pytest.raises((ValueError, OverflowError)):
+        datetime.fromtimestamp(ts, UTC)
+    with pytest.raises((ValueError, OverflowError)):
+        iso(ts)

@@ -1,0 +1,29 @@
+"""The layout of `make test`: the serial list names tests that exist, and the Makefile runs
+the parallel pass and the serial pass, both, with nothing left out between them."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from tests.conftest import SERIAL
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_every_serial_entry_names_an_existing_test_file_or_test() -> None:
+    for entry in SERIAL:
+        path, _, name = entry.partition("::")
+        file = ROOT / path
+        assert file.is_file(), f"SERIAL names {path}, which does not exist"
+        if name:
+            assert re.search(rf"^(async )?def {re.escape(name)}", file.read_text(), re.M), (
+                f"SERIAL names {entry}, but {path} has no test starting with {name}"
+            )
+
+
+def test_make_test_runs_the_parallel_pass_and_then_the_serial_pass() -> None:
+    recipe = (ROOT / "Makefile").read_text().split("\ntest:", 1)[1].split("\n\n", 1)[0]
+    passes = re.findall(r"pytest .*?-m (\"not serial\"|serial)(?=\s)", recipe)
+    assert passes == ['"not serial"', "serial"], recipe
+    assert "-n 2" in recipe and "rc=$$?" in recipe  # both passes run; either fails the target
