@@ -24,13 +24,13 @@ cluster-demo: $(STAMP)
 	RAY_USAGE_STATS_ENABLED=0 RAY_AUTH_MODE=disabled $(BIN)/python -m actors.cluster_demo
 
 # Two passes: most tests on two workers (a test file stays on one worker), then the
-# files marked serial (tests/conftest.py SERIAL: clusters, kill loops) one at a time.
-# Both passes run; the target fails when either does.
+# tests marked serial (tests/serial.py: clusters, kill loops) one at a time, collected
+# from their own files only. Both passes run; the target fails when either does.
 test: $(STAMP) sandbox-deps browser-deps
 	$(BIN)/ruff check .
 	@rc=0; \
 	$(BIN)/python -m pytest --timeout=120 --durations=15 -m "not serial" -n 2 --dist loadfile || rc=$$?; \
-	$(BIN)/python -m pytest --timeout=120 --durations=15 -m serial || rc=$$?; \
+	$(BIN)/python -m pytest --timeout=120 --durations=15 -m serial $$($(BIN)/python -m tests.serial) || rc=$$?; \
 	exit $$rc
 
 # The keys, certificates and credentials of a cluster (cluster.yaml): secrets stay in

@@ -18,6 +18,8 @@ from hypothesis import settings
 from bus import Authority, Bus, EmbeddedCluster, EmbeddedNats
 from messages import Subjects, new_id
 
+from .serial import SERIAL
+
 os.environ.setdefault("RAY_AUTH_MODE", "disabled")
 os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
 os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
@@ -27,24 +29,6 @@ os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
 settings.register_profile("local", deadline=None, print_blob=True)
 settings.register_profile("ci", deadline=None, print_blob=True, derandomize=True)
 settings.load_profile("ci" if os.environ.get("CI") else "local")
-
-SERIAL = (
-    "tests/bench/test_cluster_bench.py",  # a Ray cluster per configuration
-    "tests/cluster/test_ray_job.py",  # Ray clusters
-    "tests/cluster/test_ray_model.py",
-    "tests/cluster/test_ray_submit.py",
-    "tests/cluster/test_cluster_yaml.py",
-    "tests/cluster/test_kill_loop_cluster.py",  # nodes killed in a loop
-    "tests/cluster/test_nats_failover.py",  # nats-servers killed under load
-    "tests/actors/test_kill_loop.py",
-    "tests/actors/test_parking.py::test_parked_turns_of_a_killed_node_resume",
-    "tests/storage/test_crash.py",  # writers killed at random moments
-    "tests/test_cli.py::test_make_demo_from_the_readme_runs",  # the checkout's ./.actline
-    "tests/test_cli.py::test_demo_shows_every_capability_once",
-)
-"""Tests (node-id prefixes) that ``make test`` runs after the others, one at a time (marker
-``serial``): they start Ray or NATS clusters, or kill processes on a schedule, so they run
-alone rather than beside the two workers of the first pass."""
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -1,12 +1,12 @@
 """The layout of `make test`: the serial list names tests that exist, and the Makefile runs
-the parallel pass and the serial pass, both, with nothing left out between them."""
+the parallel pass and then the serial pass over the serial list's files."""
 
 from __future__ import annotations
 
 import re
 from pathlib import Path
 
-from tests.conftest import SERIAL
+from tests.serial import SERIAL, files
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -27,3 +27,9 @@ def test_make_test_runs_the_parallel_pass_and_then_the_serial_pass() -> None:
     passes = re.findall(r"pytest .*?-m (\"not serial\"|serial)(?=\s)", recipe)
     assert passes == ['"not serial"', "serial"], recipe
     assert "-n 2" in recipe and "rc=$$?" in recipe  # both passes run; either fails the target
+    assert "$$($(BIN)/python -m tests.serial)" in recipe  # the serial pass: its files only
+
+
+def test_the_serial_files_are_those_of_the_entries_each_once() -> None:
+    assert files() == sorted({entry.split("::")[0] for entry in SERIAL})
+    assert "tests/test_cli.py" in files() and len(files()) == len(set(files()))

@@ -1,0 +1,31 @@
+"""The tests ``make test`` runs after the others, one at a time (marker ``serial``, set by
+``tests/conftest.py``): they start Ray or NATS clusters, or kill processes on a schedule,
+so they run alone rather than beside the two workers of the first pass.
+
+Entries are node-id prefixes. ``python -m tests.serial`` prints their files, which the
+Makefile hands to the serial pass so that it collects only those.
+"""
+
+from __future__ import annotations
+
+SERIAL = (
+    "tests/bench/test_cluster_bench.py",  # a Ray cluster per configuration
+    "tests/cluster/test_ray_job.py",  # Ray clusters
+    "tests/cluster/test_ray_model.py",
+    "tests/cluster/test_ray_submit.py",
+    "tests/cluster/test_cluster_yaml.py",
+    "tests/cluster/test_kill_loop_cluster.py",  # nodes killed in a loop
+    "tests/cluster/test_nats_failover.py",  # nats-servers killed under load
+    "tests/actors/test_kill_loop.py",
+    "tests/actors/test_parking.py::test_parked_turns_of_a_killed_node_resume",
+    "tests/test_cli.py::test_make_demo_from_the_readme_runs",  # the checkout's ./.actline
+)
+
+
+def files() -> list[str]:
+    """The files that hold the serial tests, each once, in order."""
+    return sorted({entry.partition("::")[0] for entry in SERIAL})
+
+
+if __name__ == "__main__":
+    print(" ".join(files()))
