@@ -59,15 +59,9 @@ class Hit:
     chunk: int
 
     def to_dict(self) -> dict[str, Any]:
-        # by hand: ``asdict`` deep-copies every field, and a search builds one per hit
-        return {
-            "path": self.path,
-            "title": self.title,
-            "url": self.url,
-            "score": self.score,
-            "snippet": self.snippet,
-            "chunk": self.chunk,
-        }
+        # field by field (``__slots__`` lists them in order): ``asdict`` deep-copies every
+        # field, and a search builds one per hit
+        return {name: getattr(self, name) for name in self.__slots__}
 
 
 @dataclass(frozen=True, slots=True)
