@@ -51,15 +51,21 @@ class ConversationFiles:
         self.lock = asyncio.Lock()
         self._lines: tuple[str, list[str]] | None = None
         """ANNOUNCE's workspace lines of a turn, until a tool may have changed the files."""
+        self._empty = False
+        """The last lines made found no file, output or pulled file, and nothing changed
+        since: a turn that begins then starts empty too (files carry over from the turns
+        before; outputs and pulled files are a turn's own), so its lines need no read."""
 
     def changed(self) -> None:
         """A tool may have changed the files: the lines are made again when next asked."""
         self._lines = None
+        self._empty = False
 
     def lines(self, turn_id: str) -> list[str]:
         """ANNOUNCE's workspace lines for ``turn_id``."""
         if self._lines is None or self._lines[0] != turn_id:
-            self._lines = (turn_id, workspace_lines(self.workspace, turn_id, self.local))
+            made = [] if self._empty else workspace_lines(self.workspace, turn_id, self.local)
+            self._lines, self._empty = (turn_id, made), not made
         return self._lines[1]
 
     async def begin(self, turn_id: str) -> None:
@@ -67,7 +73,7 @@ class ConversationFiles:
             await self.commits.submit(self.workspace.begin_turn_write(turn_id))
         else:
             await self.call(self.workspace.begin_turn, turn_id)
-        self.changed()
+        self._lines = None  # the new turn's lines (an empty workspace stays known empty)
 
     async def close(self, turn_id: str) -> None:
         """End the turn in the workspace (git: its commit) and clear its folders on disk."""
@@ -93,6 +99,8 @@ class ConversationFiles:
         message_id: str | None = None,
     ) -> tuple[str, ...]:
         """Store the inline attachments' bytes (``intake.store_attachments``): their paths."""
+        if attachments:
+            self.changed()
         return await self.call(
             store_attachments, self.workspace, turn_id, attachments, message_id=message_id
         )
@@ -100,6 +108,7 @@ class ConversationFiles:
     async def discard(self, turn_id: str, files: Sequence[str]) -> None:
         """Delete stored attachments that joined nothing (``intake.discard_attachments``);
         a failure is logged: the files stay, named by no block."""
+        self.changed()
         try:
             await self.call(discard_attachments, self.workspace, turn_id, files)
         except Exception:

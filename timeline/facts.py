@@ -22,6 +22,7 @@ Pure: no I/O, no clocks.
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import re
@@ -369,14 +370,18 @@ def row_key(key: str, value: str) -> str:
     return f"{FACT_PREFIX}{digest[:24]}"
 
 
-def tokens(text: str) -> set[str]:
-    """Lower-case word tokens without stop words; a plural ``s`` is dropped."""
+@functools.lru_cache(maxsize=4096)
+def tokens(text: str) -> frozenset[str]:
+    """Lower-case word tokens without stop words; a plural ``s`` is dropped.
+
+    Remembered: every round scores the same facts (and often the same query) again.
+    """
     out = set()
     for t in _TOKEN.findall(text.lower().replace("_", " ")):
         if t in _STOP:
             continue
         out.add(t[:-1] if len(t) > 3 and t.endswith("s") and not t.endswith("ss") else t)
-    return out
+    return frozenset(out)
 
 
 @dataclass(slots=True)

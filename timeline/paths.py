@@ -78,13 +78,22 @@ FI_AREAS = ("files", "outputs", "user.attachments", FOLLOWUP_AREA)
 TC_PARTS = ("call", "result", "notice")
 _ALIAS = "plan.latest:"
 
-_ID_RE = re.compile(rf"[A-Za-z0-9_\-:]{{1,{MAX_ID}}}")
-_NAME_SEG_RE = re.compile(rf"[A-Za-z0-9_\-:]{{1,{MAX_SEGMENT}}}")
+_ID = rf"[A-Za-z0-9_\-:]{{1,{MAX_ID}}}"
+_SEG = rf"[A-Za-z0-9_\-:]{{1,{MAX_SEGMENT}}}"
+_ID_RE = re.compile(_ID)
+_NAME_SEG_RE = re.compile(_SEG)
 _PREFIX_RE = re.compile(r"([A-Za-z][A-Za-z0-9+.\-]*):")
 _URL_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://")
 _DRIVE_RE = re.compile(r"[A-Za-z]:[\\/]")
 _SID_ITEM_RE = re.compile(r" *([0-9]{1,9}) *(?:- *([0-9]{1,9}) *)?")  # 9 digits: MAX_SID
 _BAD_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
+_PLAIN_NAME: dict[str, re.Pattern[str]] = {
+    "ar": re.compile(rf"{_SEG}(?:\.{_SEG})*"),
+    "tc": re.compile(rf"{_ID}\.(?:{'|'.join(TC_PARTS)})"),
+}
+"""Names of ar: and tc: paths whose every segment meets the parser's own rules: with a
+valid turn id such a path parses back to what wrote it, so ``format_path`` skips the round
+trip for it (a new turn's ids are never in the parse cache)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -291,6 +300,18 @@ def format_path(p: LogicalPath) -> str:
         text = f"{p.prefix}:{p.name}"
     else:
         text = f"{p.prefix}:{p.turn_id or ''}.{p.name}"
+        plain = _PLAIN_NAME.get(p.prefix)
+        if (
+            plain is not None
+            and p.turn_id is not None
+            and not p.rel
+            and p.plan_id is None
+            and len(text) <= MAX_PATH
+            and not text.startswith("ar:" + _ALIAS)
+            and _ID_RE.fullmatch(p.turn_id) is not None
+            and plain.fullmatch(p.name) is not None
+        ):
+            return text
     if p.turn_id is not None:
         _check_id(p.turn_id, "turn id", "bad_turn_id", text)
     back = parse_path(text)

@@ -392,3 +392,59 @@ def test_any_text_parses_or_raises_path_error_with_a_known_rule(text: str) -> No
         assert exc.path == text
     else:
         assert parse_path(format_path(p)) == p
+
+
+def _round_trip(p: LogicalPath) -> str:
+    """What ``format_path`` gives by its definition: the text, when it parses back to ``p``;
+    else the rule of the refusal (``"!" + rule``)."""
+    text = f"{p.prefix}:{p.turn_id or ''}.{p.name}"
+    try:
+        back = parse_path(text)
+    except PathError as exc:
+        return "!" + exc.rule
+    same = (back.turn_id, back.name, back.rel, back.plan_id) == (
+        p.turn_id,
+        p.name,
+        p.rel,
+        p.plan_id,
+    )
+    return text if same else "!mismatch"
+
+
+_PIECES = st.lists(
+    st.sampled_from([*"aZ09_-:./ \\~é\x00", "plan", "latest:", "call"]), max_size=8
+).map("".join)
+
+
+@settings(max_examples=400, deadline=None)
+@given(
+    prefix=st.sampled_from(["ar", "tc"]),
+    turn=st.one_of(st.none(), _PIECES, st.just("plan")),
+    name=_PIECES,
+    part=st.sampled_from(["", ".call", ".result", ".notice", ".other"]),
+    long=st.booleans(),
+)
+def test_ar_and_tc_paths_format_as_their_round_trip_defines(
+    prefix: str, turn: str | None, name: str, part: str, long: bool
+) -> None:
+    """``format_path`` skips the round trip for plain ar:/tc: texts: it must give exactly
+    what the round trip gives (the text, or a refusal) for every path."""
+    if long:
+        name = name + "x" * 300 + ("." + "y" * 250) * 6
+    p = LogicalPath(prefix, turn, name + part)
+    expected = _round_trip(p)
+    try:
+        got = format_path(p)
+    except PathError as exc:
+        assert expected.startswith("!"), (p, expected, exc.rule)
+        return
+    assert got == expected, p
+
+
+def test_plain_paths_skip_the_parser_and_the_alias_does_not() -> None:
+    assert ar_path("t-new-1", "react.plan.ack.2") == "ar:t-new-1.react.plan.ack.2"
+    assert tc_path("t-new-1", "c1", "result") == "tc:t-new-1.c1.result"
+    assert plan_alias("p1") == "ar:plan.latest:p1"
+    with pytest.raises(PathError) as exc:
+        format_path(LogicalPath("ar", "plan", "latest:x"))  # reads back as the alias
+    assert exc.value.rule == "bad_turn_id"
