@@ -616,6 +616,8 @@ def _complete(
 
 def _drain_done(state: DecisionState, effects: list[ev.Effect]) -> DecisionState:
     """Apply every queued DONE in arrival order; a queued SkipWaiting stays queued."""
+    if not state.pending:
+        return state
     for item in state.pending:
         if isinstance(item, QueuedDone):
             state = _apply(state, effects, item.signal, item.task_id)

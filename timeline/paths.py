@@ -52,9 +52,9 @@ from typing import NoReturn
 from .errors import PathError
 
 __all__ = [
-    "PREFIXES", "RULES", "LogicalPath", "ar_path", "fi_path", "followup_attachment_path",
-    "format_path", "format_sids", "is_logical_path", "ks_path", "parse_path", "parse_sids",
-    "plan_alias", "sk_path", "su_path", "tc_path",
+    "PREFIXES", "RULES", "LogicalPath", "ar_path", "check_path", "fi_path",
+    "followup_attachment_path", "format_path", "format_sids", "is_logical_path", "ks_path",
+    "parse_path", "parse_sids", "plan_alias", "sk_path", "su_path", "tc_path",
 ]  # fmt: skip
 
 PREFIXES = ("ar", "fi", "so", "su", "tc", "ks", "sk")
@@ -94,6 +94,10 @@ _PLAIN_NAME: dict[str, re.Pattern[str]] = {
 """Names of ar: and tc: paths whose every segment meets the parser's own rules: with a
 valid turn id such a path parses back to what wrote it, so ``format_path`` skips the round
 trip for it (a new turn's ids are never in the parse cache)."""
+_PLAIN_TEXT = re.compile(
+    rf"ar:{_ID}\.{_SEG}(?:\.{_SEG})*|tc:{_ID}\.{_ID}\.(?:{'|'.join(TC_PARTS)})"
+)
+"""Whole ar: and tc: texts of such paths (``check_path``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -277,6 +281,19 @@ def _parse_cached(text: str, lenient: bool) -> LogicalPath:
     if prefix not in _PARSERS:
         _fail("unknown_prefix", text, f"use one of {', '.join(p + ':' for p in PREFIXES)}")
     return _PARSERS[prefix](s[match.end() :], text)
+
+
+def check_path(text: str) -> None:
+    """Raise ``PathError`` unless ``text`` is a logical path: ``parse_path`` without its
+    result. A plain ar: or tc: text (every segment within the parser's rules) is checked by
+    one pattern; the blocks of a new turn have such paths, never in the parse cache."""
+    if (
+        len(text) <= MAX_PATH
+        and _PLAIN_TEXT.fullmatch(text) is not None
+        and not text.startswith("ar:" + _ALIAS)
+    ):
+        return
+    parse_path(text)
 
 
 def is_logical_path(text: str) -> bool:

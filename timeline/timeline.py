@@ -29,7 +29,7 @@ from .blocks import PLAN, PLAN_ACK, SUMMARY, TURN_HEADER, Block
 from .errors import BlockError, PathError
 from .facts import FACT_PREFIX, FactBook
 from .memory import AckUpdate, Plan, PlanBook, ack_text, parse_ack_lines
-from .paths import ar_path, parse_path
+from .paths import ar_path, check_path
 from .snapshot import (
     FULL_VERSION,
     NEXT_SID,
@@ -185,7 +185,7 @@ class Timeline:
             raise BlockError(f"duplicate block id {block.id}", "id")
         if block.path:
             try:
-                parse_path(block.path)
+                check_path(block.path)
             except PathError as exc:
                 raise BlockError(f"not a logical path ({exc.rule}): {exc.detail}", "path") from exc
         if block.seq < 0:

@@ -14,8 +14,10 @@ from timeline.errors import PathError
 from timeline.paths import (
     PREFIXES,
     RULES,
+    MAX_PATH,
     LogicalPath,
     ar_path,
+    check_path,
     fi_path,
     followup_attachment_path,
     format_path,
@@ -448,3 +450,55 @@ def test_plain_paths_skip_the_parser_and_the_alias_does_not() -> None:
     with pytest.raises(PathError) as exc:
         format_path(LogicalPath("ar", "plan", "latest:x"))  # reads back as the alias
     assert exc.value.rule == "bad_turn_id"
+
+
+_TEXT_PIECES = st.lists(
+    st.sampled_from(
+        [*"aZ09_-:./ \\~é\x00[]", "ar:", "tc:", "fi:", "plan", "latest:", ".call", ".result"]
+    ),
+    max_size=12,
+).map("".join)
+
+
+@settings(max_examples=600, deadline=None)
+@given(text=_TEXT_PIECES, long=st.sampled_from([0, 130, 300, 1600]))
+def test_check_path_accepts_and_refuses_exactly_what_parse_path_does(text: str, long: int) -> None:
+    """``check_path`` checks plain ar:/tc: texts by one pattern: the same verdict (and for a
+    refusal the same rule) as the parser for every text."""
+    text = text + "x" * long if long < 1000 else "ar:t1." + ".".join(["y" * 200] * 8) + text
+    try:
+        parse_path(text)
+    except PathError as exc:
+        with pytest.raises(PathError) as refused:
+            check_path(text)
+        assert refused.value.rule == exc.rule
+        return
+    check_path(text)
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "ar:t1.user.prompt",
+        "ar:t-1:x.react.plan.ack.2",
+        "tc:t1.c1.call",
+        "tc:t1.c-1.notice",
+        "ar:plan.latest:p1",
+        "ar:t1." + ".".join(["y" * 255] * 5) + "." + "z" * (MAX_PATH - 1286),
+        "ar:t1." + ".".join(["y" * 255] * 5) + "." + "z" * (MAX_PATH - 1285),
+        "ar:t1.x..y",
+        "ar:t1.",
+        "tc:t1.c.1.call",
+        "tc:t1.c1.output",
+        " ar:t1.user.prompt",
+    ],
+)
+def test_check_path_agrees_with_the_parser_on_edges(text: str) -> None:
+    try:
+        parse_path(text)
+    except PathError as exc:
+        with pytest.raises(PathError) as refused:
+            check_path(text)
+        assert refused.value.rule == exc.rule
+        return
+    check_path(text)
