@@ -12,9 +12,9 @@ from hypothesis import strategies as st
 
 from timeline.errors import PathError
 from timeline.paths import (
+    MAX_PATH,
     PREFIXES,
     RULES,
-    MAX_PATH,
     LogicalPath,
     ar_path,
     check_path,
