@@ -54,7 +54,8 @@ class ConversationFiles:
         self._empty = False
         """The last lines made found no file, output or pulled file, and nothing changed
         since: a turn that begins then starts empty too (files carry over from the turns
-        before; outputs and pulled files are a turn's own), so its lines need no read."""
+        before; outputs and pulled files are a turn's own), so its lines need no read. Not
+        carried over in git mode, whose turns commit what their work trees hold."""
 
     def changed(self) -> None:
         """A tool may have changed the files: the lines are made again when next asked."""
@@ -74,6 +75,8 @@ class ConversationFiles:
         else:
             await self.call(self.workspace.begin_turn, turn_id)
         self._lines = None  # the new turn's lines (an empty workspace stays known empty)
+        if self.workspace.slow:  # git: a turn's files are what its work tree held at its end
+            self._empty = False
 
     async def close(self, turn_id: str) -> None:
         """End the turn in the workspace (git: its commit) and clear its folders on disk."""

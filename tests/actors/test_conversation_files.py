@@ -13,7 +13,7 @@ from actors import NodeSettings
 from actors.conversation_files import ConversationFiles
 from messages import Attachment
 from storage import Store
-from tools.workspace import CustomWorkspace
+from tools.workspace import CustomWorkspace, WorkspaceBackend
 
 
 @pytest.fixture
@@ -26,7 +26,7 @@ def store(tmp_path: Path) -> Iterator[Store]:
 class CountedReads:
     """Counts the workspace's tree reads (the read the lines cost), then reads for real."""
 
-    def __init__(self, workspace: CustomWorkspace) -> None:
+    def __init__(self, workspace: WorkspaceBackend) -> None:
         self.calls = 0
         self._trees = workspace.trees
 
@@ -89,3 +89,16 @@ async def test_attachments_and_discards_forget_that_the_workspace_was_empty(
     await files.begin("t3")
     files.lines("t3")
     assert reads.calls == 3
+
+
+async def test_git_mode_reads_each_turn_anew(store: Store, tmp_path: Path) -> None:
+    """A git workspace's turn commits what its work tree held: nothing carries over."""
+    settings = NodeSettings(home=tmp_path / "home", node_id="n-git", workspace_mode="git")
+    files = ConversationFiles("c1", settings, store)
+    assert files.workspace.slow
+    reads = CountedReads(files.workspace)
+    for n, turn in enumerate(("t1", "t2", "t3"), start=1):
+        await files.begin(turn)
+        assert files.lines(turn) == []
+        assert reads.calls == n
+        await files.close(turn)
