@@ -342,9 +342,12 @@ class Renderer:
             block = self._blocks[entry]
             self._marked.pop(block.id, None)
             self._marked[block.id] = (block, now)
-        stale = [k for k, (_, at) in self._marked.items() if now - at >= lifetime]
-        for key in stale:
-            del self._marked[key]
+        marked = self._marked  # oldest mark first: the stale ones lead
+        while marked:
+            key = next(iter(marked))
+            if now - marked[key][1] < lifetime:
+                break
+            del marked[key]
         while len(self._marked) > MAX_REMEMBERED_MARKS:
             del self._marked[next(iter(self._marked))]
         self._changed = None
