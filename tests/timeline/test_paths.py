@@ -452,6 +452,18 @@ def test_plain_paths_skip_the_parser_and_the_alias_does_not() -> None:
     assert exc.value.rule == "bad_turn_id"
 
 
+def _same_verdict(text: str) -> None:
+    """``check_path(text)`` passes when ``parse_path`` does, else raises its rule."""
+    try:
+        parse_path(text)
+    except PathError as exc:
+        with pytest.raises(PathError) as refused:
+            check_path(text)
+        assert refused.value.rule == exc.rule
+        return
+    check_path(text)
+
+
 _TEXT_PIECES = st.lists(
     st.sampled_from(
         [*"aZ09_-:./ \\~é\x00[]", "ar:", "tc:", "fi:", "plan", "latest:", ".call", ".result"]
@@ -466,14 +478,7 @@ def test_check_path_accepts_and_refuses_exactly_what_parse_path_does(text: str, 
     """``check_path`` checks plain ar:/tc: texts by one pattern: the same verdict (and for a
     refusal the same rule) as the parser for every text."""
     text = text + "x" * long if long < 1000 else "ar:t1." + ".".join(["y" * 200] * 8) + text
-    try:
-        parse_path(text)
-    except PathError as exc:
-        with pytest.raises(PathError) as refused:
-            check_path(text)
-        assert refused.value.rule == exc.rule
-        return
-    check_path(text)
+    _same_verdict(text)
 
 
 @pytest.mark.parametrize(
@@ -494,11 +499,4 @@ def test_check_path_accepts_and_refuses_exactly_what_parse_path_does(text: str, 
     ],
 )
 def test_check_path_agrees_with_the_parser_on_edges(text: str) -> None:
-    try:
-        parse_path(text)
-    except PathError as exc:
-        with pytest.raises(PathError) as refused:
-            check_path(text)
-        assert refused.value.rule == exc.rule
-        return
-    check_path(text)
+    _same_verdict(text)
