@@ -50,33 +50,30 @@ class ConversationFiles:
         self.local = LocalTree(self.workspace, root)
         self.lock = asyncio.Lock()
         self._lines: tuple[str, list[str]] | None = None
-        """ANNOUNCE's workspace lines of a turn, until a tool may have changed the files."""
-        self._empty = False
-        """The last lines made found no file, output or pulled file, and nothing changed
-        since: a turn that begins then starts empty too (files carry over from the turns
-        before; outputs and pulled files are a turn's own), so its lines need no read. Not
-        carried over in git mode, whose turns commit what their work trees hold."""
+        """ANNOUNCE's workspace lines of a turn, until a tool may have changed the files.
+        Empty lines stand for a later turn too while nothing changed (files carry over from
+        the turns before; outputs and pulled files are a turn's own), so a turn that
+        begins in an empty workspace needs no read. Not in git mode, whose turns commit
+        what their work trees hold."""
 
     def changed(self) -> None:
         """A tool may have changed the files: the lines are made again when next asked."""
         self._lines = None
-        self._empty = False
 
     def lines(self, turn_id: str) -> list[str]:
         """ANNOUNCE's workspace lines for ``turn_id``."""
-        if self._lines is None or self._lines[0] != turn_id:
-            made = [] if self._empty else workspace_lines(self.workspace, turn_id, self.local)
-            self._lines, self._empty = (turn_id, made), not made
-        return self._lines[1]
+        cached = self._lines
+        if cached is not None and (cached[0] == turn_id or not (cached[1] or self.workspace.slow)):
+            return cached[1]
+        made = workspace_lines(self.workspace, turn_id, self.local)
+        self._lines = (turn_id, made)
+        return made
 
     async def begin(self, turn_id: str) -> None:
         if self.commits is not None and isinstance(self.workspace, Workspace):
             await self.commits.submit(self.workspace.begin_turn_write(turn_id))
         else:
             await self.call(self.workspace.begin_turn, turn_id)
-        self._lines = None  # the new turn's lines (an empty workspace stays known empty)
-        if self.workspace.slow:  # git: a turn's files are what its work tree held at its end
-            self._empty = False
 
     async def close(self, turn_id: str) -> None:
         """End the turn in the workspace (git: its commit) and clear its folders on disk."""

@@ -87,17 +87,8 @@ _URL_RE = re.compile(r"[A-Za-z][A-Za-z0-9+.\-]*://")
 _DRIVE_RE = re.compile(r"[A-Za-z]:[\\/]")
 _SID_ITEM_RE = re.compile(r" *([0-9]{1,9}) *(?:- *([0-9]{1,9}) *)?")  # 9 digits: MAX_SID
 _BAD_CATEGORIES = frozenset({"Cc", "Cf", "Cs", "Zl", "Zp"})
-_PLAIN_NAME: dict[str, re.Pattern[str]] = {
-    "ar": re.compile(rf"{_SEG}(?:\.{_SEG})*"),
-    "tc": re.compile(rf"{_ID}\.(?:{'|'.join(TC_PARTS)})"),
-}
-"""Names of ar: and tc: paths whose every segment meets the parser's own rules: with a
-valid turn id such a path parses back to what wrote it, so ``format_path`` skips the round
-trip for it (a new turn's ids are never in the parse cache)."""
-_PLAIN_TEXT = re.compile(
-    rf"ar:{_ID}\.{_SEG}(?:\.{_SEG})*|tc:{_ID}\.{_ID}\.(?:{'|'.join(TC_PARTS)})"
-)
-"""Whole ar: and tc: texts of such paths (``check_path``)."""
+_PLAIN = re.compile(rf"ar:{_ID}\.{_SEG}(?:\.{_SEG})*|tc:{_ID}\.{_ID}\.(?:{'|'.join(TC_PARTS)})")
+"""ar: and tc: texts whose every segment meets the parser's own rules (``_is_plain``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -287,13 +278,18 @@ def check_path(text: str) -> None:
     """Raise ``PathError`` unless ``text`` is a logical path: ``parse_path`` without its
     result. A plain ar: or tc: text (every segment within the parser's rules) is checked by
     one pattern; the blocks of a new turn have such paths, never in the parse cache."""
-    if (
+    if not _is_plain(text):
+        parse_path(text)
+
+
+def _is_plain(text: str) -> bool:
+    """True for an ar: or tc: text that parses, checked without the parser: a new turn's
+    ids are never in its cache."""
+    return (
         len(text) <= MAX_PATH
-        and _PLAIN_TEXT.fullmatch(text) is not None
+        and _PLAIN.fullmatch(text) is not None
         and not text.startswith("ar:" + _ALIAS)
-    ):
-        return
-    parse_path(text)
+    )
 
 
 def is_logical_path(text: str) -> bool:
@@ -317,18 +313,9 @@ def format_path(p: LogicalPath) -> str:
         text = f"{p.prefix}:{p.name}"
     else:
         text = f"{p.prefix}:{p.turn_id or ''}.{p.name}"
-        plain = _PLAIN_NAME.get(p.prefix)
-        if (
-            plain is not None
-            and p.turn_id is not None
-            and not p.rel
-            and p.plan_id is None
-            and len(text) <= MAX_PATH
-            and not text.startswith("ar:" + _ALIAS)
-            and _ID_RE.fullmatch(p.turn_id) is not None
-            and plain.fullmatch(p.name) is not None
-        ):
-            return text
+        plain = p.turn_id is not None and not p.rel and p.plan_id is None
+        if plain and _ID_RE.fullmatch(p.turn_id or "") is not None and _is_plain(text):
+            return text  # the turn id is the text's first segment: it parses back to ``p``
     if p.turn_id is not None:
         _check_id(p.turn_id, "turn id", "bad_turn_id", text)
     back = parse_path(text)

@@ -37,10 +37,11 @@ class CountedReads:
         workspace.trees = trees  # type: ignore[method-assign]
 
 
-def files_of(store: Store, tmp_path: Path) -> tuple[ConversationFiles, CountedReads]:
-    settings = NodeSettings(home=tmp_path / "home", node_id="n-files")
+def files_of(
+    store: Store, tmp_path: Path, mode: str = "custom"
+) -> tuple[ConversationFiles, CountedReads]:
+    settings = NodeSettings(home=tmp_path / "home", node_id="n-files", workspace_mode=mode)
     files = ConversationFiles("c1", settings, store)
-    assert isinstance(files.workspace, CustomWorkspace)
     return files, CountedReads(files.workspace)
 
 
@@ -48,6 +49,7 @@ async def test_an_empty_workspace_is_read_once_and_stays_known_empty_across_turn
     store: Store, tmp_path: Path
 ) -> None:
     files, reads = files_of(store, tmp_path)
+    assert isinstance(files.workspace, CustomWorkspace)
     await files.begin("t1")
     assert files.lines("t1") == [] and files.lines("t1") == []
     assert reads.calls == 1
@@ -93,10 +95,8 @@ async def test_attachments_and_discards_forget_that_the_workspace_was_empty(
 
 async def test_git_mode_reads_each_turn_anew(store: Store, tmp_path: Path) -> None:
     """A git workspace's turn commits what its work tree held: nothing carries over."""
-    settings = NodeSettings(home=tmp_path / "home", node_id="n-git", workspace_mode="git")
-    files = ConversationFiles("c1", settings, store)
+    files, reads = files_of(store, tmp_path, "git")
     assert files.workspace.slow
-    reads = CountedReads(files.workspace)
     for n, turn in enumerate(("t1", "t2", "t3"), start=1):
         await files.begin(turn)
         assert files.lines(turn) == []
