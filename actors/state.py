@@ -265,11 +265,14 @@ def _resume(state: DecisionState, event: ev.ResumeReAct) -> Step:
         return _ignore(
             f"ResumeReAct({event.turn_id}): turn {state.turn_id} is {state.phase}", state
         )
+    limits, done = event.limits, max(event.round, 0)
+    if done > limits.max_iterations:  # its limit was lowered while it was down
+        limits = replace(limits, max_iterations=done)
     fresh = DecisionState(
         phase=TurnPhase.THINKING,
         turn_id=event.turn_id,
-        limits=event.limits,
-        round=max(event.round, 0),
+        limits=limits,
+        round=done,
         tokens_used=max(event.tokens_used, 0),
         consecutive_refusals=max(event.consecutive_refusals, 0),
         tasks=event.tasks,
@@ -280,6 +283,12 @@ def _resume(state: DecisionState, event: ev.ResumeReAct) -> Step:
     effects: list[ev.Effect] = [
         ev.EmitProgress("notice", fresh.round, f"resumed after round {fresh.round}")
     ]
+    if limits is not event.limits:  # the calls made stand; the turn ends at once, spent
+        text = (
+            f"max_iterations is {event.limits.max_iterations} now, and the turn had made "
+            f"{done} model calls before it resumed"
+        )
+        _notice(fresh, effects, "limits_lowered", text)
     if state.early_cancel == event.turn_id:
         text = "the turn was cancelled before it resumed"
         _notice(fresh, effects, "cancelled", text)

@@ -984,6 +984,20 @@ def test_a_resumed_turn_keeps_its_budget_and_a_cancel_sent_before_it_resumed_win
     assert state.status == "cancelled"
 
 
+def test_a_turn_resumed_under_a_lowered_limit_ends_spent_and_says_why() -> None:
+    """Its model calls stand (rounds are not rewritten) and it never calls the model again."""
+    ran = Limits(max_iterations=4)
+    record = checkpoint(run(thinking(ran), ProtocolViolation(1, "x"), ProtocolViolation(2, "x"))[0])
+    assert record["round"] == 2
+    state, out = transition(DecisionState(), resume_event(record, Limits(max_iterations=1)))
+    check_invariants(state)
+    assert state.status == "budget_exhausted" and state.round == 2 and not of(out, CallModel)
+    [notice] = of(out, RecordNotice)
+    assert notice.code == "limits_lowered"
+    assert "max_iterations is 1 now" in notice.text and "2 model calls" in notice.text
+    assert of(out, Finish)[0].rounds == 2
+
+
 def test_an_answer_deferred_for_unseen_input_thinks_again_within_the_budget() -> None:
     state, out = transition(thinking(Limits(max_iterations=2)), AnswerDeferred(1, "followup"))
     assert state.phase is TurnPhase.THINKING and of(out, CallModel) == [CallModel(2)]
