@@ -35,8 +35,11 @@ StartReAct         other             ignored (a turn is running, or Reset first)
 ResumeReAct(t)     idle              the checkpoint's round, tokens, tasks and seen signals,
                                      notice card, then wait checkpoint (a crash mid-wait waits
                                      again), or with held calls pending approval the approval
-                                     wait again (nothing held has run);
-                                     complete(cancelled) if CancelReAct(t) came first
+                                     wait again (nothing held has run); a round past
+                                     the limits' max_iterations raises it to that round,
+                                     with notice ``limits_lowered`` (the model checkpoint
+                                     then completes it, spent); complete(cancelled) if
+                                     CancelReAct(t) came first
 ResumeReAct        other             ignored
 ModelDecided(r)    thinking, r       no calls: notice ``protocol_violation.empty_decision``,
                                      model checkpoint; else refusals = 0, ``SendAgentTask``
