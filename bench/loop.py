@@ -65,8 +65,11 @@ Targets (``storage_sync=True``, as in production), in ``targets``: a round's p50
 ``--baseline PATH`` reads an earlier run's JSON (``bench/results/loop_baseline_main.json``
 records main before the loop work) and reports this run beside it: round p50 per size and
 mode, turns/s and CPU per turn per throughput run. Its targets (``baseline.targets``, sync
-runs): CPU per turn at most half the baseline's, turns/s at least twice. The exit status
-is 1 when any target is missed.
+runs): CPU per turn at most half the baseline's, turns/s at least twice. They are judged
+only when the baseline saw a machine of the same speed (its NATS floor p50 within
+``MACHINE_DRIFT``, 1.25x, of this run's); otherwise its ratios are shown, its targets are
+not judged, and the note names ``bench.loop_split --against`` for both trees in one run.
+The exit status is 1 when any judged target is missed.
 
     python -m bench.loop [--quick] [--sizes 100,5000] [--rounds 10] [--turns 12]
         [--conversations 50] [--total-turns 1000] [--waiting 200] [--no-nosync]
@@ -164,6 +167,9 @@ TARGET_CPU_RATIO = 0.5
 """CPU per turn at most this fraction of the baseline's."""
 TARGET_TPUT_RATIO = 2.0
 """Turns per second at least this multiple of the baseline's."""
+MACHINE_DRIFT = 1.25
+"""A baseline whose NATS floor p50 is more than this factor away from this run's was taken
+on a machine of another speed: its ratios are shown, its targets not judged."""
 FLOOR_MODEL = "bench.loop.floor.model"
 FLOOR_CARD = "bench.loop.floor.card"
 
@@ -1091,8 +1097,13 @@ def compare(result: dict[str, Any], baseline: dict[str, Any], path: str) -> dict
     Cases match on size and sync mode; throughput runs on sync mode and conversations (else
     sync mode alone, noted in ``baseline_conversations``). Targets on the sync throughput:
     CPU per turn at most ``TARGET_CPU_RATIO`` of the baseline's, turns/s at least
-    ``TARGET_TPUT_RATIO`` times.
+    ``TARGET_TPUT_RATIO`` times. They are judged only when both runs saw a machine of the
+    same speed (``comparable``: their NATS floor p50s within ``MACHINE_DRIFT`` of each
+    other); otherwise each target's ``met`` is None and ``speed`` says why.
     """
+    floor, baseline_floor = _get(result, "floor", "p50_ms"), _get(baseline, "floor", "p50_ms")
+    speed = _ratio(floor, baseline_floor)
+    comparable = speed is not None and 1 / MACHINE_DRIFT <= speed <= MACHINE_DRIFT
     rounds = []
     for row in result["cases"]:
         old = next(
@@ -1154,7 +1165,21 @@ def compare(result: dict[str, Any], baseline: dict[str, Any], path: str) -> dict
                         "value": value,
                     }
                 )
-    return {"path": path, "rounds": rounds, "throughput": tput, "targets": _judged(targets)}
+    if comparable:
+        targets = _judged(targets)
+    else:
+        for target in targets:
+            target["met"] = None
+    return {
+        "path": path,
+        "floor_p50_ms": floor,
+        "baseline_floor_p50_ms": baseline_floor,
+        "speed": speed,
+        "comparable": comparable,
+        "rounds": rounds,
+        "throughput": tput,
+        "targets": targets,
+    }
 
 
 async def run_async(
@@ -1240,8 +1265,26 @@ def _x(value: float | None) -> str:
     return "" if value is None else f"{value:.2f}x"
 
 
-def _met(met: bool) -> str:
+def _met(met: bool | None) -> str:
+    if met is None:
+        return "[yellow]not judged[/]"
     return "[green]met[/]" if met else "[red]missed[/]"
+
+
+def not_comparable(comparison: dict[str, Any]) -> str:
+    """Why the baseline's targets were not judged, and what to run instead."""
+    before, now = comparison["baseline_floor_p50_ms"], comparison["floor_p50_ms"]
+    how = (
+        "records no NATS floor"
+        if comparison["speed"] is None
+        else f"measured a NATS floor p50 of {before:.3f} ms against {now:.3f} ms in this run"
+    )
+    return (
+        f"[yellow]the baseline {comparison['path']} {how}: it was taken on a machine of "
+        f"another speed (more than {MACHINE_DRIFT:g}x apart), so its ratios are shown but its "
+        "targets are not judged.[/] For figures of both trees in one run: python -m "
+        "bench.loop_split --against DIR (DIR: the other tree, e.g. from git archive)"
+    )
 
 
 def _mode(sync: bool) -> str:
@@ -1472,7 +1515,10 @@ def main(argv: list[str] | None = None) -> int:
     if baseline is not None:
         result["baseline"] = compare(result, baseline, str(args.baseline))
         console.print(baseline_table(result["baseline"]))
-        met = met and all(t["met"] for t in result["baseline"]["targets"])
+        if result["baseline"]["comparable"]:
+            met = met and all(t["met"] for t in result["baseline"]["targets"])
+        else:
+            console.print(not_comparable(result["baseline"]))
     console.print(
         f"{result['seconds']:.1f} s in all; every turn completed with its rounds, every waiting "
         "turn was cancelled"

@@ -7,7 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-from bench.loop import QUICK, InstantModel, Plan, main, prefill
+from bench.loop import QUICK, InstantModel, Plan, compare, main, not_comparable, prefill
 from messages import GenerateRequest
 from timeline.blocks import COMPLETION, TOOL_CALL, TOOL_RESULT, TURN_HEADER, USER_PROMPT
 
@@ -95,3 +95,37 @@ def test_loop_benchmark_quick_mode_reports_every_part(tmp_path: Path) -> None:
     sizes = QUICK["sizes"]
     assert figures == [(s, "ratio_p50") for s in sizes] + [(max(sizes), "round_p50_ms")]
     assert result["targets_met"] == all(t["met"] for t in result["targets"])
+
+
+def _run(floor_ms: float, round_ms: float, turns_per_s: float, cpu_ms: float) -> dict[str, Any]:
+    """The parts of a ``bench.loop`` result that ``compare`` reads."""
+    return {
+        "floor": {"p50_ms": floor_ms},
+        "cases": [{"blocks": 100, "sync": True, "round": {"p50_ms": round_ms}}],
+        "throughput": [
+            {
+                "sync": True,
+                "conversations": 50,
+                "turns_per_s": turns_per_s,
+                "cpu_ms_per_turn": cpu_ms,
+            }
+        ],
+    }
+
+
+def test_a_baseline_is_judged_only_when_it_saw_a_machine_of_the_same_speed() -> None:
+    before = _run(0.32, 3.0, 100.0, 10.0)
+    same = compare(_run(0.35, 1.5, 210.0, 4.8), before, "base.json")
+    assert same["comparable"] and same["speed"] == 0.35 / 0.32
+    assert {t["figure"]: t["met"] for t in same["targets"]} == {
+        "cpu_ms_per_turn_ratio": True,
+        "turns_per_s_ratio": True,
+    }
+    slower = compare(_run(0.85, 5.4, 80.0, 12.0), before, "base.json")
+    assert not slower["comparable"]
+    assert [t["met"] for t in slower["targets"]] == [None, None]  # shown, not judged
+    assert slower["rounds"][0]["ratio"] == 5.4 / 3.0  # the ratios are still reported
+    text = not_comparable(slower)
+    assert "0.320 ms against 0.850 ms" in text and "bench.loop_split --against" in text
+    unknown = compare(_run(0.35, 1.5, 210.0, 4.8), {**before, "floor": {}}, "old.json")
+    assert not unknown["comparable"] and "records no NATS floor" in not_comparable(unknown)
