@@ -286,7 +286,7 @@ def _resume(state: DecisionState, event: ev.ResumeReAct) -> Step:
     effects: list[ev.Effect] = [
         ev.EmitProgress("notice", fresh.round, f"resumed after round {fresh.round}")
     ]
-    if limits is not event.limits:  # the calls made stand; the turn ends at once, spent
+    if limits is not event.limits:  # the calls made stand; its next model checkpoint ends it
         text = (
             f"max_iterations is {event.limits.max_iterations} now, and the turn had made "
             f"{done} model calls before it resumed"

@@ -996,6 +996,14 @@ def test_a_turn_resumed_under_a_lowered_limit_ends_spent_and_says_why() -> None:
     assert notice.code == "limits_lowered"
     assert "max_iterations is 1 now" in notice.text and "2 model calls" in notice.text
     assert of(out, Finish)[0].rounds == 2
+    waited = checkpoint(waiting())  # it waits for its agent first, then ends spent
+    waited["round"] = 3
+    state, out = transition(DecisionState(), resume_event(waited, Limits(max_iterations=2)))
+    check_invariants(state)
+    assert state.phase is TurnPhase.WAITING and of(out, RecordNotice)[0].code == "limits_lowered"
+    state, out = transition(state, done("sig-1"))
+    assert state.status == "budget_exhausted" and not of(out, CallModel)
+    assert of(out, RecordSignal) and of(out, Finish)[0].rounds == 3
 
 
 def test_an_answer_deferred_for_unseen_input_thinks_again_within_the_budget() -> None:
