@@ -268,9 +268,9 @@ def _resume(state: DecisionState, event: ev.ResumeReAct) -> Step:
         return _ignore(
             f"ResumeReAct({event.turn_id}): turn {state.turn_id} is {state.phase}", state
         )
-    limits, done = event.limits, max(event.round, 0)
-    if done > limits.max_iterations:  # its limit was lowered while it was down
-        limits = replace(limits, max_iterations=done)
+    done = max(event.round, 0)
+    lowered = done > event.limits.max_iterations  # its limit was lowered while it was down
+    limits = replace(event.limits, max_iterations=done) if lowered else event.limits
     fresh = DecisionState(
         phase=TurnPhase.THINKING,
         turn_id=event.turn_id,
@@ -286,7 +286,7 @@ def _resume(state: DecisionState, event: ev.ResumeReAct) -> Step:
     effects: list[ev.Effect] = [
         ev.EmitProgress("notice", fresh.round, f"resumed after round {fresh.round}")
     ]
-    if limits is not event.limits:  # the calls made stand; its next model checkpoint ends it
+    if lowered:  # the calls made stand; its next model checkpoint ends it
         text = (
             f"max_iterations is {event.limits.max_iterations} now, and the turn had made "
             f"{done} model calls before it resumed"

@@ -1504,6 +1504,13 @@ def main(argv: list[str] | None = None) -> int:
         except (OSError, ValueError) as exc:
             console.print(f"[red]cannot read the baseline {args.baseline}:[/] {exc}")
             return 2
+        if not isinstance(baseline, dict):
+            kind = type(baseline).__name__
+            console.print(
+                f"[red]the baseline {args.baseline} holds a JSON {kind}, not a bench.loop "
+                "result (an object):[/] pass a file this benchmark wrote with --out"
+            )
+            return 2
     try:
         result = run(**options, nosync=not args.no_nosync)
     except (SanityCheckFailed, LoopCheckFailed) as exc:

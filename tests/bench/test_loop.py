@@ -129,3 +129,15 @@ def test_a_baseline_is_judged_only_when_it_saw_a_machine_of_the_same_speed() -> 
     assert "0.320 ms against 0.850 ms" in text and "bench.loop_split --against" in text
     unknown = compare(_run(0.35, 1.5, 210.0, 4.8), {**before, "floor": {}}, "old.json")
     assert not unknown["comparable"] and "records no NATS floor" in not_comparable(unknown)
+
+
+def test_a_baseline_that_is_not_a_result_is_refused_before_anything_runs(
+    tmp_path: Path, capsys: Any
+) -> None:
+    listed = tmp_path / "list.json"
+    listed.write_text("[1, 2]")
+    out = tmp_path / "loop.json"
+    assert main(["--quick", "--baseline", str(listed), "--out", str(out)]) == 2
+    said = " ".join(capsys.readouterr().out.split())  # the console wraps long lines
+    assert "holds a JSON list, not a bench.loop result" in said
+    assert not out.exists()
