@@ -48,6 +48,7 @@ from messages import (
     diag,
 )
 from storage import Store
+from storage import committer
 from storage.committer import Committer
 from tools import KnowledgeSpace
 from tools.builtin import BuiltinConfig, register_builtins
@@ -430,12 +431,15 @@ class Node:
         return answer
 
     def stats(self) -> dict[str, Any]:
+        """What the node holds and has done; ``commits``: its group commit's counters
+        (``storage.committer.stats``; empty before ``start``)."""
         return {
             "node": self.node_id,
             "conversations": len(self._conversations),
             "active_turns": self.queue.active,
             "turns_taken": self.turns_taken,
             "turns_settled": self.turns_settled,
+            "commits": {} if self._commits is None else committer.stats(self._commits),
         }
 
 

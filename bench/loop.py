@@ -345,6 +345,8 @@ class Case:
     commit: CommitFloor | None = None
     persisted: list[dict[str, Any]] = field(default_factory=list)
     """What a round of each measured turn persisted (``persisted_bytes``)."""
+    store_commits: list[tuple[int, float, int]] = field(default_factory=list)
+    """The node's own commits during each measured turn: transactions, seconds, inline."""
 
     def timeline(self, cid: str) -> Timeline:
         return self.node.conversations[cid].tl
@@ -452,7 +454,16 @@ async def measure_turn(case: Case, cid: str, rounds: int) -> None:
     before = len(case.timeline(cid))
     since = stored_seq(case.store, cid)
     rows_before = packed_rows(case.store, case.timeline(cid), cid)
+    commits_before = case.node.stats()["commits"]
     handle, elapsed, pickup = await run_turn(case.client, case.model, cid, tid, rounds)
+    commits = case.node.stats()["commits"]
+    case.store_commits.append(
+        (
+            commits["transactions"] - commits_before["transactions"],
+            commits["seconds"] - commits_before["seconds"],
+            commits["inline"] - commits_before["inline"],
+        )
+    )
     case.pickup.append(pickup)
     case.spans.append((before, len(case.timeline(cid))))
     since = before if since is None else since
@@ -971,6 +982,35 @@ def _durable_figures(case: Case, floor: dict[str, Any], round_: dict[str, Any]) 
         "ratio_nats_p50": round_["p50_ms"] / floor["p50_ms"],
         "ratio_durable_p50": round_["p50_ms"] / durable["p50_ms"],
         "ratio_durable_p90": round_["p90_ms"] / durable["p90_ms"],
+        "store_commit": store_commit(case, commit, round_, durable),
+    }
+
+
+def store_commit(
+    case: Case, commit: dict[str, Any], round_: dict[str, Any], durable: dict[str, Any]
+) -> dict[str, Any]:
+    """The node's own commits over the measured turns, beside the floor's commit.
+
+    One conversation runs at a time here, so each commit runs on the event loop and the
+    round waits for it whole: ``round_less_commit_p50_ms`` (the round p50 less the mean
+    commit) is what the round's own work costs, and its ratio to the durable floor says how
+    far the round would be from it with a commit that cost nothing. None when some commit
+    ran on the writer thread (then it overlapped other work and cannot be subtracted)."""
+    transactions = sum(n for n, _, _ in case.store_commits)
+    if transactions == 0:
+        raise LoopCheckFailed(case.label, "the node committed nothing over the measured turns")
+    seconds = sum(s for _, s, _ in case.store_commits)
+    inline = sum(i for _, _, i in case.store_commits)
+    mean_ms = seconds / transactions * 1e3
+    less = round_["p50_ms"] - mean_ms if inline == transactions else None
+    return {
+        "transactions": transactions,
+        "per_turn": transactions / len(case.store_commits),
+        "inline": inline,
+        "mean_ms": mean_ms,
+        "vs_floor_commit": mean_ms / commit["mean_ms"],
+        "round_less_commit_p50_ms": less,
+        "ratio_durable_less_commit": None if less is None else less / durable["p50_ms"],
     }
 
 
@@ -1364,6 +1404,26 @@ def table(result: dict[str, Any]) -> Table:
             f"turn record {persisted['turn_record_bytes']:,}; "
             f"durable floor p50 {_ms(durable['p50_ms'])} p90 {_ms(durable['p90_ms'])}; "
             f"n={commit['n']}",
+        )
+    for row in result["cases"]:
+        own = row["store_commit"]
+        less = own["round_less_commit_p50_ms"]
+        rest = (
+            "some on the writer thread: not subtracted"
+            if less is None
+            else f"round p50 less it: {_ms(less)}, {_x(own['ratio_durable_less_commit'])} "
+            "the durable floor"
+        )
+        out.add_row(
+            f"node's own commit, {row['blocks']:,} blocks, {_mode(row['sync'])}",
+            "",
+            "",
+            "",
+            "",
+            "",
+            f"mean {_ms(own['mean_ms'])} ({_x(own['vs_floor_commit'])} the floor's commit), "
+            f"{own['per_turn']:.1f} per turn, {own['inline']}/{own['transactions']} on the event "
+            f"loop; {rest}",
         )
     search = result["tool"]["search"]
     out.add_row(

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -90,6 +91,10 @@ class Committer:
         """Write transactions committed (each one fsync on a synced store)."""
         self.writes = 0
         """Write functions committed; ``writes / transactions`` is the batching factor."""
+        self.inline = 0
+        """Transactions committed on the event loop (the rest on the writer thread)."""
+        self.seconds = 0.0
+        """Wall time spent in the committed transactions (the fsync included)."""
 
     def start(self) -> None:
         self._started = True
@@ -119,7 +124,7 @@ class Committer:
             self._thread = None
         pending, self._batch, self._waiting = [*self._waiting, *self._batch], [], []
         if pending:
-            _resolve(self._commit(pending))
+            _resolve(self._commit(pending, inline=True))
 
     def _flush(self) -> None:
         self._scheduled = False
@@ -129,7 +134,7 @@ class Committer:
         if self._in_flight:
             self._waiting.extend(batch)
         elif len(batch) == 1 or not self.store.synced:
-            _resolve(self._commit(batch))
+            _resolve(self._commit(batch, inline=True))
         else:
             self._to_thread(batch)
 
@@ -137,7 +142,7 @@ class Committer:
         if self._thread is None:
             self._thread = ThreadPoolExecutor(1, thread_name_prefix="actline-commit")
         self._in_flight = True
-        done = asyncio.get_running_loop().run_in_executor(self._thread, self._commit, batch)
+        done = asyncio.get_running_loop().run_in_executor(self._thread, self._commit, batch, False)
         done.add_done_callback(self._thread_done)
 
     def _thread_done(self, done: asyncio.Future[list[tuple[_Job[Any], bool, Any]]]) -> None:
@@ -148,7 +153,9 @@ class Committer:
         if waiting and not self._closed:
             self._to_thread(waiting)
 
-    def _commit(self, batch: list[_Job[Any]]) -> list[tuple[_Job[Any], bool, Any]]:
+    def _commit(
+        self, batch: list[_Job[Any]], inline: bool
+    ) -> list[tuple[_Job[Any], bool, Any]]:
         env = self.store.env
 
         def run(txn: lmdb.Transaction) -> list[tuple[bool, Any]]:
@@ -163,15 +170,33 @@ class Committer:
                     out.append((False, exc))
             return out
 
+        started = time.perf_counter()
         try:
             outcomes = self.store.write(run)
         except Exception as exc:
             log.error("group commit of %d writes failed: %s", len(batch), exc)
             outcomes = [(False, exc)] * len(batch)
         else:
+            self.seconds += time.perf_counter() - started
             self.transactions += 1
+            self.inline += inline
             self.writes += sum(ok for ok, _ in outcomes)
         return [(job, ok, value) for job, (ok, value) in zip(batch, outcomes, strict=True)]
+
+
+def stats(committer: Committer) -> dict[str, float | int]:
+    """The committer's counters and what they imply (a node's ``stats``): transactions,
+    writes, writes per transaction, those committed on the event loop, the seconds spent
+    committing and their mean per transaction in ms."""
+    n = committer.transactions
+    return {
+        "transactions": n,
+        "writes": committer.writes,
+        "writes_per_transaction": committer.writes / n if n else 0.0,
+        "inline": committer.inline,
+        "seconds": committer.seconds,
+        "mean_ms": committer.seconds / n * 1e3 if n else 0.0,
+    }
 
 
 def _resolve(done: list[tuple[_Job[Any], bool, Any]]) -> None:

@@ -78,6 +78,15 @@ def test_loop_benchmark_quick_mode_reports_every_part(tmp_path: Path) -> None:
             assert case[kind]["n"] == QUICK["turns"] and case[kind]["min_ms"] > 0
         assert case["model_leg"]["p50_ms"] < case["round"]["p50_ms"] < case["turn"]["p50_ms"]
         assert case["ratio_p50"] > 0 and case["ratio_p99"] > 0
+        # the node's own commits: one conversation at a time, so every one on the event loop
+        own = case["store_commit"]
+        assert own["transactions"] >= QUICK["turns"] * QUICK["rounds"]
+        assert own["inline"] == own["transactions"] and own["mean_ms"] > 0
+        assert own["per_turn"] == own["transactions"] / QUICK["turns"]
+        less = case["round"]["p50_ms"] - own["mean_ms"]
+        assert own["round_less_commit_p50_ms"] == less
+        assert own["ratio_durable_less_commit"] == less / case["durable_floor"]["p50_ms"]
+        assert own["vs_floor_commit"] == own["mean_ms"] / case["commit"]["mean_ms"]
 
     assert [t["sync"] for t in result["throughput"]] == [True, False]
     for tput in result["throughput"]:

@@ -15,6 +15,7 @@ import pytest
 
 from storage import SequenceGap, Store
 from storage.committer import Committer, CommitterClosed
+from storage.committer import stats as committer_stats
 from tests.timeline.builders import Build, words
 from timeline import Block, Timeline
 from timeline.blocks import NOTICE
@@ -94,6 +95,29 @@ async def test_writes_submitted_in_one_loop_iteration_share_one_transaction(grou
     # the next iteration's writes are the next transaction
     assert await committer.submit(put(store, "e")) == "e"
     assert (committer.transactions, committer.writes) == (2, 5)
+
+
+async def test_the_counters_say_where_each_transaction_ran_and_how_long_it_took(
+    synced: Group,
+) -> None:
+    store, committer = synced.store, synced.committer
+    assert committer_stats(committer) == {
+        "transactions": 0,
+        "writes": 0,
+        "writes_per_transaction": 0.0,
+        "inline": 0,
+        "seconds": 0.0,
+        "mean_ms": 0.0,
+    }
+    await committer.submit(put(store, "a"))  # alone: on the event loop
+    await asyncio.gather(*(committer.submit(put(store, k)) for k in ("b", "c", "d")))  # thread
+    with pytest.raises(ValueError):  # a write that fails alone still commits its transaction
+        await committer.submit(failing(store, "e", ValueError("bad row")))
+    stats = committer_stats(committer)
+    assert (stats["transactions"], stats["writes"], stats["inline"]) == (3, 4, 2)
+    assert stats["writes_per_transaction"] == 4 / 3
+    assert stats["seconds"] == committer.seconds > 0
+    assert stats["mean_ms"] == committer.seconds / 3 * 1e3
 
 
 @pytest.mark.parametrize(
