@@ -47,8 +47,7 @@ from messages import (
     TurnRequest,
     diag,
 )
-from storage import Store
-from storage import committer
+from storage import Store, committer
 from storage.committer import Committer
 from tools import KnowledgeSpace
 from tools.builtin import BuiltinConfig, register_builtins

@@ -153,9 +153,7 @@ class Committer:
         if waiting and not self._closed:
             self._to_thread(waiting)
 
-    def _commit(
-        self, batch: list[_Job[Any]], inline: bool
-    ) -> list[tuple[_Job[Any], bool, Any]]:
+    def _commit(self, batch: list[_Job[Any]], inline: bool) -> list[tuple[_Job[Any], bool, Any]]:
         env = self.store.env
 
         def run(txn: lmdb.Transaction) -> list[tuple[bool, Any]]:
