@@ -280,16 +280,23 @@ class ConversationActor(Actor):
         await self._next_turn()
 
     async def _lose(self, job: TurnJob | None, reason: str) -> None:
-        """Another node owns the conversation now: every turn here goes back to the queue
-        and this actor stops (its timeline may be stale); the node drops it."""
+        """Another node owns the conversation now: this node lets it go (its lease and what
+        it kept of the durable copy), then every turn here goes back to the queue and this
+        actor stops (its timeline may be stale); the node drops it.
+
+        In that order: a requeued turn may come back to this node at once, which then
+        renews the lease it still holds and loads the conversation again; a release after
+        that would delete the new actor's lease and forget its durable head."""
         self.lost = True
         services = self.services
-        for queued in [*([job] if job is not None else []), *self.queue]:
-            await services.queue.requeue(queued.request.turn_id)
-        self.queue.clear()
         log.warning("conversation %s lost to another node (%s); turns requeued", self.cid, reason)
-        await services.ownership.release(self.cid)
-        self.request_stop()
+        try:
+            await services.ownership.release(self.cid)
+        finally:
+            for queued in [*([job] if job is not None else []), *self.queue]:
+                await services.queue.requeue(queued.request.turn_id)
+            self.queue.clear()
+            self.request_stop()
 
     async def _publish_result(self, result: ReActResult) -> None:
         """Stored before the turn's request is acked (``actors.results``: failure rules)."""

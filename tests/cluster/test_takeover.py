@@ -7,8 +7,11 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
+import pytest
+
 from actors import Node
 from actors.client import Client
+from actors.durable import JetStreamCopy
 from actors.ownership import ClusterOwnership
 from bus import Bus, EmbeddedNats
 
@@ -76,3 +79,45 @@ async def test_a_lost_check_and_set_hands_the_turn_to_the_new_owner(
             await b.bus.close()
         await a.stop()
         await a.bus.close()
+
+
+async def test_a_node_that_takes_back_the_turn_it_lost_keeps_the_lease(
+    fresh_nats: EmbeddedNats, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A node loses the check-and-set on a conversation it still leases (another writer
+    moved the head) and hands its turn back; the turn comes back to the same node. The node
+    let the conversation go before it requeued the turn, so the lease it takes again stays
+    and the turn completes with the answer it gave before."""
+    node = await start(fresh_nats.url, tmp_path, "n1")
+    client_bus = await Bus.connect(fresh_nats.url)
+    client = Client(client_bus)
+    try:
+        question = "What are the limits?"
+        first = await client.ask(question, conversation_id="c1", timeout=60)
+        assert first.status == "completed"
+        ownership = node.ownership
+        assert isinstance(ownership, ClusterOwnership)
+        other = JetStreamCopy(client_bus, writer="n2")  # a writer whose lease had lapsed
+        await other.start()
+        head = await other.head("c1")
+        assert head is not None
+        header, revision = head
+        await other.publish_round("c1", [], [], header, expect=revision)
+        held_at_requeue: list[bool] = []
+        requeue = node.queue.requeue
+
+        async def spy(turn_id: str) -> None:
+            held_at_requeue.append("c1" in ownership.leases.held)
+            await requeue(turn_id)
+
+        monkeypatch.setattr(node.queue, "requeue", spy)
+        again = await client.ask(question, conversation_id="c1", timeout=60)
+        assert again.status == "completed" and again.answer == first.answer
+        assert held_at_requeue == [False]  # let go before the turn went back
+        assert await ownership.leases.owner("c1") == "n1"
+        assert "c1" in node.conversations
+    finally:
+        await client.close()
+        await client_bus.close()
+        await node.stop()
+        await node.bus.close()
