@@ -141,6 +141,11 @@ class Actor:
     def running(self) -> bool:
         return self._task is not None and not self._task.done()
 
+    @property
+    def unread(self) -> int:
+        """Messages in the mailbox not handled yet."""
+        return self._mailbox.qsize()
+
     async def stop(self) -> None:
         """Handle what is queued, then end; child tasks are cancelled."""
         if self._task is None or self._task.done():

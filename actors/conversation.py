@@ -280,13 +280,9 @@ class ConversationActor(Actor):
         await self._next_turn()
 
     async def _lose(self, job: TurnJob | None, reason: str) -> None:
-        """Another node owns the conversation now: this node lets it go (its lease and what
-        it kept of the durable copy), then every turn here goes back to the queue and this
-        actor stops (its timeline may be stale); the node drops it.
-
-        In that order: a requeued turn may come back to this node at once, which then
-        renews the lease it still holds and loads the conversation again; a release after
-        that would delete the new actor's lease and forget its durable head."""
+        """Another node owns the conversation now: let it go (lease, durable head), then
+        requeue every turn here and stop (the timeline may be stale); the node drops it.
+        In that order: a turn requeued and taken back here at once keeps its new lease."""
         self.lost = True
         services = self.services
         log.warning("conversation %s lost to another node (%s); turns requeued", self.cid, reason)

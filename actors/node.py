@@ -62,6 +62,7 @@ from .conversation import ConversationActor
 from .done_queue import DoneQueue
 from .done_routing import ASK_TIMEOUT_S, DoneRouter, route_approval
 from .errors import ActorStopped, InputRefused, NodeNotStarted, SettingsFileError
+from .holding import Holds, evict_idle
 from .limits import not_running, refusal, validate_input
 from .mailbox import Control, TurnJob, UserInput
 from .memory import BackgroundEmbedding
@@ -106,6 +107,7 @@ class Node:
         self._knowledge = knowledge
         self._conversations: dict[str, ConversationActor] = {}
         self._loading: dict[str, asyncio.Future[ConversationActor]] = {}
+        self._holds = Holds()
         self._tasks: list[asyncio.Task[None]] = []
         self._subs: list[Subscription] = []
         self.streamer: StreamerActor | None = None
@@ -317,10 +319,11 @@ class Node:
     async def _take(self, request: TurnRequest) -> bool:
         """Hand a turn request to its conversation; False when another node owns it."""
         cid = request.conversation_id
-        if not await self.ownership.claim(cid):
-            return False
-        conv = await self.conversation(cid)
-        conv.tell(TurnJob(request))
+        async with self._holds.claiming(cid):  # not let go meanwhile (actors.holding)
+            if not await self.ownership.claim(cid):
+                return False
+            conv = await self.conversation(cid)
+            conv.tell(TurnJob(request))
         return True
 
     async def conversation(self, cid: str) -> ConversationActor:
@@ -371,12 +374,10 @@ class Node:
             await asyncio.sleep(min(max(self.settings.idle_evict_s / 4, 1.0), 60.0))
             if self.services is None:
                 continue
-            now = self.services.clock()
-            for cid, conv in list(self._conversations.items()):
-                if not conv.busy and now - conv.last_active > self.settings.idle_evict_s:
-                    del self._conversations[cid]
-                    await conv.stop()
-                    await self.ownership.release(cid)
+            now, idle_s = self.services.clock(), self.settings.idle_evict_s
+            await evict_idle(
+                self._holds, self._conversations, self.ownership.release, now=now, idle_s=idle_s
+            )
 
     # -- control, followups, feedback -------------------------------------------------------------
     async def _on_control(self, msg: messages.Message, env: Envelope) -> None:
@@ -415,23 +416,23 @@ class Node:
                 message=f"the message is for conversation {msg.conversation_id}, "
                 f"sent on {env.subject}",
             )
-        loaded = cid in self._conversations
-        if not await self.ownership.accepts(cid, msg, loaded=loaded):
-            return None  # every node hears it; the conversation's owner answers
-        if isinstance(msg, Followup) and not loaded:
-            return not_running(msg.turn_id)
-        conv = await self.conversation(cid)
-        try:
-            msg = validate_input(msg, self.settings, conv.services.clock())
-        except InputRefused as exc:
-            return refusal(exc)
-        answer = await conv.ask(UserInput(msg), timeout=ASK_TIMEOUT_S)
+        async with self._holds.claiming(cid):
+            loaded = cid in self._conversations
+            if not await self.ownership.accepts(cid, msg, loaded=loaded):
+                return None  # every node hears it; the conversation's owner answers
+            if isinstance(msg, Followup) and not loaded:
+                return not_running(msg.turn_id)
+            conv = await self.conversation(cid)
+            try:
+                msg = validate_input(msg, self.settings, conv.services.clock())
+            except InputRefused as exc:
+                return refusal(exc)
+            answer = await conv.ask(UserInput(msg), timeout=ASK_TIMEOUT_S)
         assert isinstance(answer, Ack | ErrorReply)
         return answer
 
     def stats(self) -> dict[str, Any]:
-        """What the node holds and has done; ``commits``: its group commit's counters
-        (``storage.committer.stats``; empty before ``start``)."""
+        """What the node holds and has done (``commits``: ``storage.committer.stats``)."""
         return {
             "node": self.node_id,
             "conversations": len(self._conversations),

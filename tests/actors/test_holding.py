@@ -1,0 +1,94 @@
+"""Claims and releases of a conversation kept apart (``actors.holding``), and the node's
+idle eviction on a real nats-server and LMDB: an idle conversation leaves memory and its
+next turn sees it whole from the store; one whose turn waits on an agent stays."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+
+from actors.client import Client
+from actors.holding import Holds
+from bus import Bus
+from tests.waiting import until
+
+from .harness import Scripted, say, start_node
+
+IDLE_S = 0.05
+"""Idle time before eviction here (the node's eviction loop looks once a second)."""
+
+
+async def test_a_claim_waits_while_its_conversation_is_let_go() -> None:
+    holds = Holds()
+    order: list[str] = []
+
+    async def claim() -> None:
+        async with holds.claiming("c1"):
+            order.append("claimed")
+
+    assert holds.may_release("c1")
+    async with holds.releasing("c1"):
+        task = asyncio.create_task(claim())
+        await until(lambda: holds.waiting("c1") == 1)
+        assert holds.may_release("c2")  # another conversation is not held up
+        order.append("released")
+    await task
+    assert order == ["released", "claimed"]
+    assert holds.waiting("c1") == 0 and holds.may_release("c1")
+
+
+async def test_a_conversation_being_claimed_is_not_let_go() -> None:
+    holds = Holds()
+    async with holds.claiming("c1"):
+        async with holds.claiming("c1"):  # claims do not wait for each other
+            assert not holds.may_release("c1")
+        assert not holds.may_release("c1")
+        with pytest.raises(RuntimeError, match="c1 is being claimed or let go"):
+            async with holds.releasing("c1"):
+                pass
+    assert holds.may_release("c1")
+
+
+async def test_an_idle_conversation_leaves_memory_and_its_next_turn_sees_it_whole(
+    bus: Bus, tmp_path: Path
+) -> None:
+    model = Scripted({"c1": [say("first", answer="alpha-7"), say("second", answer="beta-9")]})
+    node = await start_node(bus, tmp_path / "home", model, idle_evict_s=IDLE_S)
+    client = Client(bus)
+    try:
+        first = await client.ask("the first question", conversation_id="c1", timeout=30)
+        await until(lambda: "c1" not in node.conversations, timeout=30)
+        second = await client.ask("the second question", conversation_id="c1", timeout=30)
+    finally:
+        await client.close()
+        await node.stop()
+    assert (first.answer, second.answer) == ("alpha-7", "beta-9")
+    seen = model.models["c1"].requests[-1]  # the second turn's request, after the reload
+    texts = " ".join(str(part.get("text", "")) for part in seen.blocks)
+    assert "the first question" in texts and "alpha-7" in texts
+
+
+async def test_a_conversation_waiting_on_an_agent_stays_while_an_idle_one_goes(
+    bus: Bus, tmp_path: Path
+) -> None:
+    model = Scripted(
+        {
+            "c1": [say("asking", calls=[("agent.send", {"name": "reviewer", "text": "look"})])],
+            "c2": [say("done", answer="two")],
+        }
+    )
+    node = await start_node(bus, tmp_path / "home", model, idle_evict_s=IDLE_S)
+    client = Client(bus)
+    try:
+        waiting = await client.submit("get it reviewed", conversation_id="c1")
+        await waiting.wait_for("waiting", timeout=30)
+        assert (await client.ask("quick one", conversation_id="c2", timeout=30)).answer == "two"
+        await until(lambda: "c2" not in node.conversations, timeout=30)  # the loop ran since
+        assert "c1" in node.conversations  # its turn waits: it stays
+        await client.cancel(waiting.turn_id, "test over")
+        assert (await waiting.wait(30)).status == "cancelled"
+    finally:
+        await client.close()
+        await node.stop()
