@@ -11,7 +11,7 @@ import pytest
 
 from actors.client import Client
 from actors.holding import Holds
-from bus import Bus
+from bus import Bus, NotConnected
 from tests.waiting import until
 
 from .harness import Scripted, say, start_node
@@ -92,3 +92,30 @@ async def test_a_conversation_waiting_on_an_agent_stays_while_an_idle_one_goes(
     finally:
         await client.close()
         await node.stop()
+
+
+async def test_a_release_that_nats_refuses_is_logged_and_eviction_goes_on(
+    bus: Bus, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    model = Scripted({"c1": [say("one", answer="one")], "c2": [say("two", answer="two")]})
+    node = await start_node(bus, tmp_path / "home", model, idle_evict_s=IDLE_S)
+    client = Client(bus)
+    release = node.ownership.release
+    tried: list[str] = []
+
+    async def refused(cid: str) -> None:
+        tried.append(cid)
+        if cid == "c1":
+            raise NotConnected("the server went away")
+        await release(cid)
+
+    monkeypatch.setattr(node.ownership, "release", refused)
+    try:
+        for cid in ("c1", "c2"):
+            assert (await client.ask("a question", conversation_id=cid, timeout=30)).answer
+        await until(lambda: not ({"c1", "c2"} & set(node.conversations)), timeout=30)
+    finally:
+        await client.close()
+        await node.stop()
+    assert sorted(tried) == ["c1", "c2"]
+    assert "conversation c1 left memory but its lease stays" in caplog.text
