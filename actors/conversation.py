@@ -285,7 +285,7 @@ class ConversationActor(Actor):
         In that order: a turn requeued and taken back here at once keeps its new lease."""
         self.lost = True
         services = self.services
-        log.warning("conversation %s lost to another node (%s); turns requeued", self.cid, reason)
+        log.warning("conversation %s lost to another node (%s); requeueing", self.cid, reason)
         try:
             await services.ownership.release(self.cid)
         finally:

@@ -16,6 +16,8 @@
     ├── NoTurnQueue         nothing stores turn requests on this NATS (subject)
     ├── DoneNotStored       an ``agent.done`` could not be stored (agent, within_s, reason)
     ├── AgentNotWelcome     no node answered an agent's hello with its inbox (agent, reason)
+    ├── ConversationHeld    a conversation was let go while claimed or let go already
+    │                       (conversation_id)
     └── ClusterError
         ├── ConversationLost  this node no longer owns the conversation (conversation_id,
         │                     reason): the running turn goes back to the queue
@@ -195,6 +197,18 @@ class AgentNotWelcome(ActorError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.agent, self.reason))
+
+
+class ConversationHeld(ActorError, RuntimeError):
+    """A release of a conversation began while a claim or another release of it was in
+    progress (``actors.holding``: check ``may_release`` first, with no await between)."""
+
+    def __init__(self, conversation_id: str) -> None:
+        self.conversation_id = conversation_id
+        super().__init__(f"conversation {conversation_id} is being claimed or let go already")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.conversation_id,))
 
 
 class ClusterError(ActorError):

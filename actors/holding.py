@@ -22,6 +22,8 @@ from typing import Protocol, TypeVar
 
 from bus import BusError
 
+from .errors import ConversationHeld
+
 log = logging.getLogger(__name__)
 
 
@@ -84,7 +86,7 @@ class Holds:
         """Around letting ``cid`` go; claims that come meanwhile wait until the block ends.
         Check ``may_release`` first, with no await in between."""
         if not self.may_release(cid):
-            raise RuntimeError(f"conversation {cid} is being claimed or let go already")
+            raise ConversationHeld(cid)
         done = self._releases[cid] = asyncio.Event()
         try:
             yield

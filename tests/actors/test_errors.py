@@ -23,6 +23,7 @@ from actors.errors import (
     AgentNotWelcome,
     AskTimeout,
     ClusterError,
+    ConversationHeld,
     ConversationLost,
     CopyBroken,
     DoneNotStored,
@@ -86,6 +87,7 @@ CASES: list[tuple[type[Exception], tuple[Any, ...], dict[str, Any]]] = [
     ),
     (UnexpectedMessage, ("turn:t1", "Render"), {"actor": "turn:t1", "kind": "Render"}),
     (NoTurnQueue, ("al.turn.submit",), {"subject": "al.turn.submit"}),
+    (ConversationHeld, ("c1",), {"conversation_id": "c1"}),
     (ClusterError, ("cluster",), {}),
     (ConversationLost, ("c1", "lease lapsed"), {"conversation_id": "c1", "reason": "lease lapsed"}),
     (
@@ -125,6 +127,7 @@ BUILTIN_BASES: dict[type[Exception], type[Exception]] = {
     SettingsFileError: ValueError,
     UnexpectedMessage: TypeError,
     NoTurnQueue: RuntimeError,
+    ConversationHeld: RuntimeError,
     ConfigError: ValueError,
 }
 """Builtin bases the docstrings do not draw, so that ``except ValueError`` still works."""

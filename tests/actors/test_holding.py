@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 
 from actors.client import Client
+from actors.errors import ConversationHeld
 from actors.holding import Holds
 from bus import Bus, NotConnected
 from tests.waiting import until
@@ -45,7 +46,7 @@ async def test_a_conversation_being_claimed_is_not_let_go() -> None:
         async with holds.claiming("c1"):  # claims do not wait for each other
             assert not holds.may_release("c1")
         assert not holds.may_release("c1")
-        with pytest.raises(RuntimeError, match="c1 is being claimed or let go"):
+        with pytest.raises(ConversationHeld, match="c1 is being claimed or let go"):
             async with holds.releasing("c1"):
                 pass
     assert holds.may_release("c1")
