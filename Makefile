@@ -21,7 +21,7 @@ demo: $(STAMP)
 	$(BIN)/actline demo
 
 cluster-demo: $(STAMP)
-	RAY_USAGE_STATS_ENABLED=0 RAY_AUTH_MODE=disabled $(BIN)/python -m actors.cluster_demo
+	RAY_USAGE_STATS_ENABLED=0 RAY_AUTH_MODE=disabled $(BIN)/python -m actline.actors.cluster.demo
 
 # Two passes: most tests on two workers (a test file stays on one worker), then the
 # tests marked serial (tests/serial.py: clusters, kill loops) one at a time, collected
@@ -40,7 +40,7 @@ deploy-keys: $(STAMP)
 	ACTLINE_HOME=deploy/keys $(BIN)/actline creds server --out deploy/nats-auth.conf
 	ACTLINE_HOME=deploy/keys $(BIN)/actline creds node --out deploy/node.creds
 	ACTLINE_HOME=deploy/keys $(BIN)/actline creds client --out deploy/client.creds
-	$(BIN)/python -m bus.certs --out deploy/tls --hosts $(HOSTS) --ca-key-dir deploy/keys
+	$(BIN)/python -m actline.bus.certs --out deploy/tls --hosts $(HOSTS) --ca-key-dir deploy/keys
 
 # code.exec_python runs under Landlock or bubblewrap (ACTLINE_SANDBOX); the tests run every
 # layer this machine has and check that the others are refused. Installs bubblewrap when it

@@ -1,5 +1,5 @@
 """``python -m actline`` runs the command line."""
 
-from actline.cli import main
+from actline.cli.main import main
 
 raise SystemExit(main())

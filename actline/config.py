@@ -9,8 +9,8 @@ overrides (command-line flags). Credentials: ``ACTLINE_NATS_CREDS`` (or ``--cred
 name (``home``, ``model``, ``docs``, ``workspace``, ``max_iterations``, ``profile``, ...),
 ``nats_url``, an ``[llm]`` table (``max_retries``, ``timeout``, ``cache_ttl``, ...) and
 ``[profiles.NAME]`` tables (custom runtime profiles: ``extends`` a built-in or custom one and
-any keys of ``actors.profiles.KEYS``). API keys are never read from the file: they belong in
-the environment.
+any keys of ``actline.actors.configuration.profiles.KEYS``). API keys are never read from the file:
+they belong in the environment.
 
 Every problem is a ``ConfigError`` whose message names the setting and the fix.
 """
@@ -23,12 +23,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from actors.config_file import load_settings
-from actors.errors import SettingsFileError
-from actors.settings import NodeSettings
-from bus import AuthError, Authority, CredsInvalid, read_identity
-from llm import LLMSettings, ModelConfigError, check_servable
-from messages import subjects
+from actline.actors.configuration.settings import NodeSettings
+from actline.actors.configuration.settings_file import load_settings
+from actline.actors.errors import SettingsFileError
+from actline.bus import AuthError, Authority, CredsInvalid, read_identity
+from actline.llm import LLMSettings, ModelConfigError, check_servable
+from actline.messages import subjects
 
 from .errors import ConfigError
 

@@ -8,7 +8,7 @@
     └── RuntimeNotStarted   a ``Runtime`` was used outside ``async with`` (what)
 
 Errors of the parts below keep their own types (``bus.BusError``, ``storage.StorageError``,
-``actors.errors.ActorError``, ``llm.ModelError``); the CLI turns each into one line.
+``actline.actors.errors.ActorError``, ``llm.ModelError``); the CLI turns each into one line.
 """
 
 from __future__ import annotations

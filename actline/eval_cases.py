@@ -47,7 +47,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from messages import Usage
+from actline.messages import Usage
 
 from .errors import CaseFileError
 

@@ -33,17 +33,17 @@ from collections.abc import AsyncIterator, Callable, Sequence
 from pathlib import Path
 from typing import Any
 
-import messages
-from actors import Node
-from actors.client import Client, TurnHandle
-from actors.errors import NoTurnQueue
-from actors.limits import RATINGS
-from actors.tool_executor import ToolRegistry
-from bus import Bus, BusError, EmbeddedNats, NoResponders, RequestTimeout
-from llm.protocol import Model
-from messages import Ack, Attachment, ErrorReply, ReActResult, StreamDelta
-from storage import StorageError, Store
-from tools import KnowledgeError, KnowledgeSpace
+from actline import messages
+from actline.actors import Node
+from actline.actors.client.client import Client, TurnHandle
+from actline.actors.configuration.checks import RATINGS
+from actline.actors.errors import NoTurnQueue
+from actline.actors.pools.tool_executor import ToolRegistry
+from actline.bus import Bus, BusError, EmbeddedNats, NoResponders, RequestTimeout
+from actline.llm.protocol import Model
+from actline.messages import Ack, Attachment, ErrorReply, ReActResult, StreamDelta
+from actline.storage import StorageError, Store
+from actline.tools import KnowledgeError, KnowledgeSpace
 
 from .config import Config, ConfigError
 from .errors import RuntimeNotStarted

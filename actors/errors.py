@@ -160,7 +160,7 @@ class NoTurnQueue(ActorError, RuntimeError):
         self.subject = subject
         super().__init__(
             f"nothing stores turn requests on {subject}: start a node "
-            "(actline serve, or actors.node) against this NATS, then submit again"
+            "(actline serve, or python -m actline.cli.node) against this NATS, then submit again"
         )
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -201,7 +201,8 @@ class AgentNotWelcome(ActorError):
 
 class ConversationHeld(ActorError, RuntimeError):
     """A release of a conversation began while a claim or another release of it was in
-    progress (``actors.holding``: check ``may_release`` first, with no await between)."""
+    progress (``actline.actors.node.holding``: check ``may_release`` first, with no await
+    between)."""
 
     def __init__(self, conversation_id: str) -> None:
         self.conversation_id = conversation_id

@@ -26,9 +26,9 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from actline.bus import Bus, EmbeddedNats, Envelope
+from actline.messages import Message, TurnAccepted, TurnRequest, encode
 from bench.common import RESULTS, percentile, write_result
-from bus import Bus, EmbeddedNats, Envelope
-from messages import Message, TurnAccepted, TurnRequest, encode
 
 TARGET_RATIO = 1.3
 

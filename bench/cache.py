@@ -2,7 +2,7 @@
 
 One conversation of ``--turns`` turns (20 by default) of 6 rounds each is run
 with the ExtractiveModel behind the local Messages API server
-(``llm.fake_anthropic``), through the real ``anthropic`` client
+(``actline.llm.fake_anthropic``), through the real ``anthropic`` client
 (``AnthropicModel``), once per strategy and scenario, each against a fresh server
 (a cold cache). The server accounts usage by CACHE_RULES.md (prefix hashes per
 block, writes only at marks, a 20-position lookback, the model's minimum, a
@@ -25,7 +25,7 @@ pruning after pauses (``ttl``) and compaction (``compaction``). Strategies:
   ANNOUNCE (the best single-mark placement).
 - system + CP3, system + CP2 + CP3: ablations of actline's marks.
 - actline: the system prompt plus the renderer's CP1/CP2/CP3 (CP1 is the restore
-  point after a change, ``timeline.cache``).
+  point after a change, ``actline.timeline.rendering.cache``).
 
 Every strategy must see the same conversation (the answers are compared); only
 the accounting differs. Cost relative to no caching follows CACHE_RULES.md:
@@ -60,18 +60,18 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from actline.llm.anthropic import AnthropicModel
+from actline.llm.config import LLMSettings
+from actline.llm.context import parse_context
+from actline.llm.extractive import ExtractiveModel
+from actline.llm.fake_anthropic import FakeAnthropicServer
+from actline.llm.protocol import Chunk, Model
+from actline.messages import GenerateRequest, Usage
+from actline.timeline import AnnounceContext, CachePoints, TimelineConfig
+from actline.timeline.blocks import SUMMARY
+from actline.tools import KnowledgeSpace
 from bench.common import RESULTS, SanityCheckFailed, write_result
 from bench.driver import Driver
-from llm.anthropic import AnthropicModel
-from llm.config import LLMSettings
-from llm.context import parse_context
-from llm.extractive import ExtractiveModel
-from llm.fake_anthropic import FakeAnthropicServer
-from llm.protocol import Chunk, Model
-from messages import GenerateRequest, Usage
-from timeline import AnnounceContext, CachePoints, TimelineConfig
-from timeline.blocks import SUMMARY
-from tools import KnowledgeSpace
 
 KB = Path(__file__).parents[1] / "examples" / "kb"
 MODEL = "claude-sonnet-4-6"

@@ -36,9 +36,9 @@ from rich.console import Console
 from rich.progress import Progress, TaskID
 from rich.table import Table
 
+from actline.channels import ChannelSpec, ChannelStream, citation_map, replace_citations
+from actline.channels.citations import CitationSource
 from bench.common import RESULTS, percentile, write_result
-from channels import ChannelSpec, ChannelStream, citation_map, replace_citations
-from channels.citations import CitationSource
 
 CHUNK_SIZES = (16, 64, 1024, 4096)
 NAIVE_RUNS = 3

@@ -3,12 +3,12 @@
 Real parts: a local Ray (``ray.init(num_cpus=2)``), a nats-server per measurement (from a
 server factory: ``embedded`` today; a scenario takes the factory, so a cluster of servers
 drops in), node actors in cluster mode (leases and the durable copy in JetStream), the
-batch submitted by ``actors.ray_job.run_requests`` (the Ray job's own client). Each
+batch submitted by ``actline.actors.cluster.ray_job.run_requests`` (the Ray job's own client). Each
 conversation has one turn (the offline model answers in 5 model calls).
 
 Two model kinds: ``io``, the offline model behind a fixed 50 ms latency per call
-(``actors.ray_job.FixedLatency``: a node spends most of a turn waiting), and ``cpu``, the
-offline model alone (a node is busy for all of it).
+(``actline.actors.cluster.ray_job.FixedLatency``: a node spends most of a turn waiting), and
+``cpu``, the offline model alone (a node is busy for all of it).
 
 Throughput. Every measurement starts a fresh nats-server and fresh node actors (same
 state for 1 and 2 nodes), runs a warm-up batch (``--warmup`` conversations per node; every
@@ -64,10 +64,10 @@ from typing import Any, Protocol
 from rich.console import Console
 from rich.table import Table
 
-from actors.ray_job import NodeActor, load_requests, run_requests
-from actors.settings import NodeSettings
-from bus import Bus, EmbeddedNats
-from messages import ReActResult, TurnRequest
+from actline.actors.cluster.ray_job import NodeActor, load_requests, run_requests
+from actline.actors.configuration.settings import NodeSettings
+from actline.bus import Bus, EmbeddedNats
+from actline.messages import ReActResult, TurnRequest
 
 from .common import RESULTS
 

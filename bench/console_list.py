@@ -37,13 +37,13 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from actline.cmd_timeline import stored_conversations
+from actline.cli.timeline import stored_conversations
+from actline.storage import Store
+from actline.timeline import Block
+from actline.timeline.blocks import COMPLETION, USER_PROMPT
 from actline.web import views
 from bench.common import RESULTS, SanityCheckFailed, write_result
 from bench.loop import prefill
-from storage import Store
-from timeline import Block
-from timeline.blocks import COMPLETION, USER_PROMPT
 
 TARGET_RATIO = 0.1
 """The most the list may cost against loading every conversation whole, at every size."""

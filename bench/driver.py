@@ -1,7 +1,7 @@
 """A minimal in-process decision loop for benchmarks and model tests: no NATS, no actors.
 
 It drives any ``llm.Model`` round after round over a real ``Timeline`` and
-``Renderer``, runs the react.* tools through ``tools.react.ReactTools`` (the
+``Renderer``, runs the react.* tools through ``actline.tools.react.core.ReactTools`` (the
 same code the conversation actor runs; react.write to files needs ``store``)
 and answers agent.send with a local callback. What it measures is what the
 model is sent: the rendered requests, their cache marks and the usage the
@@ -17,15 +17,15 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from actors.decision_protocol import check_decision
-from actors.streamer import CHANNEL_SPECS
-from channels import parse
-from llm.prompt import DECISION_PROTOCOL
-from llm.protocol import Model, complete
-from messages import GenerateRequest, Usage
-from storage import Store
-from timeline import AnnounceContext, Block, Renderer, Timeline, TimelineConfig
-from timeline.blocks import (
+from actline.actors.pools.streamer import CHANNEL_SPECS
+from actline.actors.turn.protocol import check_decision
+from actline.channels import parse
+from actline.llm.prompt import DECISION_PROTOCOL
+from actline.llm.protocol import Model, complete
+from actline.messages import GenerateRequest, Usage
+from actline.storage import Store
+from actline.timeline import AnnounceContext, Block, Renderer, Timeline, TimelineConfig
+from actline.timeline.blocks import (
     COMPLETION,
     NOTICE,
     SIGNAL_DONE,
@@ -34,16 +34,16 @@ from timeline.blocks import (
     USER_FOLLOWUP,
     USER_PROMPT,
 )
-from timeline.paths import ar_path, tc_path
-from timeline.tokens import DEFAULT_COUNTER
-from tools import KnowledgeSpace
-from tools.react import ReactContext, ReactTools
+from actline.timeline.paths import ar_path, tc_path
+from actline.timeline.tokens import DEFAULT_COUNTER
+from actline.tools import KnowledgeSpace
+from actline.tools.react.core import ReactContext, ReactTools
 
 SPECS = CHANNEL_SPECS
 
 BENCH_READ_PATHS = 32
 """react.read paths per call here: the wide cache scenario reads 22 documents in one call
-(the runtime's cap is ``tools.react.MAX_READ_PATHS``)."""
+(the runtime's cap is ``actline.tools.react.core.MAX_READ_PATHS``)."""
 
 
 @dataclass
@@ -169,7 +169,7 @@ class Driver:
     def run(self, turn: str, tool: str, params: dict[str, Any]) -> None:
         """Record the call, run it, record its result, content and notice blocks.
 
-        react.* tools run through ``tools.react.ReactTools``; agent.send is answered by
+        react.* tools run through ``actline.tools.react.core.ReactTools``; agent.send is answered by
         the local callback of the named agent.
         """
         self._calls += 1

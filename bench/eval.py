@@ -23,11 +23,11 @@ from pathlib import Path
 
 from rich.console import Console
 
-from actline.cmd_eval import evaluate
+from actline.cli.evaluate import evaluate
 from actline.config import Config
 from actline.eval_cases import WEIGHTS, load_cases
+from actline.tools.embeddings.embedders import default_embedder
 from bench.common import RESULTS, write_result
-from tools.embedders import default_embedder
 
 ROOT = Path(__file__).parents[1]
 CASES = ROOT / "examples" / "eval" / "kb.jsonl"

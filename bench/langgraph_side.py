@@ -51,6 +51,10 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from actline.bus import EmbeddedNats
+from actline.timeline import Block
+from actline.timeline.blocks import COMPLETION, REACT_NOTES, TOOL_CALL, TOOL_RESULT, USER_PROMPT
+from actline.tools import KnowledgeSpace
 from bench.common import RESULTS, SanityCheckFailed, compare_module, summary_ms, write_result
 from bench.loop import (
     AGE_S,
@@ -65,10 +69,6 @@ from bench.loop import (
 from bench.loop import (
     measure_turn as actline_turn,
 )
-from bus import EmbeddedNats
-from timeline import Block
-from timeline.blocks import COMPLETION, REACT_NOTES, TOOL_CALL, TOOL_RESULT, USER_PROMPT
-from tools import KnowledgeSpace
 
 SIZES = (100, 1_000, 5_000)
 ROUNDS = 10

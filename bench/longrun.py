@@ -3,7 +3,7 @@ with the context watchdog and without it.
 
 One conversation of ``--turns`` turns (20) of ``--rounds-per-turn`` rounds (10: nine tool
 rounds, then an answer) runs on an in-process node over an embedded nats-server, against the
-local Messages API server (``llm.fake_anthropic``) through the real ``anthropic`` client, so
+local Messages API server (``actline.llm.fake_anthropic``) through the real ``anthropic`` client, so
 that usage, cache reads and writes are accounted by CACHE_RULES.md. Only the model's choices
 are scripted: each tool round fetches a new page from ``bench.fetch`` (``--result-tokens``
 words of text, 2,500 by default), and every fourth round reads the previous round's result
@@ -43,18 +43,18 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from actors import NodeSettings, ToolRegistry
-from actors.client import Client
-from actors.node import Node
-from actors.profiles import BUILTIN
+from actline.actors import NodeSettings, ToolRegistry
+from actline.actors.client.client import Client
+from actline.actors.configuration.profiles import BUILTIN
+from actline.actors.node.node import Node
+from actline.bus import Bus, EmbeddedNats
+from actline.llm.anthropic import AnthropicModel
+from actline.llm.config import LLMSettings
+from actline.llm.fake_anthropic import FakeAnthropicServer
+from actline.llm.protocol import Chunk
+from actline.messages import GenerateRequest
+from actline.tools import KnowledgeSpace
 from bench.common import RESULTS, SanityCheckFailed, corpus, write_result
-from bus import Bus, EmbeddedNats
-from llm.anthropic import AnthropicModel
-from llm.config import LLMSettings
-from llm.fake_anthropic import FakeAnthropicServer
-from llm.protocol import Chunk
-from messages import GenerateRequest
-from tools import KnowledgeSpace
 
 MODEL = "claude-sonnet-4-6"
 KB = Path(__file__).parents[1] / "examples" / "kb"

@@ -107,13 +107,11 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from actors import Client, Node, NodeSettings, TurnHandle
-from bench.common import RESULTS, SanityCheckFailed, corpus, percentile, summary_ms, write_result
-from bench.storage import sources
-from bus import Bus, EmbeddedNats
-from bus.embedded import running_authority
-from llm.protocol import Chunk
-from messages import (
+from actline.actors import Client, Node, NodeSettings, TurnHandle
+from actline.bus import Bus, EmbeddedNats
+from actline.bus.embedded import running_authority
+from actline.llm.protocol import Chunk
+from actline.messages import (
     GenerateRequest,
     GenerateResult,
     ReActProgress,
@@ -122,13 +120,15 @@ from messages import (
     Usage,
     encode,
 )
-from storage import StorageError, Store
-from timeline import Block, Timeline
-from timeline.blocks import COMPLETION, REACT_NOTES, TOOL_CALL, TOOL_RESULT, USER_PROMPT
-from timeline.paths import ar_path, tc_path
-from timeline.snapshot import split
-from timeline.tokens import DEFAULT_COUNTER
-from tools import KnowledgeSpace
+from actline.storage import StorageError, Store
+from actline.timeline import Block, Timeline
+from actline.timeline.blocks import COMPLETION, REACT_NOTES, TOOL_CALL, TOOL_RESULT, USER_PROMPT
+from actline.timeline.paths import ar_path, tc_path
+from actline.timeline.snapshot import split
+from actline.timeline.tokens import DEFAULT_COUNTER
+from actline.tools import KnowledgeSpace
+from bench.common import RESULTS, SanityCheckFailed, corpus, percentile, summary_ms, write_result
+from bench.storage import sources
 
 KB = Path(__file__).resolve().parents[1] / "examples" / "kb"
 SIZES = (100, 5_000)
@@ -221,7 +221,8 @@ class Plan:
 
 
 class InstantModel:
-    """A ``llm.protocol.Model`` that answers each call at once, in one chunk (see the docstring)."""
+    """A ``actline.llm.protocol.Model`` that answers each call at once, in one chunk (see the
+    docstring)."""
 
     name = "instant"
 

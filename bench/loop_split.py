@@ -60,9 +60,9 @@ def _client_main(url: str, conversations: int, total: int, conn: Connection) -> 
     process_time) and finally ("done", turns)."""
 
     async def go() -> None:
-        from actors import Client
-        from bus import Bus
-        from messages import Subjects
+        from actline.actors import Client
+        from actline.bus import Bus
+        from actline.messages import Subjects
 
         bus = await Bus.connect(url, name="bench-split-client", subject_names=Subjects(PREFIX))
         client = Client(bus)
@@ -105,11 +105,11 @@ def _client_main(url: str, conversations: int, total: int, conn: Connection) -> 
 
 async def measure(url: str, root: Path, conversations: int, total: int) -> dict[str, Any]:
     """One run: the node here, the clients in a child process (see the docstring)."""
-    from actors import Node
+    from actline.actors import Node
+    from actline.bus import Bus
+    from actline.messages import Subjects
+    from actline.tools import KnowledgeSpace
     from bench.loop import KB, InstantModel, Plan, node_settings
-    from bus import Bus
-    from messages import Subjects
-    from tools import KnowledgeSpace
 
     class ByTurnId(InstantModel):
         def output(self, request: Any) -> str:
@@ -155,7 +155,7 @@ async def measure(url: str, root: Path, conversations: int, total: int) -> dict[
 
 
 async def _one(conversations: int, total: int) -> dict[str, Any]:
-    from bus import EmbeddedNats
+    from actline.bus import EmbeddedNats
 
     # an older tree's EmbeddedNats has no ``insecure`` (its server had no authentication)
     known = inspect.signature(EmbeddedNats).parameters
@@ -216,7 +216,9 @@ def main(argv: list[str] | None = None) -> int:
     trees = {"this tree": TREE}
     if args.against is not None:
         if not (args.against / "actors" / "node.py").is_file():
-            parser.error(f"--against {args.against}: not a checkout of actline (no actors/node.py)")
+            parser.error(
+                f"--against {args.against}: not a checkout of actline (no actors/node/node.py)"
+            )
         trees["against"] = args.against.resolve()
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
     with Progress(transient=True) as progress:

@@ -29,7 +29,8 @@ Update cost per added row (the first three on an index that already holds 10,000
 The two embedding measures take the same 32 texts (each into a new index without a cache),
 short ones (4-16 words, a chat line) and long ones (8-120 words), 3 times on new texts; the
 median is reported.
-- tokenize (the baseline): ``tools.text.tokenize(text)`` of the row, the floor of any add.
+- tokenize (the baseline): ``actline.tools.search.text.tokenize(text)`` of the row, the floor of any
+add.
 
 Target: bm25 search p50 at 100,000 rows under 100 ms.
 
@@ -59,10 +60,10 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from actline.tools.embeddings.minilm import Embedder, EmbeddingsUnavailable
+from actline.tools.search.memindex import DictVectorCache, MemIndex, encode_vector
+from actline.tools.search.text import tokenize
 from bench.common import RESULTS, WORDS, SanityCheckFailed, percentile, summary_ms, write_result
-from tools.embeddings import Embedder, EmbeddingsUnavailable
-from tools.memindex import DictVectorCache, MemIndex, encode_vector
-from tools.text import tokenize
 
 SIZES = (1_000, 10_000, 100_000)
 QUICK_SIZES = (1_000, 10_000)

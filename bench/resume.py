@@ -1,12 +1,13 @@
 """``python -m bench resume`` / ``make soak``: SIGKILLed node processes against the same batch
 run without kills (issue 18).
 
-Real parts: an embedded nats-server, ``python -m actors.node`` processes with the default
+Real parts: an embedded nats-server, ``python -m actline.cli.node`` processes with the default
 settings (the offline extractive model with a small per-chunk delay, ``examples/kb``), one
 node restarted on its home after each kill (single mode) or two or three cluster-mode nodes
-each restarted under its id (cluster mode), turns submitted by ``actors.client.Client``.
-The driver is ``tests/actors/killloop.py``; a mode runs batch after batch (a fresh subject
-prefix and fresh homes each) until it has made the kills asked for.
+each restarted under its id (cluster mode), turns submitted by
+``actline.actors.client.client.Client``. The driver is ``tests/actors/killloop.py``; a mode runs
+batch after batch (a fresh subject prefix and fresh homes each) until it has made the kills asked
+for.
 
 The reference is the batch on one node without kills; cluster mode is also run without
 kills against it. Reported per mode: kills survived (and how many landed while turns ran),
@@ -38,7 +39,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from bus import EmbeddedNats
+from actline.bus import EmbeddedNats
 from tests.actors.killloop import (
     ConversationPlan,
     KillPlan,

@@ -83,6 +83,18 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
+from actline.storage import Store
+from actline.storage.store import CURSOR_SUFFIX, block_key, pack, path_key
+from actline.timeline import Block, SourceRow, Timeline
+from actline.timeline.blocks import (
+    COMPLETION,
+    REACT_NOTES,
+    TOOL_CALL,
+    TOOL_RESULT,
+    TURN_HEADER,
+    USER_PROMPT,
+)
+from actline.timeline.paths import ar_path, tc_path
 from bench.common import (
     RESULTS,
     TOOLS,
@@ -91,18 +103,6 @@ from bench.common import (
     summary_ms,
     write_result,
 )
-from storage import Store
-from storage.store import CURSOR_SUFFIX, block_key, pack, path_key
-from timeline import Block, SourceRow, Timeline
-from timeline.blocks import (
-    COMPLETION,
-    REACT_NOTES,
-    TOOL_CALL,
-    TOOL_RESULT,
-    TURN_HEADER,
-    USER_PROMPT,
-)
-from timeline.paths import ar_path, tc_path
 
 SIZES = (100, 10_000, 100_000)
 SAMPLES = 40

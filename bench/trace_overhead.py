@@ -20,11 +20,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from actors import trace_sinks
+from actline.actors.tracing import sinks as trace_sinks
+from actline.bus import EmbeddedNats
+from actline.tools import KnowledgeSpace
 from bench.common import RESULTS, write_result
 from bench.loop import KB, open_case, run_turn
-from bus import EmbeddedNats
-from tools import KnowledgeSpace
 
 TARGET_PCT = 10.0
 """The most a round may slow down with tracing on."""

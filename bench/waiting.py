@@ -8,7 +8,7 @@ requests published straight to the queue (no client handle each, so that this pr
 memory is the node's), each in a new conversation whose model (``bench.loop``'s
 ``InstantModel``) calls ``agent.send`` to the agent ``nobody`` on its first round; nobody
 answers during the measurement (wait timeout one hour). A waiting turn is parked
-(``actors.parking``): it holds no work slot.
+(``actline.actors.services.parking``): it holds no work slot.
 
 For each size (``--sizes``, cumulative: more turns are parked on top of the ones before),
 after the waiting turns are all parked:
@@ -48,15 +48,15 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from actors import Client, Node
+from actline.actors import Client, Node
+from actline.bus import Bus, EmbeddedNats
+from actline.llm import ExtractiveModel
+from actline.llm.protocol import Chunk
+from actline.messages import Ack, GenerateRequest, TurnRequest
+from actline.timeline.blocks import SIGNAL_DONE
+from actline.tools import KnowledgeSpace
 from bench.common import RESULTS, write_result
 from bench.loop import KB, InstantModel, Plan, node_settings, rss_bytes
-from bus import Bus, EmbeddedNats
-from llm import ExtractiveModel
-from llm.protocol import Chunk
-from messages import Ack, GenerateRequest, TurnRequest
-from timeline.blocks import SIGNAL_DONE
-from tools import KnowledgeSpace
 
 SIZES = (0, 1_000, 5_000, 10_000)
 NEW_TURNS = 200

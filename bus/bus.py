@@ -49,7 +49,7 @@ from nats.aio.client import Client
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription as NatsSubscription
 
-from messages import (
+from actline.messages import (
     DeadLetter,
     DecodeError,
     EncodeError,
@@ -207,7 +207,8 @@ class Bus:
         self._verdicts: dict[tuple[str, str], bool] = {}
         self.js_replicas: int | None = None
         """The replica count of the streams and buckets made through this connection (None:
-        follow the cluster, ``bus.jetstream.replicas_for``); a node sets ACTLINE_JS_REPLICAS."""
+        follow the cluster, ``actline.bus.jetstream.replicas_for``); a node sets
+        ACTLINE_JS_REPLICAS."""
         self.violations: list[str] = []
         """The server's last permission-violation errors on this connection (at most 20)."""
         self._connected = asyncio.Event()
@@ -236,7 +237,7 @@ class Bus:
         one of them (in random order, spreading clients over the cluster) and, once
         connected, fails over to the others (and to those the servers announce) when its
         server goes away. TLS verifies every server under the first URL's host name
-        (``python -m bus.certs`` puts every host in the one server certificate).
+        (``python -m actline.bus.certs`` puts every host in the one server certificate).
 
         The first connection is tried ``connect_attempts`` times, then
         ``ConnectFailed`` says what to do (``AuthRefused`` when the server refused the
@@ -362,7 +363,7 @@ class Bus:
     def nc(self) -> Client:
         """The underlying nats-py client, for raw bytes (benchmarks, tests of bad input).
 
-        JetStream goes through ``bus.jetstream`` and ``publish_stored`` instead.
+        JetStream goes through ``actline.bus.jetstream`` and ``publish_stored`` instead.
         """
         return self._nc
 

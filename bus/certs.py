@@ -1,6 +1,6 @@
 """TLS certificates for NATS between hosts: a private CA and one certificate per server.
 
-    python -m bus.certs --out deploy/tls --hosts 10.0.0.10,10.0.0.11,10.0.0.12
+    python -m actline.bus.certs --out deploy/tls --hosts 10.0.0.10,10.0.0.11,10.0.0.12
 
 writes ``ca.pem`` (give it to every client: ``ACTLINE_NATS_CA``), ``ca-key.pem`` (into
 ``--ca-key-dir``, default ``--out``: keep it off the servers) and ``server.pem`` /
@@ -95,7 +95,7 @@ def make_certs(out: Path, hosts: Sequence[str], *, ca_key_dir: Path | None = Non
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bus.certs", description=__doc__)
+    parser = argparse.ArgumentParser(prog="python -m actline.bus.certs", description=__doc__)
     parser.add_argument("--out", type=Path, required=True, help="folder for the PEM files")
     parser.add_argument("--hosts", required=True, help="comma-separated IPs or names")
     parser.add_argument("--ca-key-dir", type=Path, default=None, help="where the CA key goes")

@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from types import TracebackType
 
-from messages.codec import MAX_PAYLOAD
+from actline.messages.codec import MAX_PAYLOAD
 
 from .auth import Authority
 from .errors import NatsServerError, NatsServerNotFound
@@ -45,7 +45,7 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True, slots=True)
 class TlsFiles:
     """The files a TLS nats-server needs (and the CA its clients verify it with);
-    ``python -m bus.certs`` makes them."""
+    ``python -m actline.bus.certs`` makes them."""
 
     cert: Path
     key: Path

@@ -29,7 +29,7 @@ Hierarchy::
             │                 (action, subject, reason)
             └── AlreadyAcked  the message was settled before (action, subject)
 
-JetStream operations (``bus.jetstream``, ``Bus.publish_stored``) raise a
+JetStream operations (``actline.bus.jetstream``, ``Bus.publish_stored``) raise a
 ``JetStreamError``, ``RequestTimeout`` (no answer in time) or ``NotConnected``
 (the connection is closed); never a nats-py exception.
 

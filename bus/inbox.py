@@ -14,7 +14,7 @@ pull), ``$JS.API.CONSUMER.INFO.<stream>.<consumer>`` (``check``), the acks
 ``$JS.ACK.<stream>.<consumer>.>`` and its own reply inbox: what the ``agent NAME`` role
 may use.
 
-Errors: ``bus.errors`` types only. A consumer (or stream) that is gone is
+Errors: ``actline.bus.errors`` types only. A consumer (or stream) that is gone is
 ``StreamMissing``; an agent says hello again and the node makes it anew.
 Cancellation: every call is one or a few requests; cancelling one propagates
 ``CancelledError`` (a pull cancelled while waiting may leave its message in the

@@ -1,6 +1,6 @@
 """JetStream for actline: a work queue, a KV bucket and an append-only event log.
 
-Only this module, ``bus.inbox`` and ``Bus.publish_stored`` talk to nats-py's JetStream API;
+Only this module, ``actline.bus.inbox`` and ``Bus.publish_stored`` talk to nats-py's JetStream API;
 everything else uses these typed wrappers. Names of streams, buckets and
 consumers come from ``messages.Subjects``.
 
@@ -22,7 +22,7 @@ bus.js_replicas)``, which follows the cluster: 1 on one server, 3 on three or mo
 ``ACTLINE_JS_REPLICAS``); an existing one with fewer is raised to it (logged), and a
 replicated one just made or raised is waited for until it has a leader.
 
-Errors: every method raises ``bus.errors`` types only: ``JetStreamError``
+Errors: every method raises ``actline.bus.errors`` types only: ``JetStreamError``
 subclasses, ``RequestTimeout`` (no answer within the timeout) or
 ``NotConnected`` (the connection is closed). Cancellation: each call is one
 or a few requests; cancelling it propagates ``CancelledError``. A ``pull``
@@ -73,7 +73,8 @@ from .errors import (
 
 
 class Bus(Protocol):
-    """What this module needs of ``bus.Bus`` (a protocol: ``bus.bus`` imports this module)."""
+    """What this module needs of ``bus.Bus`` (a protocol: ``actline.bus.bus`` imports this
+    module)."""
 
     @property
     def nc(self) -> Client: ...

@@ -26,8 +26,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 
-from messages import Subjects
-from messages.ids import is_valid_name
+from actline.messages import Subjects
+from actline.messages.ids import is_valid_name
 
 from .errors import RoleUnknown
 

@@ -1,6 +1,6 @@
 """Multi-channel streaming: one model stream -> per-channel deltas, citations, canvas JSON.
 
-Pure code: no I/O, no asyncio. See ``channels.parser`` for the rules.
+Pure code: no I/O, no asyncio. See ``actline.channels.parser`` for the rules.
 """
 
 from .citations import (

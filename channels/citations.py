@@ -14,7 +14,7 @@ A SID with no source in the map is never passed through silently: it renders as
 the marker ``[?<sid>]`` (markdown and text; in html a ``<sup class="cite
 unresolved">``), after the sources of the same token that did resolve, and the
 replacer lists it in ``unresolved`` (the streamer tells the model, see
-``actors.streamer``).
+``actline.actors.pools.streamer``).
 """
 
 from __future__ import annotations

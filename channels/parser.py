@@ -25,7 +25,7 @@ Rules:
 - Text outside channels is kept in the ``_outside`` result, never emitted.
 - An unknown channel becomes a notice; its text is kept raw in its own result.
 - Citation tokens are replaced in emitted text only; raw text is never changed.
-- Invisible characters (zero-width and bidi controls, ``channels.tags``) are
+- Invisible characters (zero-width and bidi controls, ``actline.channels.tags``) are
   removed only where they could hide something: inside a tag (the tag pattern
   allows them; tags are not content) and inside what may still become a
   citation token in a channel that replaces citations (the text before the

@@ -18,7 +18,8 @@ from .citations import _prefix_pattern
 INVISIBLE = "\u200b\u200c\u200d\u2060-\u2063\ufeff\u034f\u061c\u200e\u200f\u202a-\u202e"
 """Zero-width and bidi-control characters (a character-class body)."""
 INVISIBLE_RE = re.compile(f"[{INVISIBLE}]")
-"""One invisible character: removed only inside tags and citation tokens (``channels.parser``)."""
+"""One invisible character: removed only inside tags and citation tokens
+(``actline.channels.parser``)."""
 
 _I = f"[{INVISIBLE}]{{0,4}}"
 _WS = f"[ \\t\\r\\n{INVISIBLE}]{{0,8}}"

@@ -2,14 +2,14 @@
 
     python examples/reviewer.py --nats nats://127.0.0.1:4222 [--delay 1.5] [--name reviewer]
 
-It joins its durable inbox (``actors.agent_side.AgentInbox``: a hello to the nodes, then its
-tasks pulled from its own consumer, a hello every beat so nodes know it is connected; tasks
+It joins its durable inbox (``actline.actors.client.agent.AgentInbox``: a hello to the nodes, then
+its tasks pulled from its own consumer, a hello every beat so nodes know it is connected; tasks
 sent while it was away are waiting for it). For each task it "reviews" the text (counts the
 cited sources and the points, picks the first point), waits ``--delay`` seconds as a person or
 a tool would, then sends ``agent.done`` with the turn and task ids the task carries, on its own
 DONE subject (stored by JetStream, then the node's verdict on a private inbox), and prints the
 verdict. It runs until SIGINT/SIGTERM. Any program that can speak msgpack on NATS can play
-this part (``actors/agent_side.py`` shows it in plain nats-py); ``actline agent NAME -- CMD``
+this part (``actors/client/agent.py`` shows it in plain nats-py); ``actline agent NAME -- CMD``
 wraps a shell command the same way.
 """
 
@@ -21,8 +21,8 @@ import re
 import signal
 import sys
 
-from actors.agent_side import AgentInbox
-from bus import Bus
+from actline.actors.client.agent import AgentInbox
+from actline.bus import Bus
 
 CITATION = re.compile(r"\[\[S:(\d+)\]\]|\[S:(\d+)\]")
 

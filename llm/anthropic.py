@@ -1,12 +1,12 @@
 """AnthropicModel: the Messages API through the official client, streaming, with prompt caching.
 
 The rendered context becomes a request whose system prompt and timeline marks
-carry ``cache_control`` (``llm.wire``). The client is created lazily (importing
+carry ``cache_control`` (``actline.llm.wire``). The client is created lazily (importing
 ``anthropic`` takes over a second) with ``max_retries=0``: retries are ours, with
 exponential backoff and jitter on 429, 529, 5xx, mid-stream overload errors and
 connection errors, honouring ``retry-after``; when the budget is spent the call
 raises ``ModelUnavailable``. A prompt longer than the window raises
-``ContextWindowExceeded`` (``llm.retry.stream_with_compaction`` compacts and
+``ContextWindowExceeded`` (``actline.llm.retry.stream_with_compaction`` compacts and
 retries once). A failure after text was delivered raises ``ModelStreamError``
 instead of retrying, so a consumer never sees text twice.
 
@@ -25,7 +25,7 @@ import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
-from messages import GenerateRequest, Usage
+from actline.messages import GenerateRequest, Usage
 
 from .config import LLMSettings
 from .errors import (
@@ -42,7 +42,7 @@ from .wire import to_messages_params
 if TYPE_CHECKING:
     from anthropic import AsyncAnthropic
 
-log = logging.getLogger("llm.anthropic")
+log = logging.getLogger("actline.llm.anthropic")
 
 RETRYABLE_TYPES = frozenset({"overloaded_error", "api_error", "rate_limit_error", "timeout_error"})
 _TOO_LONG = re.compile(

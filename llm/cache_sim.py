@@ -28,7 +28,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from timeline.tokens import (
+from actline.timeline.tokens import (
     BINARY_B64_CHARS_PER_TOKEN,
     DEFAULT_COUNTER,
     IMAGE_TOKENS,
@@ -228,7 +228,7 @@ class CachePlan:
 class CacheSim:
     """The cache of one API account: entries by prefix key, each with its expiry.
 
-    ``min_cache_tokens`` overrides the per-model minimum of ``llm.config``.
+    ``min_cache_tokens`` overrides the per-model minimum of ``actline.llm.config``.
     Not thread-safe; one instance per server or benchmark run.
     """
 

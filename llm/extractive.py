@@ -10,7 +10,7 @@ Messages API server. A turn goes:
 2. ``react.memsearch`` first when the question refers to earlier turns;
 3. ``react.search_knowledge`` for the question (and again for each user
    followup that landed during the turn), asking ``TOP_K`` hits for the analysed
-   question (``llm.query``: versions, numbers, identifiers and phrasal verbs kept,
+   question (``actline.llm.query``: versions, numbers, identifiers and phrasal verbs kept,
    synonyms added);
 4. ``react.read`` of the ``MAX_READ`` best hits not read yet, reranked by the
    search's score, the analysed question's terms in each hit's title and snippet
@@ -19,7 +19,7 @@ Messages API server. A turn goes:
 6. ``agent.send`` when the task names an outside agent ("ask reviewer to …"),
    after which the loop waits for its DONE;
 7. ``complete``: an answer of what answers each question in the documents read
-   (``llm.passages.select``: sentences, list items, table rows, headings, code
+   (``actline.llm.passages.select``: sentences, list items, table rows, headings, code
    blocks under the line that leads to them, numbered steps together), best first
    and only as long as it needs, each cited ``[[S:n]]`` with the SID the read
    result carries; or, when nothing read answers, a plain decline ("The documents
@@ -42,8 +42,8 @@ import re
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
 
-from messages import GenerateRequest, Usage
-from timeline.tokens import DEFAULT_COUNTER
+from actline.messages import GenerateRequest, Usage
+from actline.timeline.tokens import DEFAULT_COUNTER
 
 from . import passages
 from .context import Call, TurnView, parse_context, terms
@@ -124,7 +124,7 @@ def with_antecedent(question: str, before: Sequence[str]) -> str:
 
 def search_query(text: str, stem: Stem = snowball_stem) -> str:
     """The question as search words: content words (versions, identifiers and phrasal verbs
-    kept whole) and their synonyms, without the outside-agent clause (``llm.query``)."""
+    kept whole) and their synonyms, without the outside-agent clause (``actline.llm.query``)."""
     found = search_text(analyze(_topic(text), stem))
     return found or " ".join(dict.fromkeys(terms(text, stemmed=False)))[:300] or text.strip()[:300]
 
@@ -154,7 +154,8 @@ class Answer:
 def answer_points(
     view: TurnView, questions: Sequence[str], limit: int = MAX_POINTS, stem: Stem = snowball_stem
 ) -> Answer:
-    """Choose what answers each question from the documents read (``llm.passages.select``)."""
+    """Choose what answers each question from the documents read
+    (``actline.llm.passages.select``)."""
     docs = view.read_docs()
     pairs = [(d.title, d.text) for d in docs]
     points: list[Point] = []

@@ -5,7 +5,7 @@ as ``first cell — header: cell, …``) and fenced code blocks. Each unit carri
 heading and the document title as context, and a code block also the sentence that leads into
 it (``Inspect and replay dead letters with:``).
 
-``select(analysis, docs)`` scores every unit against the analysed question (``llm.query``):
+``select(analysis, docs)`` scores every unit against the analysed question (``actline.llm.query``):
 
 - a question term found in the unit counts its weight (an inverse unit frequency over the read
   documents), a synonym ``SYNONYM_WEIGHT`` of it, a term only in the unit's heading or title

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from messages import GenerateRequest, Usage
+from actline.messages import GenerateRequest, Usage
 
 Chunk = str | Usage
 """One item of a model stream: a text chunk, or the final usage."""

@@ -19,7 +19,7 @@ compared term for term. ``search_text(analysis)`` is the query for ``react.searc
 the question's own words with versions and joined phrasal verbs kept, and its synonyms.
 
 Pure functions, deterministic, no I/O. The stemmer is measured against the light suffix
-stemmer of ``tools.text`` in ``tests/llm/test_answers.py`` (same cases, same run).
+stemmer of ``actline.tools.search.text`` in ``tests/llm/test_answers.py`` (same cases, same run).
 """
 
 from __future__ import annotations

@@ -17,8 +17,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from messages import GenerateRequest, Usage
-from timeline.tokens import DEFAULT_COUNTER
+from actline.messages import GenerateRequest, Usage
+from actline.timeline.tokens import DEFAULT_COUNTER
 
 from .errors import ModelConfigError, ScriptExhausted
 from .protocol import Chunk

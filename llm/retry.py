@@ -5,12 +5,12 @@ from __future__ import annotations
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 
-from messages import GenerateRequest
+from actline.messages import GenerateRequest
 
 from .errors import ContextWindowExceeded
 from .protocol import Chunk, Model, opened
 
-log = logging.getLogger("llm.retry")
+log = logging.getLogger("actline.llm.retry")
 
 Render = Callable[[bool], Awaitable[GenerateRequest]]
 """Renders the round's request; ``True`` asks for a forced compaction first."""

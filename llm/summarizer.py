@@ -3,12 +3,12 @@
 ``timeline/`` is pure and its ``Summarizer`` is synchronous (the offline digest). A
 model is asynchronous, so compaction runs in two halves around it:
 ``Renderer.plan_compaction`` chooses the cut, the model writes the summaries,
-``timeline.compaction.finish`` inserts them; ``compact`` does the three steps.
+``actline.timeline.editing.compaction.finish`` inserts them; ``compact`` does the three steps.
 
 ``ModelSummarizer.summarize`` makes one tool-free call asking for strict JSON
 (REFERENCE.md §3.6 steps 5-6): stable facts with confidence, active goals, open
 questions, discarded facts, a short narrative. The answer is parsed
-(``timeline.facts.parse_summary``), merged with the canonical facts of the tool
+(``actline.timeline.editing.facts.parse_summary``), merged with the canonical facts of the tool
 output in the range, repaired against the previous summary's record
 (``check_integrity``) and rendered. A model error or an answer without a JSON
 object falls back to the offline digest (with its own record): compaction still
@@ -23,30 +23,30 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from messages import GenerateRequest, Usage
-from timeline import Renderer
-from timeline.blocks import TOOL_RESULT
-from timeline.compaction import CompactionOutcome, finish, needs_summary
-from timeline.facts import (
+from actline.messages import GenerateRequest, Usage
+from actline.timeline import Renderer
+from actline.timeline.blocks import TOOL_RESULT
+from actline.timeline.editing.compaction import CompactionOutcome, finish, needs_summary
+from actline.timeline.editing.facts import (
     IntegrityReport,
     StructuredSummary,
     check_integrity,
     merge_facts,
     parse_summary,
 )
-from timeline.summary import (
+from actline.timeline.editing.summary import (
     OfflineSummarizer,
     Summarizer,
     SummaryRequest,
     block_facts,
     offline_record,
 )
-from timeline.tokens import DEFAULT_COUNTER, TokenCounter
-from timeline.view import block_text
+from actline.timeline.rendering.view import block_text
+from actline.timeline.tokens import DEFAULT_COUNTER, TokenCounter
 
 from .protocol import Completion, Model, complete
 
-log = logging.getLogger("llm.summarizer")
+log = logging.getLogger("actline.llm.summarizer")
 
 SUMMARY_SYSTEM = (
     "You are a helpful assistant that summarizes an agent's conversation history "

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from messages import GenerateRequest
+from actline.messages import GenerateRequest
 
 from .errors import ModelRequestError
 

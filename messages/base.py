@@ -37,8 +37,8 @@ class WireModel(BaseModel):
 
 
 class ContextTelemetry(WireModel):
-    """The context watchdog's readings of a turn (``actors.watchdog``): on progress cards
-    and in a ``turn.result``'s ``usage.context`` (an optional field of the wire contract)."""
+    """The context watchdog's readings of a turn (``actline.actors.turn.watchdog``): on progress
+    cards and in a ``turn.result``'s ``usage.context`` (an optional field of the wire contract)."""
 
     tokens: int = 0
     """The rendered context at the last round, in tokens."""

@@ -1,6 +1,6 @@
 """The per-node LMDB store: block log, snapshot headers, turn log, path index, artifacts.
 
-See ``storage.store`` for the layout, the transaction and locking rules.
+See ``actline.storage.store`` for the layout, the transaction and locking rules.
 """
 
 from . import artifacts, quota

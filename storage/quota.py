@@ -13,7 +13,8 @@ Four counters per conversation live in the ``usage`` database of the ``Store``::
   area (``outputs/``, user and followup attachments).
 
 A version replaced within its own turn gives its bytes back; a tombstone holds none. Bytes are
-logical sizes: identical content shared through ``storage.artifacts`` is counted by each version.
+logical sizes: identical content shared through ``actline.storage.artifacts`` is counted by each
+version.
 
 Each counter changes in the write transaction that changes what it counts, so a crash never
 leaves them out of step with the store, and reading them is one ``get`` (``Store.usage``),
@@ -26,8 +27,8 @@ transaction (nothing is written), and tools that write several files check the w
 first (``Workspace.check_room``) so a run is stored whole or not at all. Attachments are
 counted but never refused (the input limits bound them). The block quota bounds tool results:
 a result that would take the stored blocks past the limit is replaced by a short error
-(``actors.tool_round``); the user's text and the model's replies are always stored, so a
-conversation at its limit still answers. A limit of 0 is no limit.
+(``actline.actors.turn.tool_round``); the user's text and the model's replies are always stored, so
+a conversation at its limit still answers. A limit of 0 is no limit.
 """
 
 from __future__ import annotations

@@ -12,7 +12,8 @@ One LMDB environment per node with named databases (keys are bytes)::
                                               reads; the header is only written)
     hrows      <cid>/<row_key>             -> msgpack header row: the state that grows
                                               (``src/<sid>`` pool rows, ``plan/<id>`` plans;
-                                              see ``timeline.snapshot``), written when changed
+                                              see ``actline.timeline.snapshot``), written when
+                                              changed
     turnlog    <cid>/<turn_id>             -> msgpack {turn_id, seqs, ts, end_ts, blocks_count,
                                               tokens}
     turns      <cid>/<turn_id>             -> msgpack record of the decision loop: its
@@ -21,9 +22,9 @@ One LMDB environment per node with named databases (keys are bytes)::
     vectors    <model>:<sha256 of a text>  -> float16 embedding of that text (a cache shared
                                               by every conversation of the node)
     usage      <cid>                       -> msgpack per-conversation counters, written with
-                                              what they count (see ``storage.quota``)
+                                              what they count (see ``actline.storage.quota``)
     ufacts     <sha256(user_id)[:32]>/<row> -> msgpack memory fact row (``fact/<hash>``,
-                                              ``timeline.facts``) shared by a user's
+                                              ``actline.timeline.editing.facts``) shared by a user's
                                               conversations (memory scope ``user``)
     artifacts, artrefs, workspace: see their modules.
 
@@ -64,10 +65,10 @@ from typing import Any, TypeVar
 import lmdb
 import msgpack
 
-from messages.ids import is_valid_id
-from timeline import Block, Timeline
-from timeline.blocks import COMPLETION, USER_PROMPT
-from timeline.snapshot import split
+from actline.messages.ids import is_valid_id
+from actline.timeline import Block, Timeline
+from actline.timeline.blocks import COMPLETION, USER_PROMPT
+from actline.timeline.snapshot import split
 
 from . import quota
 from .errors import (
@@ -794,7 +795,7 @@ class Store:
 
     def usage(self, cid: str) -> quota.Usage:
         """What ``cid`` holds against its quotas: block, workspace and artifact counters
-        (one read; ``storage.quota`` says what each counts)."""
+        (one read; ``actline.storage.quota`` says what each counts)."""
         check_id(cid)
         return self.read(lambda txn: quota.usage_txn(self, txn, cid))
 

@@ -2,8 +2,8 @@
 
 A ``Workspace`` is bound to ``(store, conversation_id)`` and holds nothing else: each call is
 one LMDB transaction, so workspaces in several threads or processes over one store agree.
-File bytes live in ``storage.artifacts`` (identical content is stored once); a version row holds
-their sha256 and one reference to them.
+File bytes live in ``actline.storage.artifacts`` (identical content is stored once); a version row
+holds their sha256 and one reference to them.
 
 Areas and resolution. ``files/<scope>/...`` is durable project state: ``fi:<turn>.files/<rel>``
 resolves to the version written in that turn if there is one, otherwise to the newest version
@@ -17,7 +17,8 @@ paths still resolve. History is never rewritten otherwise.
 Turn order is a per-conversation ordinal given to a turn when it first writes (or at
 ``begin_turn``). A path naming a turn without an ordinal raises ``NotStored("workspace turn",
 "<cid>/<turn>")``; a path with no live version raises ``NotStored("file", path)``, as does a
-folder path given to ``read`` or ``stat``. Paths are checked by ``timeline.paths``, which raises
+folder path given to ``read`` or ``stat``. Paths are checked by ``actline.timeline.paths``, which
+raises
 ``PathError`` naming the rule (``dot_segment``, ``absolute_path``, ``bad_area``, ...); a path
 of another prefix (``ar:``, ``ks:``, ...) is refused with ``PathError("unknown_prefix", ...)``.
 A rel given to ``write``/``delete`` that starts with ``/``, ``~`` or a drive letter is refused
@@ -37,8 +38,8 @@ of a rel are contiguous and in turn order; a folder is a key range. LMDB keys ho
 bytes, so a rel whose key would be longer (rels reach 1024 characters) is keyed by its digest
 under ``h`` and found by scanning that (rarely used) range.
 
-Quotas (``storage.quota``): every write and delete updates the conversation's counters in its
-own transaction; a ``files/`` or ``outputs/`` write that would take a counter past the
+Quotas (``actline.storage.quota``): every write and delete updates the conversation's counters in
+its own transaction; a ``files/`` or ``outputs/`` write that would take a counter past the
 workspace's ``Quota`` raises ``QuotaExceeded`` before anything is put (attachments are counted,
 never refused). ``check_room`` checks a batch of writes at once, so a tool stores it whole or
 not at all.
@@ -54,8 +55,15 @@ from typing import Any, TypedDict, TypeVar
 
 import lmdb
 
-from timeline.errors import PathError
-from timeline.paths import FI_AREAS, FOLLOWUP_AREA, LogicalPath, fi_path, format_path, parse_path
+from actline.timeline.errors import PathError
+from actline.timeline.paths import (
+    FI_AREAS,
+    FOLLOWUP_AREA,
+    LogicalPath,
+    fi_path,
+    format_path,
+    parse_path,
+)
 
 from . import artifacts
 from .errors import NotStored

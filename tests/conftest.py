@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 from hypothesis import settings
 
-from bus import Authority, Bus, EmbeddedCluster, EmbeddedNats
-from messages import Subjects, new_id
+from actline.bus import Authority, Bus, EmbeddedCluster, EmbeddedNats
+from actline.messages import Subjects, new_id
 
 from .serial import SERIAL
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from bus.embedded import running_authority
+from actline.bus.embedded import running_authority
 
 
 def creds_env(url: str, role: str, *, prefix: str = "al", name: str = "") -> dict[str, str]:

@@ -33,7 +33,9 @@ from pathlib import Path
 import pytest
 from rich.console import Console
 
-from actline.chat import (
+from actline.bus import EmbeddedNats
+from actline.config import Config, ConfigError
+from actline.terminal.chat import (
     DOUBLE_PRESS_S,
     EXIT_INTERRUPTED,
     EXIT_TERMINATED,
@@ -41,8 +43,6 @@ from actline.chat import (
     press,
     run_chat,
 )
-from actline.config import Config, ConfigError
-from bus import EmbeddedNats
 from tests.creds import creds_env
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -54,7 +54,7 @@ CHILD = (
     "import asyncio, os, sys\n"
     "from rich.console import Console\n"
     "from actline.config import Config\n"
-    "from actline.chat import run_chat\n"
+    "from actline.terminal.chat import run_chat\n"
     "cid = os.environ.get('CHAT_CONVERSATION') or None\n"
     "sys.exit(asyncio.run(run_chat(Config.load(env=os.environ), cid, Console(),"
     " double_press_s=60.0)))\n"

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from bus import Authority, EmbeddedNats
+from actline.bus import Authority, EmbeddedNats
 from tests.creds import creds_env
 
 ROOT = Path(__file__).resolve().parents[1]

@@ -13,10 +13,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from actline.chat import EXIT_HANGUP
 from actline.config import Config, ConfigError
+from actline.messages import ErrorReply
 from actline.runtime import Runtime
-from messages import ErrorReply
+from actline.terminal.chat import EXIT_HANGUP
 from tests.test_chat import WAITING_QUESTION, Chat, _children, _conversation_id
 from tests.test_cli_commands import ROOT, Running, actline, clean_env
 from tests.waiting import until

@@ -12,11 +12,11 @@ from typing import NamedTuple
 
 import pytest
 
-from actors import NodeSettings
-from actors.client import Client
-from actors.results import open_results
-from bus import Bus, EmbeddedNats
-from messages import ReActResult, Subjects, new_id
+from actline.actors import NodeSettings
+from actline.actors.client.client import Client
+from actline.actors.client.results import open_results
+from actline.bus import Bus, EmbeddedNats
+from actline.messages import ReActResult, Subjects, new_id
 from tests.creds import creds_env
 
 from .actors.harness import Scripted, say, start_node

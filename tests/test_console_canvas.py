@@ -7,8 +7,8 @@ import io
 
 from rich.console import Console
 
-from actline.console import CanvasPanels, TurnPrinter
-from messages import StreamDelta
+from actline.messages import StreamDelta
+from actline.terminal.cards import CanvasPanels, TurnPrinter
 
 
 def delta(text: str, seq: int, **fields: object) -> StreamDelta:

@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from actline import Config, Runtime
-from actors.ray_job import main as ray_job_main
-from bus import Authority, AuthRefused, Bus, EmbeddedNats, RoleUnknown, read_identity
+from actline.actors.cluster.ray_job import main as ray_job_main
+from actline.bus import Authority, AuthRefused, Bus, EmbeddedNats, RoleUnknown, read_identity
 
 ROOT = Path(__file__).resolve().parents[1]
 

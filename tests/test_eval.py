@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from actline.cli import main
-from actline.cmd_eval import run_cases, tool_calls
+from actline.cli.evaluate import run_cases, tool_calls
+from actline.cli.main import main
 from actline.config import Config
 from actline.errors import CaseFileError, ConfigError
 from actline.eval_cases import (
@@ -24,9 +24,9 @@ from actline.eval_cases import (
     parse_cases,
     score_case,
 )
-from messages import Usage
-from timeline import Block
-from timeline.blocks import TOOL_CALL, TOOL_RESULT
+from actline.messages import Usage
+from actline.timeline import Block
+from actline.timeline.blocks import TOOL_CALL, TOOL_RESULT
 
 ROOT = Path(__file__).resolve().parents[1]
 KB = ROOT / "examples" / "kb"

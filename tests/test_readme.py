@@ -14,8 +14,8 @@ from typing import Any
 
 import pytest
 
-from bus import Bus, EmbeddedNats, Envelope
-from messages import Message, TurnRequest
+from actline.bus import Bus, EmbeddedNats, Envelope
+from actline.messages import Message, TurnRequest
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -73,7 +73,7 @@ def test_the_timeline_example_runs() -> None:
 
 
 def test_the_storage_example_runs(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    from timeline import Block, Timeline
+    from actline.timeline import Block, Timeline
 
     monkeypatch.chdir(tmp_path)
     timeline = Timeline("c-1")

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 
 from actline.config import Config, ConfigError
+from actline.messages import ErrorReply, ReActProgress, ReActResult, StreamDelta, TurnAccepted
 from actline.runtime import Runtime
-from messages import ErrorReply, ReActProgress, ReActResult, StreamDelta, TurnAccepted
 
 KB = Path(__file__).resolve().parents[1] / "examples" / "kb"
 
@@ -141,8 +141,8 @@ def test_a_missing_config_file_is_named() -> None:
 async def test_a_claude_node_takes_its_llm_table_and_serves_the_claude_model_a_turn_names(
     tmp_path: Path,
 ) -> None:
-    from llm import ReplayModel
-    from llm.fake_anthropic import FakeAnthropicServer
+    from actline.llm import ReplayModel
+    from actline.llm.fake_anthropic import FakeAnthropicServer
     from tests.actors.harness import say
 
     policy = ReplayModel.of([say("from claude", answer="Answered by Claude.")] * 4)

@@ -6,9 +6,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from actline.llm import ReplayModel
+from actline.messages import StreamDelta
 from actline.runtime import Runtime
-from llm import ReplayModel
-from messages import StreamDelta
 
 from .actors.harness import say
 from .test_runtime import config

@@ -6,10 +6,16 @@ turns it into the parts a model sees, round after round, with at most three
 cache marks and the uncached SOURCES POOL and ANNOUNCE at the tail.
 """
 
-from .announce import AnnounceContext
+from actline.timeline.editing.compaction import CompactionOutcome, CompactionPlan
+from actline.timeline.editing.hide import HideResult
+from actline.timeline.editing.retention import RetentionOutcome
+from actline.timeline.editing.summary import OfflineSummarizer, Summarizer, SummaryRequest
+from actline.timeline.editing.ttl import TtlOutcome
+from actline.timeline.rendering.announce import AnnounceContext
+from actline.timeline.rendering.cache import CachePoints, round_key
+from actline.timeline.rendering.render import Renderer, RenderEvents, RenderResult
+
 from .blocks import Block, iso
-from .cache import CachePoints, round_key
-from .compaction import CompactionOutcome, CompactionPlan
 from .config import RETENTION_POLICIES, TimelineConfig
 from .errors import (
     BlockError,
@@ -19,17 +25,12 @@ from .errors import (
     SourceError,
     TimelineError,
 )
-from .hide import HideResult
 from .memory import AckUpdate, NoteLine, Plan, PlanBook, PlanStep, parse_ack_lines, parse_note
 from .paths import LogicalPath, format_path, format_sids, is_logical_path, parse_path
 from .read import ReadResult, resolve
-from .render import Renderer, RenderEvents, RenderResult
-from .retention import RetentionOutcome
 from .sources import SourceRow, SourcesPool, is_eligible, normalize_url
-from .summary import OfflineSummarizer, Summarizer, SummaryRequest
 from .timeline import Timeline
 from .tokens import DEFAULT_COUNTER, EstimateCounter, TokenCounter
-from .ttl import TtlOutcome
 from .turn_index import turn_index
 
 __all__ = [

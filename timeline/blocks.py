@@ -28,7 +28,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
-from messages.ids import new_id
+from actline.messages.ids import new_id
 
 from .errors import BlockError
 

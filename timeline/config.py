@@ -8,7 +8,8 @@ from typing import Any
 from .errors import TimelineError
 
 RETENTION_POLICIES = ("keep_full", "keep_structured", "summarize_archive", "drop")
-"""What retention does with a tool result outside the recency window (``timeline.retention``)."""
+"""What retention does with a tool result outside the recency window
+(``actline.timeline.editing.retention``)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,7 +46,7 @@ class TimelineConfig:
     sources_text_chars: int = 500
 
     retention: bool = True
-    """Tool-response retention (``timeline.retention``) on or off."""
+    """Tool-response retention (``actline.timeline.editing.retention``) on or off."""
     retention_max_chars: int = 3600
     """A result of at least this many characters is ``verbose``."""
     retention_max_tokens: int = 1200

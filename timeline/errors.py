@@ -24,7 +24,7 @@ class TimelineError(Exception):
 
 
 class PathError(TimelineError):
-    """A logical path that breaks a rule of the grammar in ``timeline.paths``.
+    """A logical path that breaks a rule of the grammar in ``actline.timeline.paths``.
 
     ``rule`` is a stable code (``absolute_path``, ``dot_segment``, ``unknown_prefix``, ...)
     that callers can turn into a notice; ``detail`` says what to write instead.

@@ -48,7 +48,7 @@ NOTE_TAGS: Final[Mapping[str, str]] = {
     "K": "key artifact",
 }
 
-_ID_RE = re.compile(r"[A-Za-z0-9_\-:]{1,128}")  # the id grammar of timeline.paths
+_ID_RE = re.compile(r"[A-Za-z0-9_\-:]{1,128}")  # the id grammar of actline.timeline.paths
 _MARK_STATUS: Final[Mapping[str, StepStatus]] = {
     **{"\u2713": "done", "\u2714": "done", "[x]": "done", "\u2717": "failed", "\u2718": "failed"},
     **{"\u2026": "in_progress", "...": "in_progress", "\u25a1": "pending", "[ ]": "pending"},

@@ -20,7 +20,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from timeline.errors import SourceError
+from actline.timeline.errors import SourceError
 
 __all__ = ["SourceRow", "SourcesPool", "is_eligible", "normalize_url", "pool_text"]
 

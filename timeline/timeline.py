@@ -25,9 +25,10 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from actline.timeline.editing.facts import FACT_PREFIX, FactBook
+
 from .blocks import PLAN, PLAN_ACK, SUMMARY, TURN_HEADER, Block
 from .errors import BlockError, PathError
-from .facts import FACT_PREFIX, FactBook
 from .memory import AckUpdate, Plan, PlanBook, ack_text, parse_ack_lines
 from .paths import ar_path, check_path
 from .snapshot import (
@@ -100,7 +101,8 @@ class Timeline:
         self.sources = SourcesPool()
         self.plans = PlanBook()
         self.facts = FactBook()
-        """The conversation's memory facts (``timeline.facts``), persisted as ``fact/`` rows."""
+        """The conversation's memory facts (``actline.timeline.editing.facts``), persisted as
+        ``fact/`` rows."""
         self._rows_of: tuple[SourcesPool, PlanBook] = (self.sources, self.plans)
         """The pool and book whose changes ``take_row_changes`` tracks (a new one is all new)."""
         self.cache = CacheState()
@@ -392,7 +394,7 @@ class Timeline:
         """The small header: the state outside the blocks, minus the pool and plans.
 
         Its size does not grow with the conversation; the pool and plans are rows
-        (``take_row_changes``, see ``timeline.snapshot``). With it, the rows and any
+        (``take_row_changes``, see ``actline.timeline.snapshot``). With it, the rows and any
         suffix of the block log that starts at or before the latest summary,
         ``restore`` rebuilds an equal timeline. msgpack/JSON-safe.
         """
@@ -432,7 +434,7 @@ class Timeline:
     def take_row_changes(self) -> dict[str, Any]:
         """``{row key: row}`` for source rows and plans added or changed since the last call.
 
-        Keys are ``src/<sid:06d>`` and ``plan/<plan_id>`` (``timeline.snapshot``); a pool
+        Keys are ``src/<sid:06d>`` and ``plan/<plan_id>`` (``actline.timeline.snapshot``); a pool
         or plan book assigned in place of the tracked one reports all its rows. Storage
         writes these with ``snapshot()``; give them back with ``requeue_row_changes``
         when that write fails.

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from actline.timeline.rendering.view import preview
+
 from .blocks import (
     COMPLETION,
     NOTE,
@@ -26,7 +28,6 @@ from .blocks import (
 )
 from .paths import ar_path
 from .timeline import Timeline
-from .view import preview
 
 HINT_CHARS = 80
 SECTIONS = ("summaries", "messages", "tools", "artifacts", "notes", "sources")

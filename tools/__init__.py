@@ -1,8 +1,9 @@
 """actline tools package (see DESIGN.md): the knowledge space behind ``react.search_knowledge``
 and ``ks:`` reads, and the errors the tools raise."""
 
+from actline.tools.search.knowledge import Doc, Hit, IndexStats, KnowledgeSpace, RefreshCounts
+
 from .errors import KNOWLEDGE_REASONS, KnowledgeError, ToolError
-from .knowledge import Doc, Hit, IndexStats, KnowledgeSpace, RefreshCounts
 
 __all__ = [
     "KNOWLEDGE_REASONS",

@@ -5,14 +5,14 @@ ToolExecutorActor of the node that serves the conversation (the decision loop se
 ``al.tools.exec.<node>``), where ``ToolContext.files`` gives the running turn's workspace.
 
 - ``code.exec_python(code, timeout_s, memory_mb)`` runs the code in a subprocess
-  (``tools.sandbox``) whose working directory is the turn root: ``files/`` holds the active
-  workspace, ``outputs/`` is for produced artifacts, pulled refs are read-only at
+  (``actline.tools.sandbox.sandbox``) whose working directory is the turn root: ``files/`` holds the
+  active workspace, ``outputs/`` is for produced artifacts, pulled refs are read-only at
   ``../<turn>/...``. Writes anywhere else are refused. What the run wrote becomes ``fi:``
   versions of the turn (files elsewhere in the root land in ``outputs/exec/``). A run whose
   files would take the conversation past a quota stores none of them: the result is an error
   naming the quota (``data["code"] == "quota_exceeded"``), with the run's output. The
   kernel layer under it is ``BuiltinConfig.exec_sandbox`` (``ACTLINE_SANDBOX``, see
-  ``tools.confinement``); when that layer is unavailable every call is refused
+  ``actline.tools.sandbox.confinement``); when that layer is unavailable every call is refused
   (``data["code"] == "sandbox_unavailable"``) with what to install or set.
 - ``files.read(path)`` / ``files.write(path, content)``: text files of the workspace by logical
   path; writes only in the current turn's ``files/`` or ``outputs/``.
@@ -29,17 +29,17 @@ from collections.abc import Collection
 from dataclasses import dataclass
 from typing import Any, Final
 
-from messages import ArtifactRef
-from storage import NotStored, QuotaExceeded
-from timeline.errors import PathError
-from timeline.paths import fi_path, parse_path
+from actline.messages import ArtifactRef
+from actline.storage import NotStored, QuotaExceeded
+from actline.timeline.errors import PathError
+from actline.timeline.paths import fi_path, parse_path
+from actline.tools.react.base import Notice
+from actline.tools.react.files import current_target
+from actline.tools.sandbox.confinement import choose
+from actline.tools.sandbox.sandbox import run_python
 
-from .confinement import choose
 from .http_fetch import FetchError, fetch
-from .react_files import current_target
-from .react_types import Notice
 from .registry import ToolContext, ToolOutput, ToolRegistry
-from .sandbox import run_python
 
 __all__ = ["BUILTIN_TOOLS", "BuiltinConfig", "register_builtins"]
 

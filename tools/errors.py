@@ -5,16 +5,17 @@ Hierarchy::
     ToolError
     ├── KnowledgeError          a knowledge-space path or root that cannot be read (path, reason,
     │                           detail)
-    ├── EmbeddingsUnavailable   tools.embeddings: an embedding model's extra, packages or
-    │                           weights are missing (reason, model_dir, model, hint)
-    ├── MissingPart             tools.model_parts: a part package of a split model is absent
-    │                           (package, detail); tools.mpnet turns it into the above
-    ├── GitError                tools.gitspace: a git command of the git workspace failed
-    ├── SkillError              tools.skills: a skill that cannot be loaded or a sk: path refused
-    │                           (path, reason, detail)
-    ├── SandboxError            tools.sandbox: code.exec_python could not start the code at all
-    ├── FetchError              tools.http_fetch: a URL that cannot be read as a source (code)
-    └── McpError                tools.mcp_bridge: an MCP server or one of its tools failed (code)
+    ├── EmbeddingsUnavailable   actline.tools.embeddings.minilm: an embedding model's extra,
+    packages or │                           weights are missing (reason, model_dir, model, hint)
+    ├── MissingPart             actline.tools.embeddings.model_parts: a part package of a split
+    model is absent │                           (package, detail); actline.tools.embeddings.mpnet
+    turns it into the above ├── GitError                actline.tools.workspace.git: a git command
+    of the git workspace failed ├── SkillError              actline.tools.skills: a skill that
+    cannot be loaded or a sk: path refused │                           (path, reason, detail)
+    ├── SandboxError            actline.tools.sandbox.sandbox: code.exec_python could not start the
+    code at all ├── FetchError              actline.tools.http_fetch: a URL that cannot be read as a
+    source (code) └── McpError                actline.tools.mcp_bridge: an MCP server or one of its
+    tools failed (code)
 
 Each lives next to the code that raises it (their advice tables too) and subclasses ToolError,
 so ``except ToolError`` catches every one.

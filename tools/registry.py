@@ -1,9 +1,10 @@
 """The external tool registry: names, JSON-schema params, the call context and outputs.
 
-A node's ``ToolRegistry`` holds the tools its ``ToolExecutorActor`` (``actors.tool_executor``)
-runs: each a name (dotted lowercase words), an async callable ``fn(params, ctx)``, a JSON schema
-for its params and an optional timeout. ``ToolContext`` is what a running tool may use besides
-its params; ``ToolOutput`` is what it returns (``error`` set when it ran but failed).
+A node's ``ToolRegistry`` holds the tools its ``ToolExecutorActor``
+(``actline.actors.pools.tool_executor``) runs: each a name (dotted lowercase words), an async
+callable ``fn(params, ctx)``, a JSON schema for its params and an optional timeout. ``ToolContext``
+is what a running tool may use besides its params; ``ToolOutput`` is what it returns (``error`` set
+when it ran but failed).
 """
 
 from __future__ import annotations
@@ -19,9 +20,8 @@ from typing import Any
 import jsonschema.exceptions
 from jsonschema.validators import validator_for
 
-from messages import ArtifactRef
-
-from .workspace import TurnFiles
+from actline.messages import ArtifactRef
+from actline.tools.workspace.workspace import TurnFiles
 
 __all__ = [
     "IN_LOOP_ADVICE",
@@ -104,7 +104,7 @@ class RegisteredTool:
     schema: dict[str, Any] = field(default_factory=lambda: {"type": "object"})
     timeout_s: float | None = None
     needs_approval: bool = False
-    """Each call waits for an approval before it runs (``actors.approvals``)."""
+    """Each call waits for an approval before it runs (``actline.actors.turn.approvals``)."""
     _validator: Any = field(init=False, repr=False, compare=False, default=None)
 
     def __post_init__(self) -> None:

@@ -25,8 +25,8 @@ returns a file of a skill; a path that resolves outside its skill's folder (a sy
 unknown skill) is refused (``outside_skill``), as is a file over ``MAX_FILE_BYTES``.
 ``SkillSet.listing()`` is the (name, one line) list for the system prompt, sorted by name so
 the prompt stays byte-stable. ``register_skill_tools`` registers each ``tools:`` entry as an
-external tool that runs the script with ``tools.sandbox.run_python`` (the script's folder
-readable, a fresh scratch folder as its working directory, its ``args`` in ``sys.argv``).
+external tool that runs the script with ``actline.tools.sandbox.sandbox.run_python`` (the script's
+folder readable, a fresh scratch folder as its working directory, its ``args`` in ``sys.argv``).
 """
 
 from __future__ import annotations
@@ -43,13 +43,13 @@ from typing import Any, Protocol
 
 import yaml
 
-from timeline.errors import PathError
-from timeline.paths import parse_path
+from actline.timeline.errors import PathError
+from actline.timeline.paths import parse_path
+from actline.tools.sandbox.confinement import choose
+from actline.tools.sandbox.sandbox import run_python
 
-from .confinement import choose
 from .errors import SkillError
 from .registry import ToolContext, ToolOutput, ToolRegistry
-from .sandbox import run_python
 
 __all__ = [
     "MAX_FILE_BYTES",

@@ -4,7 +4,7 @@
 SameSite=Strict cookie ``actline_console``), ``/static/*``, the JSON API under ``/api``
 and ``/events/{conversation_id}``. Every route needs the cookie or ``?token=``; without
 it the answer is 401 "token required". The runtime is started and closed by the caller
-(``actline.cmd_console``); the app's lifespan starts and stops its ``Hub``.
+(``actline.cli.console``); the app's lifespan starts and stops its ``Hub``.
 
 Approvals: ``POST /api/turns/{tid}/approve|deny {approval_id?, reason?}`` decide a turn's
 pending tool calls (None: every pending one), by ``console``, as ``actline approve`` does.
@@ -33,14 +33,14 @@ from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 
-from actors.errors import InputRefused
-from actors.limits import check_config
-from bus import BusError
-from messages import Ack, Attachment, ErrorReply
-from messages.ids import is_valid_id, is_valid_name
+from actline.actors.configuration.checks import check_config
+from actline.actors.errors import InputRefused
+from actline.bus import BusError
+from actline.cli.agent import list_agents
+from actline.messages import Ack, Attachment, ErrorReply
+from actline.messages.ids import is_valid_id, is_valid_name
+from actline.terminal.attachments import check_attachments
 
-from ..attachments import check_attachments
-from ..cmd_agent import list_agents
 from ..config import ConfigError
 from ..runtime import Runtime
 from . import views

@@ -12,8 +12,8 @@ log, so a browser that reconnects with ``Last-Event-ID`` resumes where it was.
 (``Bus.on_disconnect`` calls ``disconnected``, ``Bus.on_reconnect`` ``reconnected``).
 
 After a NATS restart the client resubscribes and recovers the results of pending turns from
-the results stream (``actors.client``); deltas published while it was away are lost to the
-page, the result is not.
+the results stream (``actline.actors.client.client``); deltas published while it was away are lost
+to the page, the result is not.
 """
 
 from __future__ import annotations
@@ -26,9 +26,9 @@ from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from actors.client import Client, TurnHandle
-from bus import BusError
-from messages import ReActProgress, ReActResult, StreamDelta, TurnAccepted
+from actline.actors.client.client import Client, TurnHandle
+from actline.bus import BusError
+from actline.messages import ReActProgress, ReActResult, StreamDelta, TurnAccepted
 
 from ..runtime import follow
 

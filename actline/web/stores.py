@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from storage import Store
+from actline.cli.timeline import open_existing
+from actline.storage import Store
 
-from ..cmd_timeline import open_existing
 from ..config import ConfigError
 from ..runtime import Runtime
 

@@ -6,10 +6,10 @@ state (``visible``, ``hidden``, ``pruned``: hidden by TTL pruning or tool-respon
 retention, ``summarised``: before the latest summary) and the rendered view with its cache
 marks (the renderer's marks, up to 3, padded to 3 so the page always shows the three
 breakpoints: a missing one is labelled ``unused`` at the end of the cached parts);
-``read`` resolves a logical path as ``react.read`` does (``timeline.read.resolve``);
+``read`` resolves a logical path as ``react.read`` does (``actline.timeline.read.resolve``);
 ``turns`` each turn's prompt and answer; ``round_calls`` the tool calls of one round
 (arguments, result paths and previews);
-``sources`` the pool rows a result cites; ``trace`` a turn's spans (``actline.cmd_trace``).
+``sources`` the pool rows a result cites; ``trace`` a turn's spans (``actline.cli.trace``).
 """
 
 from __future__ import annotations
@@ -19,13 +19,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-from actors import trace_sinks
-from storage import Store
-from timeline import Block, Renderer, TimelineConfig
-from timeline.read import resolve
-
-from ..cmd_timeline import block_text
-from ..cmd_trace import turn_trace
+from actline.actors.tracing import sinks as trace_sinks
+from actline.cli.timeline import block_text
+from actline.cli.trace import turn_trace
+from actline.storage import Store
+from actline.timeline import Block, Renderer, TimelineConfig
+from actline.timeline.read import resolve
 
 __all__ = [
     "conversations",
@@ -55,7 +54,7 @@ def conversations(
     turns, last_status, updated}``), newest first; a turn this console follows gives the
     live status. Each is read by ``Store.outline`` (one per stored conversation, to find
     the newest): its cost grows with a conversation's turns, not with its blocks."""
-    from ..cmd_timeline import stored_conversations
+    from actline.cli.timeline import stored_conversations
 
     rows = []
     for row in stored_conversations(store):

@@ -1,4 +1,5 @@
-"""``python -m llm.fake_anthropic``: serve until interrupted; prints ``listening on URL``."""
+"""``python -m actline.llm.fake_anthropic``: serve until interrupted; prints ``listening on
+URL``."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from .server import FakeAnthropicServer
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
-        prog="python -m llm.fake_anthropic",
+        prog="python -m actline.llm.fake_anthropic",
         description="A local Anthropic Messages API with prompt-cache accounting.",
     )
     parser.add_argument("--host", default="127.0.0.1")

@@ -11,7 +11,7 @@ import importlib
 from collections.abc import AsyncIterator
 from typing import Protocol
 
-from messages import GenerateRequest
+from actline.messages import GenerateRequest
 
 from ..errors import ModelConfigError
 from ..protocol import Chunk

@@ -26,8 +26,8 @@ from dataclasses import dataclass, field
 from types import TracebackType
 from typing import Any, Literal
 
-from messages import GenerateRequest, Usage
-from timeline.tokens import DEFAULT_COUNTER
+from actline.messages import GenerateRequest, Usage
+from actline.timeline.tokens import DEFAULT_COUNTER
 
 from ..cache_sim import CachePlan, CacheSim, CacheUsage
 from ..config import model_spec
@@ -39,7 +39,7 @@ from ._http import LAST_CHUNK, BadHttp, Connection, HttpRequest, read_request, r
 from .policy import EchoPolicy, Policy
 from .thread import ServerThread
 
-logger = logging.getLogger("llm.fake_anthropic")
+logger = logging.getLogger("actline.llm.fake_anthropic")
 
 FailureKind = Literal[
     "rate_limit", "overloaded", "api_error", "context_window", "overloaded_midstream"
@@ -118,7 +118,7 @@ class FakeAnthropicServer:
     """The local Messages API; use ``async with`` or ``run_in_thread()``.
 
     ``min_cache_tokens`` and ``context_window`` override the per-model constants
-    of ``llm.config``; ``clock`` gives the times the cache is accounted at.
+    of ``actline.llm.config``; ``clock`` gives the times the cache is accounted at.
     """
 
     def __init__(

@@ -6,8 +6,8 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from actors.client import Client
-from bus import Bus
+from actline.actors.client.client import Client
+from actline.bus import Bus
 
 
 @pytest.fixture

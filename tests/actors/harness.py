@@ -7,17 +7,17 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from actors import NodeSettings
-from actors.client import Client, TurnHandle
-from actors.node import Node
-from actors.tool_executor import ToolRegistry
-from bus import Bus
-from llm import ReplayModel
-from llm.protocol import Chunk
-from messages import GenerateRequest
-from storage import Store
-from timeline.blocks import NOTICE, SIGNAL_DONE
-from tools import KnowledgeSpace
+from actline.actors import NodeSettings
+from actline.actors.client.client import Client, TurnHandle
+from actline.actors.node.node import Node
+from actline.actors.pools.tool_executor import ToolRegistry
+from actline.bus import Bus
+from actline.llm import ReplayModel
+from actline.llm.protocol import Chunk
+from actline.messages import GenerateRequest
+from actline.storage import Store
+from actline.timeline.blocks import NOTICE, SIGNAL_DONE
+from actline.tools import KnowledgeSpace
 
 KB = Path(__file__).resolve().parents[2] / "examples" / "kb"
 

@@ -6,7 +6,7 @@ test_kill_loop_cluster.py`` (cluster mode) and ``bench/resume.py`` (``make soak`
 
 A run (``run_batch``):
 
-- **nodes**: ``python -m actors.node`` processes (``nodeprocs``). Single mode: one process
+- **nodes**: ``python -m actline.cli.node`` processes (``nodeprocs``). Single mode: one process
   on one home, restarted on the same home after each kill without ``--node-id`` (a new id
   each start, as ``actline serve`` with default settings). Cluster mode (``ACTLINE_CLUSTER``):
   two or three processes ``n1``.. each on its own home, a killed one restarted under the
@@ -16,7 +16,7 @@ A run (``run_batch``):
 - **the batch** (``plan_batch``): C conversations of T turns over ``examples/kb``, later turns
   referring to earlier ones ("what did you say earlier about ..."), each turn's answer
   depending on what the earlier turns read. Each conversation's turns are submitted in
-  order by ``actors.client.Client`` with one of three pacings: all at once (the whole
+  order by ``actline.actors.client.client.Client`` with one of three pacings: all at once (the whole
   conversation queued), each after the previous turn's ``turn.accepted`` (a turn submitted
   while the one before is unfinished) or each after the previous turn's result.
 - **kills** (``KillPlan``, seeded): the first kill lands right after the first turn of an
@@ -26,7 +26,8 @@ A run (``run_batch``):
 - **what is collected**: every ``turn.result`` of every turn with its arrival time (on the
   client's connection, which stays up), every ``turn.accepted``, and after the run, each
   conversation's stored timeline: from the single node's home, or in cluster mode from the
-  durable copy in JetStream (``actors.durable.JetStreamCopy``) that every node adopts from.
+  durable copy in JetStream (``actline.actors.ownership.durable.JetStreamCopy``) that every node
+  adopts from.
 
 ``killreport.compare`` holds a run against the same batch without kills; ``killreport.Report``
 sums it up.
@@ -45,14 +46,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-import messages
-from actors.client import Client
-from actors.durable import JetStreamCopy
-from bus import Bus, Envelope, Subscription
-from messages import ReActResult, Subjects, TurnAccepted, TurnRequest, new_id
-from storage import Store
+from actline import messages
+from actline.actors.client.client import Client
+from actline.actors.ownership.durable import JetStreamCopy
+from actline.bus import Bus, Envelope, Subscription
+from actline.messages import ReActResult, Subjects, TurnAccepted, TurnRequest, new_id
+from actline.storage import Store
+from actline.timeline.blocks import TURN_HEADER, USER_PROMPT
 from tests.waiting import until
-from timeline.blocks import TURN_HEADER, USER_PROMPT
 
 from .nodeprocs import Fleet, NodeOptions, NodeProcess
 

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from messages import ReActResult
+from actline.messages import ReActResult
 
 from .killloop import Mode, RunRecord
 

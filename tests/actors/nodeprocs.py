@@ -1,4 +1,4 @@
-"""Real node processes for the crash tests: ``python -m actors.node`` started, SIGKILLed and
+"""Real node processes for the crash tests: ``python -m actline.cli.node`` started, SIGKILLed and
 started again on the same home (``NodeProcess``), and the processes of one run (``Fleet``).
 
 A node runs with the defaults (the caller's ``ACTLINE_*`` variables are not passed on)
@@ -38,7 +38,7 @@ class NodeOptions:
 
 
 class NodeProcess:
-    """One ``python -m actors.node`` process, started again on the same home after a kill."""
+    """One ``python -m actline.cli.node`` process, started again on the same home after a kill."""
 
     def __init__(
         self,
@@ -98,7 +98,7 @@ class NodeProcess:
             self.proc = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",
-                "actors.node",
+                "actline.cli.node",
                 *args,
                 cwd=ROOT,
                 env=env,

@@ -21,15 +21,14 @@ from typing import Any
 import pytest
 from rich.console import Console
 
-import messages
-from actline.cmd_agent import list_agents, run_agents
-from actors.agent_side import AgentInbox
-from actors.client import Client, TurnHandle
-from actors.done_queue import REPLY_HEADER, STORED
-from actors.node import Node
-from actors.services import TaskBook, TaskEntry
-from bus import Bus, EmbeddedNats, Envelope, TaskStream
-from messages import Ack, AgentTask, DoneSignal, ErrorReply, Subjects
+from actline import messages
+from actline.actors.client.agent import REPLY_HEADER, STORED, AgentInbox
+from actline.actors.client.client import Client, TurnHandle
+from actline.actors.node.node import Node
+from actline.actors.services.task_book import TaskBook, TaskEntry
+from actline.bus import Bus, EmbeddedNats, Envelope, TaskStream
+from actline.cli.agent import list_agents, run_agents
+from actline.messages import Ack, AgentTask, DoneSignal, ErrorReply, Subjects
 from tests.waiting import until
 
 from .harness import BlockViews, Scripted, say, start_node

@@ -20,13 +20,13 @@ from typing import Any
 
 import pytest
 
-from actors.client import Client, TurnHandle
-from actors.node import Node
-from actors.tool_executor import ToolContext, ToolRegistry
-from bus import Bus, EmbeddedNats
-from messages import Ack, AgentTask, ErrorReply
-from timeline.blocks import SIGNAL_DONE, TOOL_RESULT
-from tools import KnowledgeSpace
+from actline.actors.client.client import Client, TurnHandle
+from actline.actors.node.node import Node
+from actline.actors.pools.tool_executor import ToolContext, ToolRegistry
+from actline.bus import Bus, EmbeddedNats
+from actline.messages import Ack, AgentTask, ErrorReply
+from actline.timeline.blocks import SIGNAL_DONE, TOOL_RESULT
+from actline.tools import KnowledgeSpace
 
 from .harness import KB, BlockViews, Scripted, say, settings, start_node
 

@@ -1,5 +1,5 @@
-"""Approvals in the pure state machine (``actors.state``, issue 20): the approval wait, its
-resolutions, the checkpoint that carries it over a restart, and a property over random event
+"""Approvals in the pure state machine (``actline.actors.turn.state``, issue 20): the approval wait,
+its resolutions, the checkpoint that carries it over a restart, and a property over random event
 sequences with crashes: no call that needs approval ever runs without one.
 """
 
@@ -13,16 +13,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from actors.approvals import approval_reply, gate, needs_approval, parse_patterns
-from actors.errors import InputRefused, McpConfigError, SettingsError
-from actors.events import (
+from actline.actors.configuration.settings import NodeSettings, load_mcp_config
+from actline.actors.configuration.turn_settings import Limits
+from actline.actors.errors import InputRefused, McpConfigError, SettingsError
+from actline.actors.turn.approvals import approval_reply, gate, needs_approval, parse_patterns
+from actline.actors.turn.events import (
     ApprovalDecided,
     ApprovalVerdict,
     CallModel,
     CancelReAct,
     DenyCall,
     EmitProgress,
-    Limits,
     ModelDecided,
     RecordNotice,
     RecordSignal,
@@ -33,9 +34,8 @@ from actors.events import (
     ToolSpec,
     WaitTimeout,
 )
-from actors.settings import NodeSettings, load_mcp_config
-from actors.state import DecisionState, TurnPhase, checkpoint, resume_event, transition
-from messages import Ack, ErrorReply
+from actline.actors.turn.state import DecisionState, TurnPhase, checkpoint, resume_event, transition
+from actline.messages import Ack, ErrorReply
 
 from .test_state import (
     ASK_REVIEWER,

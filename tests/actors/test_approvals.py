@@ -17,16 +17,16 @@ from typing import Any
 
 import pytest
 
-from actors.client import Client, TurnHandle
-from actors.node import Node
-from actors.tool_executor import ToolRegistry
-from bus import Authority, Bus, EmbeddedNats, PermissionDenied
-from bus.auth import write_secret
-from llm import ReplayModel
-from messages import Ack, ErrorReply, ReActProgress, new_id
+from actline.actors.client.client import Client, TurnHandle
+from actline.actors.node.node import Node
+from actline.actors.pools.tool_executor import ToolRegistry
+from actline.bus import Authority, Bus, EmbeddedNats, PermissionDenied
+from actline.bus.auth import write_secret
+from actline.llm import ReplayModel
+from actline.messages import Ack, ErrorReply, ReActProgress, new_id
+from actline.timeline.blocks import NOTICE, TOOL_RESULT
+from actline.tools.registry import ToolContext
 from tests.waiting import until
-from timeline.blocks import NOTICE, TOOL_RESULT
-from tools.registry import ToolContext
 
 from .harness import Scripted, say, start_node
 

@@ -19,13 +19,13 @@ from typing import Any
 
 import pytest
 
-from actors import Node
-from actors.client import Client, TurnHandle
-from bus import Bus
-from llm.protocol import Chunk
-from messages import Ack, Attachment, ErrorReply, GenerateRequest
-from timeline.blocks import USER_ATTACHMENT_META, USER_FOLLOWUP
-from tools.gitspace import GitWorkspace
+from actline.actors import Node
+from actline.actors.client.client import Client, TurnHandle
+from actline.bus import Bus
+from actline.llm.protocol import Chunk
+from actline.messages import Ack, Attachment, ErrorReply, GenerateRequest
+from actline.timeline.blocks import USER_ATTACHMENT_META, USER_FOLLOWUP
+from actline.tools.workspace.git import GitWorkspace
 
 from ..waiting import until
 from .harness import Scripted, run_turn, say, start_node

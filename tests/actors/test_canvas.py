@@ -8,12 +8,12 @@ from pathlib import Path
 
 from rich.console import Console
 
-from actline.console import CanvasPanels, TurnPrinter
-from actors.client import Client, TurnHandle
-from actors.streamer import WHOLE_CANVAS_KEY, whole_canvas
-from bus import Bus
-from channels import ChannelDelta
-from messages import StreamDelta
+from actline.actors.client.client import Client, TurnHandle
+from actline.actors.pools.streamer import WHOLE_CANVAS_KEY, whole_canvas
+from actline.bus import Bus
+from actline.channels import ChannelDelta
+from actline.messages import StreamDelta
+from actline.terminal.cards import CanvasPanels, TurnPrinter
 
 from .harness import Scripted, run_turn, say, start_node
 

@@ -10,20 +10,20 @@ from typing import Any
 
 import pytest
 
-import messages
-from actors.durable import JetStreamCopy, Rebuilt, adopt, merge_rounds
-from actors.errors import CopyBroken, HeadConflict
-from actors.leases import KvLeases
-from actors.ownership import ClusterOwnership
-from bus import Bus, EmbeddedNats, KvBucket
-from messages import Subjects
-from storage import Store
-from storage.store import PersistedRound, pack, unpack
+from actline import messages
+from actline.actors.errors import CopyBroken, HeadConflict
+from actline.actors.ownership.durable import JetStreamCopy, Rebuilt, adopt, merge_rounds
+from actline.actors.ownership.leases import KvLeases
+from actline.actors.ownership.ownership import ClusterOwnership
+from actline.bus import Bus, EmbeddedNats, KvBucket
+from actline.messages import Subjects
+from actline.storage import Store
+from actline.storage.store import PersistedRound, pack, unpack
+from actline.timeline import Block, SourceRow, Timeline
+from actline.timeline.blocks import NOTE, TOOL_RESULT
+from actline.timeline.snapshot import plan_key, source_key, split
 from tests.timeline.builders import Build, words
 from tests.waiting import until
-from timeline import Block, SourceRow, Timeline
-from timeline.blocks import NOTE, TOOL_RESULT
-from timeline.snapshot import plan_key, source_key, split
 
 CID = "conv:1"  # a ':' is valid in ids but not in KV keys
 

@@ -6,9 +6,9 @@ import asyncio
 import itertools
 from pathlib import Path
 
-from actors.client import Client
-from bus import Bus
-from timeline.blocks import COMPLETION, TURN_HEADER
+from actline.actors.client.client import Client
+from actline.bus import Bus
+from actline.timeline.blocks import COMPLETION, TURN_HEADER
 
 from .harness import Scripted, say, start_node
 

@@ -1,4 +1,4 @@
-"""ANNOUNCE's workspace lines of a conversation (``actors.conversation_files``): made once
+"""ANNOUNCE's workspace lines of a conversation (``actline.actors.conversation.files``): made once
 per turn, and not read at all for a turn that begins while the workspace is known empty."""
 
 from __future__ import annotations
@@ -9,11 +9,11 @@ from typing import Any
 
 import pytest
 
-from actors import NodeSettings
-from actors.conversation_files import ConversationFiles
-from messages import Attachment
-from storage import Store
-from tools.workspace import CustomWorkspace, WorkspaceBackend
+from actline.actors import NodeSettings
+from actline.actors.conversation.files import ConversationFiles
+from actline.messages import Attachment
+from actline.storage import Store
+from actline.tools.workspace.workspace import CustomWorkspace, WorkspaceBackend
 
 
 @pytest.fixture

@@ -9,11 +9,11 @@ import sys
 from collections import Counter
 from pathlib import Path
 
-from actors.client import Client
-from bus import Bus, EmbeddedNats
-from storage import Store
+from actline.actors.client.client import Client
+from actline.bus import Bus, EmbeddedNats
+from actline.storage import Store
+from actline.timeline.blocks import TOOL_CALL, TURN_HEADER, USER_PROMPT
 from tests.creds import creds_env
-from timeline.blocks import TOOL_CALL, TURN_HEADER, USER_PROMPT
 
 from .harness import KB
 
@@ -28,7 +28,7 @@ async def start_node_process(
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
-        "actors.node",
+        "actline.cli.node",
         "--nats",
         nats.url,
         "--home",

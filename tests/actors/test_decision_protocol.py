@@ -7,8 +7,8 @@ import json
 from hypothesis import given
 from hypothesis import strategies as st
 
-from actors.decision_protocol import CallLedger, canonical, check_decision
-from actors.events import ToolSpec
+from actline.actors.turn.events import ToolSpec
+from actline.actors.turn.protocol import CallLedger, canonical, check_decision
 
 
 def decision(action: str = "call_tools", calls: list[dict[str, object]] | None = None) -> str:

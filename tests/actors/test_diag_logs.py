@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from actline import cli
-from actors import ToolRegistry
-from actors.client import Client
-from bus import Bus
-from messages import diag, new_id
+from actline.actors import ToolRegistry
+from actline.actors.client.client import Client
+from actline.bus import Bus
+from actline.cli import main as cli
+from actline.messages import diag, new_id
 
 from .harness import Scripted, run_turn, say, start_node
 
@@ -143,7 +143,7 @@ def _cli_logs(
     if code == 0:
         diag.info(diag.STORE, conv="c9", revision=3)
         diag.debug(diag.BUS, op="publish", subject="x.y")
-        logging.getLogger("actors.node").warning("a plain warning")
+        logging.getLogger("actline.actors.node.node").warning("a plain warning")
     return code, capsys.readouterr().err
 
 
@@ -155,12 +155,16 @@ def test_the_cli_selects_the_log_level_and_format(
     assert code == 0
     assert [(x["level"], x["category"]) for x in lines] == [
         ("INFO", "STORE"),
-        ("WARNING", "actors.node"),
+        ("WARNING", "actline.actors.node.node"),
     ]
     assert lines[0]["fields"] == {"conv": "c9", "revision": 3}
 
     code, err = _cli_logs(["-vv"], capsys, monkeypatch, ACTLINE_LOG_FORMAT="json")
-    assert [json.loads(x)["category"] for x in err.splitlines()] == ["STORE", "BUS", "actors.node"]
+    assert [json.loads(x)["category"] for x in err.splitlines()] == [
+        "STORE",
+        "BUS",
+        "actline.actors.node.node",
+    ]
 
     code, err = _cli_logs([], capsys, monkeypatch, ACTLINE_LOG_LEVEL="info")
     assert re.fullmatch(
@@ -168,7 +172,9 @@ def test_the_cli_selects_the_log_level_and_format(
     )
 
     code, err = _cli_logs([], capsys, monkeypatch)  # the default: WARNING, text
-    assert err.endswith("WARNING actors.node: a plain warning\n") and "STORE" not in err
+    assert (
+        err.endswith("WARNING actline.actors.node.node: a plain warning\n") and "STORE" not in err
+    )
 
     code, err = _cli_logs([], capsys, monkeypatch, ACTLINE_LOG_FORMAT="xml")
     assert code == 2 and "ACTLINE_LOG_FORMAT='xml'" in err and "text, json" in err

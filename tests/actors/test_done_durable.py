@@ -22,15 +22,15 @@ from pathlib import Path
 
 import pytest
 
-import messages
-from actors.client import Client
-from actors.errors import DoneNotStored
-from bus import Bus, EmbeddedNats, Envelope, TaskStream
-from messages import AgentTask, ErrorReply
-from storage import Store
+from actline import messages
+from actline.actors.client.client import Client
+from actline.actors.errors import DoneNotStored
+from actline.bus import Bus, EmbeddedNats, Envelope, TaskStream
+from actline.messages import AgentTask, ErrorReply
+from actline.storage import Store
+from actline.timeline.blocks import SIGNAL_DONE
 from tests.creds import creds_env
 from tests.waiting import until
-from timeline.blocks import SIGNAL_DONE
 
 from .nodeprocs import ROOT, NodeOptions, NodeProcess
 
@@ -194,7 +194,7 @@ async def test_a_done_nothing_stores_is_retried_with_backoff_then_refused_naming
     loop = asyncio.get_running_loop()
     began = loop.time()
     try:
-        with caplog.at_level(logging.INFO, logger="actors.agent_side"):
+        with caplog.at_level(logging.INFO, logger="actline.actors.client.agent"):
             with pytest.raises(DoneNotStored) as refused:
                 await client.send_done(REVIEWER, "looks fine", turn_id="t-1", store_within=0.8)
     finally:

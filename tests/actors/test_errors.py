@@ -13,11 +13,10 @@ from typing import Any
 
 import pytest
 
-import actline.errors as actline_errors
-import actors.errors as actor_errors
-from actline.errors import ActlineError, CaseFileError, ConfigError, RuntimeNotStarted
-from actors.base import Actor, Request
-from actors.errors import (
+from actline import errors as actline_errors
+from actline.actors import errors as actor_errors
+from actline.actors.base import Actor, Request
+from actline.actors.errors import (
     ActorError,
     ActorStopped,
     AgentNotWelcome,
@@ -37,6 +36,7 @@ from actors.errors import (
     SettingsFileError,
     UnexpectedMessage,
 )
+from actline.errors import ActlineError, CaseFileError, ConfigError, RuntimeNotStarted
 
 MODULES = (actor_errors, actline_errors)
 

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 
-from actors import Node, NodeSettings
-from actors.gc_tuning import tune_gc
-from bus import Bus
+from actline.actors import Node, NodeSettings
+from actline.actors.node.gc_tuning import tune_gc
+from actline.bus import Bus
 
 
 @pytest.fixture

@@ -1,5 +1,5 @@
-"""Claims and releases of a conversation kept apart (``actors.holding``), and the node's
-idle eviction on a real nats-server and LMDB: an idle conversation leaves memory and its
+"""Claims and releases of a conversation kept apart (``actline.actors.node.holding``), and the
+node's idle eviction on a real nats-server and LMDB: an idle conversation leaves memory and its
 next turn sees it whole from the store; one whose turn waits on an agent stays."""
 
 from __future__ import annotations
@@ -9,10 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from actors.client import Client
-from actors.errors import ConversationHeld
-from actors.holding import Holds
-from bus import Bus, NotConnected
+from actline.actors.client.client import Client
+from actline.actors.errors import ConversationHeld
+from actline.actors.node.holding import Holds
+from actline.bus import Bus, NotConnected
 from tests.waiting import until
 
 from .harness import Scripted, say, start_node

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bus import EmbeddedNats
+from actline.bus import EmbeddedNats
 
 from .killloop import KillPlan, plan_batch, run_batch
 from .killreport import Report, order_problems

@@ -1,9 +1,9 @@
 """No cold start: a loaded conversation is embedded in the background, not in its first search.
 
 A 100-turn conversation (the first half of ``tests.tools.memfixture``) is stored without
-vectors in a real LMDB store. Its ``ConversationMemory`` (``actors.memory``) with the real
-model: the first ``react.memsearch`` embeds only its query and says in a notice that the rows
-not embedded yet are ranked by keywords for now; the background task embeds the rest into the
+vectors in a real LMDB store. Its ``ConversationMemory`` (``actline.actors.services.memory``) with
+the real model: the first ``react.memsearch`` embeds only its query and says in a notice that the
+rows not embedded yet are ranked by keywords for now; the background task embeds the rest into the
 store's cache, so a reload of the conversation runs no text through the model. Rows written
 by a commit are embedded in the background too.
 """
@@ -19,14 +19,14 @@ from typing import Any
 import lmdb
 import pytest
 
-from actors import memory as memory_module
-from actors.memory import EMBED_STEP, BackgroundEmbedding, ConversationMemory
-from storage import Store
-from timeline import Block, Timeline
-from timeline.blocks import COMPLETION, USER_PROMPT
-from timeline.paths import ar_path
-from tools.memindex import vector_key
-from tools.react import ReactContext, ReactTools, index_rows
+from actline.actors.services import memory as memory_module
+from actline.actors.services.memory import EMBED_STEP, BackgroundEmbedding, ConversationMemory
+from actline.storage import Store
+from actline.timeline import Block, Timeline
+from actline.timeline.blocks import COMPLETION, USER_PROMPT
+from actline.timeline.paths import ar_path
+from actline.tools.react.core import ReactContext, ReactTools, index_rows
+from actline.tools.search.memindex import vector_key
 
 from ..tools import memfixture
 from ..waiting import until

@@ -3,14 +3,14 @@
 Turn 1 sends a task to the reviewer, whose DONE (``Client.send_done``) is applied; two more
 turns talk about other things; turn 4 asks "what did the reviewer say?" through
 ``react.memsearch`` and reads the hit's ``block_path`` with ``react.read``. The DONE's
-memsearch row was written with its turn (``tools.react.index_rows``).
+memsearch row was written with its turn (``actline.tools.react.core.index_rows``).
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from timeline.blocks import TOOL_CALL, TOOL_RESULT
+from actline.timeline.blocks import TOOL_CALL, TOOL_RESULT
 
 from .harness import say
 from .test_agents import REVIEWER, TIMEOUT, Runtime, completed, reviewed_turn, rt, submit

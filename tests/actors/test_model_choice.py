@@ -13,14 +13,14 @@ from pathlib import Path
 
 import pytest
 
-from actors.client import Client
-from actors.models import NodeModels
-from actors.node import Node
-from bus import Bus
-from llm import ExtractiveModel, LLMSettings, ModelConfigError, ReplayModel
-from llm.fake_anthropic import FakeAnthropicServer
+from actline.actors.client.client import Client
+from actline.actors.configuration.models import NodeModels
+from actline.actors.node.node import Node
+from actline.bus import Bus
+from actline.llm import ExtractiveModel, LLMSettings, ModelConfigError, ReplayModel
+from actline.llm.fake_anthropic import FakeAnthropicServer
+from actline.tools import KnowledgeSpace
 from tests.actors.harness import KB, Scripted, run_turn, say, settings
-from tools import KnowledgeSpace
 
 OFFLINE = LLMSettings()
 """A node without an API key."""
@@ -113,7 +113,7 @@ def test_the_resolver_serves_extractive_anywhere_and_names_the_claude_fix() -> N
 def test_a_node_process_refuses_a_model_it_cannot_run_before_connecting(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    from actors.node import main
+    from actline.actors.node.node import main
 
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     monkeypatch.delenv("ACTLINE_CONFIG", raising=False)

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from actors.client import Client
-from bus import Bus
-from llm import ExtractiveModel
-from timeline.blocks import NOTE, PLAN
+from actline.actors.client.client import Client
+from actline.bus import Bus
+from actline.llm import ExtractiveModel
+from actline.timeline.blocks import NOTE, PLAN
 
 from .harness import run_turn, start_node
 

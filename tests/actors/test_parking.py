@@ -1,4 +1,5 @@
-"""Waiting turns hold no work slot (issue 22, ``actors.parking``), over a real nats-server.
+"""Waiting turns hold no work slot (issue 22, ``actline.actors.services.parking``), over a real
+nats-server.
 
 A node with ``max_active_turns=2`` and a short park delay (so parked messages come back
 and are parked again during the tests): turns waiting on the outside agent ``reviewer``
@@ -19,12 +20,12 @@ from typing import Any
 
 import pytest
 
-import messages
-from actors.client import Client, TurnHandle
-from actors.node import Node
-from bus import Bus, EmbeddedNats, QueueItem, WorkQueue
-from llm import ExtractiveModel
-from messages import Ack, AgentTask, ErrorReply, ReActResult, TurnRequest
+from actline import messages
+from actline.actors.client.client import Client, TurnHandle
+from actline.actors.node.node import Node
+from actline.bus import Bus, EmbeddedNats, QueueItem, WorkQueue
+from actline.llm import ExtractiveModel
+from actline.messages import Ack, AgentTask, ErrorReply, ReActResult, TurnRequest
 from tests.waiting import until
 
 from .harness import Scripted, say, start_node

@@ -11,17 +11,24 @@ from typing import Any
 
 import pytest
 
-from actline.cli import main
+from actline.actors import NodeSettings
+from actline.actors.client.client import Client
+from actline.actors.configuration.profiles import (
+    BUILTIN,
+    BUILTINS,
+    KEYS,
+    Profile,
+    check_custom,
+    resolve,
+)
+from actline.actors.configuration.turn_settings import SettingsMemo, TurnSettings
+from actline.actors.errors import InputRefused, SettingsError
+from actline.actors.turn.approvals import needs_approval
+from actline.bus import Bus
+from actline.cli.main import main
 from actline.config import Config, ConfigError
-from actors import NodeSettings
-from actors.approvals import needs_approval
-from actors.client import Client
-from actors.errors import InputRefused, SettingsError
-from actors.policy import SettingsMemo, TurnSettings
-from actors.profiles import BUILTIN, BUILTINS, KEYS, Profile, check_custom, resolve
-from bus import Bus
-from storage import Store
-from timeline.blocks import TURN_HEADER
+from actline.storage import Store
+from actline.timeline.blocks import TURN_HEADER
 
 from .harness import Scripted, run_turn, say, settings, start_node
 

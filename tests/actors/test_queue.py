@@ -5,11 +5,11 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from actors.client import Client, NoTurnQueue
-from bus import Bus, EmbeddedNats
-from messages import Attachment, Subjects
-from storage import Store, Workspace
-from timeline.blocks import USER_ATTACHMENT_META
+from actline.actors.client.client import Client, NoTurnQueue
+from actline.bus import Bus, EmbeddedNats
+from actline.messages import Attachment, Subjects
+from actline.storage import Store, Workspace
+from actline.timeline.blocks import USER_ATTACHMENT_META
 
 from .harness import Scripted, run_turn, say, start_node
 

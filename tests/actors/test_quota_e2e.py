@@ -11,13 +11,13 @@ from typing import Any
 
 import pytest
 
-from actors.client import Client
-from actors.node import Node
-from bus import Bus
-from storage import NotStored, Store
-from timeline.blocks import TOOL_CALL, TOOL_RESULT
-from tools import KnowledgeSpace
-from tools.registry import ToolContext, ToolOutput, ToolRegistry
+from actline.actors.client.client import Client
+from actline.actors.node.node import Node
+from actline.bus import Bus
+from actline.storage import NotStored, Store
+from actline.timeline.blocks import TOOL_CALL, TOOL_RESULT
+from actline.tools import KnowledgeSpace
+from actline.tools.registry import ToolContext, ToolOutput, ToolRegistry
 
 from .harness import KB, Scripted, run_turn, say, settings
 

@@ -15,14 +15,14 @@ from pathlib import Path
 import pytest
 
 from actline import Config, Runtime
+from actline.actors import NodeSettings
+from actline.actors.client.client import Client, TurnHandle
+from actline.actors.client.results import ResultLog, open_results, publish_result
+from actline.actors.errors import SettingsError
+from actline.bus import Bus, EmbeddedNats, EventLog, StreamMissing
+from actline.llm.protocol import Chunk
+from actline.messages import GenerateRequest, ReActResult, Subjects
 from actline.runtime import follow
-from actors import NodeSettings
-from actors.client import Client, TurnHandle
-from actors.errors import SettingsError
-from actors.results import ResultLog, open_results, publish_result
-from bus import Bus, EmbeddedNats, EventLog, StreamMissing
-from llm.protocol import Chunk
-from messages import GenerateRequest, ReActResult, Subjects
 from tests.waiting import until
 
 from .harness import Scripted, say, settings, start_node
@@ -265,7 +265,7 @@ async def test_a_deleted_results_stream_is_recreated_and_the_result_kept(
         await client.submit("q", conversation_id="c0")
         await until(lambda: node.turns_settled == 1)
         await bus.nc.jetstream().delete_stream(bus.subjects.results_stream)
-        caplog.set_level(logging.WARNING, logger="actors.results")
+        caplog.set_level(logging.WARNING, logger="actline.actors.client.results")
         handle = await client.submit("q", conversation_id="c1")  # subscribed: no NoStream
         result = await handle.wait(30)
         await until(lambda: node.turns_settled == 2)  # the node waited for the store
@@ -292,7 +292,7 @@ async def test_a_result_that_cannot_be_stored_is_still_published_and_logged(
                         max_msg_size=16)  # fmt: skip
     node = await start_node(bus, tmp_path / "home", scripts(1))
     client = Client(bus)
-    caplog.set_level(logging.ERROR, logger="actors.results")
+    caplog.set_level(logging.ERROR, logger="actline.actors.client.results")
     try:
         result = await (await client.submit("q", conversation_id="c0")).wait(30)
         stored = await client.fetch_result(result.turn_id)

@@ -17,14 +17,14 @@ from typing import Any
 
 import pytest
 
-from actors.client import Client
-from actors.conversation import ConversationActor
-from actors.mailbox import Commit, EndTurn, Render, RunTools
-from actors.node import Node
-from bus import Bus, Envelope
-from messages import Ack, AgentTask, Message, ReActProgress
-from storage import Store
-from timeline.blocks import TOOL_RESULT
+from actline.actors.client.client import Client
+from actline.actors.conversation.actor import ConversationActor
+from actline.actors.node.node import Node
+from actline.actors.turn.mailbox import Commit, EndTurn, Render, RunTools
+from actline.bus import Bus, Envelope
+from actline.messages import Ack, AgentTask, Message, ReActProgress
+from actline.storage import Store
+from actline.timeline.blocks import TOOL_RESULT
 
 from .harness import Scripted, say, start_node
 
@@ -228,7 +228,7 @@ async def test_a_reply_waits_for_its_rounds_commit_when_the_disk_is_slow(
     """A slow disk (the group commit held back): the model of round 1 answers, its thinking
     reaches the client, but no tool runs and no tool_call card goes out until the round's
     commit is durable; then the turn goes on and completes."""
-    from storage.committer import Committer
+    from actline.storage.committer import Committer
 
     gate = asyncio.Event()
     flush = Committer._flush

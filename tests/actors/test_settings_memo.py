@@ -1,4 +1,5 @@
-"""A node parses each distinct turn config once (``actors.policy.SettingsMemo``)."""
+"""A node parses each distinct turn config once
+(``actline.actors.configuration.turn_settings.SettingsMemo``)."""
 
 from __future__ import annotations
 
@@ -6,9 +7,9 @@ import math
 
 import pytest
 
-from actors import NodeSettings
-from actors.errors import InputRefused
-from actors.policy import SettingsMemo, TurnSettings
+from actline.actors import NodeSettings
+from actline.actors.configuration.turn_settings import SettingsMemo, TurnSettings
+from actline.actors.errors import InputRefused
 
 
 def test_a_config_seen_before_is_not_parsed_again() -> None:
@@ -47,7 +48,7 @@ def test_the_memo_keeps_the_newest_configs_only() -> None:
 def test_a_node_parses_with_its_own_defaults() -> None:
     """``Services.turn_settings`` keeps one memo per defaults object: a node whose
     settings are replaced parses against the new ones."""
-    from actors.services import Services
+    from actline.actors.services.shared import Services
 
     slow = NodeSettings(wait_timeout_s=30.0)
     services = Services.__new__(Services)

@@ -15,9 +15,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import messages
-from actors.errors import InputRefused
-from actors.events import (
+from actline import messages
+from actline.actors.configuration.settings import NodeSettings
+from actline.actors.configuration.turn_settings import Limits, TurnSettings
+from actline.actors.errors import InputRefused
+from actline.actors.turn.events import (
     AgentCall,
     AnswerDeferred,
     ApprovalDecided,
@@ -36,7 +38,6 @@ from actors.events import (
     FinalizeBestEffort,
     Finish,
     Ignored,
-    Limits,
     ModelAnswered,
     ModelDecided,
     ModelFailed,
@@ -56,9 +57,7 @@ from actors.events import (
     WaitTimeout,
     event_from_message,
 )
-from actors.policy import TurnSettings
-from actors.settings import NodeSettings
-from actors.state import (
+from actline.actors.turn.state import (
     RUNNING,
     DecisionState,
     QueuedDone,

@@ -11,15 +11,15 @@ from typing import Any
 
 import pytest
 
-from actors.client import Client
-from actors.node import Node
-from bus import Bus
-from llm import AnthropicModel, LLMSettings, ReplayModel
-from llm.fake_anthropic import FakeAnthropicServer
-from llm.protocol import Chunk
-from messages import GenerateRequest
-from timeline.blocks import SUMMARY, TOOL_CALL, TOOL_RESULT
-from timeline.summary import SUMMARY_RECORD, record_of
+from actline.actors.client.client import Client
+from actline.actors.node.node import Node
+from actline.bus import Bus
+from actline.llm import AnthropicModel, LLMSettings, ReplayModel
+from actline.llm.fake_anthropic import FakeAnthropicServer
+from actline.llm.protocol import Chunk
+from actline.messages import GenerateRequest
+from actline.timeline.blocks import SUMMARY, TOOL_CALL, TOOL_RESULT
+from actline.timeline.editing.summary import SUMMARY_RECORD, record_of
 
 from .harness import run_turn, say, settings
 

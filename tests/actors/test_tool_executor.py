@@ -14,15 +14,15 @@ from typing import Any
 
 import pytest
 
-from actors.tool_executor import (
+from actline.actors.pools.tool_executor import (
     RegisteredTool,
     ToolContext,
     ToolExecutorActor,
     ToolOutput,
     ToolRegistry,
 )
-from bus import Bus, EmbeddedNats, NoResponders
-from messages import ArtifactRef, ErrorReply, SkipWaiting, ToolCall, ToolResult, decode
+from actline.bus import Bus, EmbeddedNats, NoResponders
+from actline.messages import ArtifactRef, ErrorReply, SkipWaiting, ToolCall, ToolResult, decode
 
 ECHO_SCHEMA = {
     "type": "object",

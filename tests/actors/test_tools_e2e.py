@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from actors.client import Client
-from actors.node import Node
-from bus import Bus
-from storage import Store
-from timeline.blocks import NOTICE, TOOL_CALL, TOOL_RESULT
+from actline.actors.client.client import Client
+from actline.actors.node.node import Node
+from actline.bus import Bus
+from actline.storage import Store
+from actline.timeline.blocks import NOTICE, TOOL_CALL, TOOL_RESULT
 
 from .harness import Scripted, run_turn, say, start_node
 

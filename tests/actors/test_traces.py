@@ -17,18 +17,20 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceResponse,
 )
 
-from actline.cli import main as actline_main
-from actline.cmd_trace import turn_trace
-from actors import NodeSettings, ToolRegistry, trace_sinks, tracing
-from actors.client import Client
-from actors.node import Node
-from actors.tracing import Span
-from bus import Bus
-from llm import AnthropicModel, LLMSettings
-from llm.fake_anthropic import FakeAnthropicServer
-from messages import ReActResult
+from actline.actors import NodeSettings, ToolRegistry
+from actline.actors.client.client import Client
+from actline.actors.node.node import Node
+from actline.actors.tracing import sinks as trace_sinks
+from actline.actors.tracing import spans as tracing
+from actline.actors.tracing.spans import Span
+from actline.bus import Bus
+from actline.cli.main import main as actline_main
+from actline.cli.trace import turn_trace
+from actline.llm import AnthropicModel, LLMSettings
+from actline.llm.fake_anthropic import FakeAnthropicServer
+from actline.messages import ReActResult
+from actline.timeline.blocks import TOOL_RESULT
 from tests.waiting import until
-from timeline.blocks import TOOL_RESULT
 
 from .harness import Scripted, run_turn, say, settings, start_node
 from .nodeprocs import NodeOptions, NodeProcess
@@ -200,7 +202,7 @@ async def test_a_sink_that_raises_leaves_the_turn_completed_and_the_session_part
 async def test_spans_served_on_another_node_process_join_the_turns_trace(
     bus: Bus, client: Client, nats_server: Any, tmp_path: Path
 ) -> None:
-    """Node A, a ``python -m actors.node`` process without streamers or tool executors, runs
+    """Node A, a ``python -m actline.cli.node`` process without streamers or tool executors, runs
     the turn; node B (this process) serves its model calls and its tool call, takes no turns."""
     a_home, b_home = tmp_path / "a", tmp_path / "b"
     outputs = [

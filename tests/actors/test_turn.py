@@ -7,15 +7,15 @@ import json
 from pathlib import Path
 from typing import Any
 
-from actors import NodeSettings, ToolRegistry
-from actors.client import Client, TurnHandle
-from actors.node import Node
-from bus import Bus
-from llm import ReplayModel
-from messages import Attachment, DeadLetter, ErrorReply, Message, encode
-from storage import Store, Workspace
-from timeline import Renderer, TimelineConfig
-from timeline.blocks import (
+from actline.actors import NodeSettings, ToolRegistry
+from actline.actors.client.client import Client, TurnHandle
+from actline.actors.node.node import Node
+from actline.bus import Bus
+from actline.llm import ReplayModel
+from actline.messages import Attachment, DeadLetter, ErrorReply, Message, encode
+from actline.storage import Store, Workspace
+from actline.timeline import Renderer, TimelineConfig
+from actline.timeline.blocks import (
     COMPLETION,
     NOTICE,
     REACT_NOTES,
@@ -458,7 +458,7 @@ async def test_a_cancel_while_thinking_stops_the_model_and_ends_the_turn(
 
 
 def test_the_turn_queue_stream_name_is_a_valid_jetstream_name() -> None:
-    from messages import Subjects
+    from actline.messages import Subjects
 
     assert Subjects("al").turn_stream == "AL_TURNS"
     assert Subjects("t01abc.x-y").turn_stream == "T01ABC_X_Y_TURNS"

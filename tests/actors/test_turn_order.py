@@ -8,11 +8,11 @@ from pathlib import Path
 import nats
 import pytest
 
-from actors.client import Client
-from actors.turn_queue import TurnQueue
-from bus import Bus, WorkQueue
-from messages import ErrorReply, Subjects, TurnRequest
-from storage import Store
+from actline.actors.client.client import Client
+from actline.actors.node.turn_queue import TurnQueue
+from actline.bus import Bus, WorkQueue
+from actline.messages import ErrorReply, Subjects, TurnRequest
+from actline.storage import Store
 from tests.creds import admin_creds
 from tests.waiting import until
 

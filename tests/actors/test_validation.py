@@ -16,10 +16,9 @@ from typing import Any
 
 import pytest
 
-from actors import NodeSettings
-from actors.client import Client
-from actors.errors import InputRefused, SettingsError
-from actors.limits import (
+from actline.actors import NodeSettings
+from actline.actors.client.client import Client
+from actline.actors.configuration.checks import (
     CONFIG,
     LIMIT_VARS,
     TS_FUTURE_S,
@@ -33,11 +32,12 @@ from actors.limits import (
     validate_input,
     validate_request,
 )
-from actors.node import Node
-from actors.policy import TurnSettings
-from actors.profiles import KEYS
-from bus import Bus
-from messages import (
+from actline.actors.configuration.profiles import KEYS
+from actline.actors.configuration.turn_settings import TurnSettings
+from actline.actors.errors import InputRefused, SettingsError
+from actline.actors.node.node import Node
+from actline.bus import Bus
+from actline.messages import (
     ArtifactRef,
     Attachment,
     DoneSignal,
@@ -47,9 +47,9 @@ from messages import (
     ReActResult,
     TurnRequest,
 )
+from actline.timeline.blocks import FEEDBACK, USER_PROMPT
+from actline.tools.embeddings.mpnet import MPNET
 from tests.waiting import until
-from timeline.blocks import FEEDBACK, USER_PROMPT
-from tools.mpnet import MPNET
 
 from .harness import Scripted, run_turn, say, start_node
 

@@ -7,15 +7,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from actors import events as ev
-from actors.client import Client
-from actors.node import Node
-from actors.profiles import BUILTINS, resolve
-from actors.watchdog import COOLDOWN_ROUNDS, WATCHDOG, ContextStats, Watchdog
-from bus import Bus
-from messages import ReActProgress
-from timeline import Block
-from timeline.blocks import NOTE, NOTICE, SUMMARY, TOOL_RESULT, TURN_HEADER
+from actline.actors.client.client import Client
+from actline.actors.configuration.profiles import BUILTINS, resolve
+from actline.actors.node.node import Node
+from actline.actors.turn import events as ev
+from actline.actors.turn.watchdog import COOLDOWN_ROUNDS, WATCHDOG, ContextStats, Watchdog
+from actline.bus import Bus
+from actline.messages import ReActProgress
+from actline.timeline import Block
+from actline.timeline.blocks import NOTE, NOTICE, SUMMARY, TOOL_RESULT, TURN_HEADER
 
 from .harness import Scripted, run_turn, say, start_node
 

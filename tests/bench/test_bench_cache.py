@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from actline.tools import KnowledgeSpace
 from bench.cache import SCENARIOS, SINGLE, generate_kb, main, questions
-from tools import KnowledgeSpace
 
 STRATEGIES = ("none", "last block", SINGLE, "actline")
 SHORT = ("standard", "wide", "hide", "retention", "compaction")

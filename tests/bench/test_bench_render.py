@@ -6,8 +6,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from bench.render import build, main, run
-from timeline.blocks import (
+from actline.timeline.blocks import (
     COMPLETION,
     PLAN,
     REACT_NOTES,
@@ -16,6 +15,7 @@ from timeline.blocks import (
     TURN_HEADER,
     USER_PROMPT,
 )
+from bench.render import build, main, run
 
 
 def test_the_synthetic_timeline_is_deterministic_and_multi_turn() -> None:

@@ -6,6 +6,14 @@ import json
 from collections import Counter
 from pathlib import Path
 
+from actline.timeline.blocks import (
+    COMPLETION,
+    REACT_NOTES,
+    TOOL_CALL,
+    TOOL_RESULT,
+    TURN_HEADER,
+    USER_PROMPT,
+)
 from bench.storage import (
     TEXT_MAX,
     TEXT_MIN,
@@ -16,14 +24,6 @@ from bench.storage import (
     prepare,
     rollback,
     run,
-)
-from timeline.blocks import (
-    COMPLETION,
-    REACT_NOTES,
-    TOOL_CALL,
-    TOOL_RESULT,
-    TURN_HEADER,
-    USER_PROMPT,
 )
 
 SUMMARY_KEYS = {"n", "p50_ms", "p90_ms", "min_ms", "mean_ms"}

@@ -7,9 +7,9 @@ import re
 from pathlib import Path
 from typing import Any
 
+from actline.messages import GenerateRequest
+from actline.timeline.blocks import COMPLETION, TOOL_CALL, TOOL_RESULT, TURN_HEADER, USER_PROMPT
 from bench.loop import QUICK, InstantModel, Plan, compare, main, not_comparable, prefill
-from messages import GenerateRequest
-from timeline.blocks import COMPLETION, TOOL_CALL, TOOL_RESULT, TURN_HEADER, USER_PROMPT
 
 SUMMARY_KEYS = {"n", "p50_ms", "p90_ms", "p99_ms", "max_ms", "min_ms", "mean_ms"}
 

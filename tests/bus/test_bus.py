@@ -8,8 +8,8 @@ from collections import Counter
 
 import pytest
 
-import messages
-from bus import (
+from actline import messages
+from actline.bus import (
     Bus,
     ConnectFailed,
     EmbeddedNats,
@@ -21,7 +21,7 @@ from bus import (
     RemoteError,
     RequestTimeout,
 )
-from messages import (
+from actline.messages import (
     DeadLetter,
     ErrorReply,
     Message,

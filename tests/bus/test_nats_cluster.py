@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 from nats.js.api import StreamConfig
 
-from actors import NodeSettings
-from actors.errors import SettingsError
-from bus import (
+from actline.actors import NodeSettings
+from actline.actors.errors import SettingsError
+from actline.bus import (
     Bus,
     BusError,
     ConnectFailed,
@@ -27,7 +27,7 @@ from bus import (
     cluster_size,
     replicas_for,
 )
-from messages import Ack, Subjects, new_id
+from actline.messages import Ack, Subjects, new_id
 from tests.cluster.harness import start
 from tests.waiting import until
 
@@ -134,7 +134,7 @@ async def test_an_explicit_count_and_a_stream_with_fewer_replicas_raised_to_it(
         assert await _replicas(bus, queue) == 1
         assert await _replicas(bus, f"KV_{prefix}_kv") == 1
         bus.js_replicas = 2  # as a node does with ACTLINE_JS_REPLICAS=2
-        with caplog.at_level(logging.INFO, logger="bus.jetstream"):
+        with caplog.at_level(logging.INFO, logger="actline.bus.jetstream"):
             await EventLog.open(bus, name=queue, subjects=f"{prefix}.q", max_msg_size=1024)
             await KvBucket.open(bus, name=f"{prefix}_kv")
         assert await _replicas(bus, queue) == 2
@@ -216,7 +216,7 @@ async def test_a_bucket_opened_while_the_cluster_has_no_quorum_is_made_once_it_h
         assert cluster_size(bus) == 3
         nats_cluster.kill(1)
         nats_cluster.kill(2)
-        caplog.set_level(logging.WARNING, logger="bus.jetstream")
+        caplog.set_level(logging.WARNING, logger="actline.bus.jetstream")
         name = f"{bus.subjects.prefix.upper()}_LATE"
         opening = asyncio.create_task(KvBucket.open(bus, name=name, timeout=1.0))
         await until(lambda: "trying again" in caplog.text, timeout=30)
@@ -245,7 +245,7 @@ async def test_a_stored_publish_waits_out_a_failover_and_is_stored_once(
         note = Ack(detail="kept")
         nats_cluster.kill(1)
         nats_cluster.kill(2)
-        caplog.set_level(logging.WARNING, logger="bus.bus")
+        caplog.set_level(logging.WARNING, logger="actline.bus.bus")
         with pytest.raises(BusError):  # without failover_s: the error at once
             await bus.publish_stored(subject, note, timeout=1.0, msg_id="m1")
         publishing = asyncio.create_task(

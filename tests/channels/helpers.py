@@ -9,7 +9,7 @@ from typing import Any
 
 from pydantic import BaseModel
 
-from channels import ChannelDelta, ChannelSpec, ChannelStream, StreamResult
+from actline.channels import ChannelDelta, ChannelSpec, ChannelStream, StreamResult
 
 
 class Decision(BaseModel):

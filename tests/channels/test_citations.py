@@ -4,8 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from channels import CitationReplacer, CitationSource, citation_map, expand_ids, sids_in_text
-from channels.citations import PARTIAL_RE, TOKEN_RE, render
+from actline.channels import (
+    CitationReplacer,
+    CitationSource,
+    citation_map,
+    expand_ids,
+    sids_in_text,
+)
+from actline.channels.citations import PARTIAL_RE, TOKEN_RE, render
 
 SOURCES = citation_map(
     [

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from channels import ChannelSpec, ChannelStream, CompositeJsonStreamer, citation_map, parse
+from actline.channels import ChannelSpec, ChannelStream, CompositeJsonStreamer, citation_map, parse
 
 from .helpers import Decision
 

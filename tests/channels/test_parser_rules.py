@@ -11,8 +11,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from channels import ChannelStream
-from channels.parser import MAX_INLINE
+from actline.channels import ChannelStream
+from actline.channels.parser import MAX_INLINE
 
 from .helpers import SOURCES, run, specs, split_at
 

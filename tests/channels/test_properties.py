@@ -7,9 +7,9 @@ from collections import defaultdict
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from channels import citation_map, replace_citations
-from channels.citations import PARTIAL_RE, TOKEN_RE
-from channels.tags import INVISIBLE_RE
+from actline.channels import citation_map, replace_citations
+from actline.channels.citations import PARTIAL_RE, TOKEN_RE
+from actline.channels.tags import INVISIBLE_RE
 
 from .helpers import SOURCES, run, split_at
 

@@ -6,7 +6,7 @@ import pickle
 
 import pytest
 
-from channels import (
+from actline.channels import (
     ChannelDelta,
     ChannelSpec,
     ChannelSpecError,

@@ -20,11 +20,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from actors import Node
-from actors.client import Client
-from actors.results import ResultLog
-from bus import Bus, BusError
-from messages import Subjects, TurnRequest, new_id
+from actline.actors import Node
+from actline.actors.client.client import Client
+from actline.actors.client.results import ResultLog
+from actline.bus import Bus, BusError
+from actline.messages import Subjects, TurnRequest, new_id
 from tests.actors.killloop import (
     ConversationPlan,
     Observer,
@@ -125,7 +125,7 @@ class Batch:
     async def _caught_up(self) -> bool:
         """Every turn answered. A result published while the watching connection was
         reconnecting (its server killed) reached no subscription: read it from the results
-        stream, as ``actors.client.Client`` does after a reconnect."""
+        stream, as ``actline.actors.client.client.Client`` does after a reconnect."""
         for trace in self.observer.unanswered():
             if not trace.accepted:
                 continue

@@ -6,11 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from actors import Node, NodeSettings
-from bus import Bus
-from llm import ExtractiveModel
-from messages import Subjects
-from tools import KnowledgeSpace
+from actline.actors import Node, NodeSettings
+from actline.bus import Bus
+from actline.llm import ExtractiveModel
+from actline.messages import Subjects
+from actline.tools import KnowledgeSpace
 
 KB = Path(__file__).resolve().parents[2] / "examples" / "kb"
 

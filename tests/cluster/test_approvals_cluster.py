@@ -6,10 +6,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from actors import Node
-from actors.client import Client
-from bus import Bus, EmbeddedNats
-from messages import Ack, ErrorReply, new_id
+from actline.actors import Node
+from actline.actors.client.client import Client
+from actline.bus import Bus, EmbeddedNats
+from actline.messages import Ack, ErrorReply, new_id
 
 from .harness import start
 

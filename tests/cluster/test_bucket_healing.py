@@ -11,9 +11,9 @@ from pathlib import Path
 import nats.js.errors
 import pytest
 
-from actors.client import Client
-from bus import Bus, EmbeddedNats, jetstream
-from messages import Subjects
+from actline.actors.client.client import Client
+from actline.bus import Bus, EmbeddedNats, jetstream
+from actline.messages import Subjects
 from tests.cluster.harness import start
 from tests.waiting import until
 

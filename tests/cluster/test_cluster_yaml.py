@@ -89,7 +89,11 @@ def test_the_commented_on_premises_variant_parses(config: dict[str, Any]) -> Non
 def test_the_readme_names_the_commands_of_cluster_yaml() -> None:
     readme = (ROOT / "README.md").read_text()
     section = readme.split("## Running on a Ray cluster", 1)[1].split("\n## ", 1)[0]
-    for command in ("ray up cluster.yaml", "ray job submit", "python -m actors.ray_job"):
+    for command in (
+        "ray up cluster.yaml",
+        "ray job submit",
+        "python -m actline.actors.cluster.ray_job",
+    ):
         assert command in section
     assert "--nats tls://H1:4222,tls://H2:4222,tls://H3:4222" in section  # every server
     assert "ray down cluster.yaml" in section

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 
-from bus import AuthRefused, Bus, ConnectFailed, KvBucket, find_nats_server
-from messages import Ack, Message
+from actline.bus import AuthRefused, Bus, ConnectFailed, KvBucket, find_nats_server
+from actline.messages import Ack, Message
 from tests.waiting import until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,7 +39,7 @@ def prepare(folder: Path) -> Path:
     ):
         subprocess.run([*actline, *args], cwd=ROOT, env=env, check=True, capture_output=True)
     tls = ["--out", str(folder / "tls"), "--hosts", "127.0.0.1", "--ca-key-dir", str(keys)]
-    certs = [sys.executable, "-m", "bus.certs", *tls]
+    certs = [sys.executable, "-m", "actline.bus.certs", *tls]
     subprocess.run(certs, cwd=ROOT, check=True, capture_output=True)
     return folder
 

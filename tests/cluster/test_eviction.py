@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from actors.client import Client
-from actors.ownership import ClusterOwnership
-from bus import Bus, EmbeddedNats
+from actline.actors.client.client import Client
+from actline.actors.ownership.ownership import ClusterOwnership
+from actline.bus import Bus, EmbeddedNats
 from tests.waiting import until
 
 from .harness import start

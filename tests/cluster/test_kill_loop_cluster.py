@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from bus import EmbeddedNats
+from actline.bus import EmbeddedNats
 from tests.actors.killloop import KillPlan, plan_batch, run_batch
 from tests.actors.killreport import Report, order_problems
 

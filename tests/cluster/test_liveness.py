@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from actors import leases as leases_module
-from actors.leases import KvLeases
-from bus import Bus, EmbeddedNats, KvBucket, KvEntry
+from actline.actors.ownership import leases as leases_module
+from actline.actors.ownership.leases import KvLeases
+from actline.bus import Bus, EmbeddedNats, KvBucket, KvEntry
 from tests.waiting import until
 
 

@@ -20,8 +20,8 @@ from pathlib import Path
 
 import pytest
 
-from actors.ownership import ClusterOwnership
-from bus import EmbeddedCluster, EmbeddedNats
+from actline.actors.ownership.ownership import ClusterOwnership
+from actline.bus import EmbeddedCluster, EmbeddedNats
 from tests.actors.killloop import KillPlan, RunRecord, plan_batch, run_batch
 from tests.actors.killreport import Report
 

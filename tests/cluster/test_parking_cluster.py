@@ -1,5 +1,5 @@
-"""Parked turns in cluster mode (issue 22, ``actors.parking``): two in-process cluster-mode
-nodes of one slot each on a real nats-server. Three turns wait on the outside agent
+"""Parked turns in cluster mode (issue 22, ``actline.actors.services.parking``): two in-process
+cluster-mode nodes of one slot each on a real nats-server. Three turns wait on the outside agent
 ``reviewer``; a new turn still completes; the parked messages come back (a short park
 delay) and are parked again by their owner or deferred by the other node (the lease);
 each turn completes once after its DONE, with the agent's summary in its answer."""
@@ -9,11 +9,11 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from actors import Node
-from actors.client import Client, TurnHandle
-from actors.ownership import ClusterOwnership
-from bus import Bus, EmbeddedNats
-from messages import Ack
+from actline.actors import Node
+from actline.actors.client.client import Client, TurnHandle
+from actline.actors.ownership.ownership import ClusterOwnership
+from actline.bus import Bus, EmbeddedNats
+from actline.messages import Ack
 from tests.waiting import until
 
 from .harness import start

@@ -10,10 +10,10 @@ from typing import Any
 
 import pytest
 
-from actors.durable import JetStreamCopy
-from actors.ray_job import load_requests, main, node_actor_class, run_requests
-from bus import Bus, EmbeddedNats
-from storage import Store
+from actline.actors.cluster.ray_job import load_requests, main, node_actor_class, run_requests
+from actline.actors.ownership.durable import JetStreamCopy
+from actline.bus import Bus, EmbeddedNats
+from actline.storage import Store
 
 KB = Path(__file__).resolve().parents[2] / "examples" / "kb"
 QUESTIONS = (

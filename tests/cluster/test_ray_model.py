@@ -1,7 +1,7 @@
 """The model on Ray: node actors run the Claude path against the local Messages API.
 
-The driver (``actors.ray_job.main``) resolves the settings as ``actline serve`` does (here
-from an ``actline.toml`` and the environment: ``ANTHROPIC_API_KEY``, ``ANTHROPIC_BASE_URL``),
+The driver (``actline.actors.cluster.ray_job.main``) resolves the settings as ``actline serve`` does
+(here from an ``actline.toml`` and the environment: ``ANTHROPIC_API_KEY``, ``ANTHROPIC_BASE_URL``),
 checks them once and hands them to the node actors, the key through each actor's runtime
 environment (merged with the job's: the job's ``PYTHONPATH`` still reaches the workers).
 """
@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-from actors.ray_job import main
-from bus import EmbeddedNats
-from llm import ReplayModel
-from llm.fake_anthropic import FakeAnthropicServer, ServerThread
+from actline.actors.cluster.ray_job import main
+from actline.bus import EmbeddedNats
+from actline.llm import ReplayModel
+from actline.llm.fake_anthropic import FakeAnthropicServer, ServerThread
 from tests.actors.harness import say
 
 ROOT = Path(__file__).resolve().parents[2]

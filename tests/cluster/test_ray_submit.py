@@ -32,9 +32,9 @@ from typing import Any
 
 import pytest
 
-from bus import EmbeddedNats
-from llm import ReplayModel
-from llm.fake_anthropic import FakeAnthropicServer, ServerThread
+from actline.bus import EmbeddedNats
+from actline.llm import ReplayModel
+from actline.llm.fake_anthropic import FakeAnthropicServer, ServerThread
 from tests.actors.harness import say
 from tests.waiting import until
 

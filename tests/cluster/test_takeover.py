@@ -9,11 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from actors import Node
-from actors.client import Client
-from actors.durable import JetStreamCopy
-from actors.ownership import ClusterOwnership
-from bus import Bus, EmbeddedNats
+from actline.actors import Node
+from actline.actors.client.client import Client
+from actline.actors.ownership.durable import JetStreamCopy
+from actline.actors.ownership.ownership import ClusterOwnership
+from actline.bus import Bus, EmbeddedNats
 
 from .harness import start
 

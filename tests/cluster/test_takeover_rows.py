@@ -7,11 +7,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from actors import Node
-from actors.client import Client
-from actors.ownership import ClusterOwnership
-from bus import Bus, EmbeddedNats
-from timeline import Timeline
+from actline.actors import Node
+from actline.actors.client.client import Client
+from actline.actors.ownership.ownership import ClusterOwnership
+from actline.bus import Bus, EmbeddedNats
+from actline.timeline import Timeline
 
 from .harness import start
 

@@ -21,7 +21,7 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from channels import (
+from actline.channels import (
     OUTSIDE,
     CitationReplacer,
     CompositeJsonStreamer,
@@ -30,7 +30,7 @@ from channels import (
     sids_in_text,
     strip_fence,
 )
-from channels.tags import INVISIBLE_RE, TAG_RE
+from actline.channels.tags import INVISIBLE_RE, TAG_RE
 
 from ..channels.helpers import SOURCES, Run, run, specs, split_at
 from .tally import EXAMPLES, TALLY, fuzz_settings

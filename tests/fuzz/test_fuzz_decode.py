@@ -18,7 +18,7 @@ import msgpack
 from hypothesis import given
 from hypothesis import strategies as st
 
-from messages import MESSAGE_TYPES, DecodeError, EncodeError, decode, encode
+from actline.messages import MESSAGE_TYPES, DecodeError, EncodeError, decode, encode
 
 from ..messages.strategies import model
 from .tally import EXAMPLES, TALLY, fuzz_settings

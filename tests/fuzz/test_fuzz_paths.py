@@ -15,8 +15,8 @@ import random
 from hypothesis import given
 from hypothesis import strategies as st
 
-from timeline.errors import PathError
-from timeline.paths import (
+from actline.timeline.errors import PathError
+from actline.timeline.paths import (
     FI_AREAS,
     MAX_SID,
     MAX_SIDS,

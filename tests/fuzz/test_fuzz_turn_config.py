@@ -19,11 +19,11 @@ from typing import Any
 from hypothesis import given
 from hypothesis import strategies as st
 
-from actors.errors import SettingsError
-from actors.limits import CONFIG, Name, Number, ProfileChoice
-from actors.policy import TurnSettings
-from actors.profiles import BUILTIN, KEYS
-from actors.settings import NodeSettings
+from actline.actors.configuration.checks import CONFIG, Name, Number, ProfileChoice
+from actline.actors.configuration.profiles import BUILTIN, KEYS
+from actline.actors.configuration.settings import NodeSettings
+from actline.actors.configuration.turn_settings import TurnSettings
+from actline.actors.errors import SettingsError
 
 from .tally import EXAMPLES, TALLY, fuzz_settings
 

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from actline.eval_cases import CaseRun, EvalCase, contains, load_cases, score_case
+from actline.llm.extractive import ExtractiveModel
+from actline.tools import KnowledgeSpace
 from bench.driver import Driver
-from llm.extractive import ExtractiveModel
-from tools import KnowledgeSpace
 
 ROOT = Path(__file__).resolve().parents[2]
 KB = ROOT / "examples" / "kb"

@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 
 from actline.eval_cases import load_cases
-from llm.extractive import DECLINE, ExtractiveModel, search_query
-from llm.query import analyze, snowball_stem, text_terms
-from tools import KnowledgeSpace
+from actline.llm.extractive import DECLINE, ExtractiveModel, search_query
+from actline.llm.query import analyze, snowball_stem, text_terms
+from actline.tools import KnowledgeSpace
 
 from .answer_eval import ANSWERS, HELD_OUT, KB, SHIPPED, UNANSWERABLE, Report, evaluate
 from .test_extractive import driver
@@ -35,8 +35,8 @@ def kb() -> KnowledgeSpace:
 
 
 def light_stem(word: str) -> str:
-    """The hand-written suffix stemmer ``tools.text`` had before Snowball (kept in the
-    library benchmark, ``bench.memsearch_libs``, for this comparison)."""
+    """The hand-written suffix stemmer ``actline.tools.search.text`` had before Snowball (kept in
+    the library benchmark, ``bench.memsearch_libs``, for this comparison)."""
     from bench.memsearch_libs import light_stem as hand_written
 
     return hand_written(word)

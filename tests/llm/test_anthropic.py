@@ -7,23 +7,23 @@ from collections.abc import AsyncIterator
 
 import pytest
 
-from llm.anthropic import AnthropicModel, context_window_error
-from llm.config import LLMSettings
-from llm.errors import (
+from actline.llm.anthropic import AnthropicModel, context_window_error
+from actline.llm.config import LLMSettings
+from actline.llm.errors import (
     ContextWindowExceeded,
     ModelConfigError,
     ModelRequestError,
     ModelStreamError,
     ModelUnavailable,
 )
-from llm.fake_anthropic import FakeAnthropicServer
-from llm.prompt import DECISION_PROTOCOL
-from llm.protocol import complete
-from llm.replay import ReplayModel
-from llm.retry import stream_with_compaction
-from messages import GenerateRequest, Usage
+from actline.llm.fake_anthropic import FakeAnthropicServer
+from actline.llm.prompt import DECISION_PROTOCOL
+from actline.llm.protocol import complete
+from actline.llm.replay import ReplayModel
+from actline.llm.retry import stream_with_compaction
+from actline.messages import GenerateRequest, Usage
+from actline.timeline import Renderer, TimelineConfig
 from tests.timeline.builders import Build, words
-from timeline import Renderer, TimelineConfig
 
 REPLY = (
     "<channel:thinking>ok</channel:thinking><channel:answer>Hello from the model.</channel:answer>"

@@ -1,6 +1,6 @@
 """The prompt-cache accounting of CACHE_RULES.md, on hand-computed examples.
 
-Text of exactly 4*k ASCII characters is k tokens (timeline.tokens' estimate), so
+Text of exactly 4*k ASCII characters is k tokens (actline.timeline.tokens' estimate), so
 every number below is computed by hand from the block sizes in the comments.
 """
 
@@ -12,8 +12,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from llm.cache_sim import CacheSim, CacheUsage, split_prompt
-from llm.errors import ModelRequestError
+from actline.llm.cache_sim import CacheSim, CacheUsage, split_prompt
+from actline.llm.errors import ModelRequestError
 
 T0 = 1_800_000_000.0
 MODEL = "claude-sonnet-4-6"  # minimum cacheable prefix: 1024 tokens

@@ -9,20 +9,20 @@ from pathlib import Path
 
 import pytest
 
-from bench.driver import Driver, TurnOutcome
-from channels import parse, sids_in_text
-from llm.anthropic import AnthropicModel
-from llm.config import LLMSettings
-from llm.extractive import (
+from actline.channels import parse, sids_in_text
+from actline.llm.anthropic import AnthropicModel
+from actline.llm.config import LLMSettings
+from actline.llm.extractive import (
     ExtractiveModel,
     agent_request,
     refers_to_memory,
     search_query,
     with_antecedent,
 )
-from llm.fake_anthropic import FakeAnthropicServer
-from llm.protocol import Model
-from tools import KnowledgeSpace
+from actline.llm.fake_anthropic import FakeAnthropicServer
+from actline.llm.protocol import Model
+from actline.tools import KnowledgeSpace
+from bench.driver import Driver, TurnOutcome
 
 KB = Path(__file__).parents[2] / "examples" / "kb"
 T0 = 1_800_000_000.0

@@ -15,9 +15,9 @@ import httpx2
 import pytest
 from anthropic.types import Message
 
-from llm.fake_anthropic import FakeAnthropicServer, validate_body
-from llm.protocol import Chunk
-from messages import GenerateRequest, Usage
+from actline.llm.fake_anthropic import FakeAnthropicServer, validate_body
+from actline.llm.protocol import Chunk
+from actline.messages import GenerateRequest, Usage
 
 ROOT = Path(__file__).resolve().parents[2]
 MODEL = "claude-sonnet-4-6"  # claude-sonnet-4-5 makes the SDK warn it is deprecated
@@ -440,7 +440,15 @@ def test_the_threaded_server_serves_a_sync_client(policy: ScriptedPolicy) -> Non
 @pytest.fixture
 def cli_server() -> Iterator[str]:
     process = subprocess.Popen(
-        [sys.executable, "-m", "llm.fake_anthropic", "--port", "0", "--log-level", "WARNING"],
+        [
+            sys.executable,
+            "-m",
+            "actline.llm.fake_anthropic",
+            "--port",
+            "0",
+            "--log-level",
+            "WARNING",
+        ],
         cwd=ROOT,
         stdout=subprocess.PIPE,
         text=True,

@@ -11,16 +11,16 @@ from pathlib import Path
 
 import pytest
 
-from actors.intake import add_followup
-from llm.anthropic import AnthropicModel
-from llm.config import LLMSettings
-from llm.fake_anthropic import FakeAnthropicServer
-from llm.prompt import DECISION_PROTOCOL
-from llm.protocol import complete
-from llm.replay import ReplayModel
-from messages import Followup, GenerateRequest
+from actline.actors.conversation.intake import add_followup
+from actline.llm.anthropic import AnthropicModel
+from actline.llm.config import LLMSettings
+from actline.llm.fake_anthropic import FakeAnthropicServer
+from actline.llm.prompt import DECISION_PROTOCOL
+from actline.llm.protocol import complete
+from actline.llm.replay import ReplayModel
+from actline.messages import Followup, GenerateRequest
+from actline.timeline import Renderer, RenderResult, TimelineConfig
 from tests.timeline.builders import Build, words
-from timeline import Renderer, RenderResult, TimelineConfig
 
 REPLY = "<channel:answer>ok</channel:answer>"
 

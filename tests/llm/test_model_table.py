@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from llm.cache_sim import CacheSim
-from llm.config import MODELS, UNKNOWN_MIN_CACHE_TOKENS, model_spec
+from actline.llm.cache_sim import CacheSim
+from actline.llm.config import MODELS, UNKNOWN_MIN_CACHE_TOKENS, model_spec
 
 MINIMUMS = [
     # current

@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
-from llm import errors
-from llm.errors import ModelConfigError, ScriptExhausted
-from llm.protocol import complete
-from llm.replay import ReplayModel, load_script
-from messages import GenerateRequest, Usage
+from actline.llm import errors
+from actline.llm.errors import ModelConfigError, ScriptExhausted
+from actline.llm.protocol import complete
+from actline.llm.replay import ReplayModel, load_script
+from actline.messages import GenerateRequest, Usage
 
 
 def request(text: str = "hello") -> GenerateRequest:

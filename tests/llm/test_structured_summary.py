@@ -10,16 +10,16 @@ from typing import Any
 
 import pytest
 
-from llm import Compacted, ModelSummarizer, ReplayModel, compact
-from llm.fake_anthropic import FakeAnthropicServer
-from llm.protocol import Chunk
-from messages import GenerateRequest
-from storage import Store
+from actline.llm import Compacted, ModelSummarizer, ReplayModel, compact
+from actline.llm.fake_anthropic import FakeAnthropicServer
+from actline.llm.protocol import Chunk
+from actline.messages import GenerateRequest
+from actline.storage import Store
+from actline.timeline import Renderer, TimelineConfig
+from actline.timeline.blocks import SUMMARY
+from actline.timeline.editing.summary import SUMMARY_RECORD, SummaryRequest, record_of
 from tests.llm.test_anthropic import Sleeps, model_for
 from tests.timeline.builders import Build, words
-from timeline import Renderer, TimelineConfig
-from timeline.blocks import SUMMARY
-from timeline.summary import SUMMARY_RECORD, SummaryRequest, record_of
 
 SYSTEM = 1000
 FIRST = {

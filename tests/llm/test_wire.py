@@ -6,10 +6,10 @@ import json
 
 import pytest
 
-from llm.config import LLMSettings, model_spec
-from llm.errors import ModelConfigError, ModelRequestError
-from llm.wire import from_messages_params, to_messages_params
-from messages import GenerateRequest
+from actline.llm.config import LLMSettings, model_spec
+from actline.llm.errors import ModelConfigError, ModelRequestError
+from actline.llm.wire import from_messages_params, to_messages_params
+from actline.messages import GenerateRequest
 
 
 def req(n: int = 6, marks: list[int] | None = None, system: str = "sys") -> GenerateRequest:

@@ -12,8 +12,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-import messages
-from messages import (
+from actline import messages
+from actline.messages import (
     MAX_PAYLOAD,
     MESSAGE_TYPES,
     DecodeError,

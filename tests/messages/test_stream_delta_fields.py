@@ -7,8 +7,8 @@ from typing import Literal
 
 import msgpack
 
-from messages import StreamDelta, decode, encode, from_dict
-from messages.base import WireModel
+from actline.messages import StreamDelta, decode, encode, from_dict
+from actline.messages.base import WireModel
 
 OLD = {"conversation_id": "c1", "turn_id": "t1", "channel": "answer", "text": "Hi", "seq": 0}
 

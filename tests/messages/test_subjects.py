@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from messages import SubjectError, Subjects, subjects
+from actline.messages import SubjectError, Subjects, subjects
 
 
 def test_prefix_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:

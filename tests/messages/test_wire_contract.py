@@ -8,8 +8,8 @@ from typing import Any
 import msgpack
 import pytest
 
-import messages
-from messages import Subjects, decode, encode, from_dict
+from actline import messages
+from actline.messages import Subjects, decode, encode, from_dict
 
 CONTRACT: dict[str, dict[str, Any]] = {
     "turn.request": {

@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from nats.aio.msg import Msg
 from nats.aio.subscription import Subscription as NatsSubscription
 
-from bus import Bus, BusError, Envelope, PermissionDenied
-from messages import Message, encode, new_id
+from actline.bus import Bus, BusError, Envelope, PermissionDenied
+from actline.messages import Message, encode, new_id
 from tests.waiting import until
 
 WAIT_S = 5.0
@@ -83,7 +83,8 @@ def _readable(cells: tuple[str, ...]) -> tuple[str, ...]:
 LEDGER = Ledger()
 
 
-# -- subjects of the JetStream API (built here only, like messages.subjects for ours) --------
+# -- subjects of the JetStream API (built here only, like actline.messages.subjects for ours)
+# --------
 def stream_api(operation: str, stream: str) -> str:
     """``$JS.API.STREAM.<operation>.<stream>`` (INFO, CREATE, DELETE, PURGE, ...)."""
     return f"$JS.API.STREAM.{operation}.{stream}"

@@ -26,9 +26,17 @@ import pytest
 from nats.aio.msg import Msg
 from nats.js.api import AckPolicy, ConsumerConfig
 
-from bus import Authority, AuthRefused, Bus, ConnectFailed, EmbeddedNats, Envelope, WorkQueue
-from bus.auth import write_secret
-from messages import (
+from actline.bus import (
+    Authority,
+    AuthRefused,
+    Bus,
+    ConnectFailed,
+    EmbeddedNats,
+    Envelope,
+    WorkQueue,
+)
+from actline.bus.auth import write_secret
+from actline.messages import (
     AgentTask,
     ApprovalDecision,
     DoneSignal,

@@ -8,8 +8,8 @@ from pathlib import Path
 import lmdb
 import pytest
 
-from storage import NotStored, Store
-from storage import artifacts as art
+from actline.storage import NotStored, Store
+from actline.storage import artifacts as art
 
 
 def stored_count(store: Store) -> int:

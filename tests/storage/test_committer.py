@@ -13,12 +13,12 @@ from pathlib import Path
 import lmdb
 import pytest
 
-from storage import SequenceGap, Store
-from storage.committer import Committer, CommitterClosed
-from storage.committer import stats as committer_stats
+from actline.storage import SequenceGap, Store
+from actline.storage.committer import Committer, CommitterClosed
+from actline.storage.committer import stats as committer_stats
+from actline.timeline import Block, Timeline
+from actline.timeline.blocks import NOTICE
 from tests.timeline.builders import Build, words
-from timeline import Block, Timeline
-from timeline.blocks import NOTICE
 
 WAIT_S = 30.0
 """How long a test waits for a condition before it gives up (never a pace)."""

@@ -17,8 +17,9 @@ from typing import Any
 import lmdb
 import pytest
 
-import storage.store as store_module
-from storage import Store
+from actline.storage import Store
+from actline.storage import store as store_module
+from actline.timeline import Timeline
 from tests.storage.worker import (
     SCRATCH_DB,
     SMALL_MAP,
@@ -28,7 +29,6 @@ from tests.storage.worker import (
     held_key,
     reader_pids,
 )
-from timeline import Timeline
 
 CID = "c1"
 WAIT = 30.0

@@ -19,9 +19,9 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from storage import Store
+from actline.storage import Store
+from actline.timeline import Timeline
 from tests.storage.worker import SCRATCH_DB, SMALL_MAP, Worker, add_turn, check_whole, held_key
-from timeline import Timeline
 
 SEED = 20261122
 KILLS = 50

@@ -15,18 +15,27 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from actors import NodeSettings
-from actors import events as ev
-from actors.errors import SettingsError
-from actors.mailbox import ToolOutcome
-from actors.tool_round import BlockBudget, ToolRound
-from storage import NotStored, Quota, QuotaExceeded, Store, Usage, Workspace, artifacts, quota
+from actline.actors import NodeSettings
+from actline.actors.errors import SettingsError
+from actline.actors.turn import events as ev
+from actline.actors.turn.mailbox import ToolOutcome
+from actline.actors.turn.tool_round import BlockBudget, ToolRound
+from actline.storage import (
+    NotStored,
+    Quota,
+    QuotaExceeded,
+    Store,
+    Usage,
+    Workspace,
+    artifacts,
+    quota,
+)
+from actline.timeline import Block
+from actline.tools.builtin import register_builtins
+from actline.tools.react.core import ReactContext, ReactTools
+from actline.tools.registry import ToolContext, ToolOutput, ToolRegistry
+from actline.tools.workspace.workspace import CustomWorkspace, LocalTree, TurnFiles
 from tests.timeline.builders import Build, words
-from timeline import Block
-from tools.builtin import register_builtins
-from tools.react import ReactContext, ReactTools
-from tools.registry import ToolContext, ToolOutput, ToolRegistry
-from tools.workspace import CustomWorkspace, LocalTree, TurnFiles
 
 KIB = 1024
 

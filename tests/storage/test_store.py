@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from storage import (
+from actline.storage import (
     DiskFull,
     NotStored,
     Outline,
@@ -18,9 +18,9 @@ from storage import (
     Store,
     StoreFull,
 )
-from storage.store import pack
+from actline.storage.store import pack
+from actline.timeline import Block, Renderer, SourceRow, Timeline, TimelineConfig
 from tests.timeline.builders import Build, words
-from timeline import Block, Renderer, SourceRow, Timeline, TimelineConfig
 
 CFG = TimelineConfig(max_tokens=3000, cache_ttl_seconds=0)
 ROOT = Path(__file__).resolve().parents[2]
@@ -233,7 +233,7 @@ def test_a_block_with_a_very_long_path_is_indexed_and_found(tmp_path: Path) -> N
 def test_read_path_returns_only_blocks_and_leaves_workspace_files_to_the_workspace(
     tmp_path: Path,
 ) -> None:
-    from storage import Workspace
+    from actline.storage import Workspace
 
     with Store(tmp_path) as store:
         workspace = Workspace(store, "c1")
@@ -274,9 +274,9 @@ def test_turn_records_commit_with_the_blocks_they_describe(tmp_path: Path) -> No
 
 
 def test_replace_conversation_drops_the_old_copy_and_writes_the_given_one(tmp_path: Path) -> None:
-    from timeline import Block, Timeline
-    from timeline.blocks import USER_PROMPT
-    from timeline.paths import ar_path
+    from actline.timeline import Block, Timeline
+    from actline.timeline.blocks import USER_PROMPT
+    from actline.timeline.paths import ar_path
 
     with Store(tmp_path / "db") as store:
         tl = Timeline("c1")
@@ -300,7 +300,7 @@ def test_replace_conversation_drops_the_old_copy_and_writes_the_given_one(tmp_pa
 
 
 def test_replace_conversation_drops_running_records_the_copy_does_not_hold(tmp_path: Path) -> None:
-    from timeline import Timeline
+    from actline.timeline import Timeline
 
     with Store(tmp_path / "db") as store:
         tl = Timeline("c1")

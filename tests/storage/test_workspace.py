@@ -11,10 +11,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from storage import NotStored, Store
-from storage import artifacts as art
-from storage.workspace import Workspace
-from timeline import PathError
+from actline.storage import NotStored, Store
+from actline.storage import artifacts as art
+from actline.storage.workspace import Workspace
+from actline.timeline import PathError
 
 
 @pytest.fixture

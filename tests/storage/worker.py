@@ -45,10 +45,10 @@ from typing import Any
 
 import lmdb
 
-from storage import NotStored, Store
-from storage.store import unpack
+from actline.storage import NotStored, Store
+from actline.storage.store import unpack
+from actline.timeline import SourceRow, Timeline
 from tests.timeline.builders import T0, Build
-from timeline import SourceRow, Timeline
 
 ROOT = Path(__file__).resolve().parents[2]
 SMALL_MAP = 256 << 10

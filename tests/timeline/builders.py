@@ -11,8 +11,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from timeline import Block, Renderer, RenderResult, Timeline
-from timeline.blocks import (
+from actline.timeline import Block, Renderer, RenderResult, Timeline
+from actline.timeline.blocks import (
     COMPLETION,
     NOTE,
     SUMMARY,
@@ -21,7 +21,7 @@ from timeline.blocks import (
     USER_FOLLOWUP,
     USER_PROMPT,
 )
-from timeline.paths import ar_path, fi_path, sk_path, tc_path
+from actline.timeline.paths import ar_path, fi_path, sk_path, tc_path
 
 T0 = 1_800_000_000.0
 """Epoch seconds the default clock starts at (2027-01-15, far from DST edges)."""

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from timeline import Block, BlockError, Timeline
-from timeline.blocks import COMPLETION, USER_FOLLOWUP, USER_PROMPT, default_author, iso
+from actline.timeline import Block, BlockError, Timeline
+from actline.timeline.blocks import COMPLETION, USER_FOLLOWUP, USER_PROMPT, default_author, iso
 
 T0 = 1_800_000_000.0
 

@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from timeline import (
+from actline.timeline import (
     DEFAULT_COUNTER,
     CompactionError,
     EstimateCounter,
@@ -15,10 +15,9 @@ from timeline import (
     SummaryRequest,
     Timeline,
     TimelineConfig,
-    compaction,
     resolve,
 )
-from timeline.blocks import (
+from actline.timeline.blocks import (
     NOTE,
     NOTE_PRESERVED,
     PLAN,
@@ -28,8 +27,9 @@ from timeline.blocks import (
     USER_FOLLOWUP_PRESERVED,
     Block,
 )
-from timeline.compaction import SPLIT_SEPARATOR
-from timeline.paths import fi_path, su_path
+from actline.timeline.editing import compaction
+from actline.timeline.editing.compaction import SPLIT_SEPARATOR
+from actline.timeline.paths import fi_path, su_path
 
 from .builders import (
     T0,

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from timeline import Timeline
-from timeline.facts import (
+from actline.timeline import Timeline
+from actline.timeline.editing.facts import (
     Fact,
     FactBook,
     StructuredSummary,
@@ -14,7 +14,7 @@ from timeline.facts import (
     note_facts,
     parse_summary,
 )
-from timeline.summary import SummaryRequest, offline_record
+from actline.timeline.editing.summary import SummaryRequest, offline_record
 
 from .builders import Build
 

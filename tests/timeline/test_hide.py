@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pickle
 
-from timeline import Block, HideResult, Renderer, Timeline, TimelineConfig
-from timeline.blocks import TOOL_CALL, TOOL_RESULT, USER_PROMPT
+from actline.timeline import Block, HideResult, Renderer, Timeline, TimelineConfig
+from actline.timeline.blocks import TOOL_CALL, TOOL_RESULT, USER_PROMPT
 
 T0 = 1_800_000_000.0
 

@@ -8,9 +8,9 @@ timestamp as metadata.
 
 from __future__ import annotations
 
-from timeline import Renderer, Timeline, TimelineConfig
-from timeline.blocks import USER_FOLLOWUP, Block
-from timeline.paths import ar_path
+from actline.timeline import Renderer, Timeline, TimelineConfig
+from actline.timeline.blocks import USER_FOLLOWUP, Block
+from actline.timeline.paths import ar_path
 
 from .builders import Build, words
 

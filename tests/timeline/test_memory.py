@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from timeline.errors import PlanError
-from timeline.memory import (
+from actline.timeline.errors import PlanError
+from actline.timeline.memory import (
     MARKS,
     MAX_LABEL,
     MAX_STEPS,

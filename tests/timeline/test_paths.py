@@ -10,8 +10,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from timeline.errors import PathError
-from timeline.paths import (
+from actline.timeline.errors import PathError
+from actline.timeline.paths import (
     MAX_PATH,
     PREFIXES,
     RULES,

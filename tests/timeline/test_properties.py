@@ -22,8 +22,16 @@ from hypothesis.stateful import (
     rule,
 )
 
-from timeline import Block, Renderer, RenderResult, SourceRow, Timeline, TimelineConfig, resolve
-from timeline.blocks import (
+from actline.timeline import (
+    Block,
+    Renderer,
+    RenderResult,
+    SourceRow,
+    Timeline,
+    TimelineConfig,
+    resolve,
+)
+from actline.timeline.blocks import (
     COMPLETION,
     NOTE,
     NOTE_PRESERVED,
@@ -35,7 +43,7 @@ from timeline.blocks import (
     USER_FOLLOWUP_PRESERVED,
     USER_PROMPT,
 )
-from timeline.paths import ar_path, tc_path
+from actline.timeline.paths import ar_path, tc_path
 
 T0 = 1_800_000_000.0
 TEXT = st.text(alphabet="abcdefghij klmnop\n", min_size=0, max_size=600)

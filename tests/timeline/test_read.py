@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from timeline import Block, Renderer, SourceRow, Timeline, resolve, turn_index
-from timeline.announce import AnnounceContext, announce_text, local_time
-from timeline.blocks import COMPLETION, NOTE, TOOL_CALL, TOOL_RESULT, USER_PROMPT
+from actline.timeline import Block, Renderer, SourceRow, Timeline, resolve, turn_index
+from actline.timeline.blocks import COMPLETION, NOTE, TOOL_CALL, TOOL_RESULT, USER_PROMPT
+from actline.timeline.rendering.announce import AnnounceContext, announce_text, local_time
 
 T0 = 1_800_000_000.0
 

@@ -9,9 +9,16 @@ from pathlib import Path
 
 import pytest
 
-from timeline import AnnounceContext, Block, Renderer, SourceRow, Timeline, TimelineConfig
-from timeline.blocks import COMPLETION, NOTE, REACT_NOTES, TOOL_CALL, TOOL_RESULT, USER_PROMPT
-from timeline.paths import ar_path, tc_path
+from actline.timeline import AnnounceContext, Block, Renderer, SourceRow, Timeline, TimelineConfig
+from actline.timeline.blocks import (
+    COMPLETION,
+    NOTE,
+    REACT_NOTES,
+    TOOL_CALL,
+    TOOL_RESULT,
+    USER_PROMPT,
+)
+from actline.timeline.paths import ar_path, tc_path
 
 GOLDEN = Path(__file__).parent / "golden"
 T0 = 1_800_000_000.0  # 2027-01-15T08:00:00Z

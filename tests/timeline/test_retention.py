@@ -11,12 +11,10 @@ from typing import Any
 
 import pytest
 
-from storage import Store
-from timeline import Block, Renderer, Timeline, TimelineConfig, TimelineError
-from timeline.blocks import TOOL_CALL, TOOL_RESULT
-from timeline.paths import tc_path
-from timeline.read import resolve
-from timeline.retention import (
+from actline.storage import Store
+from actline.timeline import Block, Renderer, Timeline, TimelineConfig, TimelineError
+from actline.timeline.blocks import TOOL_CALL, TOOL_RESULT
+from actline.timeline.editing.retention import (
     RetentionOutcome,
     apply,
     classify,
@@ -25,9 +23,11 @@ from timeline.retention import (
     retained_info,
     summarize_object,
 )
-from timeline.summary import OfflineSummarizer, SummaryRequest
-from timeline.tokens import DEFAULT_COUNTER
-from tools.react import ReactContext, ReactTools
+from actline.timeline.editing.summary import OfflineSummarizer, SummaryRequest
+from actline.timeline.paths import tc_path
+from actline.timeline.read import resolve
+from actline.timeline.tokens import DEFAULT_COUNTER
+from actline.tools.react.core import ReactContext, ReactTools
 
 from .builders import Build, texts, words
 

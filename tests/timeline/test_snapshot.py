@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from timeline import PlanError, SourceRow, Timeline
-from timeline.snapshot import FULL_VERSION, SNAPSHOT_VERSION, plan_key, source_key, split
+from actline.timeline import PlanError, SourceRow, Timeline
+from actline.timeline.snapshot import FULL_VERSION, SNAPSHOT_VERSION, plan_key, source_key, split
 
 T0 = 1_800_000_000.0
 

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from timeline.errors import SourceError
-from timeline.sources import SourceRow, SourcesPool, is_eligible, normalize_url, pool_text
+from actline.timeline.errors import SourceError
+from actline.timeline.sources import SourceRow, SourcesPool, is_eligible, normalize_url, pool_text
 
 
 def web(url: str, sid: int = 0, **kw: object) -> SourceRow:

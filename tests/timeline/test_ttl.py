@@ -8,8 +8,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from timeline import DEFAULT_COUNTER, Renderer, Timeline, TimelineConfig, TimelineError, ttl
-from timeline.blocks import (
+from actline.timeline import DEFAULT_COUNTER, Renderer, Timeline, TimelineConfig, TimelineError
+from actline.timeline.blocks import (
     NOTE_PRESERVED,
     PLAN,
     PLAN_ACK,
@@ -20,8 +20,9 @@ from timeline.blocks import (
     USER_FOLLOWUP,
     USER_FOLLOWUP_PRESERVED,
 )
-from timeline.paths import ar_path, su_path
-from timeline.tokens import block_tokens
+from actline.timeline.editing import ttl
+from actline.timeline.paths import ar_path, su_path
+from actline.timeline.tokens import block_tokens
 
 from .builders import T0, Build, shown, texts, words
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tools.mpnet import MPNetEmbedder
+from actline.tools.embeddings.mpnet import MPNetEmbedder
 
 
 @pytest.fixture(scope="session")

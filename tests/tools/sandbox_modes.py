@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tools.confinement import Confinement, choose
+from actline.tools.sandbox.confinement import Confinement, choose
 
 KERNEL_MODES = ("landlock", "bwrap")
 """The kernel layers; ``unconfined`` (the audit hook alone) is asked for by name."""

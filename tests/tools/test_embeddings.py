@@ -22,8 +22,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tools.embedders import default_embedder
-from tools.embeddings import (
+from actline.tools.embeddings.embedders import default_embedder
+from actline.tools.embeddings.minilm import (
     MAX_BATCH_TOKENS,
     MODEL_ID,
     PAD_ALLOWANCE,
@@ -34,7 +34,7 @@ from tools.embeddings import (
     erf,
     find_model_dir,
 )
-from tools.errors import ToolError
+from actline.tools.errors import ToolError
 
 ROOT = Path(__file__).parents[2]
 TOLERANCE = 5e-4
@@ -224,7 +224,7 @@ def test_the_module_imports_and_reports_without_numpy_or_tokenizers() -> None:
     script = (
         "import sys\n"
         "sys.modules['numpy'] = sys.modules['tokenizers'] = None  # as if not installed\n"
-        "import tools.embeddings as e\n"
+        "import actline.tools.embeddings.minilm as e\n"
         "status = e.embeddings_status()\n"
         "assert not status['available'], status\n"
         "print(status['reason'])\n"

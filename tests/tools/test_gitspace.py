@@ -16,10 +16,10 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from storage import NotStored, Store, Workspace
-from timeline import PathError
-from timeline.paths import FI_AREAS, FOLLOWUP_AREA
-from tools.gitspace import GitError, GitWorkspace
+from actline.storage import NotStored, Store, Workspace
+from actline.timeline import PathError
+from actline.timeline.paths import FI_AREAS, FOLLOWUP_AREA
+from actline.tools.workspace.git import GitError, GitWorkspace
 
 REPO = Path(__file__).resolve().parents[2]
 LONG = "deep/" + "/".join(["ü" * 111] * 8)  # 900 characters, 1,787 bytes of UTF-8
@@ -319,7 +319,7 @@ def test_a_killed_process_leaves_an_open_turn_that_a_new_workspace_resumes(
     script = textwrap.dedent(
         f"""
         import os
-        from tools.gitspace import GitWorkspace
+        from actline.tools.workspace.git import GitWorkspace
         ws = GitWorkspace({str(root)!r}, "c1")
         ws.write("t1", "files", "kept.txt", b"committed")
         ws.end_turn("t1")
@@ -472,7 +472,9 @@ def test_a_begin_that_died_half_way_is_made_again(
         ws.write("t1", "outputs", "o.txt", b"o")
         ws.end_turn("t1")
         with monkeypatch.context() as patched:
-            patched.setattr("tools.gitspace.shutil.rmtree", lambda *a, **k: _raise(Crash()))
+            patched.setattr(
+                "actline.tools.workspace.git.shutil.rmtree", lambda *a, **k: _raise(Crash())
+            )
             with pytest.raises(Crash):
                 ws.begin_turn("t2")  # dies after the work tree is added, before it is ready
         assert (tmp_path / "ws" / "t2" / "outputs" / "o.txt").exists()

@@ -1,4 +1,4 @@
-"""tools.http_fetch.fetch against a real HTTP server on 127.0.0.1 (asyncio streams, port 0).
+"""actline.tools.http_fetch.fetch against a real HTTP server on 127.0.0.1 (asyncio streams, port 0).
 
 The server speaks just enough HTTP/1.1 for the client: one request per connection, a fixed
 response per path. ``/hang`` reads until the client gives up, so the timeout test waits on the
@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from tools.http_fetch import FETCH_ERRORS, FetchError, fetch, html_to_text
+from actline.tools.http_fetch import FETCH_ERRORS, FetchError, fetch, html_to_text
 
 PAGE = b"""<!DOCTYPE html>
 <html><head><title>  The   Title </title>

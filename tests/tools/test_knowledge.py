@@ -12,9 +12,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from timeline.paths import format_path, parse_path
-from tools import KNOWLEDGE_REASONS, KnowledgeError, KnowledgeSpace, RefreshCounts, ToolError
-from tools.text import CHUNK_WORDS, SNIPPET_CHARS, tokenize
+from actline.timeline.paths import format_path, parse_path
+from actline.tools import (
+    KNOWLEDGE_REASONS,
+    KnowledgeError,
+    KnowledgeSpace,
+    RefreshCounts,
+    ToolError,
+)
+from actline.tools.search.text import CHUNK_WORDS, SNIPPET_CHARS, tokenize
 
 KB = Path(__file__).parents[2] / "examples" / "kb"
 
@@ -217,7 +223,7 @@ def test_files_over_the_size_limit_are_skipped_with_one_warning(
 ) -> None:
     write(tmp_path / "small.md", "# Small\n\nokapi\n")
     write(tmp_path / "big.txt", "okapi " * 100)
-    with caplog.at_level(logging.WARNING, logger="tools.knowledge"):
+    with caplog.at_level(logging.WARNING, logger="actline.tools.search.knowledge"):
         space = KnowledgeSpace(tmp_path, max_file_bytes=200)
     assert space.refresh() == RefreshCounts(0, 0, 0)
     assert [r.getMessage() for r in caplog.records if "big.txt" in r.getMessage()] == [

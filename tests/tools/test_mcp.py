@@ -1,4 +1,4 @@
-"""tools.mcp_bridge against a real stdio MCP server (tests/tools/mcp_echo_server.py).
+"""actline.tools.mcp_bridge against a real stdio MCP server (tests/tools/mcp_echo_server.py).
 
 Each test starts the server as a child process through ``McpServer``; one test goes all the
 way through a ToolExecutorActor on the session nats-server. Processes are looked up in
@@ -19,10 +19,15 @@ from typing import Any
 
 import pytest
 
-from actors.tool_executor import ToolContext, ToolExecutorActor, ToolOutput, ToolRegistry
-from bus import Bus
-from messages import ToolCall, ToolResult
-from tools.mcp_bridge import McpError, McpServer, mcp_available, register_mcp_server
+from actline.actors.pools.tool_executor import (
+    ToolContext,
+    ToolExecutorActor,
+    ToolOutput,
+    ToolRegistry,
+)
+from actline.bus import Bus
+from actline.messages import ToolCall, ToolResult
+from actline.tools.mcp_bridge import McpError, McpServer, mcp_available, register_mcp_server
 
 ECHO_SERVER = Path(__file__).with_name("mcp_echo_server.py")
 REPO = Path(__file__).parents[2]
@@ -173,7 +178,7 @@ def test_the_module_imports_and_reports_when_mcp_is_missing() -> None:
     code = (
         "import asyncio, sys\n"
         "sys.modules['mcp'] = None\n"
-        "from tools.mcp_bridge import McpError, McpServer, mcp_available\n"
+        "from actline.tools.mcp_bridge import McpError, McpServer, mcp_available\n"
         "print(mcp_available())\n"
         "try:\n"
         "    asyncio.run(McpServer('x', 'x').start())\n"

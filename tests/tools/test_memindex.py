@@ -19,8 +19,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from numpy.typing import NDArray
 
-from tools.embeddings import EmbeddingsUnavailable
-from tools.memindex import (
+from actline.tools.embeddings.minilm import EmbeddingsUnavailable
+from actline.tools.search.memindex import (
     SNIPPET_CHARS,
     DictVectorCache,
     MemHit,
@@ -29,7 +29,7 @@ from tools.memindex import (
     encode_vector,
     vector_key,
 )
-from tools.text import tokenize
+from actline.tools.search.text import tokenize
 
 T0 = 1_800_000_000.0
 DAY = 86_400.0

@@ -1,7 +1,7 @@
 """DONE summaries are memory: "what did the reviewer say?" finds the reviewer's words.
 
-The blocks are the ones a turn writes (``actors.turn_blocks``: the ``agent.send`` call and the
-applied DONE), persisted to a real store with their memsearch rows; a later view of the
+The blocks are the ones a turn writes (``actline.actors.turn.blocks``: the ``agent.send`` call and
+the applied DONE), persisted to a real store with their memsearch rows; a later view of the
 conversation searches them (BM25 alone and hybrid with the real model) and reopens the DONE by
 the path the hit gives.
 """
@@ -14,14 +14,14 @@ from pathlib import Path
 
 import pytest
 
-from actors import events as ev
-from actors.turn_blocks import call_block, signal_block
-from storage import Store
-from timeline.blocks import COMPLETION
-from timeline.paths import ar_path
-from tools.embeddings import Embedder
-from tools.memindex import DictVectorCache, MemIndex
-from tools.react import index_rows
+from actline.actors.turn import events as ev
+from actline.actors.turn.blocks import call_block, signal_block
+from actline.storage import Store
+from actline.timeline.blocks import COMPLETION
+from actline.timeline.paths import ar_path
+from actline.tools.embeddings.minilm import Embedder
+from actline.tools.react.core import index_rows
+from actline.tools.search.memindex import DictVectorCache, MemIndex
 
 from .test_react import TOOLS, Conv
 

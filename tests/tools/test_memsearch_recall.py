@@ -19,8 +19,8 @@ from typing import Any
 
 import pytest
 
-from tools.embeddings import Embedder
-from tools.memindex import DictVectorCache, MemIndex
+from actline.tools.embeddings.minilm import Embedder
+from actline.tools.search.memindex import DictVectorCache, MemIndex
 
 from . import memfixture
 

@@ -13,7 +13,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from tools.model_parts import JoinedParts, MissingPart, SplitModel, extract_model, find_parts
+from actline.tools.embeddings.model_parts import (
+    JoinedParts,
+    MissingPart,
+    SplitModel,
+    extract_model,
+    find_parts,
+)
 
 FILES = {
     "model.safetensors": bytes(range(256)) * 300,

@@ -15,11 +15,16 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
-from tools.embedders import EMBED_MODELS, default_embedder, embedder_class, embeddings_status
-from tools.embeddings import MODEL_ID, Embedder, EmbeddingsUnavailable
-from tools.memindex import vector_key
-from tools.model_parts import SplitModel
-from tools.mpnet import MPNET, MPNetEmbedder, relative_position_bucket
+from actline.tools.embeddings.embedders import (
+    EMBED_MODELS,
+    default_embedder,
+    embedder_class,
+    embeddings_status,
+)
+from actline.tools.embeddings.minilm import MODEL_ID, Embedder, EmbeddingsUnavailable
+from actline.tools.embeddings.model_parts import SplitModel
+from actline.tools.embeddings.mpnet import MPNET, MPNetEmbedder, relative_position_bucket
+from actline.tools.search.memindex import vector_key
 
 TOLERANCE = 5e-4
 QUICKSTART = [

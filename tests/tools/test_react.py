@@ -8,9 +8,9 @@ from typing import Any
 
 import pytest
 
-from storage import Store, Workspace
-from timeline import Block, Renderer, Timeline
-from timeline.blocks import (
+from actline.storage import Store, Workspace
+from actline.timeline import Block, Renderer, Timeline
+from actline.timeline.blocks import (
     COMPLETION,
     NOTE,
     NOTICE,
@@ -19,9 +19,9 @@ from timeline.blocks import (
     TOOL_RESULT,
     USER_PROMPT,
 )
-from timeline.paths import ar_path, tc_path
-from tools import KnowledgeSpace
-from tools.react import Notice, ReactContext, ReactOutcome, ReactTools
+from actline.timeline.paths import ar_path, tc_path
+from actline.tools import KnowledgeSpace
+from actline.tools.react.core import Notice, ReactContext, ReactOutcome, ReactTools
 
 KB = Path(__file__).parents[2] / "examples" / "kb"
 T0 = 1_800_000_000.0

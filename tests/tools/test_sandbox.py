@@ -1,4 +1,5 @@
-"""tools.sandbox.run_python on real child interpreters: results, limits and confinement.
+"""actline.tools.sandbox.sandbox.run_python on real child interpreters: results, limits and
+confinement.
 
 Every test runs real code in a real child, once under each kernel layer (Landlock, bubblewrap;
 a layer this machine lacks is not run: ``test_sandbox_layers.py`` checks it is refused).
@@ -21,9 +22,9 @@ from pathlib import Path
 
 import pytest
 
-from tools import _sandbox_runner
-from tools.confinement import Confinement
-from tools.sandbox import ExecResult, SandboxError, run_python
+from actline.tools.sandbox import runner as _sandbox_runner
+from actline.tools.sandbox.confinement import Confinement
+from actline.tools.sandbox.sandbox import ExecResult, SandboxError, run_python
 
 from .sandbox_modes import AVAILABLE, available_layer, running
 

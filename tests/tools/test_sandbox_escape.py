@@ -27,14 +27,15 @@ from typing import Any
 import lmdb
 import pytest
 
-import tools
-from actors.client import Client
-from bus import Bus, EmbeddedNats
-from storage import Store
-from timeline.blocks import TOOL_CALL, TOOL_RESULT
-from tools import _sandbox_runner, confinement
-from tools.confinement import SANDBOX_MODES, Confinement, Probe, choose, decide
-from tools.sandbox import ExecResult, SandboxError, run_python
+from actline import tools
+from actline.actors.client.client import Client
+from actline.bus import Bus, EmbeddedNats
+from actline.storage import Store
+from actline.timeline.blocks import TOOL_CALL, TOOL_RESULT
+from actline.tools.sandbox import confinement
+from actline.tools.sandbox import runner as _sandbox_runner
+from actline.tools.sandbox.confinement import SANDBOX_MODES, Confinement, Probe, choose, decide
+from actline.tools.sandbox.sandbox import ExecResult, SandboxError, run_python
 
 from ..actors.harness import Scripted, run_turn, say, start_node
 from .sandbox_modes import AVAILABLE, KERNEL_MODES, available_layer, running
@@ -344,9 +345,9 @@ async def test_a_named_mode_that_is_missing_is_an_error_not_a_fallback(
 
 FULL_LANDLOCK = """
 import asyncio, ctypes, os, sys
-from tools import _sandbox_runner as r
-from tools.confinement import Confinement
-from tools.sandbox import SandboxError, run_python
+from actline.tools.sandbox import runner as r
+from actline.tools.sandbox.confinement import Confinement
+from actline.tools.sandbox.sandbox import SandboxError, run_python
 
 # Sixteen stacked Landlock domains (each handles only making character devices), the
 # kernel's limit: the runner's own restriction, a seventeenth, is refused.
@@ -392,8 +393,8 @@ async def test_a_landlock_the_kernel_cannot_apply_stops_the_run(node: Node) -> N
 
 
 def test_an_unknown_sandbox_setting_is_refused_at_startup() -> None:
-    from actors.errors import SettingsError
-    from actors.settings import NodeSettings
+    from actline.actors.configuration.settings import NodeSettings
+    from actline.actors.errors import SettingsError
 
     with pytest.raises(SettingsError) as error:
         NodeSettings.from_env({"ACTLINE_SANDBOX": "off"})

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tools.confinement import choose
-from tools.sandbox import SandboxError, run_python
+from actline.tools.sandbox.confinement import choose
+from actline.tools.sandbox.sandbox import SandboxError, run_python
 
 from .sandbox_modes import AVAILABLE, KERNEL_MODES
 

@@ -1,4 +1,4 @@
-"""Skills (tools.skills): SKILL.md front matter, sk: reads through react.read, the skills in
+"""Skills (actline.tools.skills): SKILL.md front matter, sk: reads through react.read, the skills in
 the system prompt, and a skill's script run as an external tool through the real sandbox."""
 
 from __future__ import annotations
@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 
 from actline.config import Config
+from actline.llm.prompt import system_prompt
+from actline.llm.replay import ReplayModel
 from actline.runtime import Runtime
-from llm.prompt import system_prompt
-from llm.replay import ReplayModel
-from tools.errors import SkillError
-from tools.react import ReactTools
-from tools.registry import ToolContext, ToolOutput, ToolRegistry
-from tools.skills import SkillSet, node_skills, run_skill_script, split_front_matter
+from actline.tools.errors import SkillError
+from actline.tools.react.core import ReactTools
+from actline.tools.registry import ToolContext, ToolOutput, ToolRegistry
+from actline.tools.skills import SkillSet, node_skills, run_skill_script, split_front_matter
 
 from .sandbox_modes import AVAILABLE
 from .test_react import Conv

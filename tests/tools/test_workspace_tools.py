@@ -15,13 +15,18 @@ from typing import Any
 
 import pytest
 
-from storage import NotStored, Store
-from timeline import Block, Renderer, Timeline
-from timeline.blocks import NOTE, TOOL_CALL, USER_PROMPT
-from timeline.paths import ar_path, tc_path
-from tools.patching import PatchError, apply_patch
-from tools.react import ReactContext, ReactOutcome, ReactTools
-from tools.workspace import LocalTree, WorkspaceBackend, open_workspace, workspace_lines
+from actline.storage import NotStored, Store
+from actline.timeline import Block, Renderer, Timeline
+from actline.timeline.blocks import NOTE, TOOL_CALL, USER_PROMPT
+from actline.timeline.paths import ar_path, tc_path
+from actline.tools.react.core import ReactContext, ReactOutcome, ReactTools
+from actline.tools.workspace.patching import PatchError, apply_patch
+from actline.tools.workspace.workspace import (
+    LocalTree,
+    WorkspaceBackend,
+    open_workspace,
+    workspace_lines,
+)
 
 T0 = 1_800_000_000.0
 TOOLS = ReactTools()

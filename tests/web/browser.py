@@ -27,10 +27,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from actline.config import Config
+from actline.llm import ReplayModel
+from actline.llm.protocol import Chunk
+from actline.messages import GenerateRequest
 from actline.runtime import Runtime
-from llm import ReplayModel
-from llm.protocol import Chunk
-from messages import GenerateRequest
 
 from ..waiting import POLL_S, until
 

@@ -16,11 +16,11 @@ import aiohttp
 import pytest
 import uvicorn
 
+from actline.actors.client.client import Client
+from actline.bus import Bus
 from actline.config import Config
 from actline.runtime import Runtime
 from actline.web import make_app
-from actors.client import Client
-from bus import Bus
 from tests.waiting import until
 
 KB = Path(__file__).resolve().parents[2] / "examples" / "kb"

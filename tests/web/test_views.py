@@ -8,11 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from actline.storage import Store
+from actline.timeline import Block
 from actline.web import views
 from bench.console_list import scanned_turns
-from storage import Store
 from tests.timeline.builders import Build, words
-from timeline import Block
 
 
 def stored(store: Store, cid: str, turns: int, *, running: bool = False) -> None:

@@ -1,0 +1,434 @@
+"""The ``actline`` command line: a thin layer over ``actline.Runtime``.
+
+Every command's start-up problem (no NATS, a bad URL, a missing API key, an unwritable
+``ACTLINE_HOME``, an unknown conversation) is one line on stderr naming the fix and exit
+code 2; ``--debug`` shows the traceback instead. Ctrl-C exits with 130; SIGHUP (the terminal
+closed) and SIGTERM end a command as cleanly, an embedded nats-server stopped too, with 129 and
+143 (``actline.terminal.signals``). A turn that did not complete, or a DONE the node refused, exits
+with 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from rich.console import Console
+
+from actline import __version__
+from actline.actors.errors import DoneNotStored
+from actline.bus import BusError
+from actline.config import ConfigError
+from actline.llm import ModelConfigError
+from actline.messages import diag
+from actline.messages.errors import LogConfigError
+from actline.storage import StorageError
+from actline.terminal.signals import run_until_signal
+from actline.tools.errors import SkillError
+
+__all__ = ["main"]
+
+FAILURES: tuple[type[Exception], ...] = (
+    ConfigError,
+    BusError,
+    ModelConfigError,
+    StorageError,
+    DoneNotStored,
+    LogConfigError,
+    SkillError,
+)
+"""Errors that mean "fix the setup": reported in one line, exit code 2."""
+DEFAULT_WAIT_S = 300.0
+DEFAULT_AGENT_TIMEOUT_S = 600.0
+
+
+def _common() -> argparse.ArgumentParser:
+    """Options accepted before or after the command name."""
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument(
+        "--config", metavar="PATH", default=argparse.SUPPRESS, help="the actline.toml to read"
+    )
+    common.add_argument(
+        "--debug", action="store_true", default=argparse.SUPPRESS, help="show tracebacks"
+    )
+    common.add_argument(
+        "-v",
+        "--verbose",
+        action="count",
+        default=argparse.SUPPRESS,
+        help="log at INFO (ids, sizes, timings); -vv at DEBUG (with prompt and tool bodies)",
+    )
+    common.add_argument(
+        "--log-format",
+        choices=diag.FORMATS,
+        default=argparse.SUPPRESS,
+        help="the log lines: text or json, one object a line (ACTLINE_LOG_FORMAT)",
+    )
+    common.add_argument(
+        "--creds",
+        metavar="FILE",
+        default=argparse.SUPPRESS,
+        help="NATS credentials (ACTLINE_NATS_CREDS; default: the embedded server's)",
+    )
+    common.add_argument(
+        "--insecure",
+        action="store_true",
+        default=argparse.SUPPRESS,
+        help="run without NATS authentication (ACTLINE_INSECURE=1): anyone can connect",
+    )
+    return common
+
+
+def _nats(parser: argparse.ArgumentParser, what: str) -> None:
+    parser.add_argument(
+        "--nats",
+        metavar="URL",
+        default=None,
+        help=f"NATS server ({what}); a cluster's servers comma-separated",
+    )
+
+
+def _node_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--docs",
+        metavar="DIR",
+        type=Path,
+        default=None,
+        help="knowledge folder (default: ACTLINE_DOCS, else ./examples/kb when it exists)",
+    )
+    parser.add_argument(
+        "--model", metavar="NAME", default=None, help="extractive (offline) or a claude-* model"
+    )
+    parser.add_argument(
+        "--home", metavar="DIR", type=Path, default=None, help="the node's store (ACTLINE_HOME)"
+    )
+    parser.add_argument(
+        "--profile",
+        metavar="NAME",
+        default=None,
+        help="the turns' runtime profile: fast, balanced, deep, research or a custom one "
+        "(actline profiles)",
+    )
+
+
+def _agent_flags(parser: argparse.ArgumentParser) -> None:
+    _nats(parser, "required: NATS_URL or --nats")
+    parser.add_argument(
+        "--timeout",
+        metavar="S",
+        type=float,
+        default=DEFAULT_AGENT_TIMEOUT_S,
+        help="a task's command is killed after this long",
+    )
+
+
+def _split_agent_command(args: argparse.Namespace) -> None:
+    """``agent NAME --nats URL -- CMD``: argparse's REMAINDER also takes the options after NAME,
+    so parse what comes before ``--`` as the agent's options and keep the rest as CMD."""
+    rest = list(args.cmd)
+    if "--" in rest:
+        cut = rest.index("--")
+        flags = argparse.ArgumentParser(prog="actline agent NAME", parents=[_common()])
+        _agent_flags(flags)
+        flags.parse_args(rest[:cut], namespace=args)
+        rest = rest[cut + 1 :]
+    elif rest[:1] and rest[0].startswith("-"):
+        raise ConfigError(f"put the command after --: actline agent {args.name} [options] -- CMD")
+    args.cmd = rest
+
+
+def _parser() -> argparse.ArgumentParser:
+    common = _common()
+    parser = argparse.ArgumentParser(
+        prog="actline",
+        description="A timeline-native ReAct agent runtime: actors over NATS, a Ray cluster job.",
+        parents=[_common()],  # its own copy: set_defaults below changes the actions' defaults
+    )
+    parser.set_defaults(config=None, debug=False, verbose=0, log_format=None)
+    parser.add_argument("--version", action="version", version=f"actline {__version__}")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
+
+    def command(name: str, help: str) -> argparse.ArgumentParser:
+        return commands.add_parser(name, help=help, description=help, parents=[common])
+
+    demo = command("demo", "start an embedded nats-server and show a turn going through it")
+    _nats(demo, "default: an embedded one")
+    command(
+        "doctor",
+        "check NATS, JetStream, LMDB, the model, memsearch ranking and the exec sandbox",
+    )
+
+    serve = command("serve", "run a node until Ctrl-C (an embedded nats-server without NATS_URL)")
+    _nats(serve, "default: NATS_URL, else an embedded one")
+    _node_options(serve)
+
+    ask = command("ask", "ask one question and stream the turn")
+    ask.add_argument("question", help="the user's message")
+    ask.add_argument("--conversation", metavar="ID", default=None, help="continue this one")
+    _nats(ask, "default: NATS_URL; unset: embedded server + in-process node")
+    _node_options(ask)
+    ask.add_argument("--json", action="store_true", help="print only the result as JSON")
+    ask.add_argument("--no-thinking", action="store_true", help="hide the thinking stream")
+    ask.add_argument(
+        "--local-node", action="store_true", help="run a node in this process even with NATS_URL"
+    )
+    ask.add_argument(
+        "--timeout", metavar="S", type=float, default=DEFAULT_WAIT_S, help="wait this long"
+    )
+    ask.add_argument(
+        "--attach", metavar="FILE", action="append", default=[],
+        help="attach this file to the turn (repeatable; ACTLINE_MAX_ATTACHMENT_BYTES each)",
+    )  # fmt: skip
+
+    result = command("result", "print a turn's stored result (kept ACTLINE_RESULT_RETENTION)")
+    result.add_argument("turn", metavar="TURN_ID", help="the turn's id")
+    _nats(result, "default: NATS_URL; unset: the embedded server's store under --home")
+    result.add_argument(
+        "--home", metavar="DIR", type=Path, default=None, help="the node's store (ACTLINE_HOME)"
+    )
+    result.add_argument("--json", action="store_true", help="print the result as JSON")
+
+    chat = command("chat", "an interactive conversation in the terminal")
+    chat.add_argument("--conversation", metavar="ID", default=None, help="continue this one")
+    _nats(chat, "default: NATS_URL, else an embedded one")
+    _node_options(chat)
+
+    web = command("console", "a web console: live turns, timelines, agents, traces")
+    web.add_argument("--port", type=int, default=8765, help="0 picks a free port")
+    web.add_argument("--host", default="127.0.0.1", help="the interface (default loopback)")
+    web.add_argument(
+        "--allow-remote", action="store_true", help="allow a non-loopback --host (token kept)"
+    )
+    _nats(web, "default: NATS_URL, else an embedded one with a node")
+    _node_options(web)
+
+    agent = command("agent", "answer an outside agent's tasks by running a command")
+    agent.add_argument("name", help="the agent's name (the model hands work to it)")
+    _agent_flags(agent)
+    agent.add_argument(
+        "cmd", nargs=argparse.REMAINDER, metavar="-- CMD ...", help="task text on its stdin"
+    )
+
+    done = command("done", "send agent.done for an outside agent and print the verdict")
+    done.add_argument("name", help="the agent's name")
+    done.add_argument("summary", help="what the agent did")
+    done.add_argument("--task", metavar="ID", default=None, help="the task id (else the oldest)")
+    done.add_argument("--turn", metavar="ID", default=None, help="the turn id")
+    _nats(done, "required: NATS_URL or --nats")
+
+    feedback = command("feedback", "rate a turn and say why: the model sees it next turn")
+    feedback.add_argument("conversation", metavar="CID", help="the conversation's id")
+    feedback.add_argument("text", nargs="?", default="", help="what was good or wrong")
+    feedback.add_argument(
+        "--turn", metavar="ID", default=None, help="the turn (default: the latest, node here)"
+    )
+    feedback.add_argument(
+        "--rating", metavar="R", default="0", help="-1, 0 or 1 (also: down, up); default 0"
+    )
+    _nats(feedback, "default: NATS_URL; unset: embedded server + in-process node")
+    feedback.add_argument(
+        "--home", metavar="DIR", type=Path, default=None, help="the node's store (ACTLINE_HOME)"
+    )
+
+    skill = command(
+        "agent-skill", "write a SKILL.md that makes a terminal AI (Claude Code) agent NAME"
+    )
+    skill.add_argument("name", help="the agent's name")
+    skill.add_argument(
+        "--out", metavar="DIR", type=Path, default=Path(".claude") / "skills",
+        help="the skills folder (default .claude/skills: DIR/actline-NAME/SKILL.md)",
+    )  # fmt: skip
+    skill.add_argument("--nats", metavar="URL", default=None, help="write this NATS URL in it")
+    skill.add_argument("--force", action="store_true", help="replace an existing file")
+
+    for verb, what in (("approve", "approve"), ("deny", "deny")):
+        decide = command(verb, f"{what} a turn's pending tool call(s) (see its waiting card)")
+        decide.add_argument("turn", metavar="TURN_ID", help="the waiting turn's id")
+        decide.add_argument(
+            "--approval", metavar="ID", default=None, help="one approval (default: all pending)"
+        )
+        decide.add_argument("--reason", metavar="TEXT", default="", help="why (the model sees it)")
+        decide.add_argument("--by", metavar="NAME", default=None, help="who (default: you)")
+        decide.add_argument(
+            "--timeout", metavar="S", type=float, default=5.0, help="wait this long for the node"
+        )
+        _nats(decide, "required: NATS_URL or --nats")
+
+    creds = command(
+        "creds",
+        "issue NATS credentials from this deployment's keys (under ACTLINE_HOME/auth)",
+    )
+    creds.add_argument(
+        "role",
+        choices=["client", "agent", "node", "admin", "server"],
+        help="what the holder may do (server: the trust block of a nats-server's config)",
+    )
+    creds.add_argument("name", nargs="?", default="", help="the agent's name (role agent)")
+    creds.add_argument(
+        "--approver",
+        action="store_true",
+        help="an agent that may approve or deny pending tool calls (actline approve)",
+    )
+    creds.add_argument(
+        "--prefix", metavar="P", default=None, help="the tenant (ACTLINE_SUBJECT_PREFIX)"
+    )
+    creds.add_argument(
+        "--out", metavar="FILE", type=Path, default=None, help="write here (mode 0600)"
+    )
+    creds.add_argument(
+        "--home", metavar="DIR", type=Path, default=None, help="whose keys (ACTLINE_HOME)"
+    )
+
+    agents = command("agents", "list outside agents: connected or not, last seen, open tasks")
+    _nats(agents, "required: NATS_URL or --nats")
+    agents.add_argument("--json", action="store_true", help="one JSON object per agent")
+
+    profiles = command("profiles", "show the runtime profiles a turn may name, as resolved here")
+    profiles.add_argument("name", nargs="?", default=None, help="only this one")
+    profiles.add_argument("--json", action="store_true", help="as turn config tables")
+
+    evals = command("eval", "run eval cases (JSONL) against a model and profile, and score them")
+    evals.add_argument("cases", metavar="CASES.jsonl", help="one case per line (README)")
+    _node_options(evals)
+    evals.add_argument("--json", metavar="OUT", default=None, help="write the report here")
+    evals.add_argument("--only", metavar="ID,...", default=None, help="run only these cases")
+    evals.add_argument(
+        "--min-score", metavar="X", type=float, default=None, help="exit 1 below this score"
+    )
+    evals.add_argument(
+        "--timeout", metavar="S", type=float, default=120.0, help="wait this long per turn"
+    )
+
+    timeline = command("timeline", "show a stored conversation (no NATS needed)")
+    timeline.add_argument("conversation", nargs="?", metavar="CID", default=None)
+    timeline.add_argument(
+        "--rendered", action="store_true", help="the view the model sees next, with cache marks"
+    )
+    timeline.add_argument("--json", action="store_true", help="the stored blocks as JSON lines")
+    timeline.add_argument("--list", action="store_true", help="the stored conversations")
+    timeline.add_argument(
+        "--home", metavar="DIR", type=Path, default=None, help="the node's store (ACTLINE_HOME)"
+    )
+    trace = command("trace", "a turn's span tree: timings, tokens, cache reads (no NATS needed)")
+    trace.add_argument("turn", nargs="?", metavar="TURN_ID", default=None)
+    trace.add_argument("--last", action="store_true", help="the latest turn traced")
+    trace.add_argument("--json", action="store_true", help="the session and its spans as JSON")
+    trace.add_argument(
+        "--home", metavar="DIR", type=Path, action="append", default=None,
+        help="whose traces (ACTLINE_HOME); repeat to join spans served on other nodes",
+    )  # fmt: skip
+    return parser
+
+
+def _dispatch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
+    console = Console(highlight=False, emoji=False)
+    match args.command:
+        case "demo":
+            from actline.cli.demo import run_demo
+
+            return run_until_signal(run_demo(nats_url=args.nats))
+        case "doctor":
+            from actline.cli.doctor import run_doctor
+
+            return run_until_signal(run_doctor())
+        case "serve":
+            from .turns import run_serve
+
+            return run_until_signal(run_serve(args, console))
+        case "ask":
+            from .turns import run_ask
+
+            return run_until_signal(run_ask(args, console))
+        case "result":
+            from .turns import run_result
+
+            return run_until_signal(run_result(args, console))
+        case "chat":
+            from .turns import run_chat
+
+            return run_until_signal(run_chat(args, console))
+        case "console":
+            from .console import run_console
+
+            return run_until_signal(run_console(args, console))
+        case "agent":
+            from .agent import run_agent
+
+            _split_agent_command(args)
+            return run_until_signal(run_agent(args, console))
+        case "done":
+            from .agent import run_done
+
+            return run_until_signal(run_done(args, console))
+        case "feedback":
+            from .feedback import run_feedback
+
+            return run_until_signal(run_feedback(args, console))
+        case "agent-skill":
+            from .skill import run_agent_skill
+
+            return run_agent_skill(args, console)
+        case "approve" | "deny":
+            from .turns import run_approval
+
+            return run_until_signal(run_approval(args, console))
+        case "creds":
+            from .creds import run_creds
+
+            return run_creds(args, console)
+        case "agents":
+            from .agent import run_agents
+
+            return run_until_signal(run_agents(args, console))
+        case "profiles":
+            from .profiles import run_profiles
+
+            return run_profiles(args, console)
+        case "eval":
+            from .evaluate import run_eval
+
+            return run_until_signal(run_eval(args, console))
+        case "timeline":
+            from .timeline import run_timeline
+
+            return run_until_signal(run_timeline(args, console))
+        case "trace":
+            from .trace import run_trace
+
+            return run_trace(args, console)
+    parser.print_help(sys.stderr)
+    return 2
+
+
+def _configure_logging(args: argparse.Namespace) -> None:
+    """The log level: ``-vv`` DEBUG, ``-v`` INFO, else ``ACTLINE_LOG_LEVEL`` (default WARNING);
+    the format: ``--log-format``, else ``ACTLINE_LOG_FORMAT`` (default text)."""
+    level = None
+    if args.verbose:
+        level = logging.DEBUG if args.verbose > 1 else logging.INFO
+    diag.configure_from_env(level, args.log_format)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; returns the process exit code."""
+    parser = _parser()
+    args = parser.parse_args(argv)
+    try:
+        _configure_logging(args)
+        return _dispatch(args, parser)
+    except KeyboardInterrupt:
+        return 130
+    except BrokenPipeError:  # `actline ... | head`: the reader left; say nothing more
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        return 1
+    except FAILURES as exc:
+        if args.debug:
+            raise
+        message = " ".join(str(exc).split())
+        print(f"actline {args.command}: {message}", file=sys.stderr)
+        return 2

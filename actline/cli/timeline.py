@@ -1,0 +1,203 @@
+"""``actline timeline``: a stored conversation read straight from the node's LMDB.
+
+No NATS is needed: the store at ``ACTLINE_HOME`` (or ``--home``) is opened read-mostly next to
+any node using it (LMDB readers never block the writer). Views: the stored blocks as a table
+(default) or as JSON lines (``--json``), the context the model would see next with its cache
+marks (``--rendered``), and the stored conversations (``--list``). Below the table, what the
+conversation holds against its quotas (``actline.storage.quota``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+import lmdb
+from rich.console import Console
+from rich.table import Table
+from rich.text import Text
+
+from actline.config import ConfigError
+from actline.storage import NotStored, StorageError, Store, quota
+from actline.storage.store import unpack
+from actline.timeline import Block, Renderer, TimelineConfig
+
+from .turns import check_conversation_id, load_config
+
+__all__ = ["first_line", "run_timeline", "stored_conversations"]
+
+WIDE = 200
+"""Width of the table when stdout is not a terminal (a pipe should not fold paths)."""
+TEXT_WIDTH = 60
+
+
+def open_existing(home: Path) -> Store:
+    """The store at ``home``; ``ConfigError`` when there is none or it cannot be opened."""
+    if not (home / "data.mdb").is_file():
+        existing = next((p for p in (home, *home.parents) if p.exists()), None)
+        if existing is not None and not existing.is_dir():
+            raise ConfigError(
+                f"ACTLINE_HOME={home} is not writable: {existing} is a file, not a folder; "
+                "point ACTLINE_HOME or --home at the node's folder"
+            )
+        raise ConfigError(
+            f"no actline store in {home}: it does not exist yet; point ACTLINE_HOME or --home "
+            "at the folder a node ran with (actline serve / actline ask create it)"
+        )
+    try:
+        return Store(home, sync=False)
+    except (StorageError, OSError, lmdb.Error) as exc:
+        raise ConfigError(
+            f"ACTLINE_HOME={home} cannot be opened ({exc}); it is not writable or not a store"
+        ) from None
+
+
+def stored_conversations(store: Store) -> list[dict[str, Any]]:
+    """Each stored conversation's id and header summary, from the ``snapshots`` database."""
+
+    def scan(txn: lmdb.Transaction) -> list[tuple[bytes, bytes]]:
+        cursor = txn.cursor(db=store.db["snapshots"])
+        return [(bytes(k), bytes(v)) for k, v in cursor if b"\x00" not in bytes(k)]
+
+    rows: list[dict[str, Any]] = []
+    for key, value in store.read(scan):
+        header: dict[str, Any] = dict(unpack(value))
+        cache = header.get("cache") or {}
+        rows.append(
+            {
+                "conversation_id": key.decode(errors="replace"),
+                "revision": int(header.get("revision", 0)),
+                "blocks": int(header.get("next_seq") or header.get("stored_seq") or 0),
+                "last_active": cache.get("last_touch_at"),
+            }
+        )
+    return rows
+
+
+def first_line(text: str, width: int = TEXT_WIDTH) -> str:
+    line = text.strip().split("\n", 1)[0]
+    return line if len(line) <= width else line[: width - 1] + "…"
+
+
+def block_text(block: Block) -> str:
+    """A block's text, or its data as JSON (a data block)."""
+    if block.text:
+        return block.text
+    if block.data is not None:
+        return json.dumps(block.data, ensure_ascii=False, default=str)
+    return ""
+
+
+def _print_wide(console: Console, renderable: Any) -> None:
+    if not console.is_terminal and console.width < WIDE:
+        console = Console(file=console.file, width=WIDE, highlight=False, emoji=False)
+    console.print(renderable, crop=False)
+
+
+def _list(console: Console, store: Store, home: Path, as_json: bool) -> int:
+    rows = stored_conversations(store)
+    if as_json:
+        for row in rows:
+            print(json.dumps(row), flush=True)
+        return 0
+    if not rows:
+        console.print(Text(f"no conversations stored in {home}", "dim"))
+        return 0
+    table = Table(title=f"conversations in {home}", header_style="bold")
+    for name in ("conversation", "revision", "blocks", "last active"):
+        table.add_column(name, no_wrap=True)
+    for row in rows:
+        stamp = row["last_active"]
+        when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(stamp)) if stamp else ""
+        table.add_row(row["conversation_id"], str(row["revision"]), str(row["blocks"]), when)
+    _print_wide(console, table)
+    return 0
+
+
+def _blocks(store: Store, cid: str) -> list[Block]:
+    return [Block.from_dict(d) for d in list(store.iter_blocks(cid))]
+
+
+def _table(console: Console, cid: str, blocks: list[Block], stored: str = "") -> None:
+    title = f"timeline {cid} ({len(blocks)} blocks)"
+    table = Table(title=title, header_style="bold")
+    table.add_column("seq", justify="right", no_wrap=True, min_width=4)
+    table.add_column("type", no_wrap=True, overflow="ellipsis", max_width=24)
+    table.add_column("path", no_wrap=True, overflow="ellipsis", max_width=72)
+    table.add_column("text", no_wrap=True, overflow="ellipsis", max_width=TEXT_WIDTH)
+    table.add_column("hidden", no_wrap=True, min_width=6)
+    for b in blocks:
+        table.add_row(
+            str(b.seq),
+            b.type,
+            b.path,
+            Text(first_line(block_text(b))),
+            "hidden" if b.hidden else "",
+            style="dim" if b.hidden else None,
+        )
+    _print_wide(console, table)
+    if stored:
+        console.print(Text(stored, "dim"), soft_wrap=True)
+
+
+def _rendered(console: Console, store: Store, cid: str, max_tokens: int) -> None:
+    loaded = store.load(cid)
+    renderer = Renderer(loaded.timeline, TimelineConfig(max_tokens=max_tokens))
+    result = renderer.render(now=time.time())
+    marks = ", ".join(str(m) for m in result.marks) or "none"
+    console.print(
+        Text(
+            f"rendered view of {cid}: {len(result.stable)} cached parts + {len(result.tail)} "
+            f"tail parts, {result.stable_tokens:,} + {result.tail_tokens:,} tokens, "
+            f"cache marks after parts {marks}",
+            "bold",
+        ),
+        soft_wrap=True,
+    )
+    console.print(Text(result.text()), highlight=False, soft_wrap=True)
+
+
+async def run_timeline(args: argparse.Namespace, console: Console) -> int:
+    """Print a stored conversation (or the list of them); no NATS needed."""
+    config = load_config(args)
+    home = config.node.home
+    if args.list:
+        if args.conversation is not None:
+            raise ConfigError("actline timeline --list takes no conversation id")
+        store = open_existing(home)
+        try:
+            return _list(console, store, home, args.json)
+        finally:
+            store.close()
+    if args.conversation is None:
+        raise ConfigError(
+            "actline timeline needs a conversation id: actline timeline CID "
+            "(find them with actline timeline --list)"
+        )
+    cid = check_conversation_id(args.conversation)
+    assert cid is not None
+    store = open_existing(home)
+    try:
+        if store.header(cid) is None:
+            raise NotStored("conversation", cid)
+        if args.rendered:
+            _rendered(console, store, cid, config.node.max_context_tokens)
+        elif args.json:
+            for block in _blocks(store, cid):
+                print(json.dumps(block.to_dict(), ensure_ascii=False, default=str), flush=True)
+        else:
+            stored = "stored: " + quota.summary(store.usage(cid), config.node.quota)
+            _table(console, cid, _blocks(store, cid), stored)
+            hint = "where a turn's time and tokens went: actline trace TURN_ID (or --last)"
+            console.print(Text(hint, "dim"), soft_wrap=True)
+    except NotStored:
+        raise ConfigError(
+            f"conversation {cid!r} does not exist in {home}; list the stored conversations "
+            "with actline timeline --list"
+        ) from None
+    finally:
+        store.close()
+    return 0

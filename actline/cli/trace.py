@@ -1,0 +1,115 @@
+"""``actline trace TURN_ID``: a turn's span tree from the JSONL trace sink under the home.
+
+The tree shows each span's duration, tokens in (every prompt token: uncached, cache reads
+and writes) and out, the cache-read share of the input
+(cache read / (input + cache read + cache write)), tools, waits and status; spans served on
+other nodes join it when their home's traces are merged in (``--home`` is repeatable).
+``--json`` prints the session and its spans as one JSON object; ``--last`` picks the latest
+turn traced. No NATS is needed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.tree import Tree
+
+from actline.actors.tracing import sinks as trace_sinks
+from actline.config import ConfigError
+
+from .turns import load_config
+
+__all__ = ["label", "run_trace", "turn_trace"]
+
+WIDE = 200
+
+
+def turn_trace(records: Sequence[dict[str, Any]], turn_id: str | None) -> dict[str, Any]:
+    """The session of ``turn_id`` (None: the latest) and every span of its trace."""
+    sessions = [r for r in records if r.get("type") == "session"]
+    if turn_id is None:
+        if not sessions:
+            raise ConfigError("no traced turn yet: the trace files under the home are empty")
+        session = max(sessions, key=lambda s: float(s.get("end") or 0.0))
+    else:
+        found = [s for s in sessions if s.get("turn_id") == turn_id]
+        if not found:
+            raise ConfigError(
+                f"no trace of turn {turn_id!r} under the home: tracing was off "
+                "(ACTLINE_TRACE=0), the turn ran elsewhere, or the id is wrong "
+                "(actline trace --last shows the latest)"
+            )
+        session = found[-1]
+    trace_id = session["trace_id"]
+    spans = [r for r in records if r.get("type") == "span" and r.get("trace_id") == trace_id]
+    spans.sort(key=lambda s: float(s.get("start") or 0.0))
+    return {"session": session, "spans": spans}
+
+
+def cache_share(attrs: dict[str, Any]) -> float | None:
+    read = int(attrs.get("cache_read_tokens") or 0)
+    total = int(attrs.get("input_tokens") or 0) + read + int(attrs.get("cache_write_tokens") or 0)
+    return None if total == 0 else read / total
+
+
+def label(span: dict[str, Any]) -> str:
+    """One line of the tree: name, duration, and the figures the span has."""
+    a = span.get("attrs") or {}
+    parts = [f"[bold]{span['name']}[/bold]", f"{float(span.get('duration_ms') or 0):.1f} ms"]
+    for key in ("round", "tool", "model", "agents", "ended", "node"):
+        value = span.get(key) if key == "node" else a.get(key)
+        if value not in (None, ""):
+            parts.append(f"{key}={value}")
+    if "input_tokens" in a or "output_tokens" in a:
+        prompt = sum(
+            int(a.get(k) or 0) for k in ("input_tokens", "cache_read_tokens", "cache_write_tokens")
+        )
+        parts.append(f"tokens {prompt} in / {a.get('output_tokens', 0)} out")
+        share = cache_share(a)
+        if share is not None:
+            parts.append(f"cache read {share:.0%}")
+    if "context_tokens" in a:
+        parts.append(f"context {a['context_tokens']} tokens")
+    if "result_bytes" in a:
+        parts.append(f"{a['result_bytes']} B")
+    if span.get("status") not in (None, "ok"):
+        parts.append(f"[red]{span['status']}[/red]")
+    return "  ".join(parts)
+
+
+def tree(found: dict[str, Any]) -> Tree:
+    session = found["session"]
+    spans = found["spans"]
+    title = f"turn {session['turn_id']}  trace {session['trace_id']}  status {session['status']}"
+    root = Tree(title)
+    nodes: dict[str, Tree] = {}
+    ids = {s["span_id"] for s in spans}
+    for span in spans:  # parents start before their children
+        parent = span.get("parent_id")
+        under = nodes.get(parent, root) if parent in ids else root
+        nodes[span["span_id"]] = under.add(label(span))
+    return root
+
+
+def run_trace(args: argparse.Namespace, console: Console) -> int:
+    """Print the span tree (or ``--json``) of one turn's trace."""
+    if (args.turn is None) == (not args.last):
+        raise ConfigError("actline trace needs a turn id or --last (not both)")
+    homes: list[Path] = list(args.home or [])
+    if not homes:
+        args.home = None
+        homes = [load_config(args).node.home]
+    records = [r for home in homes for r in trace_sinks.read(home)]
+    found = turn_trace(records, None if args.last else args.turn)
+    if args.json:
+        print(json.dumps(found, ensure_ascii=False, default=str), flush=True)
+    else:
+        if not console.is_terminal:  # a pipe should not fold the lines
+            console.width = WIDE
+        console.print(tree(found))
+    return 0

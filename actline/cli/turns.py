@@ -1,0 +1,263 @@
+"""``actline serve``, ``ask``, ``result`` and ``chat``: thin layers over ``Runtime``.
+
+``serve`` runs a node until SIGINT/SIGTERM; ``ask`` submits one turn and streams it;
+``result`` prints a turn's stored result; ``chat`` hands a configured ``Config`` to
+``actline.terminal.chat``. Start-up problems surface as
+``ConfigError`` (one line naming the fix), which ``actline.cli.main.main`` turns into exit code 2.
+
+Cancellation: Ctrl-C during ``ask`` cancels the turn on the node (best effort) and the
+``CancelledError`` propagates, so the runtime closes and the CLI exits with 130.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.text import Text
+
+from actline.bus import StreamMissing
+from actline.config import Config, ConfigError
+from actline.messages import ErrorReply, ReActResult, StreamDelta
+from actline.messages.ids import is_valid_id
+from actline.runtime import Runtime, follow
+from actline.terminal.attachments import read_attachments
+from actline.terminal.cards import CanvasPanels, TurnPrinter
+
+__all__ = ["load_config", "run_approval", "run_ask", "run_chat", "run_result", "run_serve"]
+
+DEFAULT_DOCS = Path("examples") / "kb"
+"""The knowledge folder used when neither ``--docs`` nor ``ACTLINE_DOCS`` names one."""
+CANCEL_WAIT_S = 2.0
+
+
+def load_config(args: argparse.Namespace) -> Config:
+    """The settings of a command: its flags over the environment over the TOML file."""
+    docs: Path | None = getattr(args, "docs", None)
+    config = Config.load(
+        args.config,
+        nats_url=getattr(args, "nats", None),
+        home=getattr(args, "home", None),
+        model=getattr(args, "model", None),
+        profile=getattr(args, "profile", None),
+        knowledge_dir=docs,
+        nats_creds=getattr(args, "creds", None),
+        insecure=getattr(args, "insecure", None),
+    )
+    if config.insecure:
+        print(
+            "actline: WARNING: NATS without authentication (--insecure): any process that "
+            "reaches the server can submit turns, read every stream and answer for agents",
+            file=sys.stderr,
+        )
+    if config.node.knowledge_dir is None and DEFAULT_DOCS.is_dir():
+        config = config.with_node(knowledge_dir=DEFAULT_DOCS)
+    return config
+
+
+def check_conversation_id(value: str | None) -> str | None:
+    if value is not None and not is_valid_id(value):
+        raise ConfigError(
+            f"{value!r} is not a conversation id (letters, digits, _ : -); "
+            "list the stored ones with actline timeline --list"
+        )
+    return value
+
+
+def _say(console: Console, text: str, style: str = "") -> None:
+    console.print(Text(text, style), highlight=False, soft_wrap=True)
+    console.file.flush()
+
+
+# -- serve -----------------------------------------------------------------------------------------
+
+
+async def run_serve(args: argparse.Namespace, console: Console) -> int:
+    """Run a node until SIGINT/SIGTERM; 0 after a clean stop."""
+    config = load_config(args)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    async with Runtime(config, node=True) as rt:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        try:
+            assert rt.node is not None
+            _say(console, f"node {rt.node.node_id} serving on {rt.nats_url}", "bold green")
+            docs = config.node.knowledge_dir
+            _say(
+                console,
+                f"  model {config.node.model} · profile {config.node.profile} · "
+                f"docs {docs or '(none)'} · home {config.node.home}",
+                "dim",
+            )
+            if rt.server is not None:
+                creds = (
+                    "" if config.insecure else f"ACTLINE_NATS_CREDS={config.creds_for('client')} "
+                )
+                _say(
+                    console,
+                    f"  connect from another shell: NATS_URL={rt.nats_url} {creds}"
+                    'actline ask "..."',
+                    "dim",
+                )
+            await stop.wait()
+            _say(console, f"node {rt.node.node_id} stopping", "dim")
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+    return 0
+
+
+# -- ask -------------------------------------------------------------------------------------------
+
+
+async def run_ask(args: argparse.Namespace, console: Console) -> int:
+    """Submit one turn, stream it, print where it is stored; 0 when it completed."""
+    config = load_config(args)
+    cid = check_conversation_id(args.conversation)
+    attachments = read_attachments(getattr(args, "attach", None) or [], config.node)
+    local = config.nats_url is None or args.local_node
+    turn_config: dict[str, Any] = {}
+    if args.model:
+        turn_config["model"] = args.model
+    if args.profile:  # also for a node elsewhere: the turn names it
+        turn_config["profile"] = args.profile
+    async with Runtime(config, node=local) as rt:
+        if rt.server is not None and not args.json:
+            _say(console, f"embedded nats-server at {rt.nats_url} (no NATS_URL set)", "dim")
+        if cid is not None:
+            rt.check_conversation(cid)  # only with a node here; a remote node starts it anew
+        handle = await rt.submit(args.question, cid, config=turn_config, attachments=attachments)
+        printer = TurnPrinter(console, show_thinking=not args.no_thinking)
+        canvas = CanvasPanels()
+        result: ReActResult | None = None
+        try:
+            async for event in follow(handle, timeout=args.timeout):
+                if isinstance(event, ReActResult):
+                    result = event
+                elif not args.json:
+                    printer.show(event)
+                elif isinstance(event, StreamDelta) and event.key is not None:
+                    canvas.add(event)
+        except TimeoutError:
+            print(
+                f"actline: no result for turn {handle.turn_id} within {args.timeout:g} s; it may "
+                f"still be running (see actline timeline {handle.conversation_id})",
+                file=sys.stderr,
+            )
+            return 1
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                async with asyncio.timeout(CANCEL_WAIT_S):
+                    await rt.cancel(handle.turn_id)
+            raise
+    assert result is not None
+    if args.json:  # the result, and the canvas panels the turn streamed
+        shown = {**result.model_dump(mode="json"), "canvas": canvas.as_json()}
+        print(json.dumps(shown, ensure_ascii=False), flush=True)
+    else:
+        printer.show(result)
+        _say(
+            console,
+            f"conversation {result.conversation_id} · turn {result.turn_id} · {result.status}",
+            "bold" if result.status == "completed" else "bold red",
+        )
+        _say(console, f'continue: actline ask --conversation {result.conversation_id} "..."')
+    return 0 if result.status == "completed" else 1
+
+
+# -- result ----------------------------------------------------------------------------------------
+
+
+async def run_result(args: argparse.Namespace, console: Console) -> int:
+    """Print a turn's stored result; 0 when it completed, 1 when it did not or is unknown."""
+    config = load_config(args)
+    turn_id: str = args.turn
+    if not is_valid_id(turn_id):
+        raise ConfigError(f"{turn_id!r} is not a turn id (letters, digits, _ : -)")
+    async with Runtime(config, node=False) as rt:
+        try:
+            result = await rt.result(turn_id)
+        except StreamMissing:
+            print(
+                f"actline result: no results are stored on {rt.nats_url}: no node has "
+                "published a turn result there yet (or the results stream was deleted)",
+                file=sys.stderr,
+            )
+            return 1
+    if result is None:
+        days = config.node.result_retention_s / 86400
+        print(
+            f"actline result: turn {turn_id} is unknown, still running, or its result "
+            f"expired (results are kept {days:g} days: ACTLINE_RESULT_RETENTION)",
+            file=sys.stderr,
+        )
+        return 1
+    if args.json:
+        print(json.dumps(result.model_dump(mode="json"), ensure_ascii=False), flush=True)
+    else:
+        TurnPrinter(console).show(result)
+        usage = result.usage
+        _say(
+            console,
+            f"conversation {result.conversation_id} · turn {result.turn_id} · {result.status}",
+            "bold" if result.status == "completed" else "bold red",
+        )
+        _say(
+            console,
+            f"rounds {result.rounds} · tokens in {usage.input_tokens:,} · out "
+            f"{usage.output_tokens:,} · cache read {usage.cache_read_tokens:,}",
+            "dim",
+        )
+    return 0 if result.status == "completed" else 1
+
+
+# -- approve / deny ------------------------------------------------------------------------------
+
+
+async def run_approval(args: argparse.Namespace, console: Console) -> int:
+    """``actline approve|deny TURN``: 0 when the node applied it, 1 when it refused."""
+    approved = args.command == "approve"
+    for what, value in (("TURN_ID", args.turn), ("--approval", args.approval)):
+        if value is not None and not is_valid_id(value):
+            raise ConfigError(f"{what} {value!r} is not an id (letters, digits, _ : -)")
+    config = load_config(args)
+    if config.nats_url is None:
+        raise ConfigError(
+            f"actline {args.command} joins a running NATS server: pass --nats nats://host:4222 "
+            "or set NATS_URL (the URL actline serve prints)"
+        )
+    async with Runtime(config, node=False) as rt:
+        decide = rt.approve if approved else rt.deny
+        verdict = await decide(
+            args.turn,
+            approval_id=args.approval,
+            reason=args.reason,
+            by=args.by or "",
+            timeout=args.timeout,
+        )
+    if isinstance(verdict, ErrorReply):
+        _say(console, f"refused: {verdict.code}: {verdict.message}", "bold red")
+        return 1
+    _say(console, f"{'approved' if approved else 'denied'}: {verdict.detail}", "green")
+    return 0
+
+
+# -- chat ------------------------------------------------------------------------------------------
+
+
+async def run_chat(args: argparse.Namespace, console: Console) -> int:
+    """``actline.terminal.chat.run_chat`` with this command line's settings."""
+    from actline.terminal.chat import run_chat as chat  # imported here: only this command needs it
+
+    config = load_config(args)
+    turn_config = {"profile": args.profile} if args.profile else None
+    cid = check_conversation_id(args.conversation)
+    return await chat(config, cid, console, turn_config=turn_config)

@@ -1,0 +1,163 @@
+"""Durable turn results: every ``turn.result`` is kept in a JetStream stream.
+
+A node publishes each result to the results stream (``AL_RESULTS``, capturing
+``al.result.>``) and waits until the stream has stored it before the turn's queue
+message is acked, so a result outlives the connection of the client that asked for
+it: a client that was disconnected when the result went out reads it back later with
+one direct get (the last message on ``al.result.<tid>``). Subscribers of
+``al.result.<tid>`` still receive the message as it is published: a stream capturing
+a subject takes nothing away from core subscribers.
+
+Retention: LIMITS, one message per turn (a repeat replaces the older one and, within
+the duplicate window, is not stored again: the message id is the turn id), kept
+``result_retention_s`` (``ACTLINE_RESULT_RETENTION``, 7 days) and, when
+``result_max_bytes`` is set, at most that many bytes in all (the oldest go first).
+
+Failure semantics of ``publish_result``: a missing stream is recreated (a warning) and
+the result stored; a result that still cannot be stored goes out on core NATS alone
+(an error is logged) rather than not at all. Cancellation: each call is one or a few
+requests; ``CancelledError`` propagates.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+from actline import messages
+from actline.actors.configuration.settings import NodeSettings
+from actline.actors.errors import SettingsError
+from actline.bus import Bus, BusError, EventLog, NoStream, RequestTimeout, StreamMissing
+from actline.messages import DecodeError, ReActResult
+
+__all__ = ["ResultLog", "open_results", "publish_result"]
+
+log = logging.getLogger(__name__)
+
+STORE_TIMEOUT_S = 2.0
+"""How long a node waits for the results stream to confirm a result."""
+READ_TIMEOUT_S = 2.0
+"""How long a client waits for one read of the results stream."""
+
+
+class ResultLog:
+    """The results stream of one deployment: read a turn's stored result, store one."""
+
+    def __init__(self, bus: Bus, stream: EventLog) -> None:
+        self.bus = bus
+        self._stream = stream
+
+    @property
+    def name(self) -> str:
+        return self._stream.name
+
+    @classmethod
+    def bind(cls, bus: Bus, *, timeout: float = READ_TIMEOUT_S) -> ResultLog:
+        """A reader that never creates the stream (clients): reads raise ``StreamMissing``
+        while no node has created it, ``RequestTimeout`` after ``timeout`` seconds."""
+        return cls(bus, EventLog.bind(bus, name=bus.subjects.results_stream, timeout=timeout))
+
+    async def get(self, turn_id: str) -> ReActResult | None:
+        """The stored result of ``turn_id``; None when the turn is unknown, has no result
+        yet, or its result expired. Raises ``StreamMissing`` when there is no results
+        stream, or another ``BusError``."""
+        found = await self._stream.last(self.bus.subjects.result(turn_id))
+        if found is None:
+            return None
+        seq, data = found
+        try:
+            msg = messages.decode(data)
+        except DecodeError as exc:
+            log.warning("stored result of turn %s (seq %d) does not decode: %s", turn_id, seq, exc)
+            return None
+        if not isinstance(msg, ReActResult) or msg.turn_id != turn_id:
+            log.warning("seq %d of %s is not the result of turn %s", seq, self.name, turn_id)
+            return None
+        return msg
+
+    async def store(self, result: ReActResult) -> int:
+        """Publish ``result`` and wait until the stream has stored it; returns its sequence.
+
+        Core subscribers of ``al.result.<tid>`` receive it too. Raises ``NoStream`` when
+        no stream captures the subject, or another ``BusError``.
+        """
+        return await _store(self.bus, result)
+
+
+async def open_results(bus: Bus, settings: NodeSettings) -> ResultLog:
+    """Create the results stream unless it exists (a node at start); an existing stream
+    keeps its limits. Raises ``SettingsError`` for a retention or cap that cannot work."""
+    retention = settings.result_retention_s
+    if not (math.isfinite(retention) and retention > 0):
+        raise SettingsError(
+            "ACTLINE_RESULT_RETENTION",
+            str(retention),
+            f"ACTLINE_RESULT_RETENTION={retention} must be a positive number of seconds",
+        )
+    if settings.result_max_bytes < 0:
+        raise SettingsError(
+            "ACTLINE_RESULT_MAX_BYTES",
+            str(settings.result_max_bytes),
+            "ACTLINE_RESULT_MAX_BYTES must be 0 (no cap) or a positive number of bytes",
+        )
+    stream = await EventLog.open(
+        bus,
+        name=bus.subjects.results_stream,
+        subjects=bus.subjects.results_all,
+        max_msg_size=messages.MAX_PAYLOAD,
+        max_age_s=retention,
+        max_bytes=settings.result_max_bytes or None,
+        max_msgs_per_subject=1,
+    )
+    return ResultLog(bus, stream)
+
+
+async def publish_result(bus: Bus, result: ReActResult, settings: NodeSettings) -> None:
+    """Store ``result`` in the results stream (subscribers receive it as it is stored).
+
+    Returns once it is stored or, when it cannot be, once it went out on core NATS. A
+    store that finds no stream (``NoStream`` while nobody subscribes to the subject, a
+    timeout while a client does) recreates a missing stream and stores again: the
+    message id makes the second store of a stored result a no-op. Never raises a
+    ``BusError``.
+    """
+    subject = bus.subjects.result(result.turn_id)
+    failure: Exception
+    try:
+        await _store(bus, result)
+        return
+    except (NoStream, RequestTimeout):
+        try:
+            await _recreate_if_missing(bus, settings)
+            await _store(bus, result)
+            return
+        except (BusError, SettingsError) as exc:
+            failure = exc
+    except BusError as exc:
+        failure = exc
+    log.error(
+        "the result of turn %s was not stored (%s); publishing it without storing",
+        result.turn_id,
+        failure,
+    )
+    try:
+        await bus.publish(subject, result)
+    except BusError as exc:
+        log.error("the result of turn %s was not published: %s", result.turn_id, exc)
+
+
+async def _store(bus: Bus, result: ReActResult) -> int:
+    return await bus.publish_stored(
+        bus.subjects.result(result.turn_id), result, timeout=STORE_TIMEOUT_S, msg_id=result.turn_id
+    )
+
+
+async def _recreate_if_missing(bus: Bus, settings: NodeSettings) -> None:
+    name = bus.subjects.results_stream
+    try:
+        await EventLog.bind(bus, name=name).count()
+        return
+    except StreamMissing:
+        pass
+    log.warning("the results stream %s is missing; creating it again", name)
+    await open_results(bus, settings)

@@ -1,0 +1,368 @@
+"""actline as a Ray job: N node actors that share one NATS, and an optional batch of turns.
+
+    python -m actline.actors.cluster.ray_job --nats URL --nodes 2 [--model NAME] [--config
+    actline.toml]
+                             [--requests turns.jsonl --out results.jsonl]
+    ray job submit --working-dir . --runtime-env-json '{"env_vars": {...}}' \
+        -- python -m actline.actors.cluster.ray_job --nats URL --nodes 4 --model claude-sonnet-4-6
+
+Each ``NodeActor`` is an async Ray actor that runs one ``actline.actors.node.node.Node`` in cluster
+mode (its asyncio loop, its NATS connection, its own LMDB under ``<home>/<node id>``; conversations
+leased in a JetStream KV bucket, every round copied to JetStream) with the resources it
+declares. A node actor that dies leaves its conversations to the others: its leases are
+taken once its beat is gone (``ACTLINE_NODE_TTL``), its turns come back after ``--ack-wait``
+and resume on another node
+from the durable copy.
+The driver waits until every node serves. With ``--requests`` (JSON lines of ``turn.request``
+dicts) it submits the turns — the turns of one conversation one after another, conversations
+in parallel — collects every ``turn.result`` with a progress bar, writes them to ``--out``
+and exits 1 when any turn did not complete or timed out. Without ``--requests`` it serves
+until SIGINT/SIGTERM. ``ray.init()`` joins the cluster named by ``RAY_ADDRESS`` (as under
+``ray job submit``) or starts a local one.
+
+The model: the node actors build it from the same settings as ``actline serve``
+(``actline.actors.configuration.settings_file.load_settings``: defaults < ``--config`` /
+``ACTLINE_CONFIG`` /
+``./actline.toml`` < ``ACTLINE_*`` < ``--model``; the ``[llm]`` table). The driver resolves
+them once and refuses to start what cannot run (a claude model without
+``ANTHROPIC_API_KEY``) with the fix, before any actor starts; every actor gets the node
+settings and the ``[llm]`` settings without the key. The key reaches the actors through
+the environment: the job's runtime environment (``ray job submit --runtime-env-json
+'{"env_vars": {"ANTHROPIC_API_KEY": ...}}'``, inherited by every actor of the job), and the
+driver passes the key it read in each actor's ``runtime_env`` too (never printed). A turn
+whose ``config.model`` names a model its node cannot serve fails with the reason
+(``actline.actors.configuration.models``). ``model_delay`` / ``model_latency`` (benchmarks) slow any
+model down.
+
+Credentials: ``--creds FILE`` (or ``ACTLINE_NATS_CREDS``) names the node credentials
+(``actline creds node``); the driver reads the file and hands its text to every node
+actor, which keeps it in a 0600 file under its home (the worker hosts need no copy).
+A server without authentication needs ``--insecure``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import sys
+from collections import defaultdict
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import fields
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import Progress
+
+from actline import messages
+from actline.actors.client.client import Client
+from actline.actors.configuration.settings import NodeSettings
+from actline.actors.configuration.settings_file import load_settings
+from actline.actors.errors import RequestsFileError, SettingsFileError
+from actline.bus import Bus
+from actline.llm import LLMSettings, ModelConfigError, check_servable
+from actline.messages import ReActResult, TurnRequest, diag
+
+__all__ = ["NodeActor", "load_requests", "main", "run_requests"]
+
+READY_TIMEOUT_S = 120.0
+
+
+class NodeActor:
+    """One node inside a Ray actor (wrapped with ``ray.remote`` by ``node_actor_class``)."""
+
+    def __init__(
+        self,
+        nats_url: str,
+        settings: dict[str, Any],
+        *,
+        model_delay: float = 0.0,
+        model_latency: float = 0.0,
+        creds: str | None = None,
+        llm: dict[str, Any] | None = None,
+    ) -> None:
+        diag.configure_from_env()  # ACTLINE_LOG_LEVEL (default WARNING), ACTLINE_LOG_FORMAT
+        self.nats_url = nats_url
+        self.settings = NodeSettings(**{"cluster": True, **settings})
+        self.model_delay = model_delay
+        self.model_latency = model_latency
+        self.node: Any = None
+        self.bus: Bus | None = None
+        self.creds = creds
+        """The text of the node credentials (None: ``ACTLINE_NATS_CREDS``, or none)."""
+        self.llm = llm
+        """``LLMSettings`` fields but the key (None: ``LLMSettings.from_env``)."""
+
+    def llm_settings(self) -> LLMSettings:
+        """The model settings: the driver's, with this process's ``ANTHROPIC_API_KEY``."""
+        if self.llm is None:
+            return LLMSettings.from_env(model=self.settings.model)
+        env = os.environ
+        values = {**self.llm, "model": self.settings.model}
+        values["api_key"] = env.get("ANTHROPIC_API_KEY") or None
+        values["base_url"] = values.get("base_url") or env.get("ANTHROPIC_BASE_URL") or None
+        return LLMSettings(**values)
+
+    async def start(self) -> str:
+        """Connect and serve; returns the node id once the node pulls turns."""
+        from actline.actors.node.node import Node
+        from actline.llm import ExtractiveModel, make_model
+        from actline.tools import KnowledgeSpace
+
+        if self.node is not None:
+            return str(self.node.node_id)
+        path = None
+        if self.creds is not None:
+            from actline.bus.auth import write_secret
+
+            path = write_secret(self.settings.home / "node.creds", self.creds)
+        self.bus = await Bus.connect(
+            self.nats_url, name=f"actline-{self.settings.node_id}", creds=path
+        )
+        llm = self.llm_settings()
+        model: Any = (
+            ExtractiveModel(delay=self.model_delay)
+            if self.settings.model == "extractive"
+            else make_model(llm)  # ModelConfigError (the fix) when it cannot run here
+        )
+        if self.model_latency:
+            model = FixedLatency(model, self.model_latency)
+        knowledge = None
+        if self.settings.knowledge_dir is not None:
+            knowledge = await asyncio.to_thread(KnowledgeSpace, self.settings.knowledge_dir)
+        self.node = Node(self.bus, self.settings, model=model, llm=llm, knowledge=knowledge)
+        await self.node.start()
+        return str(self.node.node_id)
+
+    async def stats(self) -> dict[str, Any]:
+        node = self.node
+        if node is None:
+            return {"serving": False}
+        return {
+            "serving": True,
+            "node_id": node.node_id,
+            "conversations": len(node.conversations),
+            "turns_taken": node.turns_taken,
+            "turns_settled": node.turns_settled,
+        }
+
+    async def stop(self) -> None:
+        if self.node is not None:
+            await self.node.stop()
+            self.node = None
+        if self.bus is not None:
+            await self.bus.close()
+            self.bus = None
+
+
+class FixedLatency:
+    """A model that answers after a fixed latency per call (benchmarks of the cluster)."""
+
+    def __init__(self, model: Any, seconds: float) -> None:
+        self.model = model
+        self.seconds = seconds
+        self.name = getattr(model, "name", "model")
+
+    async def stream(self, request: Any) -> AsyncIterator[Any]:
+        await asyncio.sleep(self.seconds)
+        async for chunk in self.model.stream(request):
+            yield chunk
+
+
+def node_actor_class(num_cpus: float = 1.0, memory_mb: int = 512) -> Any:
+    """``NodeActor`` as a Ray actor class declaring its resources."""
+    import ray
+
+    return ray.remote(num_cpus=num_cpus, memory=memory_mb * 1024 * 1024)(NodeActor)
+
+
+def load_requests(path: Path) -> list[TurnRequest]:
+    """The turn requests of a JSONL file (``ValueError`` naming the bad line)."""
+    out: list[TurnRequest] = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            data = json.loads(line)
+            data.setdefault("kind", "turn.request")
+            message = messages.from_dict(data)
+        except (ValueError, messages.DecodeError) as exc:
+            raise RequestsFileError(str(path), number, f"not a turn.request: {exc}") from None
+        if not isinstance(message, TurnRequest):
+            raise RequestsFileError(str(path), number, f"a {message.kind}, not a turn.request")
+        out.append(message)
+    return out
+
+
+async def run_requests(
+    bus: Bus,
+    requests: Sequence[TurnRequest],
+    *,
+    timeout_s: float = 300.0,
+    console: Console | None = None,
+) -> list[ReActResult]:
+    """Submit the turns (each conversation's in order, conversations at once) and return
+    every result (only results: the turns' streams are not followed)."""
+    client = Client(bus)
+    by_conversation: dict[str, list[TurnRequest]] = defaultdict(list)
+    for request in requests:
+        by_conversation[request.conversation_id].append(request)
+    results: dict[str, ReActResult] = {}
+    with Progress(console=console or Console(stderr=True), transient=False) as progress:
+        task = progress.add_task("turns", total=len(requests))
+
+        async def conversation(turns: list[TurnRequest]) -> None:
+            for request in turns:
+                # Results only: the turns' deltas and cards would cost this driver
+                # ~3 ms of CPU per turn (bench/cluster.py), taken from the node actors.
+                handle = await client.submit_request(request, follow=False)
+                try:
+                    result = await handle.wait(timeout_s)
+                except Exception as exc:  # the turn timed out: record it as failed
+                    result = ReActResult(
+                        conversation_id=request.conversation_id,
+                        turn_id=request.turn_id,
+                        status="failed",
+                        error=f"no result within {timeout_s:g}s: {exc}",
+                    )
+                results[request.turn_id] = result
+                progress.advance(task)
+
+        await asyncio.gather(*(conversation(turns) for turns in by_conversation.values()))
+    await client.close()
+    return [results[r.turn_id] for r in requests]
+
+
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m actline.actors.cluster.ray_job", description=__doc__
+    )
+    parser.add_argument("--nats", default=os.environ.get("NATS_URL"), help="NATS URL")
+    parser.add_argument("--nodes", type=int, default=2, help="node actors to start")
+    parser.add_argument("--requests", type=Path, default=None, help="JSONL of turn requests")
+    parser.add_argument("--out", type=Path, default=None, help="JSONL of turn results")
+    parser.add_argument("--home", type=Path, default=Path(".actline-cluster"))
+    parser.add_argument("--docs", type=Path, default=None, help="knowledge space folder")
+    parser.add_argument(
+        "--model", default=None, help="the nodes' model (ACTLINE_MODEL; default extractive)"
+    )
+    parser.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        help="settings file (default: ACTLINE_CONFIG, else ./actline.toml when it exists)",
+    )
+    parser.add_argument("--cpus-per-node", type=float, default=1.0)
+    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per turn")
+    parser.add_argument(
+        "--ack-wait", type=float, default=None, help="turn redelivery after (ACTLINE_ACK_WAIT)"
+    )
+    parser.add_argument(
+        "--creds",
+        type=Path,
+        default=os.environ.get("ACTLINE_NATS_CREDS") or None,
+        help="node credentials (ACTLINE_NATS_CREDS; `actline creds node`)",
+    )
+    parser.add_argument(
+        "--insecure", action="store_true", help="the NATS server has no authentication"
+    )
+    return parser.parse_args(argv)
+
+
+async def _drive(args: argparse.Namespace, actors: list[Any], console: Console) -> int:
+    ids = await asyncio.wait_for(
+        asyncio.gather(*(a.start.remote() for a in actors)), READY_TIMEOUT_S
+    )
+    console.print(f"{len(ids)} node actor(s) serving on {args.nats}: {', '.join(ids)}")
+    if args.requests is None:
+        stop = asyncio.Event()
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, stop.set)
+        await stop.wait()
+        return 0
+    requests = load_requests(args.requests)
+    bus = await Bus.connect(args.nats, name="actline-ray-job", creds=args.creds)
+    try:
+        results = await run_requests(bus, requests, timeout_s=args.timeout, console=console)
+    finally:
+        await bus.close()
+    out = args.out or args.requests.with_suffix(".results.jsonl")
+    with out.open("w", encoding="utf-8") as handle:
+        for result in results:
+            handle.write(json.dumps(result.model_dump(mode="json"), ensure_ascii=False) + "\n")
+    failed = [r for r in results if r.status != "completed"]
+    console.print(f"{len(results) - len(failed)}/{len(results)} turns completed; wrote {out}")
+    return 1 if failed else 0
+
+
+def job_settings(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any], str | None]:
+    """The node settings, the model settings without the key, and the key: resolved as
+    ``actline serve`` does and checked (``ModelConfigError``: a claude model without a key)."""
+    overrides = {"model": args.model, "knowledge_dir": args.docs}
+    overrides["ack_wait_s"] = args.ack_wait
+    loaded = load_settings(args.config, overrides=overrides)
+    check_servable(loaded.llm)
+    llm = {f.name: getattr(loaded.llm, f.name) for f in fields(loaded.llm) if f.name != "api_key"}
+    return {**loaded.node.as_dict(), "cluster": True}, llm, loaded.llm.api_key
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    import ray
+
+    args = _parse(argv)
+    console = Console(stderr=True)
+    if not args.nats:
+        console.print("no NATS server: pass --nats nats://host:4222 or set NATS_URL")
+        return 2
+    if args.creds is None and not args.insecure:
+        console.print(
+            "no node credentials: pass --creds FILE (make it with `actline creds node`) or set "
+            "ACTLINE_NATS_CREDS, or --insecure for a server without authentication"
+        )
+        return 2
+    try:
+        nodes, llm, key = job_settings(args)
+    except (SettingsFileError, ModelConfigError) as exc:
+        console.print(str(exc))
+        return 2
+    creds = None
+    if args.creds is not None:
+        from actline.bus import CredsInvalid, read_identity
+
+        try:
+            read_identity(args.creds)
+        except CredsInvalid as exc:
+            console.print(str(exc))
+            return 2
+        creds = args.creds.read_text()
+    if not ray.is_initialized():
+        if os.environ.get("RAY_ADDRESS"):
+            ray.init()
+        else:
+            ray.init(num_cpus=max(2, int(args.nodes * args.cpus_per_node)), include_dashboard=False)
+    actor_class = node_actor_class(args.cpus_per_node)
+    actors = []
+    options: dict[str, Any] = {}
+    if key:  # the key the driver read, to every actor (merged with the job's runtime env)
+        options["runtime_env"] = {"env_vars": {"ANTHROPIC_API_KEY": key}}
+    for i in range(args.nodes):
+        node_id = f"ray-node-{i}"
+        settings = {**nodes, "home": args.home / node_id, "node_id": node_id}
+        actor = actor_class.options(name=f"actline-{node_id}", **options)
+        actors.append(actor.remote(args.nats, settings, creds=creds, llm=llm))
+    try:
+        return asyncio.run(_drive(args, actors, console))
+    finally:
+        for actor in actors:
+            try:
+                ray.get(actor.stop.remote(), timeout=30)
+            except Exception as exc:  # a dead actor has nothing left to stop
+                console.print(f"[dim]stopping a node actor: {type(exc).__name__}[/dim]")
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,223 @@
+"""The context watchdog (seed 004, REFERENCE.md §3.3 c): per-round telemetry of a turn, and
+compaction before a hard limit when the context starts to degrade.
+
+Three signals, each against its profile threshold (``actline.actors.configuration.profiles``):
+
+- **token drift**: how fast the rendered context grows, in tokens per round averaged over the
+  last ``DRIFT_ROUNDS`` rounds since the turn began or the context was last compacted (the
+  original measured the growth of one whole agent pass; a round is actline's pass).
+- **over-tooling**: the share of the last ``TOOLING_WINDOW`` rounds that only called tools
+  without progress (every call a repeated read of a path this turn already read, or refused),
+  judged once ``TOOLING_MIN_ROUNDS`` rounds are in; and repeated reads of one path
+  (``repeated_reads`` times or more), which fire the same signal.
+- **context rot**: the share of summarised, hidden, TTL-pruned and archived content among the
+  visible blocks: (2 x summaries + blocks shown by a replacement) / visible blocks, as the
+  original's ``estimateContextRotScore`` weighs summaries (a folded ``react.write`` anchor is
+  shown by its digest by design: not rot).
+
+A signal that crosses its threshold gives the model a notice (once, until it falls back
+under) and, when the context is at least ``watchdog_floor_tokens`` large, asks for a
+compaction before the next round (at most once per ``COOLDOWN_ROUNDS`` rounds, so the
+cached prefix is rewritten at most that often). Below the floor there is little to compact:
+the notice alone is given. The readings go on progress cards and into the turn result's
+``usage.context``.
+
+Pure: the DecisionActor feeds it what the conversation measured and what the model decided.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from actline.actors.configuration.profiles import Profile
+from actline.messages import ContextTelemetry
+from actline.timeline import Block
+from actline.timeline.rendering.render import rot_weight
+
+from . import events as ev
+
+DRIFT_ROUNDS = 3
+TOOLING_WINDOW = 5
+TOOLING_MIN_ROUNDS = 3
+COOLDOWN_ROUNDS = 3
+READ = "react.read"
+WATCHDOG = "context_watchdog"
+"""The code of the watchdog's notices."""
+
+
+@dataclass(frozen=True, slots=True)
+class ContextStats:
+    """What the conversation measured when it rendered a round."""
+
+    tokens: int = 0
+    """The rendered context (the stable part), in tokens."""
+    blocks: int = 0
+    """Visible content blocks."""
+    rotten: int = 0
+    """Of them, weighted: 2 per summary, 1 per block shown by a replacement."""
+    compacted: bool = False
+    """A compaction ran in this render."""
+
+    @classmethod
+    def of(cls, visible: Iterable[Block], tokens: int, compacted: bool) -> ContextStats:
+        """The stats of a list of visible blocks (the renderer keeps them as it goes:
+        ``Renderer.rot_counts``)."""
+        weights = [rot_weight(block) for block in visible]
+        return cls(tokens, sum(w[0] for w in weights), sum(w[1] for w in weights), compacted)
+
+    @property
+    def rot(self) -> float:
+        return round(min(1.0, self.rotten / self.blocks), 3) if self.blocks else 0.0
+
+
+NO_STATS = ContextStats()
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    """What the watchdog asks before a model call: a notice, and whether to compact."""
+
+    notices: tuple[str, ...] = ()
+    compact: bool = False
+
+
+@dataclass(slots=True)
+class Watchdog:
+    """One turn's watchdog."""
+
+    profile: Profile
+    tokens: list[int] = field(default_factory=list)
+    """Rendered tokens of the rounds since the turn began or the last compaction."""
+    tooling: list[bool] = field(default_factory=list)
+    """Per tool round: True when it made no progress."""
+    reads: Counter[str] = field(default_factory=Counter)
+    stats: ContextStats = NO_STATS
+    peak_tokens: int = 0
+    compactions: int = 0
+    watchdog_compactions: int = 0
+    fired: Counter[str] = field(default_factory=Counter)
+    """How many times each signal crossed its threshold."""
+    _over: frozenset[str] = frozenset()
+    _asked: bool = False
+    """A compaction was asked for the next render."""
+    _last_compaction_round: int = -COOLDOWN_ROUNDS
+    _round: int = 0
+
+    # -- what it is told -----------------------------------------------------------------------
+    def rendered(self, round_: int, stats: ContextStats) -> None:
+        """The conversation rendered round ``round_``."""
+        self._round = round_
+        self.stats = stats
+        self.peak_tokens = max(self.peak_tokens, stats.tokens)
+        if stats.compacted:
+            self.compactions += 1
+            self.watchdog_compactions += self._asked  # asked, and something was compacted
+            self._last_compaction_round = round_
+            self.tokens = []
+        self._asked = False
+        self.tokens = [*self.tokens, stats.tokens][-(DRIFT_ROUNDS + 1) :]
+
+    def decided(self, event: ev.ModelEvent) -> None:
+        """The model's decision this round. Calls that run, a task for an agent: a tool
+        round; refused calls: a tool round without progress; anything else: none."""
+        match event:
+            case ev.ModelDecided(calls=calls, agent_calls=agents):
+                self._tool_round(calls, progress=bool(agents))
+            case ev.CallRefused():
+                self._tool_round((), progress=False)
+
+    def _tool_round(self, calls: Sequence[ev.ToolSpec], *, progress: bool) -> None:
+        for call in calls:
+            if call.tool != READ:
+                progress = True
+                continue
+            paths = call.params.get("paths")
+            names = [p for p in paths if isinstance(p, str)] if isinstance(paths, list) else []
+            if not names or any(self.reads[p] == 0 for p in names):
+                progress = True
+            self.reads.update(names)
+        self.tooling = [*self.tooling, not progress][-TOOLING_WINDOW:]
+
+    # -- what it says --------------------------------------------------------------------------
+    @property
+    def token_drift(self) -> int:
+        if len(self.tokens) < 2:
+            return 0
+        return max(0, (self.tokens[-1] - self.tokens[0]) // (len(self.tokens) - 1))
+
+    @property
+    def over_tooling(self) -> float:
+        if len(self.tooling) < TOOLING_MIN_ROUNDS:
+            return 0.0
+        return round(sum(self.tooling) / len(self.tooling), 2)
+
+    @property
+    def repeated_reads(self) -> int:
+        return max(self.reads.values(), default=0)
+
+    def check(self) -> Verdict:
+        """Before the next model call: the signals over their thresholds now."""
+        p = self.profile
+        if not p.watchdog:
+            return Verdict()
+        values = {
+            "token_drift": (self.token_drift, p.token_drift, "tokens per round"),
+            "over_tooling": (self.over_tooling, p.over_tooling, "of recent rounds"),
+            "repeated_reads": (self.repeated_reads, p.repeated_reads, "reads of one path"),
+            "context_rot": (self.stats.rot, p.context_rot, "of the visible blocks"),
+        }
+        over = frozenset(name for name, (value, limit, _) in values.items() if value >= limit)
+        new = sorted(over - self._over)
+        self._over = over
+        self.fired.update(new)
+        if not new:
+            return Verdict()
+        cooled = self._round - self._last_compaction_round >= COOLDOWN_ROUNDS
+        compact = cooled and self.stats.tokens >= p.watchdog_floor_tokens
+        what = "; ".join(
+            f"{name.replace('_', ' ')} {_show(values[name][0])} >= {_show(values[name][1])} "
+            f"{values[name][2]}"
+            for name in new
+        )
+        if compact:
+            self._asked = True
+            self._last_compaction_round = self._round + 1
+            action = (
+                "the older context is compacted before this round; what it held reopens by "
+                "path (su:, tc:, ar:) with react.read"
+            )
+        else:
+            action = (
+                "work from what you have: avoid re-reading paths and calls without new information"
+            )
+        if "repeated_reads" in new or "over_tooling" in new:
+            top = [path for path, n in self.reads.most_common(3) if n > 1]
+            if top:
+                action += "; read more than once: " + ", ".join(top)
+        return Verdict((f"context watchdog: {what}. {action}.",), compact)
+
+    def telemetry(self) -> ContextTelemetry:
+        """The readings as the turn result's ``usage.context`` carries them."""
+        return ContextTelemetry(**self.readings())
+
+    def readings(self) -> dict[str, Any]:
+        """The readings as a card's ``data.context`` carries them: ``telemetry().model_dump()``
+        built without the model (a card is sent several times a round)."""
+        return {
+            "tokens": self.stats.tokens,
+            "peak_tokens": self.peak_tokens,
+            "token_drift": self.token_drift,
+            "over_tooling": self.over_tooling,
+            "repeated_reads": self.repeated_reads,
+            "context_rot": self.stats.rot,
+            "compactions": self.compactions,
+            "watchdog_compactions": self.watchdog_compactions,
+            "signals": dict(self.fired),
+        }
+
+
+def _show(value: float) -> str:
+    return f"{value:,}" if isinstance(value, int) else f"{value:g}"
