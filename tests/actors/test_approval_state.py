@@ -16,7 +16,8 @@ from hypothesis import strategies as st
 from actline.actors.configuration.settings import NodeSettings, load_mcp_config
 from actline.actors.configuration.turn_settings import Limits
 from actline.actors.errors import InputRefused, McpConfigError, SettingsError
-from actline.actors.turn.approvals import approval_reply, gate, needs_approval, parse_patterns
+from actline.actors.configuration.profiles import parse_patterns
+from actline.actors.turn.approvals import approval_reply, gate, needs_approval
 from actline.actors.turn.events import (
     ApprovalDecided,
     ApprovalVerdict,
