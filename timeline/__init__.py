@@ -6,17 +6,14 @@ turns it into the parts a model sees, round after round, with at most three
 cache marks and the uncached SOURCES POOL and ANNOUNCE at the tail.
 """
 
-from actline.timeline.editing.compaction import CompactionOutcome, CompactionPlan
-from actline.timeline.editing.hide import HideResult
-from actline.timeline.editing.retention import RetentionOutcome
-from actline.timeline.editing.summary import OfflineSummarizer, Summarizer, SummaryRequest
-from actline.timeline.editing.ttl import TtlOutcome
-from actline.timeline.rendering.announce import AnnounceContext
-from actline.timeline.rendering.cache import CachePoints, round_key
-from actline.timeline.rendering.render import Renderer, RenderEvents, RenderResult
-
 from .blocks import Block, iso
+from .cache import CachePoints, round_key
 from .config import RETENTION_POLICIES, TimelineConfig
+from .editing.compaction import CompactionOutcome, CompactionPlan
+from .editing.hide import HideResult
+from .editing.retention import RetentionOutcome
+from .editing.summary import OfflineSummarizer, Summarizer, SummaryRequest
+from .editing.ttl import TtlOutcome
 from .errors import (
     BlockError,
     CompactionError,
@@ -28,6 +25,8 @@ from .errors import (
 from .memory import AckUpdate, NoteLine, Plan, PlanBook, PlanStep, parse_ack_lines, parse_note
 from .paths import LogicalPath, format_path, format_sids, is_logical_path, parse_path
 from .read import ReadResult, resolve
+from .rendering.announce import AnnounceContext
+from .rendering.render import Renderer, RenderEvents, RenderResult
 from .sources import SourceRow, SourcesPool, is_eligible, normalize_url
 from .timeline import Timeline
 from .tokens import DEFAULT_COUNTER, EstimateCounter, TokenCounter

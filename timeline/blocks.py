@@ -32,7 +32,7 @@ from actline.messages.ids import new_id
 
 from .errors import BlockError
 
-# Block types (DESIGN.md §4; the original's full set is in REFERENCE.md §1.6).
+# Block types (a subset of the original runtime's).
 TURN_HEADER = "turn.header"
 USER_PROMPT = "user.prompt"
 USER_ATTACHMENT_META = "user.attachment.meta"

@@ -14,7 +14,7 @@ RETENTION_POLICIES = ("keep_full", "keep_structured", "summarize_archive", "drop
 
 @dataclass(frozen=True, slots=True)
 class TimelineConfig:
-    """Defaults follow the original runtime (REFERENCE.md §1.7-§1.11) where it is sound."""
+    """Defaults follow the original runtime where it is sound."""
 
     max_tokens: int = 0
     """The model's context window for compaction; 0 disables compaction."""

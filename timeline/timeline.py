@@ -25,7 +25,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from actline.timeline.editing.facts import FACT_PREFIX, FactBook
+from actline.timeline.facts import FACT_PREFIX, FactBook
 
 from .blocks import PLAN, PLAN_ACK, SUMMARY, TURN_HEADER, Block
 from .errors import BlockError, PathError
@@ -101,7 +101,7 @@ class Timeline:
         self.sources = SourcesPool()
         self.plans = PlanBook()
         self.facts = FactBook()
-        """The conversation's memory facts (``actline.timeline.editing.facts``), persisted as
+        """The conversation's memory facts (``actline.timeline.facts``), persisted as
         ``fact/`` rows."""
         self._rows_of: tuple[SourcesPool, PlanBook] = (self.sources, self.plans)
         """The pool and book whose changes ``take_row_changes`` tracks (a new one is all new)."""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from actline.timeline.rendering.view import preview
+from actline.timeline.view import preview
 
 from .blocks import (
     COMPLETION,

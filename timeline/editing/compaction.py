@@ -1,7 +1,7 @@
 """Compaction: the hard ceiling. Replace an old range by a ``conv.range.summary``.
 
 Runs when system + visible tokens exceed ``compaction_ratio * max_tokens`` or
-when forced after a context-limit error (seed 003 §5, REFERENCE.md §1.9).
+when forced after a context-limit error.
 
 - The window is everything after the latest summary.
 - Recent message blocks worth ``compaction_keep_ratio`` of the budget stay raw;
@@ -47,11 +47,11 @@ from actline.timeline.blocks import (
 )
 from actline.timeline.config import TimelineConfig
 from actline.timeline.errors import CompactionError
+from actline.timeline.facts import StructuredSummary
 from actline.timeline.paths import ar_path, su_path
 from actline.timeline.timeline import Timeline
 from actline.timeline.tokens import TokenCounter, block_tokens
 
-from .facts import StructuredSummary
 from .summary import SUMMARY_RECORD, Summarizer, SummaryRequest, offline_record, record_of
 
 CUT_TYPES = frozenset({USER_PROMPT, COMPLETION, TOOL_CALL, TURN_HEADER})

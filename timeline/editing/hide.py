@@ -1,7 +1,6 @@
 """react.hide: forget a bulky tail block early, without touching the cached prefix.
 
-Rules (seed 003 §2, REFERENCE.md §1.11, made stricter where the original was
-unsafe):
+Rules (made stricter where the original runtime's were unsafe):
 
 - Only a logical path, never a search; ``invalid_path`` otherwise. Turn
   headers and summaries are structure, not payload, and the active plan is
@@ -25,13 +24,13 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from actline.timeline.blocks import SUMMARY, TURN_HEADER, Block
+from actline.timeline.cache import CachePoints
 from actline.timeline.config import TimelineConfig
 from actline.timeline.errors import PathError
 from actline.timeline.paths import parse_path
-from actline.timeline.rendering.cache import CachePoints
-from actline.timeline.rendering.view import label
 from actline.timeline.timeline import Timeline
 from actline.timeline.tokens import TokenCounter
+from actline.timeline.view import label
 
 HideStatus = Literal["ok", "not_found", "too_old", "invalid"]
 STRUCTURAL = frozenset({TURN_HEADER, SUMMARY})

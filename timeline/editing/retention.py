@@ -1,8 +1,7 @@
 """Tool-response retention: old tool results shown by a short view, kept whole in storage.
 
-Seed 004 / REFERENCE.md §3.7, in actline's terms: nothing is rewritten. A
-retained result stays stored whole at its path; it is hidden (``Timeline.
-set_hidden``, like TTL pruning and react.hide) and the rendered view shows a
+Nothing is rewritten. A retained result stays stored whole at its path; it is hidden
+(``Timeline.set_hidden``, like TTL pruning and react.hide) and the rendered view shows a
 replacement that names the path that reopens it (``react.read``).
 
 - ``classify``: ``critical`` (the tool matches ``retention_critical_tools``),
@@ -26,7 +25,7 @@ replacement that names the path that reopens it (``react.read``).
   everything after it. Results that leave the window in one round go together;
   ``retention_batch`` makes them wait until that many are out (``force`` skips
   the wait when the cache is cold anyway: the render after TTL pruning, and around
-  a compaction). The renderer's restore point (``actline.timeline.rendering.cache``) then reads the
+  a compaction). The renderer's restore point (``actline.timeline.cache``) then reads the
   prefix up to the oldest changed result, so a later batch only moves the change
   further back: bench/cache.py measured batches of 4 at +7 % cost over 1, the
   default.
@@ -44,13 +43,12 @@ from fnmatch import fnmatchcase
 from typing import Any, Literal
 
 from actline.timeline.blocks import TOOL_CALL, TOOL_RESULT, Block
+from actline.timeline.cache import call_of, round_key
 from actline.timeline.config import RETENTION_POLICIES, TimelineConfig
-from actline.timeline.rendering.cache import call_of, round_key
-from actline.timeline.rendering.view import preview
+from actline.timeline.facts import canonical_facts, result_text
 from actline.timeline.timeline import DirtyMark, Timeline
 from actline.timeline.tokens import TokenCounter, block_tokens
-
-from .facts import canonical_facts, result_text
+from actline.timeline.view import preview
 
 Classification = Literal["critical", "verbose", "redundant", "informative"]
 Policy = Literal["keep_full", "keep_structured", "summarize_archive", "drop"]
@@ -156,7 +154,7 @@ def replacement(
 
 
 def _facts_line(block: Block) -> str:
-    """The canonical facts (``LABEL|k=v`` lines, REFERENCE.md §3.6) of a result, kept in its
+    """The canonical facts (``LABEL|k=v`` lines, ``canonical_facts``) of a result, kept in its
     retained view: a verbose result's facts are what the model must not lose."""
     facts = canonical_facts(result_text(block))[:MAX_VIEW_FACTS]
     if not facts:

@@ -30,11 +30,7 @@ from actline.timeline.blocks import (
     Block,
 )
 from actline.timeline.errors import PlanError
-from actline.timeline.memory import Plan
-from actline.timeline.rendering.view import preview
-from actline.timeline.tokens import DEFAULT_COUNTER, TokenCounter
-
-from .facts import (
+from actline.timeline.facts import (
     Fact,
     IntegrityReport,
     StructuredSummary,
@@ -43,6 +39,9 @@ from .facts import (
     note_facts,
     result_text,
 )
+from actline.timeline.memory import Plan
+from actline.timeline.tokens import DEFAULT_COUNTER, TokenCounter
+from actline.timeline.view import preview
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,6 +1,6 @@
 """Session TTL pruning: once the provider cache has gone cold, hide old payloads by path.
 
-Runs first in every render (seed 003 §4, REFERENCE.md §1.10). While the cache
+Runs first in every render. While the cache
 is warm (less than ``ttl - buffer`` since the last render) nothing changes and
 the check is O(1). Once it has expired, rewriting the prefix costs nothing
 extra, so:
@@ -40,9 +40,9 @@ from actline.timeline.blocks import (
 )
 from actline.timeline.config import TimelineConfig
 from actline.timeline.paths import ar_path
-from actline.timeline.rendering.view import preview
 from actline.timeline.timeline import Timeline
 from actline.timeline.tokens import TokenCounter, block_tokens
+from actline.timeline.view import preview
 
 TtlStatus = Literal["armed", "fresh", "empty", "disabled", "no_effect", "pruned", "pruned_light"]
 

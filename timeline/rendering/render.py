@@ -1,6 +1,6 @@
 """The render pipeline: timeline -> the ordered content parts a model sees, with cache marks.
 
-Order (seed 003 §6): TTL pruning -> tool-response retention (``actline.timeline.editing.retention``:
+Order: TTL pruning -> tool-response retention (``actline.timeline.editing.retention``:
 a batch of old results by policy, at once when the cache is cold) -> compaction
 when over the ceiling (retaining what waits first, which may be enough) -> slice
 after the latest summary -> hidden replacements -> cache marks -> SOURCES POOL
@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any, TypeVar, overload
 
 from actline.timeline.blocks import STAGE_GATE, SUMMARY, TURN_HEADER, Block
+from actline.timeline.cache import CachePoints, compute_points, restore_point, round_key
 from actline.timeline.config import TimelineConfig
 from actline.timeline.editing import compaction, retention, ttl
 from actline.timeline.editing.hide import HideResult, hide_path
@@ -30,10 +31,9 @@ from actline.timeline.editing.summary import OfflineSummarizer, Summarizer
 from actline.timeline.sources import pool_text
 from actline.timeline.timeline import Timeline
 from actline.timeline.tokens import DEFAULT_COUNTER, IMAGE_TOKENS, TokenCounter
+from actline.timeline.view import PASS_THROUGH, block_text, to_part
 
 from .announce import AnnounceContext, announce_text
-from .cache import CachePoints, compute_points, restore_point, round_key
-from .view import PASS_THROUGH, block_text, to_part
 
 T = TypeVar("T")
 
@@ -139,7 +139,7 @@ NOT_CONTENT = frozenset({TURN_HEADER, STAGE_GATE})
 
 
 def rot_weight(block: Block) -> tuple[int, int]:
-    """A visible block's part in context rot (seed 004): (1 when it is content, its weight):
+    """A visible block's part in context rot: (1 when it is content, its weight):
     a summary weighs 2 (as the original's ``estimateContextRotScore``), a block shown by a
     replacement (hidden, TTL-pruned, archived) 1; a folded ``react.write`` anchor is shown by
     its digest by design and is not rot."""

@@ -1,4 +1,4 @@
-"""Structured summaries and memory facts (REFERENCE.md §3.4, §3.6, §3.9; seed 004).
+"""Structured summaries and memory facts.
 
 A compaction summary is a ``StructuredSummary``: stable facts with confidence,
 active goals, open questions and discarded (obsolete) facts. It is stored on
@@ -45,7 +45,7 @@ _STOP: Final = frozenset(
 
 
 def normalize_segment(text: str) -> str:
-    """Lower case, non-alphanumerics to ``_``, trimmed; ``item`` when empty (§3.6 step 4)."""
+    """Lower case, non-alphanumerics to ``_``, trimmed; ``item`` when empty."""
     return re.sub(r"[^a-z0-9]+", "_", text.strip().lower()).strip("_") or "item"
 
 
@@ -109,7 +109,7 @@ class IntegrityReport:
 
 @dataclass(frozen=True, slots=True)
 class StructuredSummary:
-    """A compaction summary as data (REFERENCE.md §3.6); ``render`` is what the model reads."""
+    """A compaction summary as data; ``render`` is what the model reads."""
 
     stable_facts: tuple[Fact, ...] = ()
     active_goals: tuple[str, ...] = ()
@@ -169,7 +169,7 @@ def _strings(value: Any) -> tuple[str, ...]:
 
 
 def extract_json(text: str) -> str | None:
-    """The first fenced JSON block, else ``{`` to the last ``}``, else None (§3.6 step 6)."""
+    """The first fenced JSON block, else ``{`` to the last ``}``, else None."""
     fenced = re.search(r"```(?:json)?\s*([\s\S]*?)```", text, re.IGNORECASE)
     if fenced and fenced.group(1).strip():
         return fenced.group(1).strip()
@@ -223,7 +223,7 @@ def result_text(block: Any) -> str:
 
 
 def canonical_facts(text: str, *, turn_id: str = "", path: str = "", ts: float = 0.0) -> list[Fact]:
-    """Facts from ``LABEL|k=v|...`` lines of tool output (§3.6 step 4, confidence 0.98)."""
+    """Facts from ``LABEL|k=v|...`` lines of tool output (confidence 0.98)."""
     out: dict[str, Fact] = {}
     for line in text.splitlines():
         line = line.strip()
@@ -393,7 +393,7 @@ class FactBook:
     revision: int = 0
 
     def upsert(self, fact: Fact, *, now: float, conversation_id: str = "") -> MemoryFact:
-        """Record ``fact`` (REFERENCE.md §3.9, with time order).
+        """Record ``fact``, in time order.
 
         Same key and value: confidence is the max, turn, path and times are refreshed.
         A new value stated at or after the active one's time makes the active one
