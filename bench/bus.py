@@ -14,32 +14,33 @@ the Bus checking each subject against it). ``auth / open`` is the cost of authen
 
 from __future__ import annotations
 
-import argparse
 import asyncio
-import platform
-import statistics
 import time
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.progress import Progress
-from rich.table import Table
 
 from actline.bus import Bus, EmbeddedNats, Envelope
 from actline.messages import Message, TurnAccepted, TurnRequest, encode
-from bench.common import RESULTS, percentile, write_result
+from bench.harness import (
+    add_counts,
+    finish,
+    new_table,
+    parser,
+    platform_info,
+    settle,
+    summary,
+    verdict,
+)
 
 TARGET_RATIO = 1.3
+DEFAULTS = {"requests": 5000, "warmup": 500}
 
 
-def _summary(samples: list[float]) -> dict[str, float]:
-    return {
-        "n": len(samples),
-        "p50_us": percentile(samples, 0.50) * 1e6,
-        "p99_us": percentile(samples, 0.99) * 1e6,
-        "mean_us": statistics.fmean(samples) * 1e6,
-    }
+def _summary(samples: list[float]) -> dict[str, Any]:
+    """Count, p50, p99 and mean in microseconds."""
+    return summary(samples, unit="us", points=(50, 99), low=False)
 
 
 async def run(requests: int, warmup: int, blocks: int = 10) -> dict[str, Any]:
@@ -112,30 +113,27 @@ async def run(requests: int, warmup: int, blocks: int = 10) -> dict[str, Any]:
         "auth_ratio_p50": auth["p50_us"] / typed["p50_us"],
         "auth_ratio_p99": auth["p99_us"] / typed["p99_us"],
         "target_ratio_p50": TARGET_RATIO,
-        "python": platform.python_version(),
-        "machine": platform.machine(),
+        **platform_info(),
     }
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.bus", description=__doc__.split("\n")[0])
-    parser.add_argument("--requests", type=int, default=5000)
-    parser.add_argument("--warmup", type=int, default=500)
-    parser.add_argument("--out", type=Path, default=RESULTS / "bus.json")
-    args = parser.parse_args(argv)
-    result = asyncio.run(run(args.requests, args.warmup))
+    cli = parser("bus", __doc__)
+    add_counts(cli, requests="request/reply pairs per path (5000)", warmup="warm-up pairs (500)")
+    args = cli.parse_args(argv)
+    options = settle(args, DEFAULTS)
+    result = asyncio.run(run(options["requests"], options["warmup"]))
 
-    table = Table(title=f"request/reply, {args.requests} each after {args.warmup} warm-up")
-    for column in ("path", "p50 µs", "p99 µs", "mean µs"):
-        table.add_column(column, justify="right" if column != "path" else "left")
+    title = f"request/reply, {options['requests']} each after {options['warmup']} warm-up"
+    table = new_table(title, ("path", "p50 µs", "p99 µs", "mean µs"), left=("path",))
     for name, label in (("raw", "raw"), ("typed", "typed"), ("auth", "typed, authenticated")):
         row = result[name]
         table.add_row(
             label, f"{row['p50_us']:.0f}", f"{row['p99_us']:.0f}", f"{row['mean_us']:.0f}"
         )
-    verdict = "[green]met[/]" if result["ratio_p50"] <= TARGET_RATIO else "[red]missed[/]"
+    met = result["ratio_p50"] <= TARGET_RATIO
     table.add_row(
-        "typed / raw", f"{result['ratio_p50']:.2f}x", f"{result['ratio_p99']:.2f}x", verdict
+        "typed / raw", f"{result['ratio_p50']:.2f}x", f"{result['ratio_p99']:.2f}x", verdict(met)
     )
     table.add_row(
         "authenticated / open",
@@ -145,8 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     console = Console()
     console.print(table)
-    write_result(console, args.out, result)
-    return 0 if result["ratio_p50"] <= TARGET_RATIO else 1
+    return finish(console, args.out, result, met)
 
 
 if __name__ == "__main__":

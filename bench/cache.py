@@ -4,7 +4,7 @@ One conversation of ``--turns`` turns (20 by default) of 6 rounds each is run
 with the ExtractiveModel behind the local Messages API server
 (``actline.llm.fake_anthropic``), through the real ``anthropic`` client
 (``AnthropicModel``), once per strategy and scenario, each against a fresh server
-(a cold cache). The server accounts usage by CACHE_RULES.md (prefix hashes per
+(a cold cache). The server accounts usage by ``actline.llm.cache_sim`` (prefix hashes per
 block, writes only at marks, a 20-position lookback, the model's minimum, a
 5-minute TTL on an injected clock that the loop advances by ``--round-seconds``
 per round and ``--gap-seconds`` between turns). The questions alternate between
@@ -25,10 +25,10 @@ pruning after pauses (``ttl``) and compaction (``compaction``). Strategies:
   ANNOUNCE (the best single-mark placement).
 - system + CP3, system + CP2 + CP3: ablations of actline's marks.
 - actline: the system prompt plus the renderer's CP1/CP2/CP3 (CP1 is the restore
-  point after a change, ``actline.timeline.rendering.cache``).
+  point after a change, ``actline.timeline.cache``).
 
 Every strategy must see the same conversation (the answers are compared); only
-the accounting differs. Cost relative to no caching follows CACHE_RULES.md:
+the accounting differs. Cost relative to no caching follows the provider's prices:
 ``(input + 1.25*write_5m + 2*write_1h + 0.1*read) / total input``; the absolute
 cost (``weighted_input_tokens``) compares scenarios whose inputs differ.
 
@@ -45,7 +45,6 @@ retention off and less than retention in batches of 4.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import platform
@@ -70,8 +69,17 @@ from actline.messages import GenerateRequest, Usage
 from actline.timeline import AnnounceContext, CachePoints, TimelineConfig
 from actline.timeline.blocks import SUMMARY
 from actline.tools import KnowledgeSpace
-from bench.common import RESULTS, SanityCheckFailed, write_result
 from bench.driver import Driver
+from bench.harness import (
+    SanityCheckFailed,
+    add_counts,
+    checked,
+    finish,
+    new_table,
+    parser,
+    settle,
+    verdict,
+)
 
 KB = Path(__file__).parents[1] / "examples" / "kb"
 MODEL = "claude-sonnet-4-6"
@@ -460,10 +468,12 @@ def evaluate(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def table(result: dict[str, Any]) -> Table:
-    t = Table(title=f"prompt caching, {result['turns']} turns x 6 rounds ({result['model']} rules)")
     columns = ("scenario", "strategy", "input tokens", "read %", "written %", "cost vs none")
-    for column in (*columns, "cost (k base tokens)"):
-        t.add_column(column, justify="left" if column in ("scenario", "strategy") else "right")
+    t = new_table(
+        f"prompt caching, {result['turns']} turns x 6 rounds ({result['model']} rules)",
+        (*columns, "cost (k base tokens)"),
+        left=("scenario", "strategy"),
+    )
     for row in result["strategies"]:
         t.add_row(
             row["scenario"],
@@ -478,22 +488,20 @@ def table(result: dict[str, Any]) -> Table:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.cache", description=__doc__.split("\n")[0]
-    )
-    parser.add_argument("--turns", type=int, default=20)
-    parser.add_argument("--round-seconds", type=float, default=3.0)
-    parser.add_argument("--gap-seconds", type=float, default=45.0)
-    parser.add_argument("--out", type=Path, default=RESULTS / "cache.json")
-    parser.add_argument(
+    cli = parser("cache", __doc__)
+    add_counts(cli, turns="turns of the conversation (20)")
+    cli.add_argument("--round-seconds", type=float, default=3.0)
+    cli.add_argument("--gap-seconds", type=float, default=45.0)
+    cli.add_argument(
         "--scenarios", default=",".join(SCENARIOS), help="comma-separated: " + ", ".join(SCENARIOS)
     )
-    parser.add_argument(
+    cli.add_argument(
         "--strategies",
         default=",".join(STRATEGIES),
         help="comma-separated: " + ", ".join(STRATEGIES),
     )
-    args = parser.parse_args(argv)
+    args = cli.parse_args(argv)
+    turns = settle(args, {"turns": 20})["turns"]
     console = Console()
     scenarios = tuple(s.strip() for s in args.scenarios.split(",") if s.strip())
     strategies = tuple(s.strip() for s in args.strategies.split(",") if s.strip())
@@ -503,25 +511,25 @@ def main(argv: list[str] | None = None) -> int:
     if unknown or not scenarios or not strategies:
         console.print(f"[red]unknown or no scenario/strategy:[/] {', '.join(unknown) or '-'}")
         return 2
-    try:
-        result = run(
-            max(1, args.turns),
+    result = checked(
+        console,
+        lambda: run(
+            max(1, turns),
             round_seconds=args.round_seconds,
             gap_seconds=args.gap_seconds,
             scenarios=scenarios,
             strategies=strategies,
-        )
-    except SanityCheckFailed as exc:
-        console.print(f"[red]sanity check failed:[/] {exc}")
+        ),
+    )
+    if result is None:
         return 1
     console.print(table(result))
     for target in result["targets"]:
-        mark = "[green]met[/]" if target["met"] else "[red]missed[/]"
         console.print(
-            f"{target['figure']} = {target['value']:.3f} (target {target['target']}): {mark}"
+            f"{target['figure']} = {target['value']:.3f} (target {target['target']}): "
+            f"{verdict(target['met'])}"
         )
-    write_result(console, args.out, result)
-    return 0 if result["targets_met"] else 1
+    return finish(console, args.out, result, result["targets_met"])
 
 
 if __name__ == "__main__":

@@ -21,24 +21,31 @@ throughput; at 16 B chunks at least 4 MB/s (MB = 10^6 bytes).
 
 from __future__ import annotations
 
-import argparse
 import functools
 import gc
-import platform
 import random
 import re
 import time
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.progress import Progress, TaskID
-from rich.table import Table
 
 from actline.channels import ChannelSpec, ChannelStream, citation_map, replace_citations
 from actline.channels.citations import CitationSource
-from bench.common import RESULTS, percentile, write_result
+from bench.harness import (
+    add_counts,
+    checked,
+    finish,
+    judge,
+    new_table,
+    parser,
+    percentile,
+    platform_info,
+    settle,
+    verdict,
+)
 
 CHUNK_SIZES = (16, 64, 1024, 4096)
 NAIVE_RUNS = 3
@@ -312,8 +319,7 @@ def run(mb: float, repeat: int) -> dict[str, Any]:
             "value": by_size[16]["mb_per_s"],
         },
     ]
-    for target in targets:
-        target["met"] = target["value"] >= target["minimum"]
+    judge(targets)
     return {
         "benchmark": "channels.stream_throughput",
         "stream_bytes": len(stream),
@@ -325,8 +331,7 @@ def run(mb: float, repeat: int) -> dict[str, Any]:
         "chunked": rows,
         "targets": targets,
         "targets_met": all(t["met"] for t in targets),
-        "python": platform.python_version(),
-        "machine": platform.machine(),
+        **platform_info(),
     }
 
 
@@ -337,33 +342,29 @@ def _target_text(target: dict[str, Any] | None) -> tuple[str, str]:
         text = f"≥{target['minimum']:.1f}x naive"
     else:
         text = f"≥{target['minimum']:.0f} MB/s"
-    return text, "[green]met[/]" if target["met"] else "[red]missed[/]"
+    return text, verdict(target["met"])
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.channels", description=__doc__.split("\n")[0]
-    )
-    parser.add_argument("--mb", type=float, default=10.0, help="stream size, 10^6 characters")
-    parser.add_argument("--repeat", type=int, default=3, help="timed passes per chunk size")
-    parser.add_argument("--out", type=Path, default=RESULTS / "channels.json")
-    args = parser.parse_args(argv)
+    cli = parser("channels", __doc__)
+    cli.add_argument("--mb", type=float, default=10.0, help="stream size, 10^6 characters")
+    add_counts(cli, repeat="timed passes per chunk size (3)")
+    args = cli.parse_args(argv)
+    repeat = settle(args, {"repeat": 3})["repeat"]
     console = Console()
-    try:
-        result = run(args.mb, max(1, args.repeat))
-    except SanityCheckFailed as exc:
-        console.print(f"[red]sanity check failed:[/] {exc}")
+    result = checked(console, lambda: run(args.mb, max(1, repeat)), SanityCheckFailed)
+    if result is None:
         return 1
 
-    table = Table(
-        title=(
+    table = new_table(
+        (
             f"channel parser, {result['stream_bytes'] / 1e6:.1f} MB stream, "
             f"{result['citation_share']:.1%} citation bytes, best of {result['repeat']}"
         ),
+        ("chunk", "MB/s", "vs naive", "p50 µs", "p99 µs", "target", "verdict"),
+        left=("chunk", "target"),
         caption="naive: join + one regex pass; p50/p99: µs per feed call (one chunk)",
     )
-    for column in ("chunk", "MB/s", "vs naive", "p50 µs", "p99 µs", "target", "verdict"):
-        table.add_column(column, justify="left" if column in ("chunk", "target") else "right")
     table.add_row("naive", f"{result['naive_mb_per_s']:.1f}", "1.00x")
     targets = {t["chunk_bytes"]: t for t in result["targets"]}
     for row in result["chunked"]:
@@ -384,8 +385,7 @@ def main(argv: list[str] | None = None) -> int:
         f"citation share {result['citation_share']:.1%} of {result['stream_bytes']:,} bytes; "
         "answer deltas equal the naive rendering at every chunk size"
     )
-    write_result(console, args.out, result)
-    return 0 if result["targets_met"] else 1
+    return finish(console, args.out, result, result["targets_met"])
 
 
 if __name__ == "__main__":

@@ -25,9 +25,7 @@ turn, never the tool rounds, so it grows with the turns).
 
 from __future__ import annotations
 
-import argparse
 import platform
-import statistics
 import tempfile
 import time
 from collections.abc import Sequence
@@ -35,14 +33,22 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
 from actline.cli.timeline import stored_conversations
 from actline.storage import Store
 from actline.timeline import Block
 from actline.timeline.blocks import COMPLETION, USER_PROMPT
 from actline.web import views
-from bench.common import RESULTS, SanityCheckFailed, write_result
+from bench.harness import (
+    SanityCheckFailed,
+    add_counts,
+    add_sizes,
+    finish,
+    median_ms,
+    new_table,
+    parser,
+    settle,
+)
 from bench.loop import prefill
 
 TARGET_RATIO = 0.1
@@ -56,6 +62,7 @@ GROWTH_SHARE = 0.2
 counts a conversation's turns by their records' keys, one key per turn, so it is not flat."""
 END = 2e9
 """The prefilled conversations' last block time (a fixed clock: the same store each run)."""
+DEFAULTS: dict[str, Any] = {"sizes": [100, 1000, 5000], "conversations": 20, "repeat": 5}
 
 
 def whole_loads(store: Store) -> list[tuple[str, int, int]]:
@@ -129,35 +136,31 @@ def measure(sizes: Sequence[int], conversations: int, repeat: int) -> list[dict[
                 "blocks": blocks,
                 "turns": turns,
                 "conversations": conversations,
-                "list_p50_ms": statistics.median(outline) * 1e3,
-                "whole_p50_ms": statistics.median(whole) * 1e3,
-                "open_p50_ms": statistics.median(briefs) * 1e3,
-                "scan_p50_ms": statistics.median(scans) * 1e3,
+                "list_p50_ms": median_ms(outline),
+                "whole_p50_ms": median_ms(whole),
+                "open_p50_ms": median_ms(briefs),
+                "scan_p50_ms": median_ms(scans),
             }
         )
     return rows
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.console_list",
-        description=__doc__.splitlines()[0] if __doc__ else None,
-    )
-    parser.add_argument("--sizes", default="100,1000,5000", help="blocks per conversation")
-    parser.add_argument("--conversations", type=int, default=20)
-    parser.add_argument("--repeat", type=int, default=5)
-    parser.add_argument("--out", type=Path, default=RESULTS / "console_list.json")
-    args = parser.parse_args(argv)
-    sizes = sorted({int(s) for s in args.sizes.split(",") if s.strip()})
+    cli = parser("console_list", __doc__)
+    add_sizes(cli, "blocks per conversation (100,1000,5000)")
+    add_counts(cli, conversations="conversations in the store (20)", repeat="timed lists (5)")
+    args = cli.parse_args(argv)
+    options = settle(args, DEFAULTS)
+    sizes = sorted(set(options["sizes"]))
+    conversations = options["conversations"]
     console = Console()
     with console.status("building the stores and listing them"):
-        rows = measure(sizes, args.conversations, max(1, args.repeat))
-    table = Table(
-        title=f"the console's list of {args.conversations} conversations, and opening one"
-    )
+        rows = measure(sizes, conversations, max(1, options["repeat"]))
     names = ("blocks each", "turns each", "list p50", "whole loads p50", "list / whole")
-    for name in (*names, "open p50", "block scan p50", "open / scan"):
-        table.add_column(name, justify="right")
+    table = new_table(
+        f"the console's list of {conversations} conversations, and opening one",
+        (*names, "open p50", "block scan p50", "open / scan"),
+    )
     for row in rows:
         row["ratio"] = row["list_p50_ms"] / row["whole_p50_ms"]
         row["open_ratio"] = row["open_p50_ms"] / row["scan_p50_ms"]
@@ -195,8 +198,7 @@ def main(argv: list[str] | None = None) -> int:
         "target_open_ratio": TARGET_OPEN_RATIO,
         "target_met": ratio_ok and growth_ok and open_ok,
     }
-    write_result(console, args.out, result)
-    return 0 if result["target_met"] else 1
+    return finish(console, args.out, result, result["target_met"])
 
 
 if __name__ == "__main__":

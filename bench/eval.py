@@ -2,7 +2,7 @@
 
 Runs ``examples/eval/kb.jsonl`` (cases over ``examples/kb``) with the ExtractiveModel on an
 in-process node behind an embedded nats-server, and writes the per-case figures and the
-aggregate score (REFERENCE.md §3.11, ``actline.eval_cases``) to ``bench/results/eval.json``.
+aggregate score (``actline.eval_cases``) to ``bench/results/eval.json``.
 A change to the offline model, the render or the tools that changes what the model finds or
 how many tokens it spends shows up here as a score. Nothing is timed and no target is
 enforced: the score is a measurement to compare between commits.
@@ -14,7 +14,6 @@ enforced: the score is a measurement to compare between commits.
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import platform
@@ -27,7 +26,7 @@ from actline.cli.evaluate import evaluate
 from actline.config import Config
 from actline.eval_cases import WEIGHTS, load_cases
 from actline.tools.embeddings.embedders import default_embedder
-from bench.common import RESULTS, write_result
+from bench.harness import add_counts, finish, parser
 
 ROOT = Path(__file__).parents[1]
 CASES = ROOT / "examples" / "eval" / "kb.jsonl"
@@ -36,14 +35,11 @@ MODEL = "extractive"
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.eval", description=__doc__.split("\n")[0]
-    )
-    parser.add_argument("--cases", type=Path, default=CASES, help="the case file (JSONL)")
-    parser.add_argument("--limit", type=int, default=None, help="only the first N cases")
-    parser.add_argument("--profile", default=None, help="the turns' profile (default: the node's)")
-    parser.add_argument("--out", type=Path, default=RESULTS / "eval.json")
-    args = parser.parse_args(argv)
+    cli = parser("eval", __doc__)
+    cli.add_argument("--cases", type=Path, default=CASES, help="the case file (JSONL)")
+    add_counts(cli, limit="only the first N cases")
+    cli.add_argument("--profile", default=None, help="the turns' profile (default: the node's)")
+    args = cli.parse_args(argv)
     console = Console()
     cases = load_cases(args.cases)[: args.limit]
     config = Config.load(None, env={}, model=MODEL, knowledge_dir=KB)
@@ -67,8 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         "embeddings": "on" if default_embedder() is not None else "off (BM25 memsearch)",
         **report,
     }
-    write_result(console, args.out, report)
-    return 0
+    return finish(console, args.out, report)
 
 
 if __name__ == "__main__":

@@ -4,10 +4,10 @@ with the context watchdog and without it.
 One conversation of ``--turns`` turns (20) of ``--rounds-per-turn`` rounds (10: nine tool
 rounds, then an answer) runs on an in-process node over an embedded nats-server, against the
 local Messages API server (``actline.llm.fake_anthropic``) through the real ``anthropic`` client, so
-that usage, cache reads and writes are accounted by CACHE_RULES.md. Only the model's choices
-are scripted: each tool round fetches a new page from ``bench.fetch`` (``--result-tokens``
-words of text, 2,500 by default), and every fourth round reads the previous round's result
-again (as an agent does when it needs a detail back). A planted fact
+that usage, cache reads and writes are accounted (``actline.llm.cache_sim``). Only the
+model's choices are scripted: each tool round fetches a new page from ``bench.fetch``
+(``--result-tokens`` words of text, 2,500 by default), and every fourth round reads the
+previous round's result again (as an agent does when it needs a detail back). A planted fact
 (``PLANTED|code=F07|value=amber-4412``) sits in the middle of one page per turn.
 
 Summary requests (the compaction's tool-free model call) are answered extractively: the
@@ -15,7 +15,7 @@ planted facts found in the request, as the structured summary's JSON.
 
 Reported per profile and watchdog setting: the peak rendered context (the largest prompt in
 tokens), compactions (and how many the watchdog asked for), all input tokens, the cache-read
-share of them, the cost (in base-price input tokens by CACHE_RULES.md: uncached + 1.25 x
+share of them, the cost (in base-price input tokens: uncached + 1.25 x
 cache writes + 0.1 x cache reads, summary calls included) and that cost against the same
 run's tokens without caching, and the planted facts still recalled at the end:
 the share of planted values present in the last prompt the model saw (in the context, a
@@ -26,7 +26,6 @@ summary or the memory hotset), which is what a model could answer from without a
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import json
 import platform
@@ -54,7 +53,7 @@ from actline.llm.fake_anthropic import FakeAnthropicServer
 from actline.llm.protocol import Chunk
 from actline.messages import GenerateRequest
 from actline.tools import KnowledgeSpace
-from bench.common import RESULTS, SanityCheckFailed, corpus, write_result
+from bench.harness import SanityCheckFailed, add_counts, corpus, finish, new_table, parser, settle
 
 MODEL = "claude-sonnet-4-6"
 KB = Path(__file__).parents[1] / "examples" / "kb"
@@ -273,13 +272,23 @@ def run(
 
 
 def table(result: dict[str, Any]) -> Table:
-    out = Table(
-        title=f"{result['turns'] * result['rounds_per_turn']} rounds in one conversation, "
-        f"tool results of {result['result_tokens']:,} words"
+    out = new_table(
+        f"{result['turns'] * result['rounds_per_turn']} rounds in one conversation, "
+        f"tool results of {result['result_tokens']:,} words",
+        (
+            "profile",
+            "watchdog",
+            "peak context",
+            "compactions (watchdog)",
+            "input tokens",
+            "cache read",
+            "cost",
+            "cost vs none",
+            "facts recalled",
+            "s",
+        ),
+        left=("profile",),
     )
-    for name in ("profile", "watchdog", "peak context", "compactions (watchdog)", "input tokens",
-                 "cache read", "cost", "cost vs none", "facts recalled", "s"):  # fmt: skip
-        out.add_column(name, justify="right" if name not in ("profile",) else "left")
     for r in result["runs"]:
         out.add_row(
             r["profile"],
@@ -297,22 +306,26 @@ def table(result: dict[str, Any]) -> Table:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.longrun", description=__doc__)
-    parser.add_argument("--turns", type=int, default=20)
-    parser.add_argument("--rounds-per-turn", type=int, default=10)
-    parser.add_argument("--result-tokens", type=int, default=2500)
-    parser.add_argument("--profiles", default=",".join(BUILTIN))
-    parser.add_argument("--out", type=Path, default=RESULTS / "longrun.json")
-    args = parser.parse_args(argv)
+    cli = parser("longrun", __doc__)
+    add_counts(
+        cli,
+        turns="turns in the conversation (20)",
+        rounds_per_turn="rounds per turn (10)",
+        result_tokens="words per fetched page (2500)",
+    )
+    cli.add_argument("--profiles", default=",".join(BUILTIN))
+    args = cli.parse_args(argv)
+    options = settle(args, {"turns": 20, "rounds_per_turn": 10, "result_tokens": 2500})
     profiles = [p.strip() for p in args.profiles.split(",") if p.strip()]
     unknown = [p for p in profiles if p not in BUILTIN]
     if unknown:
-        parser.error(f"unknown profile(s) {', '.join(unknown)}: choose from {', '.join(BUILTIN)}")
+        cli.error(f"unknown profile(s) {', '.join(unknown)}: choose from {', '.join(BUILTIN)}")
     console = Console()
-    result = run(args.turns, args.rounds_per_turn, args.result_tokens, profiles, console)
+    result = run(
+        options["turns"], options["rounds_per_turn"], options["result_tokens"], profiles, console
+    )
     console.print(table(result))
-    write_result(console, args.out, result)
-    return 0
+    return finish(console, args.out, result)
 
 
 if __name__ == "__main__":

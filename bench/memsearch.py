@@ -2,7 +2,7 @@
 
 A deterministic conversation (seeded ``random.Random``) of N index rows, N in ``--sizes``:
 turns of a user row and an assistant row, texts of 8-120 words drawn 60% from the common
-words of ``bench.common.WORDS`` and 40% from a Zipf-distributed vocabulary of 20,000
+words of ``bench.harness.WORDS`` and 40% from a Zipf-distributed vocabulary of 20,000
 made-up words of 2-4 syllables, so that postings range from most rows to a handful. Every
 row carries a random unit vector (float16 bytes, as stored rows do): embedding 100,000 rows
 for real would take about an hour, and the cost of a search does not depend on the vectors'
@@ -40,19 +40,16 @@ Target: bm25 search p50 at 100,000 rows under 100 ms.
 
 from __future__ import annotations
 
-import argparse
 import gc
 import itertools
 import math
 import os
-import platform
 import random
 import statistics
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -61,9 +58,24 @@ from rich.progress import Progress
 from rich.table import Table
 
 from actline.tools.embeddings.minilm import Embedder, EmbeddingsUnavailable
-from actline.tools.search.memindex import DictVectorCache, MemIndex, encode_vector
+from actline.tools.search.memindex import MemIndex
 from actline.tools.search.text import tokenize
-from bench.common import RESULTS, WORDS, SanityCheckFailed, percentile, summary_ms, write_result
+from actline.tools.search.vectors import DictVectorCache, encode_vector
+from bench.harness import (
+    WORDS,
+    SanityCheckFailed,
+    add_counts,
+    add_sizes,
+    checked,
+    finish,
+    ms,
+    new_table,
+    parser,
+    platform_info,
+    settle,
+    summary,
+    verdict,
+)
 
 SIZES = (1_000, 10_000, 100_000)
 QUICK_SIZES = (1_000, 10_000)
@@ -188,9 +200,8 @@ def _timed(fn: Callable[[], object]) -> float:
 
 
 def _summary(samples: list[float]) -> dict[str, Any] | None:
-    if not samples:
-        return None
-    return {**summary_ms(samples), "p99_ms": percentile(samples, 0.99) * 1e3}
+    """Count, p50, p90, p99, min and mean in milliseconds; None without samples."""
+    return summary(samples, points=(50, 90, 99)) if samples else None
 
 
 def measure_size(
@@ -372,20 +383,13 @@ def run(
         "targets": [target],
         "targets_met": target["met"] if top is not None else True,
         "seconds": time.perf_counter() - started,
-        "python": platform.python_version(),
-        "machine": platform.machine(),
+        **platform_info(),
         "numpy": np.__version__,
         "openblas_num_threads": os.environ.get("OPENBLAS_NUM_THREADS"),
     }
 
 
 # -- report -------------------------------------------------------------------------------------
-def _ms(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.1f}" if value >= 10 else f"{value:.2f}" if value >= 1 else f"{value:.3f}"
-
-
 def _us(value: float | None) -> str:
     if value is None:
         return "-"
@@ -393,11 +397,13 @@ def _us(value: float | None) -> str:
 
 
 def table(result: dict[str, Any]) -> Table:
-    out = Table(
-        title=(
+    out = new_table(
+        (
             f"memsearch: search ms per call, top_k {result['top_k']}, "
             f"{result['samples']} samples per kind and size"
         ),
+        ("rows", "kind", "p50", "p99", "vs baseline", "note"),
+        left=("rows", "kind", "note"),
         caption=(
             "bm25: MemIndex.search(mode='bm25'); hybrid: BM25 + query embedding + cosine over "
             "every row + fusion; scan: the previous linear BM25 (tokenize and score every row "
@@ -407,8 +413,6 @@ def table(result: dict[str, Any]) -> Table:
             "row; batched: one add + embed_pending for all the rows"
         ),
     )
-    for column in ("rows", "kind", "p50", "p99", "vs baseline", "note"):
-        out.add_column(column, justify="left" if column in ("rows", "kind", "note") else "right")
     for size in result["sizes"]:
         scan = size["scan"]
         for kind in ("bm25", "hybrid", "scan"):
@@ -425,7 +429,7 @@ def table(result: dict[str, Any]) -> Table:
             if kind == "bm25":
                 note = f"{size['terms']:,} terms, built in {size['build_seconds']:.1f} s"
             out.add_row(
-                f"{size['rows']:,}", kind, _ms(stats["p50_ms"]), _ms(stats["p99_ms"]), ratio, note
+                f"{size['rows']:,}", kind, ms(stats["p50_ms"]), ms(stats["p99_ms"]), ratio, note
             )
         out.add_section()
     updates = result["updates"]
@@ -449,52 +453,44 @@ def table(result: dict[str, Any]) -> Table:
             out.add_row("", f"embed {how}", _us(value), "", f"{value / base:.0f}x", note)
     target = result["targets"][0]
     out.add_section()
-    verdict = (
-        "not measured"
-        if target["value"] is None
-        else ("[green]met[/]" if target["met"] else "[red]missed[/]")
-    )
+    judged = "not measured" if target["value"] is None else verdict(target["met"])
     out.add_row(
         "target",
         f"bm25 p50 @ {target['rows']:,}",
-        _ms(target["value"]),
+        ms(target["value"]),
         "",
         "",
-        f"< {TARGET_MS:.0f} ms: {verdict}",
+        f"< {TARGET_MS:.0f} ms: {judged}",
     )
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.memsearch", description=__doc__.split("\n")[0]
-    )
-    parser.add_argument("--quick", action="store_true", help="1,000 and 10,000 rows, few samples")
-    parser.add_argument(
-        "--sizes",
-        type=lambda s: [int(x) for x in s.split(",") if x.strip()],
-        default=None,
-        help="indexed rows, comma-separated",
-    )
-    parser.add_argument("--samples", type=int, default=None, help="searches per kind and size")
-    parser.add_argument(
+    cli = parser("memsearch", __doc__, quick="1,000 and 10,000 rows, few samples")
+    add_sizes(cli, "indexed rows")
+    add_counts(cli, samples="searches per kind and size")
+    cli.add_argument(
         "--scan-budget", type=float, default=SCAN_BUDGET_S, help="seconds of linear scans per size"
     )
-    parser.add_argument("--out", type=Path, default=RESULTS / "memsearch.json")
-    args = parser.parse_args(argv)
-    sizes = args.sizes or list(QUICK_SIZES if args.quick else SIZES)
-    samples = args.samples or (QUICK_SAMPLES if args.quick else SAMPLES)
+    args = cli.parse_args(argv)
+    options = settle(
+        args,
+        {"sizes": list(SIZES), "samples": SAMPLES},
+        {"sizes": list(QUICK_SIZES), "samples": QUICK_SAMPLES},
+    )
     console = Console()
-    try:
-        result = run(sizes, samples, scan_budget=args.scan_budget, quick=args.quick)
-    except SanityCheckFailed as exc:
-        console.print(f"[red]sanity check failed:[/] {exc}")
+    result = checked(
+        console,
+        lambda: run(
+            options["sizes"], options["samples"], scan_budget=args.scan_budget, quick=args.quick
+        ),
+    )
+    if result is None:
         return 1
     result["quick"] = args.quick
     console.print(table(result))
     console.print(f"{result['seconds']:.1f} s in all")
-    write_result(console, args.out, result)
-    return 0 if result["targets_met"] else 1
+    return finish(console, args.out, result, result["targets_met"])
 
 
 if __name__ == "__main__":

@@ -41,7 +41,6 @@ temporary folder).
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import importlib.util
 import os
@@ -60,8 +59,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from actline.tools.embeddings.minilm import Embedder, find_model_dir, mean_pool, read_safetensors
 from actline.tools.search import text
-from actline.tools.search.memindex import DictVectorCache, MemIndex
-from bench.common import COMPARE_HINT, compare_module
+from actline.tools.search.memindex import MemIndex
+from actline.tools.search.vectors import DictVectorCache
+from bench.harness import COMPARE_HINT, add_counts, compare_module, parser, settle
 from tests.tools import memfixture, memqueries_tuning, memqueries_unseen
 from tests.tools import test_memsearch_recall as first
 
@@ -401,16 +401,13 @@ SECTIONS: Final = ("stemming", "bm25", "safetensors", "embeddings")
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.memsearch_libs", description=__doc__.split("\n")[0]
-    )
-    parser.add_argument(
+    cli = parser("memsearch_libs", __doc__, out=False)
+    cli.add_argument(
         "--only", action="append", choices=SECTIONS, help="run this section (repeatable)"
     )
-    parser.add_argument(
-        "--repeat", type=int, default=3, help="runs per timing, the best one kept (default 3)"
-    )
-    args = parser.parse_args(argv)
+    add_counts(cli, repeat="runs per timing, the best one kept (default 3)")
+    args = cli.parse_args(argv)
+    repeat = settle(args, {"repeat": 3})["repeat"]
     sections = args.only or SECTIONS
     embedder = Embedder.load()
     if "stemming" in sections:
@@ -420,7 +417,7 @@ def main(argv: list[str] | None = None) -> int:
     if "safetensors" in sections:
         safetensors_reader()
     if "embeddings" in sections:
-        embeddings(embedder, args.repeat)
+        embeddings(embedder, repeat)
     return 0
 
 

@@ -31,14 +31,11 @@ at least 20x faster than a full render (p50 against p50), and under 2 ms p50.
 
 from __future__ import annotations
 
-import argparse
 import gc
 import math
-import platform
 import random
 import time
 from collections.abc import Iterator, Sequence
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -65,13 +62,22 @@ from actline.timeline.blocks import (
 )
 from actline.timeline.memory import Plan, PlanStep
 from actline.timeline.paths import ar_path, tc_path
-from bench.common import (
-    RESULTS,
+from bench.harness import (
     TOOLS,
     SanityCheckFailed,
+    add_counts,
+    add_sizes,
+    checked,
     corpus,
+    finish,
+    judge,
+    ms,
+    new_table,
+    parser,
+    platform_info,
+    settle,
     summary_ms,
-    write_result,
+    verdict,
 )
 
 SIZES = (100, 1_000, 10_000)
@@ -221,7 +227,7 @@ def _check(blocks: int, what: str, renderer: Renderer, got: RenderResult, now: f
             ("paths", list(got.paths), list(fresh.paths)),
             ("stable_tokens", got.stable_tokens, fresh.stable_tokens),
             # CP1 may be the restore point after a change, which only a renderer with
-            # history has (actline.timeline.rendering.cache); CP2 and CP3 follow from the stream
+            # history has (actline.timeline.cache); CP2 and CP3 follow from the stream
             # alone.
             ("marks", (got.points.cp2, got.points.cp3), (fresh.points.cp2, fresh.points.cp3)),
         )
@@ -334,11 +340,7 @@ def run(
             "value": top["incremental"]["p50_ms"],
         },
     ]
-    for target in targets:
-        if "minimum" in target:
-            target["met"] = target["value"] >= target["minimum"]
-        else:
-            target["met"] = target["value"] < target["maximum"]
+    judge(targets, strict=True)
     return {
         "benchmark": "timeline.render_round",
         "config": {"cache_ttl_seconds": CONFIG.cache_ttl_seconds, "max_tokens": CONFIG.max_tokens},
@@ -348,19 +350,14 @@ def run(
         "targets": targets,
         "targets_met": all(t["met"] for t in targets),
         "seconds": time.perf_counter() - started,
-        "python": platform.python_version(),
-        "machine": platform.machine(),
+        **platform_info(),
     }
 
 
 # -- report -----------------------------------------------------------------------------------
-def _ms(value: float) -> str:
-    return f"{value:.1f}" if value >= 10 else f"{value:.2f}" if value >= 1 else f"{value:.3f}"
-
-
 def _verdict(targets: list[dict[str, Any]]) -> str:
     if all(t["met"] for t in targets):
-        return "[green]met[/]"
+        return verdict(True)
     missed = ", ".join(t["figure"] for t in targets if not t["met"])
     return f"[red]missed: {missed}[/]"
 
@@ -368,8 +365,11 @@ def _verdict(targets: list[dict[str, Any]]) -> str:
 def table(result: dict[str, Any]) -> Table:
     rows = result["sizes"]
     top = rows[-1]
-    out = Table(
-        title=f"timeline render, ms per render call, {result['rounds']} rounds per size",
+    columns = ("blocks", "full p50", "full p90", "incr p50", "incr p90", "full/incr", "parts")
+    out = new_table(
+        f"timeline render, ms per render call, {result['rounds']} rounds per size",
+        (*columns, "tokens", "verdict"),
+        left=("verdict",),
         caption=(
             "full: fresh Renderer, whole timeline; incr: long-lived Renderer after appending one "
             "round (call + result, sometimes notes); hide: the render after hiding the newest "
@@ -378,17 +378,14 @@ def table(result: dict[str, Any]) -> Table:
             f"incr p50 <{TARGET_INCREMENTAL_P50_MS:.0f} ms"
         ),
     )
-    columns = ("blocks", "full p50", "full p90", "incr p50", "incr p90", "full/incr", "parts")
-    for column in (*columns, "tokens", "verdict"):
-        out.add_column(column, justify="left" if column == "verdict" else "right")
     for row in rows:
         full, inc = row["full"], row["incremental"]
         out.add_row(
             f"{row['blocks']:,}",
-            _ms(full["p50_ms"]),
-            _ms(full["p90_ms"]),
-            _ms(inc["p50_ms"]),
-            _ms(inc["p90_ms"]),
+            ms(full["p50_ms"]),
+            ms(full["p90_ms"]),
+            ms(inc["p50_ms"]),
+            ms(inc["p90_ms"]),
             f"{row['ratio_full_to_incremental']:.0f}x",
             f"{row['parts']:,}",
             f"{row['stable_tokens']:,}",
@@ -397,36 +394,30 @@ def table(result: dict[str, Any]) -> Table:
     hide = top["hide"]
     out.add_row(
         f"{top['blocks']:,} hide",
-        _ms(top["full"]["p50_ms"]),
-        _ms(top["full"]["p90_ms"]),
-        _ms(hide["p50_ms"]),
-        _ms(hide["p90_ms"]),
+        ms(top["full"]["p50_ms"]),
+        ms(top["full"]["p90_ms"]),
+        ms(hide["p50_ms"]),
+        ms(hide["p90_ms"]),
         f"{top['ratio_full_to_hide']:.0f}x",
     )
     return out
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.render", description=__doc__.split("\n")[0]
+    cli = parser("render", __doc__)
+    add_sizes(cli, "timeline sizes in blocks (100,1000,10000)")
+    add_counts(
+        cli,
+        rounds=f"incremental rounds per size ({ROUNDS})",
+        full_samples="full renders per size (default: by size)",
     )
-    parser.add_argument(
-        "--sizes",
-        type=lambda s: [int(x) for x in s.split(",") if x.strip()],
-        default=list(SIZES),
-        help="timeline sizes in blocks, comma-separated",
-    )
-    parser.add_argument("--rounds", type=int, default=ROUNDS, help="incremental rounds per size")
-    parser.add_argument(
-        "--full-samples", type=int, default=None, help="full renders per size (default: by size)"
-    )
-    parser.add_argument("--out", type=Path, default=RESULTS / "render.json")
-    args = parser.parse_args(argv)
+    args = cli.parse_args(argv)
+    options = settle(args, {"sizes": list(SIZES), "rounds": ROUNDS, "full_samples": None})
     console = Console()
-    try:
-        result = run(args.sizes, max(1, args.rounds), args.full_samples)
-    except SanityCheckFailed as exc:
-        console.print(f"[red]sanity check failed:[/] {exc}")
+    result = checked(
+        console, lambda: run(options["sizes"], max(1, options["rounds"]), options["full_samples"])
+    )
+    if result is None:
         return 1
     console.print(table(result))
     samples = ", ".join(
@@ -436,8 +427,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     console.print(f"samples {samples}; {result['seconds']:.1f} s in all")
     console.print("the incremental stream equals a fresh full render after every batch")
-    write_result(console, args.out, result)
-    return 0 if result["targets_met"] else 1
+    return finish(console, args.out, result, result["targets_met"])
 
 
 if __name__ == "__main__":

@@ -1,5 +1,5 @@
 """``python -m bench resume`` / ``make soak``: SIGKILLed node processes against the same batch
-run without kills (issue 18).
+run without kills.
 
 Real parts: an embedded nats-server, ``python -m actline.cli.node`` processes with the default
 settings (the offline extractive model with a small per-chunk delay, ``examples/kb``), one
@@ -40,6 +40,7 @@ from rich.console import Console
 from rich.table import Table
 
 from actline.bus import EmbeddedNats
+from bench.harness import add_counts, finish, new_table, parser, result_path, summary
 from tests.actors.killloop import (
     ConversationPlan,
     KillPlan,
@@ -49,32 +50,31 @@ from tests.actors.killloop import (
     plan_batch,
     run_batch,
 )
-from tests.actors.killreport import Report, order_problems, percentile
-
-from .common import RESULTS, write_result
+from tests.actors.killreport import Report, order_problems
 
 MAX_BATCHES = 12
 """Batches per mode at most, should the batches end before the kills are made."""
 
 
 def _parse(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m bench.resume", description=__doc__)
-    parser.add_argument("--soak", action="store_true", help="60 kills, 40 x 4 turns per mode")
-    parser.add_argument("--mode", choices=("single", "cluster", "both"), default="both")
-    parser.add_argument("--kills", type=int, default=None, help="kills per mode (default 12)")
-    parser.add_argument("--conversations", type=int, default=None, help="default 12")
-    parser.add_argument("--turns", type=int, default=None, help="turns each (default 3)")
-    parser.add_argument("--nodes", type=int, default=3, help="cluster mode's node processes")
-    parser.add_argument("--seed", type=int, default=18)
-    parser.add_argument("--model-delay", type=float, default=0.01, help="seconds per chunk")
-    parser.add_argument("--out", type=Path, default=None, help="JSON (bench/results/resume.json)")
-    args = parser.parse_args(argv)
+    cli = parser("resume", __doc__, results=None)
+    cli.add_argument("--soak", action="store_true", help="60 kills, 40 x 4 turns per mode")
+    cli.add_argument("--mode", choices=("single", "cluster", "both"), default="both")
+    add_counts(
+        cli,
+        kills="kills per mode (default 12)",
+        conversations="default 12",
+        turns="turns each (default 3)",
+    )
+    cli.add_argument("--nodes", type=int, default=3, help="cluster mode's node processes")
+    cli.add_argument("--seed", type=int, default=18)
+    cli.add_argument("--model-delay", type=float, default=0.01, help="seconds per chunk")
+    args = cli.parse_args(argv)
     soak = bool(args.soak)
     args.kills = args.kills if args.kills is not None else (60 if soak else 12)
     args.conversations = args.conversations or (40 if soak else 12)
     args.turns = args.turns or (4 if soak else 3)
-    name = "resume_soak.json" if soak else "resume.json"
-    args.out = args.out or RESULTS / name
+    args.out = result_path(args.out, "resume_soak.json" if soak else "resume.json")
     return args
 
 
@@ -138,8 +138,8 @@ async def _mode(
 
 
 def _stats(samples: list[float]) -> dict[str, Any]:
-    top = max(samples) if samples else None
-    return {"n": len(samples), "p50_s": percentile(samples, 0.5), "max_s": top}
+    """Count, p50 and maximum in seconds (None without samples)."""
+    return summary(samples, unit="s", points=(50,), low=False, high=True, mean=False)
 
 
 def _merge(
@@ -193,13 +193,11 @@ def _calm(summary: dict[str, Any] | None) -> str:
 
 
 def _table(rows: list[dict[str, Any]], args: argparse.Namespace) -> Table:
-    table = Table(
-        title=f"resume: {args.conversations} conversations x {args.turns} turns, "
-        f"SIGKILLs vs no kills"
+    table = new_table(
+        f"resume: {args.conversations} conversations x {args.turns} turns, SIGKILLs vs no kills",
+        ["", *(f"{row['mode']} ({row['nodes']} node{'s' * (row['nodes'] > 1)})" for row in rows)],
+        left=("",),
     )
-    table.add_column("", justify="left")
-    for row in rows:
-        table.add_column(f"{row['mode']} ({row['nodes']} node{'s' * (row['nodes'] > 1)})")
     lines: list[tuple[str, Callable[[dict[str, Any]], str]]] = [
         ("kills survived (mid-turn)", lambda r: f"{r['kills']} ({r['kills_mid_turn']})"),
         ("turns compared", lambda r: str(r["turns_compared"])),
@@ -265,8 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         "cpus": os.cpu_count(),
         "modes": rows,
     }
-    write_result(console, args.out, result)
-    return 0 if ok else 1
+    return finish(console, args.out, result, ok)
 
 
 if __name__ == "__main__":

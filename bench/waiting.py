@@ -35,7 +35,6 @@ complete with the signal applied. Prints a table and writes ``bench/results/wait
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import gc
 import platform
@@ -55,7 +54,16 @@ from actline.llm.protocol import Chunk
 from actline.messages import Ack, GenerateRequest, TurnRequest
 from actline.timeline.blocks import SIGNAL_DONE
 from actline.tools import KnowledgeSpace
-from bench.common import RESULTS, write_result
+from bench.harness import (
+    add_counts,
+    add_sizes,
+    checked,
+    finish,
+    new_table,
+    parser,
+    result_path,
+    settle,
+)
 from bench.loop import KB, InstantModel, Plan, node_settings, rss_bytes
 
 SIZES = (0, 1_000, 5_000, 10_000)
@@ -321,10 +329,8 @@ def table(result: dict[str, Any]) -> Table:
         f"{result['idle_turns_per_s_before']:.1f} new turns/s before, "
         f"{result['idle_turns_per_s_after']:.1f} after)"
     )
-    out = Table(title=title)
     columns = ("waiting", "parked in", "RSS", "per waiting", "marginal", "new turns/s", "vs 0")
-    for name in columns:
-        out.add_column(name, justify="right")
+    out = new_table(title, columns)
     for row in result["rows"]:
         per, marginal = row["rss_per_waiting_bytes"], row["rss_marginal_per_waiting_bytes"]
         out.add_row(
@@ -340,35 +346,46 @@ def table(result: dict[str, Any]) -> Table:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.waiting",
-        description=__doc__.splitlines()[0] if __doc__ else None,
+    cli = parser("waiting", __doc__, results=None, quick="a short run (tests)")
+    add_sizes(cli, "waiting turns, growing from 0")
+    add_counts(
+        cli,
+        new_turns=f"new turns per size ({NEW_TURNS})",
+        workers=f"clients running the new turns ({WORKERS})",
+        slots="max_active_turns (default 64)",
     )
-    parser.add_argument("--sizes", default=None, help="waiting turns, comma-separated, growing")
-    parser.add_argument("--new-turns", type=int, default=None)
-    parser.add_argument("--workers", type=int, default=None)
-    parser.add_argument("--slots", type=int, default=None, help="max_active_turns (default 64)")
-    parser.add_argument("--quick", action="store_true", help="a short run (tests)")
-    parser.add_argument(
+    cli.add_argument(
         "--cluster", action="store_true", help="cluster mode: leases and the durable copy"
     )
-    parser.add_argument("--out", type=Path, default=None, help="default: waiting[-cluster].json")
-    args = parser.parse_args(argv)
-    base: dict[str, Any] = dict(QUICK) if args.quick else {}
-    sizes = [int(s) for s in args.sizes.split(",")] if args.sizes else base.get("sizes", SIZES)
-    new_turns = args.new_turns or base.get("new_turns", NEW_TURNS)
-    workers = args.workers or base.get("workers", WORKERS)
-    slots = args.slots or base.get("slots", 64)
+    args = cli.parse_args(argv)
+    defaults = {
+        "sizes": list(SIZES),
+        "new_turns": NEW_TURNS,
+        "workers": WORKERS,
+        "slots": 64,
+        "evict_s": EVICT_S,
+    }
+    options = settle(args, defaults, QUICK)
+    sizes, new_turns, workers = options["sizes"], options["new_turns"], options["workers"]
     if not sizes or sizes[0] != 0:
-        parser.error("--sizes must start with 0 (the baseline)")
+        cli.error("--sizes must start with 0 (the baseline)")
     console = Console()
-    try:
-        evict_s = base.get("evict_s", EVICT_S)
-        result = asyncio.run(
-            measure(sizes, new_turns, workers, slots, console, evict_s, args.cluster)
-        )
-    except WaitingCheckFailed as exc:
-        console.print(f"[red]check failed: {exc}[/red]")
+    result = checked(
+        console,
+        lambda: asyncio.run(
+            measure(
+                sizes,
+                new_turns,
+                workers,
+                options["slots"],
+                console,
+                options["evict_s"],
+                args.cluster,
+            )
+        ),
+        WaitingCheckFailed,
+    )
+    if result is None:
         return 1
     console.print(table(result))
     last = result["rows"][-1]
@@ -383,9 +400,8 @@ def main(argv: list[str] | None = None) -> int:
         "target_ratio": TARGET_RATIO,
         "target_met": target,
     }
-    out = args.out or RESULTS / ("waiting-cluster.json" if args.cluster else "waiting.json")
-    write_result(console, out, result)
-    return 0 if target or args.quick else 1
+    out = result_path(args.out, "waiting-cluster.json" if args.cluster else "waiting.json")
+    return finish(console, out, result, target or args.quick)
 
 
 if __name__ == "__main__":

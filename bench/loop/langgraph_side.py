@@ -27,13 +27,12 @@ measured turns per size, one conversation each, the two sides interleaved.
 faster). LangGraph comes with the ``compare`` extra (``pip install 'actline[compare]'``),
 not with the test install.
 
-    python -m bench.langgraph_side [--quick] [--sizes 100,1000,5000] [--rounds 10]
+    python -m bench langgraph_side [--quick] [--sizes 100,1000,5000] [--rounds 10]
         [--turns 6] [--out bench/results/langgraph_side.json]
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import itertools
 import json
@@ -55,20 +54,20 @@ from actline.bus import EmbeddedNats
 from actline.timeline import Block
 from actline.timeline.blocks import COMPLETION, REACT_NOTES, TOOL_CALL, TOOL_RESULT, USER_PROMPT
 from actline.tools import KnowledgeSpace
-from bench.common import RESULTS, SanityCheckFailed, compare_module, summary_ms, write_result
-from bench.loop import (
-    AGE_S,
-    KB,
-    QUESTION,
-    Case,
-    open_case,
-    prefill,
-    query,
-    warm_up,
+from bench.harness import (
+    SanityCheckFailed,
+    add_counts,
+    add_sizes,
+    compare_module,
+    finish,
+    new_table,
+    parser,
+    settle,
+    summary_ms,
 )
-from bench.loop import (
-    measure_turn as actline_turn,
-)
+from bench.loop.model import AGE_S, KB, QUESTION, prefill, query
+from bench.loop.rounds import Case, open_case, warm_up
+from bench.loop.rounds import measure_turn as actline_turn
 
 SIZES = (100, 1_000, 5_000)
 ROUNDS = 10
@@ -79,7 +78,7 @@ LIBRARIES = ("langgraph", "langgraph-checkpoint-sqlite", "langchain-core")
 
 def _compare_module(name: str) -> Any:
     """A comparison-only library, or an exit that says how to install it."""
-    return compare_module("bench.langgraph_side", name)
+    return compare_module("bench.loop.langgraph_side", name)
 
 
 # -- the prefilled blocks as LangGraph messages ---------------------------------------------------
@@ -314,14 +313,12 @@ def run(**kwargs: Any) -> dict[str, Any]:
 
 
 def table(result: dict[str, Any]) -> Table:
-    out = Table(
-        title=f"one round, {result['rounds']}-round turns: actline against LangGraph",
+    out = new_table(
+        f"one round, {result['rounds']}-round turns: actline against LangGraph",
+        ("blocks", "messages", "actline", "LangGraph", "ratio", "bare", "ratio"),
         caption="round p50 (p90); ratio: LangGraph's p50 over actline's (above 1: actline "
         "faster); bare: LangGraph's agent node builds no model request",
     )
-    names = ("blocks", "messages", "actline", "LangGraph", "ratio", "bare", "ratio")
-    for name in names:
-        out.add_column(name, justify="right")
 
     def cell(figures: dict[str, Any]) -> str:
         return f"{figures['p50_ms']:.2f} ms ({figures['p90_ms']:.2f})"
@@ -340,27 +337,17 @@ def table(result: dict[str, Any]) -> Table:
 
 
 def main(argv: list[str] | None = None, *, console: Callable[[], Console] = Console) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.langgraph_side", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="small sizes, few rounds")
-    parser.add_argument("--sizes", default=",".join(map(str, SIZES)))
-    parser.add_argument("--rounds", type=int, default=ROUNDS)
-    parser.add_argument("--turns", type=int, default=TURNS)
-    parser.add_argument("--out", type=Path, default=RESULTS / "langgraph_side.json")
-    args = parser.parse_args(argv)
+    cli = parser("langgraph_side", __doc__, quick="small sizes, few rounds")
+    add_sizes(cli, "earlier blocks of the conversations (100,1000,5000)")
+    add_counts(cli, rounds=f"rounds per turn ({ROUNDS})", turns=f"measured turns ({TURNS})")
+    args = cli.parse_args(argv)
     for name in ("langgraph", "langgraph.checkpoint.sqlite", "langchain_core"):
         _compare_module(name)
-    options: dict[str, Any] = {
-        "sizes": [int(s) for s in args.sizes.split(",") if s.strip()],
-        "rounds": args.rounds,
-        "turns": args.turns,
-    }
-    if args.quick:
-        options.update(QUICK)
-    result = run(**options)
+    defaults = {"sizes": list(SIZES), "rounds": ROUNDS, "turns": TURNS}
+    result = run(**settle(args, defaults, QUICK))
     out = console()
     out.print(table(result))
-    write_result(out, args.out, result)
-    return 0
+    return finish(out, args.out, result)
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """Turns per second and the node's CPU per turn, with the clients in a process of their own.
 
-``bench.loop``'s throughput part runs the node and its clients on one event loop in one
+Part 3 of ``bench.loop`` (its throughput) runs the node and its clients on one event loop in one
 process, so its CPU per turn also counts the clients' work (submitting, decoding every
 card, delta and result), and that work delays the node's. In production the clients are
 other processes (a Ray job's driver, ``actline ask``). Here the node runs in this process
@@ -19,9 +19,11 @@ commit, extracted with ``git archive <commit> | tar -x -C DIR``): every run is a
 interpreter with one tree first on its path, this tree's runs and the other's
 interleaved, so that both see the same machine. This file only uses what both trees
 have (``actors.Node``, ``actors.Client``, ``bus.Bus``, ``bus.EmbeddedNats``,
-``bench.loop``'s model and node settings).
+``bench.loop``'s model and node settings), and it is copied whole into the run (see
+``run_tree``): it imports nothing of ``bench`` at the top, and a child run parses its few
+options itself (the other tree has no ``bench.harness``).
 
-    python -m bench.loop_split [--conversations 50] [--total-turns 1500] [--runs 3]
+    python -m bench loop_split [--conversations 50] [--total-turns 1500] [--runs 3]
         [--against DIR] [--out bench/results/loop_split.json]
 """
 
@@ -44,7 +46,7 @@ from pathlib import Path
 from typing import Any
 
 HERE = Path(__file__).resolve()
-TREE = HERE.parents[1]
+TREE = HERE.parents[2]
 PREFIX = "bench-split"
 TIMEOUT_S = 60.0
 PROBE = "actline_split_probe"
@@ -195,48 +197,64 @@ def summary(runs: list[dict[str, Any]]) -> dict[str, Any]:
     return {"runs": runs, **{k: med(k) for k in keys}}
 
 
+def _child(argv: list[str]) -> int:
+    """A child run (``--one``): one measurement, printed as one JSON line."""
+    child = argparse.ArgumentParser(prog=PROBE)
+    child.add_argument("--one", action="store_true")
+    child.add_argument("--conversations", type=int, required=True)
+    child.add_argument("--total-turns", type=int, required=True)
+    args = child.parse_args(argv)
+    print(json.dumps(asyncio.run(_one(args.conversations, args.total_turns))))
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.loop_split", description=__doc__)
-    parser.add_argument("--conversations", type=int, default=50)
-    parser.add_argument("--total-turns", type=int, default=1500)
-    parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--against", type=Path, default=None, help="another checkout")
-    parser.add_argument("--out", type=Path, default=None)
-    parser.add_argument("--one", action="store_true", help=argparse.SUPPRESS)
-    args = parser.parse_args(argv)
-    if args.one:  # a child run: print one JSON line
-        print(json.dumps(asyncio.run(_one(args.conversations, args.total_turns))))
-        return 0
+    argv = sys.argv[1:] if argv is None else list(argv)
+    if "--one" in argv:
+        return _child(argv)
     from rich.console import Console
     from rich.progress import Progress
-    from rich.table import Table
 
-    from bench.common import RESULTS, write_result
+    from bench.harness import add_counts, finish, new_table, parser, settle
 
+    cli = parser("loop_split", __doc__)
+    add_counts(
+        cli,
+        conversations="clients, each in its own conversation (50)",
+        total_turns="measured turns per run (1500)",
+        runs="runs per tree (3)",
+    )
+    cli.add_argument("--against", type=Path, default=None, help="another checkout")
+    args = cli.parse_args(argv)
+    options = settle(args, {"conversations": 50, "total_turns": 1500, "runs": 3})
+    conversations, total = options["conversations"], options["total_turns"]
     trees = {"this tree": TREE}
     if args.against is not None:
-        if not (args.against / "actors" / "node.py").is_file():
-            parser.error(
+        layouts = (("actors", "node", "node.py"), ("actors", "node.py"))  # today's, an older one
+        if not any(args.against.joinpath(*parts).is_file() for parts in layouts):
+            cli.error(
                 f"--against {args.against}: not a checkout of actline (no actors/node/node.py)"
             )
         trees["against"] = args.against.resolve()
     runs: dict[str, list[dict[str, Any]]] = {name: [] for name in trees}
     with Progress(transient=True) as progress:
-        task = progress.add_task("interleaved runs", total=args.runs * len(trees))
-        for _ in range(args.runs):
+        task = progress.add_task("interleaved runs", total=options["runs"] * len(trees))
+        for _ in range(options["runs"]):
             for name, tree in trees.items():
-                runs[name].append(run_tree(tree, args.conversations, args.total_turns))
+                runs[name].append(run_tree(tree, conversations, total))
                 progress.advance(task)
     result: dict[str, Any] = {
         "benchmark": "loop.split_throughput",
-        "conversations": args.conversations,
-        "turns": args.total_turns,
+        "conversations": conversations,
+        "turns": total,
         "trees": {name: {"path": str(tree), **summary(runs[name])} for name, tree in trees.items()},
     }
-    title = f"{args.conversations} conversations, {args.total_turns} turns per run"
-    table = Table(title=title + ", the clients in a process of their own")
-    for column in ("tree", "turns/s (runs)", "node CPU/turn (runs)", "client CPU/turn"):
-        table.add_column(column, justify="left" if column == "tree" else "right")
+    title = f"{conversations} conversations, {total} turns per run"
+    table = new_table(
+        title + ", the clients in a process of their own",
+        ("tree", "turns/s (runs)", "node CPU/turn (runs)", "client CPU/turn"),
+        left=("tree",),
+    )
     for name, row in result["trees"].items():
         tps = ", ".join(f"{r['turns_per_s']:.0f}" for r in row["runs"])
         cpu = ", ".join(f"{r['node_cpu_ms_per_turn']:.2f}" for r in row["runs"])
@@ -258,8 +276,7 @@ def main(argv: list[str] | None = None) -> int:
         )
     console = Console()
     console.print(table)
-    write_result(console, args.out or RESULTS / "loop_split.json", result)
-    return 0
+    return finish(console, args.out, result)
 
 
 if __name__ == "__main__":

@@ -5,26 +5,25 @@ of ``--rounds`` rounds alternating between tracing on (the JSONL sink under the 
 by default) and off (no sink: what ``ACTLINE_TRACE=0`` gives), so both see the same
 machine load. Prints the two p50s and the overhead in percent (target: at most 10 %).
 
-    python -m bench.trace_overhead [--blocks 2000] [--turns 40] [--rounds 4]
+    python -m bench trace_overhead [--blocks 2000] [--turns 40] [--rounds 4]
+    python -m bench.loop.trace_overhead [...]
 """
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import platform
-import statistics
 import tempfile
 from pathlib import Path
 
 from rich.console import Console
-from rich.table import Table
 
 from actline.actors.tracing import sinks as trace_sinks
 from actline.bus import EmbeddedNats
 from actline.tools import KnowledgeSpace
-from bench.common import RESULTS, write_result
-from bench.loop import KB, open_case, run_turn
+from bench.harness import add_counts, finish, median_ms, new_table, parser, settle
+from bench.loop.model import KB
+from bench.loop.rounds import open_case, run_turn
 
 TARGET_PCT = 10.0
 """The most a round may slow down with tracing on."""
@@ -50,12 +49,12 @@ async def measure(blocks: int, turns: int, rounds: int) -> dict[str, float]:
                     _, elapsed, _ = await run_turn(
                         case.client, case.model, cid, f"{cid}-{n}", rounds
                     )
-                    samples[on].append(elapsed / rounds * 1000.0)
+                    samples[on].append(elapsed / rounds)
                 await tracer.drain()
                 spans = len(trace_sinks.read(Path(tmp)))
             finally:
                 await case.close()
-    p50_on, p50_off = statistics.median(samples[True]), statistics.median(samples[False])
+    p50_on, p50_off = median_ms(samples[True]), median_ms(samples[False])
     return {
         "on_p50_ms": p50_on,
         "off_p50_ms": p50_off,
@@ -65,20 +64,21 @@ async def measure(blocks: int, turns: int, rounds: int) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m bench.trace_overhead",
-        description=__doc__.splitlines()[0] if __doc__ else None,
+    cli = parser("trace_overhead", __doc__)
+    add_counts(
+        cli,
+        blocks="blocks of the prefilled conversation (2000)",
+        turns="measured turns, alternating (40)",
+        rounds="rounds per turn (4)",
     )
-    parser.add_argument("--blocks", type=int, default=2000)
-    parser.add_argument("--turns", type=int, default=40)
-    parser.add_argument("--rounds", type=int, default=4)
-    parser.add_argument("--out", type=Path, default=RESULTS / "trace_overhead.json")
-    args = parser.parse_args(argv)
+    args = cli.parse_args(argv)
+    options = settle(args, {"blocks": 2000, "turns": 40, "rounds": 4})
     console = Console()
-    figures = asyncio.run(measure(args.blocks, args.turns, args.rounds))
-    table = Table(title=f"tracing on a round ({args.blocks:,}-block conversation)")
-    for name in ("round p50 on", "round p50 off", "overhead", "JSONL records"):
-        table.add_column(name, justify="right")
+    figures = asyncio.run(measure(options["blocks"], options["turns"], options["rounds"]))
+    table = new_table(
+        f"tracing on a round ({options['blocks']:,}-block conversation)",
+        ("round p50 on", "round p50 off", "overhead", "JSONL records"),
+    )
     table.add_row(
         f"{figures['on_p50_ms']:.2f} ms",
         f"{figures['off_p50_ms']:.2f} ms",
@@ -90,15 +90,14 @@ def main(argv: list[str] | None = None) -> int:
     result = {
         "benchmark": "trace_overhead",
         "machine": platform.platform(),
-        "blocks": args.blocks,
-        "turns": args.turns,
-        "rounds": args.rounds,
+        "blocks": options["blocks"],
+        "turns": options["turns"],
+        "rounds": options["rounds"],
         **figures,
         "target_pct": TARGET_PCT,
         "target_met": target,
     }
-    write_result(console, args.out, result)
-    return 0 if target else 1
+    return finish(console, args.out, result, target)
 
 
 if __name__ == "__main__":

@@ -9,7 +9,7 @@ from types import ModuleType
 
 import pytest
 
-from bench import langgraph_side
+from bench.loop import langgraph_side
 
 
 def test_the_benchmark_checks_for_langgraph_before_it_runs_anything(

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from bench import loop_split
+from bench.loop import split as loop_split
 
 ROOT = Path(__file__).resolve().parents[2]
 

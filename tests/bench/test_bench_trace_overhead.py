@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from bench.trace_overhead import TARGET_PCT, main
+from bench.loop.trace_overhead import TARGET_PCT, main
 
 
 def test_the_trace_overhead_benchmark_measures_both_ways_and_writes_its_json(

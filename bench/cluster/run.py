@@ -1,0 +1,115 @@
+"""The cluster benchmark's command line and run (the package's docstring says what it
+measures)."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+
+from bench.cluster.nodes import LATENCY_S, MODELS, ServerFactory, embedded, local_ray
+from bench.cluster.report import summarise, table, targets
+from bench.cluster.scenarios import takeover, throughput
+from bench.harness import add_counts, finish, parser, settle
+
+DEFAULTS: dict[str, Any] = {
+    "rounds": 3,
+    "per_node": 300,
+    "warmup": 40,
+    "takeover": 60,
+    "quiet_wait": 20.0,
+}
+QUICK: dict[str, Any] = {
+    "rounds": 1,
+    "per_node": 12,
+    "warmup": 4,
+    "takeover": 16,
+    "quiet_wait": 0.0,
+}
+
+
+def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
+    cli = parser(
+        "cluster", sys.modules[__package__].__doc__, quick="tiny batches, one round (tests)"
+    )
+    add_counts(
+        cli,
+        rounds="interleaved rounds of every configuration (3)",
+        per_node="timed conversations per node (300)",
+        warmup="warm-up conversations per node (40)",
+        takeover="conversations of the takeover, 0 skips it (60)",
+    )
+    cli.add_argument("--models", default="io,cpu", help="io, cpu or both")
+    cli.add_argument("--sync", action="store_true", help="storage_sync on (fsync commits)")
+    cli.add_argument(
+        "--quiet-wait", type=float, default=None, help="seconds to wait for a quiet machine (20)"
+    )
+    args = cli.parse_args(list(argv) if argv is not None else None)
+    for key, value in settle(args, DEFAULTS, QUICK).items():
+        setattr(args, key, value)
+    models = [m.strip() for m in args.models.split(",") if m.strip()]
+    unknown = [m for m in models if m not in MODELS]
+    if unknown or not models:
+        cli.error(f"--models: {', '.join(unknown) or 'none'}; choose from io, cpu")
+    args.models = models
+    return args
+
+
+def main(argv: Sequence[str] | None = None, servers: ServerFactory = embedded) -> int:
+    args = _parse(argv)
+    console = Console(width=None if sys.stdout.isatty() else 132)
+    runs: list[dict[str, Any]] = []
+    kill = None
+    with local_ray() as ray, tempfile.TemporaryDirectory(prefix="actline-bench-cluster-") as tmp:
+        for round_ in range(args.rounds):
+            for model in args.models:
+                for nodes in (1, 2):
+                    size = {
+                        "per_node": args.per_node,
+                        "warmup": args.warmup,
+                        "sync": args.sync,
+                        "quiet_wait_s": args.quiet_wait,
+                    }
+                    row = throughput(ray, servers, Path(tmp), model=model, nodes=nodes, **size)
+                    runs.append(row | {"round": round_})
+                    console.print(
+                        f"round {round_ + 1} {model} x{nodes}: {row['turns_per_s']:.1f} turns/s, "
+                        f"node CPU {row['node_cpu_ms_per_turn']:.1f} ms/turn, "
+                        f"others {row['others_cores']:.2f} cores"
+                    )
+        if args.takeover:
+            kill = takeover(ray, servers, Path(tmp), conversations=args.takeover, warmup=4)
+    summary = summarise(runs, args.models)
+    result: dict[str, Any] = {
+        "benchmark": "cluster",
+        "latency_s": LATENCY_S,
+        "rounds": args.rounds,
+        "per_node": args.per_node,
+        "warmup_per_node": args.warmup,
+        "storage_sync": args.sync,
+        "cpus": os.cpu_count(),
+        "summary": summary,
+        "takeover": kill,
+        "runs": runs,
+    }
+    result["targets"] = targets(summary, kill)
+    console.print(table(result))
+    lost = [
+        r
+        for r in runs
+        if (r["completed"], r["warmup_completed"]) != (r["turns"], r["warmup_turns"])
+    ]
+    if kill is not None and kill["completed"] != kill["turns"]:
+        lost.append(kill)
+    missed = [name for name, t in result["targets"].items() if not t["met"]]
+    if lost:
+        console.print(f"[red]{len(lost)} run(s) with turns not completed[/red]")
+    if missed:
+        console.print(f"targets missed: {', '.join(missed)}")
+    return finish(console, args.out, result, not lost and not missed)
