@@ -1,4 +1,4 @@
-"""The actor primitive: an asyncio object with a mailbox and one task (DESIGN.md §2).
+"""The actor primitive: an asyncio object with a mailbox and one task.
 
 An actor handles one message at a time, in arrival order, in its own task; nothing
 outside it touches its state. ``tell`` enqueues and returns; ``ask`` enqueues and
@@ -14,7 +14,7 @@ A handler that raises is logged and, for an ask, the exception goes to the asker
 the actor keeps serving. ``stop()`` ends the task after the messages already queued;
 asks still queued when an actor stops or is killed fail with ``ActorStopped``.
 
-Memory (issue 22: a node keeps 10,000 turns waiting, each with two actors): the mailbox is
+Memory (a node keeps 10,000 turns waiting, each with two actors): the mailbox is
 a ``Mailbox`` (a deque and one waiter; ``asyncio.Queue`` keeps four deques and an Event),
 and ``later`` is a timer in the event loop's heap, not a task sleeping.
 """
@@ -120,7 +120,8 @@ class Actor:
     def __init__(self, name: str) -> None:
         self.name = name
         self._mailbox = Mailbox()
-        self._task: asyncio.Task[None] | None = None
+        self._runner: asyncio.Task[None] | None = None
+        """The loop that reads the mailbox (``_run``)."""
         self._children: set[asyncio.Task[Any]] = set()
         self._timers: list[asyncio.TimerHandle] = []
         self._stopping = False
@@ -130,8 +131,8 @@ class Actor:
 
     # -- lifecycle -------------------------------------------------------------------------
     def start(self) -> None:
-        if self._task is None:
-            self._task = asyncio.create_task(self._run(), name=f"actor:{self.name}")
+        if self._runner is None:
+            self._runner = asyncio.create_task(self._run(), name=f"actor:{self.name}")
 
     def ref(self) -> ActorRef:
         """A handle that can only send to this actor."""
@@ -139,7 +140,7 @@ class Actor:
 
     @property
     def running(self) -> bool:
-        return self._task is not None and not self._task.done()
+        return self._runner is not None and not self._runner.done()
 
     @property
     def unread(self) -> int:
@@ -148,12 +149,12 @@ class Actor:
 
     async def stop(self) -> None:
         """Handle what is queued, then end; child tasks are cancelled."""
-        if self._task is None or self._task.done():
+        if self._runner is None or self._runner.done():
             await self._cancel_children()
             return
         self._stopping = True
         self._mailbox.put_nowait(_STOP)
-        await asyncio.shield(self._task)
+        await asyncio.shield(self._runner)
 
     def request_stop(self) -> None:
         """Stop after the messages already queued; safe to call from the actor's own task."""
@@ -165,10 +166,10 @@ class Actor:
         """End now: queued messages are dropped (asks fail with ``ActorStopped``)."""
         self._stopping = True
         self._killed = True
-        if self._task is not None and not self._task.done():
-            self._task.cancel()
+        if self._runner is not None and not self._runner.done():
+            self._runner.cancel()
             try:
-                await self._task
+                await self._runner
             except asyncio.CancelledError:
                 pass
         await self._cancel_children()

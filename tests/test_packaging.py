@@ -1,13 +1,14 @@
 """What installing actline puts into an environment: one top-level name, ``actline``.
 
-The wheel is built from this tree (``pip wheel``, no build isolation: the setuptools of
-the test environment) and unpacked into a folder that a fresh interpreter, started in an
-unrelated folder, imports from. A checkout run in place (pytest, ``python -m``) sees the
-same package tree through ``actline/_layout.py``.
+The wheel is built from a copy of this tree (``pip wheel``, no build isolation: the
+setuptools of the test environment) and unpacked into a folder that a fresh interpreter,
+started in an unrelated folder, imports from. A checkout run in place (pytest,
+``python -m``) sees the same package tree through ``actline/_layout.py``.
 """
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -24,9 +25,14 @@ ROOT = Path(__file__).resolve().parents[1]
 def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("wheel")
     build = tmp_path_factory.mktemp("build")
+    source = build / "actline"  # a clean copy: a stale build/ of the checkout is not packed
+    skip = shutil.ignore_patterns(
+        ".git", ".venv", "build", ".actline*", "__pycache__", "*.egg-info"
+    )
+    shutil.copytree(ROOT, source, ignore=skip)
     pip = [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--quiet"]
     subprocess.run(
-        [*pip, "--wheel-dir", str(out), str(ROOT)],
+        [*pip, "--wheel-dir", str(out), str(source)],
         cwd=build,
         check=True,
         timeout=300,
@@ -41,19 +47,20 @@ def test_the_wheel_has_actline_as_its_only_top_level_name(wheel: Path) -> None:
     assert tops == {"actline"}, tops
     for folder in _layout.FOLDERS:
         assert f"actline/{folder}/__init__.py" in names
-    for module in ("actors/turn/state.py", "tools/sandbox/runner.py", "cli/main.py"):
+    for module in ("actors/turn/state/record.py", "tools/sandbox/runner.py", "cli/main.py"):
         assert f"actline/{module}" in names
     assert any(n.startswith("actline/web/static/") for n in names)
     assert not any(n.startswith(("actline/tests/", "actline/bench/")) for n in names)
 
 
-def test_the_installed_tree_imports_from_an_unrelated_folder_and_leaves_generic_names_free(
+def test_the_installed_tree_imports_beside_a_clone_and_leaves_generic_names_free(
     wheel: Path, tmp_path: Path
 ) -> None:
     site = tmp_path / "site"
     zipfile.ZipFile(wheel).extractall(site)
     elsewhere = tmp_path / "elsewhere"
-    elsewhere.mkdir()
+    (elsewhere / "actline").mkdir(parents=True)  # a clone named actline beside the script
+    (elsewhere / "actline" / "README.md").write_text("not a package\n")
     code = "\n".join(
         [
             "import importlib.util, sys",
@@ -65,8 +72,10 @@ def test_the_installed_tree_imports_from_an_unrelated_folder_and_leaves_generic_
             "print(importlib.util.find_spec('llm'))",
         ]
     )
+    script = elsewhere / "script.py"
+    script.write_text(code + "\n")
     out = subprocess.run(
-        [sys.executable, "-c", code],
+        [sys.executable, str(script)],
         cwd=elsewhere,
         env={"PYTHONPATH": str(site), "PATH": "/usr/bin:/bin"},
         capture_output=True,

@@ -1,4 +1,4 @@
-"""DONE signals from a durable stream: none is lost while no node runs (issue 18).
+"""DONE signals from a durable stream: none is lost while no node runs.
 
 A work-queue stream (``Subjects.done_stream``) captures every agent's own DONE subject
 ``al.agent.<name>.done`` and the shared ``al.agent.done`` (accepted only with
@@ -71,7 +71,7 @@ class DoneQueue:
         self.bus = bus
         self.horizon_s = horizon_s
         self._source = HealingQueue(f"DONE stream {bus.subjects.done_stream}", self._open)
-        self._task: asyncio.Task[None] | None = None
+        self._puller: asyncio.Task[None] | None = None
         self._handling: set[asyncio.Task[None]] = set()
         self._room = asyncio.Semaphore(CONCURRENCY)
         self._started_at = 0.0
@@ -93,14 +93,17 @@ class DoneQueue:
     async def start(self, route: Route) -> None:
         self._started_at = time.time()
         await self._source.open()
-        self._task = asyncio.create_task(self._pull(route), name="dones:pull")
+        self._puller = asyncio.create_task(self._pull(route), name="dones:pull")
 
     async def stop(self) -> None:
-        tasks = [t for t in (self._task, *self._handling) if t is not None]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
-        self._task = None
+        jobs: list[asyncio.Task[None]] = []
+        if self._puller is not None:
+            jobs.append(self._puller)
+        jobs.extend(self._handling)
+        for job in jobs:
+            job.cancel()
+        await asyncio.gather(*jobs, return_exceptions=True)
+        self._puller = None
         self._handling.clear()
         await self._source.close()
 
@@ -116,15 +119,15 @@ class DoneQueue:
             if item is None:
                 self._room.release()
                 continue
-            task = asyncio.create_task(self._handle(item, route), name="dones:route")
-            self._handling.add(task)
-            task.add_done_callback(self._finished)
+            job = asyncio.create_task(self._handle(item, route), name="dones:route")
+            self._handling.add(job)
+            job.add_done_callback(self._finished)
 
-    def _finished(self, task: asyncio.Task[None]) -> None:
-        self._handling.discard(task)
+    def _finished(self, job: asyncio.Task[None]) -> None:
+        self._handling.discard(job)
         self._room.release()
-        if not task.cancelled() and task.exception() is not None:
-            log.error("routing a DONE failed", exc_info=task.exception())
+        if not job.cancelled() and job.exception() is not None:
+            log.error("routing a DONE failed", exc_info=job.exception())
 
     async def _handle(self, item: QueueItem, route: Route) -> None:
         reply = item.headers.get(REPLY_HEADER, "")

@@ -1,4 +1,4 @@
-"""Where a DONE goes (DESIGN.md §2.2): the node's routing of ``agent.done`` signals.
+"""Where a DONE goes: the node's routing of ``agent.done`` signals.
 
 First, who sent it: a DONE on an agent's own subject ``<prefix>.agent.<name>.done`` must
 name that agent (``agent_mismatch`` otherwise: with authentication on, only that agent
@@ -81,7 +81,7 @@ class DoneRouter:
             msg = validate_done(msg, self.services.settings, self.services.clock())
         except InputRefused as exc:
             return refusal(exc)
-        book = self.services.tasks
+        book = self.services.task_book
         signal = msg
         entry = book.get(msg.task_id) if msg.task_id is not None else None
         turn_id = entry.turn_id if entry is not None else msg.turn_id
@@ -169,7 +169,7 @@ async def route_approval(
             code="wrong_subject",
             message=f"the approval is for turn {msg.turn_id}, sent on {subject}",
         )
-    book = services.tasks
+    book = services.task_book
     running = book.running(turn_id)
     if running is None and book.resuming(turn_id):
         running = await book.wait_running(turn_id, RESUME_WAIT_S)

@@ -1,4 +1,4 @@
-"""The node's side of outside agents (issue 19): durable inboxes, presence, the agent list.
+"""The node's side of outside agents: durable inboxes, presence, the agent list.
 
 **Inboxes.** ``send`` stores an ``agent.task`` in the task stream (``Subjects.tasks_stream``,
 LIMITS retention, kept ``TASK_MAX_AGE_S``) on the agent's inbox subject, confirmed by
@@ -65,7 +65,7 @@ from actline.messages import (
     TurnStatus,
 )
 from actline.storage import Store
-from actline.storage.store import pack, unpack
+from actline.storage.layout import pack, unpack
 
 log = logging.getLogger(__name__)
 
@@ -93,7 +93,7 @@ class AgentTasks:
         self._stream: TaskStreamLog | None = None
         self._presence: KvBucket | None = None
         self._subs: list[Subscription] = []
-        self._task: asyncio.Task[None] | None = None
+        self._withdrawing: asyncio.Task[None] | None = None
         self._last_seen: dict[str, tuple[float, str]] = {}
         """Hellos this node saw or read (agent -> when, by which node), for the list."""
         self.withdrawn = 0
@@ -116,17 +116,17 @@ class AgentTasks:
         self._subs.append(
             await self.bus.subscribe(subjects.agents_list, self._on_list, queue=QUEUE)
         )
-        self._task = asyncio.create_task(self._withdraw_forever(), name="agents:withdraw")
+        self._withdrawing = asyncio.create_task(self._withdraw_forever(), name="agents:withdraw")
 
     async def stop(self) -> None:
         for sub in self._subs:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
         self._subs.clear()
-        if self._task is not None:
-            self._task.cancel()
-            await asyncio.gather(self._task, return_exceptions=True)
-            self._task = None
+        if self._withdrawing is not None:
+            self._withdrawing.cancel()
+            await asyncio.gather(self._withdrawing, return_exceptions=True)
+            self._withdrawing = None
 
     async def _open(self) -> TaskStreamLog:
         subjects = self.bus.subjects

@@ -1,4 +1,4 @@
-"""An outside agent's side of its durable inbox (issue 19): hello, pull, beat, answer.
+"""An outside agent's side of its durable inbox: hello, pull, beat, answer.
 
 ``AgentInbox`` is the loop every actline agent runs (``actline agent NAME -- CMD``,
 ``examples/reviewer.py``):

@@ -1,6 +1,6 @@
 """A client of the turn protocol: submit turns, follow their stream, read their results.
 
-Only the public wire contract is used (DESIGN.md §3.1): a ``turn.request`` published
+Only the public wire contract is used (``actline.messages``): a ``turn.request`` published
 to ``al.turn.submit`` (through JetStream, so the submit is confirmed stored),
 ``stream.delta`` / ``react.progress`` / ``turn.accepted`` on ``al.stream.<cid>``, the
 ``turn.result`` on ``al.result.<tid>``, ``react.skip_waiting`` / ``react.cancel`` on

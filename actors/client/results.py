@@ -86,7 +86,8 @@ class ResultLog:
 
 async def open_results(bus: Bus, settings: NodeSettings) -> ResultLog:
     """Create the results stream unless it exists (a node at start); an existing stream
-    keeps its limits. Raises ``SettingsError`` for a retention or cap that cannot work."""
+    keeps its retention and caps. Raises ``SettingsError`` for a retention or cap that cannot
+    work."""
     retention = settings.result_retention_s
     if not (math.isfinite(retention) and retention > 0):
         raise SettingsError(

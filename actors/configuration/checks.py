@@ -1,7 +1,7 @@
 """Validation at the edge: what a turn request, followup, feedback or DONE may carry.
 
 Every number of a turn's ``config`` is of its type, finite and within its bound
-(``CONFIG``); every text within a size limit of the node's settings (``InputLimits``,
+(``CONFIG``); every text within a size bound of the node's settings (``InputSizes``,
 ``ACTLINE_MAX_*``); every timestamp within a window of the node's clock (``TS_PAST_S``
 back, ``TS_FUTURE_S`` ahead), or replaced by the node's clock with the sender's kept as
 ``client_ts``. A refusal is ``InputRefused`` (a ``SettingsError``), whose ``field`` and
@@ -164,7 +164,7 @@ CONFIG: Mapping[str, Number | Name | ProfileChoice] = {
 """Every key a turn request's ``config`` may set, and its bound (docs/limits.md)."""
 
 CHECKED_ELSEWHERE = ("approve_tools",)
-"""Config keys that are not limits: ``approve_tools`` is checked by
+"""Config keys that are not bounded numbers or names: ``approve_tools`` is checked by
 ``actline.actors.turn.approvals`` (``TurnSettings.parse``), and skipped here."""
 
 DEFAULTS: Mapping[str, tuple[str, str]] = {
@@ -218,8 +218,8 @@ def check_defaults(settings: object) -> None:
 # --- sizes ----------------------------------------------------------------------------------
 
 
-class InputLimits(Protocol):
-    """The size limits of the node's settings (``NodeSettings`` is one)."""
+class InputSizes(Protocol):
+    """The size bounds of the node's settings (``NodeSettings`` is one)."""
 
     @property
     def max_text_bytes(self) -> int: ...
@@ -237,7 +237,7 @@ class InputLimits(Protocol):
     def max_artifacts(self) -> int: ...
 
 
-LIMIT_VARS: Mapping[str, str] = {
+SIZE_VARS: Mapping[str, str] = {
     "max_text_bytes": "ACTLINE_MAX_TEXT_BYTES",
     "max_feedback_bytes": "ACTLINE_MAX_FEEDBACK_BYTES",
     "max_attachment_bytes": "ACTLINE_MAX_ATTACHMENT_BYTES",
@@ -246,58 +246,56 @@ LIMIT_VARS: Mapping[str, str] = {
     "max_summary_bytes": "ACTLINE_MAX_SUMMARY_BYTES",
     "max_artifacts": "ACTLINE_MAX_ARTIFACTS",
 }
-"""Each size limit of ``InputLimits`` and its variable."""
+"""Each size bound of ``InputSizes`` and its variable."""
 
 _SIZE = Number(True, 1, 1 << 40)
 
 
 def check_settings(settings: object) -> None:
-    """A node's turn defaults and size limits can work (``NodeSettings`` checks itself)."""
+    """A node's turn defaults and size bounds can work (``NodeSettings`` checks itself)."""
     check_defaults(settings)
-    for name, var in LIMIT_VARS.items():
+    for name, var in SIZE_VARS.items():
         _SIZE.check(var, getattr(settings, name))
 
 
-def validate_request(request: TurnRequest, limits: InputLimits, now: float) -> TurnRequest:
+def validate_request(request: TurnRequest, sizes: InputSizes, now: float) -> TurnRequest:
     """The turn request as the node takes it, or ``InputRefused``: its config checked
-    (``check_config``), its texts and attachments within ``limits``, its ``ts`` within the
+    (``check_config``), its texts and attachments within ``sizes``, its ``ts`` within the
     window of ``now`` (else ``now``, the sender's kept: ``client_ts``)."""
     check_config(request.config)
-    _bytes("text", request.text, limits.max_text_bytes, "ACTLINE_MAX_TEXT_BYTES")
+    _bytes("text", request.text, sizes.max_text_bytes, "ACTLINE_MAX_TEXT_BYTES")
     _bytes("user_id", request.user_id, MAX_USER_ID_BYTES)
     _bytes("timezone", request.timezone, MAX_TIMEZONE_BYTES)
-    _attachments(request.attachments, limits)
+    _attachments(request.attachments, sizes)
     return stamped(request, now)
 
 
-def validate_input(
-    msg: Followup | Feedback, limits: InputLimits, now: float
-) -> Followup | Feedback:
+def validate_input(msg: Followup | Feedback, sizes: InputSizes, now: float) -> Followup | Feedback:
     """A followup or feedback as the node takes it, or ``InputRefused``."""
     if isinstance(msg, Followup):
-        _bytes("text", msg.text, limits.max_text_bytes, "ACTLINE_MAX_TEXT_BYTES")
-        _attachments(msg.attachments, limits)
+        _bytes("text", msg.text, sizes.max_text_bytes, "ACTLINE_MAX_TEXT_BYTES")
+        _attachments(msg.attachments, sizes)
         return stamped(msg, now)
-    _bytes("text", msg.text, limits.max_feedback_bytes, "ACTLINE_MAX_FEEDBACK_BYTES")
+    _bytes("text", msg.text, sizes.max_feedback_bytes, "ACTLINE_MAX_FEEDBACK_BYTES")
     if msg.rating not in RATINGS:
         raise InputRefused("rating", _show(msg.rating), "-1, 0 or 1")
     return stamped(msg, now)
 
 
-def validate_done(msg: DoneSignal, limits: InputLimits, now: float) -> DoneSignal:
+def validate_done(msg: DoneSignal, sizes: InputSizes, now: float) -> DoneSignal:
     """A DONE as the node takes it, or ``InputRefused``: its summary and its artifacts'
     texts within ``max_summary_bytes`` together, at most ``max_artifacts`` artifacts."""
     var = "ACTLINE_MAX_SUMMARY_BYTES"
-    total = _bytes("summary", msg.summary, limits.max_summary_bytes, var)
-    _count("artifacts", msg.artifacts, limits.max_artifacts, "ACTLINE_MAX_ARTIFACTS")
+    total = _bytes("summary", msg.summary, sizes.max_summary_bytes, var)
+    _count("artifacts", msg.artifacts, sizes.max_artifacts, "ACTLINE_MAX_ARTIFACTS")
     for i, artifact in enumerate(msg.artifacts):
         _artifact(f"artifacts[{i}]", artifact)
         total += _size(artifact.text or "")
-    if total > limits.max_summary_bytes:
+    if total > sizes.max_summary_bytes:
         raise InputRefused(
             "summary",
             f"{total} bytes with its artifacts' texts",
-            f"{limits.max_summary_bytes} bytes together ({var})",
+            f"{sizes.max_summary_bytes} bytes together ({var})",
         )
     return stamped(msg, now)
 
@@ -393,8 +391,8 @@ def _count(field: str, items: Sequence[object], limit: int, var: str) -> None:
         raise InputRefused(field, f"{len(items)} items", _per(limit, "items", var))
 
 
-def _attachments(attachments: Sequence[Attachment], limits: InputLimits) -> None:
-    _count("attachments", attachments, limits.max_attachments, "ACTLINE_MAX_ATTACHMENTS")
+def _attachments(attachments: Sequence[Attachment], sizes: InputSizes) -> None:
+    _count("attachments", attachments, sizes.max_attachments, "ACTLINE_MAX_ATTACHMENTS")
     total = 0
     for i, attachment in enumerate(attachments):
         field = f"attachments[{i}]"
@@ -409,12 +407,12 @@ def _attachments(attachments: Sequence[Attachment], limits: InputLimits) -> None
             limit = "one file name: no '/', '..' or control characters, at most 255 characters"
             raise InputRefused(f"{field}.name", _show(attachment.name), limit) from None
         size = len(attachment.data)
-        if size > limits.max_attachment_bytes:
-            limit = _per(limits.max_attachment_bytes, "bytes", "ACTLINE_MAX_ATTACHMENT_BYTES")
+        if size > sizes.max_attachment_bytes:
+            limit = _per(sizes.max_attachment_bytes, "bytes", "ACTLINE_MAX_ATTACHMENT_BYTES")
             raise InputRefused(f"{field}.data", f"{size} bytes", limit)
         total += size
-    if total > limits.max_attachments_bytes:
-        limit = _per(limits.max_attachments_bytes, "bytes", "ACTLINE_MAX_ATTACHMENTS_BYTES")
+    if total > sizes.max_attachments_bytes:
+        limit = _per(sizes.max_attachments_bytes, "bytes", "ACTLINE_MAX_ATTACHMENTS_BYTES")
         raise InputRefused("attachments", f"{total} bytes of data together", limit)
 
 

@@ -1,4 +1,4 @@
-"""Runtime profiles (seed 004, REFERENCE.md §3.2): a name that resolves into a turn's limits
+"""Runtime profiles: a name that resolves into a turn's limits
 and policies.
 
 Four are built in: ``fast``, ``balanced`` (the default), ``deep`` and ``research``. A custom
@@ -175,7 +175,7 @@ class Profile:
     ttl_keep_turns: int = 10
     cache_point_offset_rounds: int = 4
     hide_max_tail_tokens: int = 2000
-    # -- tool responses (REFERENCE.md §3.7) -----------------------------------------------
+    # -- tool responses -------------------------------------------------------------------
     retention: bool = True
     tool_response_max_chars: int = 3600
     tool_response_max_tokens: int = 1200

@@ -224,7 +224,7 @@ class NodeSettings:
             reason = f"ACTLINE_PARK={park!r} must be seconds from 0.05 to 300"
             raise SettingsError("ACTLINE_PARK", str(park), reason)
         parse_patterns(self.approve_tools, "ACTLINE_APPROVE_TOOLS")
-        check_settings(self)  # turn defaults and size limits within docs/limits.md's bounds
+        check_settings(self)  # turn defaults and size bounds within docs/limits.md
         object.__setattr__(self, "profiles", check_custom(self.profiles))
         try:
             resolve(self.profile, self.profiles, where="ACTLINE_PROFILE")
@@ -248,7 +248,7 @@ class NodeSettings:
 
     @property
     def quota(self) -> Quota:
-        """The per-conversation limits of ``actline.storage.quota`` (0: none)."""
+        """The per-conversation caps of ``actline.storage.quota`` (0: none)."""
         return Quota(
             workspace_bytes=self.quota_workspace_bytes,
             block_bytes=self.quota_block_bytes,

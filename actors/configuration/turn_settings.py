@@ -23,7 +23,7 @@ T = TypeVar("T")
 
 @dataclass(frozen=True, slots=True)
 class Limits:
-    """Per-turn guards (DESIGN.md §2.1). The wait timer itself is an effect.
+    """Per-turn guards. The wait timer itself is an effect.
 
     ``max_iterations`` bounds model calls; ``token_budget`` (None: unbounded) bounds
     the tokens reported with model events. Both are checked before every model call,

@@ -6,9 +6,9 @@ state between turns. Its mailbox takes the named messages of ``actline.actors.tu
 running turn's exchanges (``Render``, ``RunTools``, ``Commit``, ``EndTurn``), turn
 requests from the node's queue (``TurnJob``), user input (``UserInput``) and DONEs for
 turns that ended (``RouteDone``). Turns of one conversation run one after the other: a
-turn request that arrives while a turn runs waits in ``queue``.
+turn request that arrives while a turn runs waits in ``backlog``.
 
-Turn lifecycle (seed 000): a new turn opens its header, contributes the user prompt and
+Turn lifecycle: a new turn opens its header, contributes the user prompt and
 attachments, a ``stage.gate`` with the title for a new conversation, persists them with
 a ``running`` turn record, and starts a ``DecisionActor``. A turn id whose record is
 final is answered with the stored result; one whose record says ``running`` (the node
@@ -100,7 +100,8 @@ class ConversationActor(Actor):
         """Model-written compaction summaries and the memory facts
         (``actline.actors.conversation.compactor``)."""
         self.decision_state = DecisionState()
-        self.queue: deque[TurnJob] = deque()
+        self.backlog: deque[TurnJob] = deque()
+        """Turn requests that wait for the running turn to end, in arrival order."""
         self.current: DecisionActor | None = None
         self.current_job: TurnJob | None = None
         self.timezone = "UTC"
@@ -111,7 +112,8 @@ class ConversationActor(Actor):
         self.files = ConversationFiles(
             conversation_id, services.settings, services.store, services.commits
         )
-        self.workspace, self.local = self.files.workspace, self.files.local
+        self.workspace = self.files.workspace
+        self.local = self.files.local
         self.memory = ConversationMemory(
             conversation_id,
             services.store,
@@ -137,7 +139,7 @@ class ConversationActor(Actor):
 
     @property
     def busy(self) -> bool:
-        return self.current is not None or bool(self.queue)
+        return self.current is not None or bool(self.backlog)
 
     @property
     def running_turn(self) -> str | None:
@@ -145,7 +147,9 @@ class ConversationActor(Actor):
 
     def has_turn(self, turn_id: str) -> bool:
         """True when ``turn_id`` runs or waits here (a redelivered request joins it)."""
-        return self.running_turn == turn_id or any(j.request.turn_id == turn_id for j in self.queue)
+        if self.running_turn == turn_id:
+            return True
+        return any(job.request.turn_id == turn_id for job in self.backlog)
 
     # -- dispatch ---------------------------------------------------------------------------
     async def receive(self, message: object) -> object:
@@ -167,7 +171,7 @@ class ConversationActor(Actor):
                 await self._end_turn(message)
                 return None
             case TurnJob():
-                self.queue.append(message)
+                self.backlog.append(message)
                 if self.current is None:
                     await self._next_turn()
                 return None
@@ -190,8 +194,8 @@ class ConversationActor(Actor):
 
     # -- turns -------------------------------------------------------------------------------
     async def _next_turn(self) -> None:
-        while self.current is None and self.queue and not self.lost:
-            job = self.queue.popleft()
+        while self.current is None and self.backlog and not self.lost:
+            job = self.backlog.popleft()
             try:
                 started = await self._begin(job)
             except ConversationLost as exc:
@@ -209,7 +213,7 @@ class ConversationActor(Actor):
                 )
                 started = False
             if not started:
-                await self.services.queue.settle(job.request.turn_id)
+                await self.services.settler.settle(job.request.turn_id)
 
     async def _begin(self, job: TurnJob) -> bool:
         """Start (or resume, or answer again) a turn; False when nothing runs."""
@@ -246,7 +250,7 @@ class ConversationActor(Actor):
             contribute(self.tl, request, turn.profile.as_table(), files)
         else:
             self.tl.begin_turn(request.turn_id, request.ts.timestamp())
-            services.tasks.recover([(self.cid, record)])  # its open agent tasks
+            services.task_book.recover([(self.cid, record)])  # its open agent tasks
             log.info("resuming turn %s after round %s", request.turn_id, record.get("round"))
         self.followups = 0
         await self.compactor.begin_turn(request, turn)
@@ -255,15 +259,17 @@ class ConversationActor(Actor):
             self.ref(), services, request, self.decision_state, turn, resume=record
         )
         self.current = decision
-        services.tasks.turn_started(RunningTurn(request.turn_id, self.cid, decision.ref()))
+        services.task_book.turn_started(RunningTurn(request.turn_id, self.cid, decision.ref()))
         decision.start()
         return True
 
     async def _end_turn(self, end: EndTurn) -> None:
         """The one way a turn ends: its result persisted and published, or handed back."""
-        decision, job = self.current, self.current_job
-        self.current, self.current_job = None, None
-        self.services.tasks.turn_ended(end.turn_id, settled=end.how == "result")
+        decision = self.current
+        job = self.current_job
+        self.current = None
+        self.current_job = None
+        self.services.task_book.turn_ended(end.turn_id, settled=end.how == "result")
         if decision is not None:
             await decision.stop()
         if end.how == "lost":
@@ -287,7 +293,7 @@ class ConversationActor(Actor):
             log.error("turn %s: its result could not be persisted: %s", end.turn_id, exc)
         await self._publish_result(end.result)
         await self.files.close(end.turn_id)
-        await self.services.queue.settle(end.turn_id)
+        await self.services.settler.settle(end.turn_id)
         await self._next_turn()
 
     async def _lose(self, job: TurnJob | None, reason: str) -> None:
@@ -300,9 +306,11 @@ class ConversationActor(Actor):
         try:
             await services.ownership.release(self.cid)
         finally:
-            for queued in [*([job] if job is not None else []), *self.queue]:
-                await services.queue.requeue(queued.request.turn_id)
-            self.queue.clear()
+            if job is not None:
+                await services.settler.requeue(job.request.turn_id)
+            for waiting in self.backlog:
+                await services.settler.requeue(waiting.request.turn_id)
+            self.backlog.clear()
             self.request_stop()
 
     async def _publish_result(self, result: ReActResult) -> None:
@@ -318,7 +326,7 @@ class ConversationActor(Actor):
 
     # -- rounds ------------------------------------------------------------------------------
     async def _render(self, message: Render) -> Rendered:
-        """Apply the writes, queue their commit with the checkpoint, render and answer at
+        """Apply the writes, start their commit with the checkpoint, render and answer at
         once: the commit becomes durable while the model runs, and the decision acts on
         the model's reply only after ``Durable`` (told when it is, with the ownership
         seam's copy done too), so nothing the round does leaves the node before it."""
@@ -332,7 +340,8 @@ class ConversationActor(Actor):
             self._committing = self.spawn(
                 self._durable(started, message.round), f"commit-{message.round}"
             )
-        before, began = self.compactor.compactions, self.services.clock()
+        before = self.compactor.compactions
+        began = self.services.clock()
         usage, forced = await self.compactor.before_render(
             message.model, force=message.force_compaction
         )
@@ -359,7 +368,8 @@ class ConversationActor(Actor):
 
     async def _settled(self) -> None:
         """Wait for the commit in flight (its outcome went to the turn), before the next."""
-        committing, self._committing = self._committing, None
+        committing = self._committing
+        self._committing = None
         if committing is not None:
             await asyncio.wait([committing])
 
@@ -405,8 +415,9 @@ class ConversationActor(Actor):
             self.files.changed()
         for call in message.calls:
             started = time.monotonic()
-            outcomes.append(await self._run_react(call, message.turn_id))
-            diag.react_ran(self.cid, message.turn_id, call, outcomes[-1], started)
+            outcome = await self._run_react(call, message.turn_id)
+            outcomes.append(outcome)
+            diag.react_ran(self.cid, message.turn_id, call, outcome, started)
         await self.compactor.flush()  # [K] notes under memory scope user
         return tuple(outcomes)
 

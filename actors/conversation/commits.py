@@ -20,9 +20,9 @@ from typing import Any
 
 from actline.actors.services.shared import Services
 from actline.messages import diag
-from actline.storage.store import PreparedRound
+from actline.storage.rounds import PreparedRound
 from actline.timeline import Block, Timeline
-from actline.tools.react.core import index_rows
+from actline.tools.react.memsearch import index_rows
 
 
 @dataclass(frozen=True, slots=True)

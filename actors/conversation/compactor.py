@@ -10,7 +10,7 @@
   returned for the turn's usage. A failed or unparsable summary falls back to the
   offline digest with a notice the model sees (``fallbacks`` counts them). Offline
   models keep compacting inside ``Renderer.render`` with the offline digest.
-- Memory facts (``actline.timeline.editing.facts.FactBook``): the book in effect is the timeline's
+- Memory facts (``actline.timeline.facts.FactBook``): the book in effect is the timeline's
   (scope ``conversation``, persisted as its ``fact/`` rows) or the turn's user's
   (scope ``user``, rows in the store's ``ufacts``, written by ``flush``). The stable
   facts of every new ``su:`` record are upserted into it (``harvest``); ``react.write``
@@ -34,7 +34,7 @@ from actline.llm import ModelConfigError, ModelSummarizer, compact, writes_summa
 from actline.llm.config import OFFLINE_MODELS, model_spec
 from actline.messages import TurnRequest, Usage
 from actline.timeline import Renderer, Timeline
-from actline.timeline.editing.facts import FactBook
+from actline.timeline.facts import FactBook
 from actline.timeline.editing.summary import record_of
 from actline.timeline.rendering.announce import AnnounceContext
 

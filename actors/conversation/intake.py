@@ -2,7 +2,7 @@
 
 A turn request, before the loop starts: the turn's header, the user's prompt, one meta
 block per attachment and, for the first turn of a conversation, a ``stage.gate`` with its
-title (seed 000). An inline attachment's bytes go to the turn's workspace first
+title. An inline attachment's bytes go to the turn's workspace first
 (``store_attachments``: ``fi:<turn>.user.attachments/<name>``), so a file that cannot be
 stored leaves nothing on the timeline. A followup joins the running turn, its attachments
 under a message-scoped path (``fi:<turn>.external.followup.attachments/<message>/<name>``);

@@ -3,9 +3,9 @@
 A node connects to NATS, pulls turn requests from the queue all nodes share
 (``actline.actors.node.turn_queue``), hands each to the ConversationActor of its conversation
 (loaded from LMDB on first use) and hosts this node's StreamerActor and
-ToolExecutorActor pools. It routes ``agent.done`` signals to the turn that sent the
-task (DESIGN.md §2.2): straight to a running turn's DecisionActor, else to the
-conversation (a late or duplicate DONE), serves followups and feedback, and the outside
+ToolExecutorActor pools. It routes ``agent.done`` signals to the turn that sent the task
+(``actline.actors.agents.done_routing``): straight to a running turn's DecisionActor, else to
+the conversation (a late or duplicate DONE), serves followups and feedback, and the outside
 agents' hellos and list (``actline.actors.agents.inboxes``: their durable inboxes and presence).
 
 Where conversations live is the ownership seam (``actline.actors.ownership.ownership``), chosen once
@@ -111,7 +111,8 @@ class Node:
         self._conversations: dict[str, ConversationActor] = {}
         self._loading: dict[str, asyncio.Future[ConversationActor]] = {}
         self._holds = Holds()
-        self._tasks: list[asyncio.Task[None]] = []
+        self._background: list[asyncio.Task[None]] = []
+        """The node's own loops (idle eviction, ownership renewal), cancelled by ``stop``."""
         self._subs: list[Subscription] = []
         self.streamer: StreamerActor | None = None
         self.executor: ToolExecutorActor | None = None
@@ -213,11 +214,11 @@ class Node:
             knowledge=self._knowledge,
             external_tools=self.registry.names,
             approval_tools=self.registry.approval_required,
-            tasks=book,
+            task_book=book,
             agents=self.agents,
             local_tools=settings.tool_workers > 0,
             ownership=self.ownership,
-            queue=self.queue,
+            settler=self.queue,
             tracer=tracer,
             embedding=BackgroundEmbedding.of(self._store, settings),
         )
@@ -250,7 +251,7 @@ class Node:
                 subjects.conv_any("feedback"), self._on_input, queue=self.ownership.input_queue
             )
         )
-        recovered = self.services.tasks.recover(
+        recovered = self.services.task_book.recover(
             await asyncio.to_thread(self._store.unfinished_turns)
         )
         if recovered:
@@ -259,8 +260,8 @@ class Node:
         await self.agents.start()
         await self.queue.start(self._take)
         await self.dones.start(DoneRouter(self.services, self.ownership, self.conversation).route)
-        self._tasks.append(asyncio.create_task(self._evict_idle(), name="node:evict"))
-        self._tasks.append(asyncio.create_task(self._renew(), name="node:ownership"))
+        self._background.append(asyncio.create_task(self._evict_idle(), name="node:evict"))
+        self._background.append(asyncio.create_task(self._renew(), name="node:ownership"))
         log.info("node %s serving %s", self.node_id, subjects.turn_submit)
 
     async def stop(self) -> None:
@@ -268,10 +269,10 @@ class Node:
         if not self._started:
             return
         self._started = False
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks.clear()
+        for loop in self._background:
+            loop.cancel()
+        await asyncio.gather(*self._background, return_exceptions=True)
+        self._background.clear()
         for sub in self._subs:
             with contextlib.suppress(Exception):
                 await sub.unsubscribe()
@@ -367,7 +368,7 @@ class Node:
                     continue
                 await conv.kill()
                 if conv.running_turn is not None and self.services is not None:
-                    self.services.tasks.turn_ended(conv.running_turn)
+                    self.services.task_book.turn_ended(conv.running_turn)
                 for tid in self.queue.running():
                     if conv.has_turn(tid):
                         await self.queue.requeue(tid)
@@ -377,7 +378,8 @@ class Node:
             await asyncio.sleep(min(max(self.settings.idle_evict_s / 4, 1.0), 60.0))
             if self.services is None:
                 continue
-            now, idle_s = self.services.clock(), self.settings.idle_evict_s
+            now = self.services.clock()
+            idle_s = self.settings.idle_evict_s
             await evict_idle(
                 self._holds, self._conversations, self.ownership.release, now=now, idle_s=idle_s
             )
@@ -387,7 +389,7 @@ class Node:
         """Skip-waiting or cancel: to the turn's DecisionActor when it runs here."""
         if not isinstance(msg, SkipWaiting | CancelReAct) or self.services is None:
             return
-        running = self.services.tasks.running(msg.turn_id)
+        running = self.services.task_book.running(msg.turn_id)
         if running is not None:
             with contextlib.suppress(ActorStopped):
                 running.decision.tell(Control(msg))

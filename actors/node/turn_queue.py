@@ -1,4 +1,4 @@
-"""The node's side of the durable turn queue (DESIGN.md §3).
+"""The node's side of the durable turn queue.
 
 All nodes share one work-queue stream capturing ``al.turn.submit`` and one durable
 pull consumer (``bus.WorkQueue``). A node pulls one request at a time while it has
@@ -8,7 +8,7 @@ and hands it back at once when another node owns the conversation (``requeue``, 
 ``defer`` for a moment while that node holds the lease). An undecodable request
 becomes a dead letter and is terminated (never redelivered).
 
-Parking (issue 22, ``actline.actors.services.parking``): a turn waiting on outside input (its state
+Parking (``actline.actors.services.parking``): a turn waiting on outside input (its state
 machine in the waiting phase) is ``park``ed by its DecisionActor: it holds no slot and
 gets no heartbeat; its message is handed back with a delayed nak (10 s, growing with
 the number parked up to 300 s), stays unacked in the stream, and each redelivery of it
@@ -23,7 +23,7 @@ its owner, which holds the delivery it parked and needs no fetch of it) is hande
 for ``DEFER_S`` per delivery so far, at most ``ack_wait``, and the pull loop does not
 pause after it: the owner's parked turns do not throttle the other nodes' pulls.
 
-Order (issue 18): a conversation's turns run in the order they were submitted, once,
+Order: a conversation's turns run in the order they were submitted, once,
 whatever crashes. The queue is the record of unfinished turns: a message leaves the
 stream only when its turn's result is stored and published. So before a request is
 handed to its conversation, the node looks at the unsettled messages stored before
@@ -44,7 +44,7 @@ Self-healing: a stream or consumer deleted under a running node is recreated (wi
 a warning) on the next failed pull, or within ``CHECK_EVERY_S`` when pulls go quiet.
 
 Cancellation: ``stop`` cancels the pull loop and the heartbeat and naks what is in
-flight; the handler passed to ``start`` runs in the pull loop's task.
+flight; the handler passed to ``start`` runs in the pull loop.
 """
 
 from __future__ import annotations
@@ -88,7 +88,7 @@ class TurnQueue:
         """Turns waiting on outside input: no slot, no heartbeat
         (``actline.actors.services.parking``)."""
         self._room = asyncio.Event()
-        self._tasks: list[asyncio.Task[None]] = []
+        self._loops: list[asyncio.Task[None]] = []
         self._seen: dict[str, dict[int, str]] = {}
         """Requests read and not known settled: conversation id -> stream sequence -> turn."""
         self._seen_upto = 0
@@ -141,15 +141,15 @@ class TurnQueue:
     async def start(self, take: Take) -> None:
         await self._source.open()
         self._room.set()
-        self._tasks.append(asyncio.create_task(self._pull(take), name="queue:pull"))
-        self._tasks.append(asyncio.create_task(self._heartbeat(), name="queue:heartbeat"))
+        self._loops.append(asyncio.create_task(self._pull(take), name="queue:pull"))
+        self._loops.append(asyncio.create_task(self._heartbeat(), name="queue:heartbeat"))
 
     async def stop(self) -> None:
         """Stop pulling; turns not finished are handed back to the queue (nak)."""
-        for task in self._tasks:
-            task.cancel()
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks.clear()
+        for loop in self._loops:
+            loop.cancel()
+        await asyncio.gather(*self._loops, return_exceptions=True)
+        self._loops.clear()
         for items in [*self._inflight.values(), self.parked.clear()]:
             for item in items:
                 with contextlib.suppress(BusError):

@@ -1,4 +1,4 @@
-"""The durable copy of every conversation's timeline in JetStream (DESIGN.md §6, §8).
+"""The durable copy of every conversation's timeline in JetStream.
 
 Durable copy: the stream ``Subjects.blocks_stream`` on ``Subjects.blocks(cid)`` holds
 one message per persisted round, msgpack::
@@ -47,7 +47,8 @@ from actline.actors.errors import CopyBroken, HeadConflict, NodeNotStarted
 from actline.bus import Bus, EventLog, KeyExists, KvBucket, WrongRevision
 from actline.messages.ids import new_id
 from actline.storage import Store
-from actline.storage.store import PersistedRound, pack, unpack
+from actline.storage.layout import pack, unpack
+from actline.storage.rounds import PersistedRound
 from actline.timeline import Block
 
 log = logging.getLogger(__name__)

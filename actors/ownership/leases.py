@@ -1,4 +1,4 @@
-"""Which node works on which conversation: leases in a JetStream KV bucket (DESIGN.md §6).
+"""Which node works on which conversation: leases in a JetStream KV bucket.
 
 One key per conversation in the bucket ``Subjects.leases_bucket`` (no TTL, history 1),
 naming the node that holds it. ``acquire`` is a create; ``renew`` is an update with
@@ -37,7 +37,7 @@ import time
 
 from actline.actors.errors import NodeNotStarted
 from actline.bus import Bus, BusError, KeyExists, KvBucket, WrongRevision
-from actline.storage.store import pack, unpack
+from actline.storage.layout import pack, unpack
 
 log = logging.getLogger(__name__)
 

@@ -31,9 +31,9 @@ from actline.actors.errors import ConversationLost, HeadConflict
 from actline.bus import Bus, BusError
 from actline.messages import ErrorReply
 from actline.storage import Store
-from actline.storage.store import PersistedRound
+from actline.storage.rounds import PersistedRound
 from actline.timeline import Block
-from actline.tools.react.core import index_rows
+from actline.tools.react.memsearch import index_rows
 
 from .durable import JetStreamCopy, adopt, merge_rounds
 from .leases import KvLeases

@@ -87,7 +87,7 @@ CHANNEL_SPECS: Final = (
     ChannelSpec("canvas", "json", composite={"*": "markdown"}),
     ChannelSpec("usage", "json", replace_citations=False),
 )
-"""The channels of the decision protocol (DESIGN.md §5)."""
+"""The channels of the decision protocol."""
 PRIVATE_CHANNELS: Final = frozenset({"decision"})
 """Channels never streamed to clients."""
 KEYED_CHANNELS: Final = frozenset(s.name for s in CHANNEL_SPECS if s.composite is not None)

@@ -3,7 +3,7 @@
 Rows are embedded when they are committed, not when they are searched: each commit's new
 rows go through the model on a worker thread in the background (newest first, batches of
 ``EMBED_STEP``) and their vectors to the store's embedding cache. While a conversation
-holds no index, its rows join the node's one queue (``BackgroundEmbedding``): every
+holds no index, its rows join the node's one backlog (``BackgroundEmbedding``): every
 conversation's commits share its steps, one worker-thread step at a time, and a text
 queued by several commits is looked up once. The index itself
 (``actline.tools.search.memindex.MemIndex``) is loaded only by the conversation's first search: its
@@ -31,7 +31,8 @@ from actline.tools.embeddings.embedders import (
     loaded_embedder,
 )
 from actline.tools.embeddings.minilm import Embedder
-from actline.tools.search.memindex import MemIndex, cache_vectors, row_texts
+from actline.tools.search.memindex import MemIndex, row_texts
+from actline.tools.search.vectors import cache_vectors
 
 __all__ = ["EMBED_STEP", "SEARCH_WAIT_ROWS", "BackgroundEmbedding", "ConversationMemory"]
 
@@ -67,7 +68,7 @@ async def _load_embedder(embed_model: str, model_cache: Path | None) -> Embedder
 
 
 class BackgroundEmbedding:
-    """A node's queue of committed texts whose conversation holds no index: their vectors
+    """A node's backlog of committed texts whose conversation holds no index: their vectors
     go to the store's cache, newest first, ``EMBED_STEP`` texts per worker-thread step and
     one step at a time, whichever conversations they came from. A text queued twice is
     embedded (or found in the cache) once, and counts for each conversation that queued it
@@ -85,12 +86,12 @@ class BackgroundEmbedding:
         self._vectors = StoreVectors(store)
         self._texts: dict[str, list[ConversationMemory]] = {}
         """Queued text -> the conversations that queued it (insertion order: newest last)."""
-        self._task: asyncio.Task[None] | None = None
+        self._worker: asyncio.Task[None] | None = None
         self._closed = False
 
     @classmethod
     def of(cls, store: Store, settings: NodeSettings) -> BackgroundEmbedding:
-        """The queue of a node with ``settings`` (its model, its home's model cache)."""
+        """The backlog of a node with ``settings`` (its model, its home's model cache)."""
         return cls(store, embed_model=settings.embed_model, model_cache=settings.home / "models")
 
     def __len__(self) -> int:
@@ -101,8 +102,8 @@ class BackgroundEmbedding:
             return
         for text in texts:
             self._texts.setdefault(text, []).append(owner)
-        if self._texts and (self._task is None or self._task.done()):
-            self._task = asyncio.get_running_loop().create_task(
+        if self._texts and (self._worker is None or self._worker.done()):
+            self._worker = asyncio.get_running_loop().create_task(
                 self._run(), name="memsearch:background"
             )
 
@@ -137,9 +138,9 @@ class BackgroundEmbedding:
                     owner.embedded_in_background += 1
 
     async def idle(self) -> None:
-        """Wait until the queue is empty (tests, benchmarks)."""
-        while self._task is not None and not self._task.done():
-            await asyncio.wait([self._task])
+        """Wait until the backlog is empty (tests, benchmarks)."""
+        while self._worker is not None and not self._worker.done():
+            await asyncio.wait([self._worker])
 
     async def aclose(self) -> None:
         """Drop what is queued and wait for the step in flight, which writes to the store
@@ -151,7 +152,7 @@ class BackgroundEmbedding:
 
 class ConversationMemory:
     """The memsearch index of conversation ``cid`` in ``store``, hybrid when ``embeddings``
-    (and the model loads); ``spawn`` starts the background task (the actor's ``spawn``, so
+    (and the model loads); ``spawn`` starts the background job (the actor's ``spawn``, so
     that stopping the actor cancels it)."""
 
     def __init__(
@@ -184,7 +185,7 @@ class ConversationMemory:
             )
         self.background = background
         """Where rows written while no index is loaded wait for their vectors to be cached
-        (the node's queue; a queue of its own when none is given)."""
+        (the node's backlog; a backlog of its own when none is given)."""
         self._embedding: asyncio.Task[None] | None = None
         self._vectors = StoreVectors(store)
         self.embedded_in_background = 0
@@ -209,7 +210,7 @@ class ConversationMemory:
 
     async def _new_index(self) -> MemIndex:
         index = MemIndex(await self._embedder(), self._vectors)
-        index.search_embed_rows = 0  # the background task embeds; a search never waits
+        index.search_embed_rows = 0  # the background job embeds; a search never waits
         return index
 
     async def _embedder(self) -> Embedder | None:
@@ -243,10 +244,10 @@ class ConversationMemory:
 
     async def idle(self) -> None:
         """Wait for the background embedding to finish (tests, benchmarks): this
-        conversation's index and the queue its rows joined."""
-        task = self._embedding
-        if task is not None:
-            await asyncio.wait([task])
+        conversation's index and the backlog its rows joined."""
+        embedding = self._embedding
+        if embedding is not None:
+            await asyncio.wait([embedding])
         await self.background.idle()
 
     async def for_search(self) -> MemIndex:

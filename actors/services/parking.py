@@ -1,4 +1,4 @@
-"""Parked turns: a turn waiting on outside input holds no work slot (issue 22).
+"""Parked turns: a turn waiting on outside input holds no work slot.
 
 A turn whose state machine is in the waiting phase (outside agents' DONEs, or approvals)
 can only be moved by a DONE, a skip, its wait timeout, an approval or a cancel; a

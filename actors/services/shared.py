@@ -2,7 +2,7 @@
 
 ``Services`` bundles the bus, the store, the settings, the in-loop tools, the names of
 the external tools, the node's ``TaskBook`` (the outside-agent tasks it sent and the
-turns running here, so that an ``agent.done`` finds its turn, DESIGN.md §2.2), the
+turns running here, so that an ``agent.done`` finds its turn), the
 agents' durable inboxes (``actline.actors.agents.inboxes``), the turn queue that settles requests,
 and the ownership seam (``actline.actors.ownership.ownership``). These are services handed down to
 the actors, never callbacks into the node.
@@ -62,7 +62,7 @@ class Services:
     settings: NodeSettings
     react: ReactTools
     system_prompt: str
-    queue: Settler
+    settler: Settler
     """Settles each turn's queue message once its result is out (or hands it back)."""
     ownership: Ownership
     """Where conversations live: this node only, or leased with a durable copy."""
@@ -74,7 +74,7 @@ class Services:
     """The registered tools whose calls need approval (``actline.actors.turn.approvals``)."""
     streamer: StreamerActor | None = None
     """This node's streamer pool, called in process (None: use the pool over NATS)."""
-    tasks: TaskBook = field(default_factory=TaskBook)
+    task_book: TaskBook = field(default_factory=TaskBook)
     clock: Callable[[], float] = time.time
     tracer: Tracer = field(default_factory=Tracer)
     """Trace sessions of this node's turns and their sinks (none: spans are not exported)."""
@@ -82,7 +82,7 @@ class Services:
     """This node runs a tool executor: external calls go to ``al.tools.exec.<node>``, where
     the conversation's workspace is (``ToolContext.files``)."""
     embedding: BackgroundEmbedding | None = None
-    """The node's queue of committed rows to embed for conversations holding no memsearch
+    """The node's backlog of committed rows to embed for conversations holding no memsearch
     index (None: each conversation queues its own)."""
     _settings: SettingsMemo | None = field(default=None, init=False, repr=False)
 

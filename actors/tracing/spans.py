@@ -13,7 +13,7 @@ Sinks (``actline.actors.tracing.sinks``) run off the event loop, after the turn,
 thread at a time: sessions that end while an export runs wait and go to the sinks
 together in the next one (a busy node hands its sinks batches, not one thread hop per
 turn). A sink that raises never fails the turn: the session's status becomes
-``partial`` (REFERENCE.md §3.10: success plus a sink failure) and the other sinks still
+``partial`` (success plus a sink failure) and the other sinks still
 get it.
 """
 
@@ -154,7 +154,7 @@ class Tracer:
         self.sessions: dict[str, str] = {}
         """Turn id -> the status its last session ended with (``ok``/``error``/``partial``),
         for the newest ``KEPT_STATUSES`` turns (a node runs for months)."""
-        self._queue: list[tuple[list[Span], dict[str, Any] | None]] = []
+        self._unsent: list[tuple[list[Span], dict[str, Any] | None]] = []
         """Ended sessions and served spans waiting for the exporter."""
         self._exporter: asyncio.Task[None] | None = None
 
@@ -197,13 +197,14 @@ class Tracer:
     def _submit(self, spans: list[Span], session: dict[str, Any] | None) -> None:
         if not self.sinks:
             return
-        self._queue.append((spans, session))
+        self._unsent.append((spans, session))
         if self._exporter is None or self._exporter.done():
             self._exporter = asyncio.get_running_loop().create_task(self._export())
 
     async def _export(self) -> None:
-        while self._queue:
-            batch, self._queue = self._queue, []
+        while self._unsent:
+            batch = self._unsent
+            self._unsent = []
             await asyncio.to_thread(self.export_batch, batch)
 
     def export_now(self, spans: Sequence[Span], session: dict[str, Any] | None) -> str:

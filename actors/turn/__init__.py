@@ -1,7 +1,6 @@
 """One turn: the DecisionActor (``decision``) runs the pure state machine (``state``,
-``transition(state, event) -> (state, effects)``; its vocabulary in ``events``; its
-record in ``decision_state`` and ``checkpoint``; its transitions in ``rounds``,
-``waiting``, ``approval_wait`` and ``steps``) and executes its effects. Beside it,
+``transition(state, event) -> (state, effects)``, a package: its record, checkpoint form
+and transitions by phase; its vocabulary in ``events``) and executes its effects. Beside it,
 pure: the decision channel's contract (``protocol``), the classification of a model
 reply (``reply``), what the sender of a DONE is told (``verdict``), approvals
 (``approvals``), the context watchdog (``watchdog``) and the blocks a turn writes

@@ -1,4 +1,4 @@
-"""Approvals (issue 20): which tool calls wait for a human (or an approver agent).
+"""Approvals: which tool calls wait for a human (or an approver agent).
 
 A call needs approval when its tool matches one of the turn's ``approval_tools`` patterns
 (``fnmatch``, e.g. ``code.*``). The patterns are the union of the node's

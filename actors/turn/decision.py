@@ -2,8 +2,8 @@
 
 ``actline.actors.turn.state.transition`` decides; this actor does. What reaches it becomes an event
 (a model reply, tool outcomes, a DONE or skip/cancel routed by the node, its timers)
-and the effects run in order. Slow work runs in child tasks or other actors that post
-their outcome back, so a cancel or a DONE is handled at once whatever is in flight.
+and the effects run in order. Slow work runs in jobs the actor spawns, or in other actors,
+that post their outcome back, so a cancel or a DONE is handled at once whatever is in flight.
 While the state machine waits on outside input the turn is parked
 (``actline.actors.services.parking``).
 
@@ -12,7 +12,7 @@ exchange with the conversation (``actline.actors.turn.mailbox``: a round is at m
 group commit). A round's commit becomes durable while its model call runs; the reply is
 acted on only after ``Durable``, so a node that dies loses at most the round in flight
 and ``ResumeReAct`` continues it. Every way a turn ends is one ``EndTurn``. Stopping the
-actor cancels its child tasks (an ask in flight is abandoned); ``self.trace`` records
+actor cancels the jobs it spawned (an ask in flight is abandoned); ``self.trace`` records
 the turn's spans (``actline.actors.turn.trace``).
 """
 
@@ -40,7 +40,8 @@ from .blocks import call_block, final_blocks, notes_block, notice_block, signal_
 from .displays import publish_displays, unresolved_notices
 from .protocol import CallLedger, Notice
 from .reply import AGENT_ABSENT, AGENT_SEND, TurnOutput, classify_reply
-from .state import DecisionState, TurnPhase, checkpoint, resume_event, transition
+from .state import DecisionState, TurnPhase, transition
+from .state.checkpoint import checkpoint, resume_event
 from .tool_round import BlockBudget, ToolRound
 from .trace import TurnTrace
 from .verdict import verdict
@@ -72,19 +73,22 @@ class DecisionActor(Actor):
         self.conv = conv
         self.services = services
         self.request = request
-        self.cid, self.tid = request.conversation_id, request.turn_id
+        self.cid = request.conversation_id
+        self.tid = request.turn_id
         self.state = state
         self.resume = resume
         self.turn = turn
-        self.limits = turn.limits
+        """The turn's settings; ``turn.limits`` are its limits as asked (``state.limits`` are
+        those the state machine checks: a resumed turn's may be raised to the rounds made)."""
         self.ledger = CallLedger()
         self.out = TurnOutput(self.cid, self.tid)
         self.notices = 0
         self.pending: list[mb.Write] = []  # on the timeline with the next exchange
-        self.followups_arrived = self.followups_rendered = 0
+        self.followups_arrived = 0
+        self.followups_rendered = 0
         self.best_effort: str | None = None
-        self._model_task: asyncio.Task[None] | None = None
-        self._tools_task: asyncio.Task[None] | None = None
+        self._model_job: asyncio.Task[None] | None = None
+        self._tools_job: asyncio.Task[None] | None = None
         self._round_tools: ToolRound | None = None
         self._timer: asyncio.TimerHandle | None = None
         self._grace: asyncio.Task[None] | None = None
@@ -135,7 +139,8 @@ class DecisionActor(Actor):
             case mb.Durable(round=r):
                 self._durable.add(r)
                 self.trace.durable(r)
-                held, self._held = self._held, None
+                held = self._held
+                self._held = None
                 if held is not None and held.round == r:
                     await self._on_model_reply(held)
             case mb.GraceOver():
@@ -168,20 +173,29 @@ class DecisionActor(Actor):
     async def feed(self, event: ev.Event) -> tuple[ev.Effect, ...]:
         self.state, effects = transition(self.state, event)
         self.trace.fed(event, self.state)
-        self.services.tasks.awaiting(self.tid, [t.task_id for t in self.state.awaited])
+        self.services.task_book.awaiting(self.tid, [t.task_id for t in self.state.awaited])
         for effect in effects:
             await self._execute(effect)
-        if (waiting := self.state.phase is TurnPhase.WAITING) is not self._parked:
+        waiting = self.state.phase is TurnPhase.WAITING
+        if waiting is not self._parked:
             self._parked = waiting  # waiting on outside input holds no work slot
-            await (self.services.queue.park if waiting else self.services.queue.unpark)(self.tid)
+            if waiting:
+                await self.services.settler.park(self.tid)
+            else:
+                await self.services.settler.unpark(self.tid)
         return effects
 
     async def _begin(self) -> None:
-        start = ev.StartReAct(self.tid, self.limits)
-        await self.feed(start if self.resume is None else resume_event(self.resume, self.limits))
+        limits = self.turn.limits
+        if self.resume is None:
+            await self.feed(ev.StartReAct(self.tid, limits))
+        else:
+            await self.feed(resume_event(self.resume, limits))
 
     def _writes(self) -> mb.Writes:
-        writes, self.pending = mb.Writes(tuple(self.pending)), []
+        """What waits for the timeline, taken to travel with the next exchange."""
+        writes = mb.Writes(tuple(self.pending))
+        self.pending = []
         return writes
 
     # -- effects --------------------------------------------------------------------------------
@@ -196,14 +210,14 @@ class DecisionActor(Actor):
                 render = self._render_message(
                     r, record=checkpoint(self.state), force=verdict.compact
                 )
-                self._model_task = self.spawn(self._model_round(render), f"model-{r}")
+                self._model_job = self.spawn(self._model_round(render), f"model-{r}")
             case ev.CancelModel():
                 await self._cancel_model()
             case ev.RunTools(round=r, calls=calls):
                 self._start_tools(r, calls)
             case ev.CancelTools():
-                if self._tools_task is not None:
-                    self._tools_task.cancel()
+                if self._tools_job is not None:
+                    self._tools_job.cancel()
             case ev.SendAgentTask():
                 await self._send_task(effect)
             case ev.StartWaitTimer(generation=g, seconds=s):
@@ -217,7 +231,7 @@ class DecisionActor(Actor):
                     self._timer.cancel()
                     self._timer = None
             case ev.RecordSignal(signal=signal, task_id=task_id):
-                self.services.tasks.answered(task_id)
+                self.services.task_book.answered(task_id)
                 self.pending.append(signal_block(self.tid, signal, task_id, self._now()))
             case ev.RecordLateSignal(signal=signal, reason=reason):
                 self.pending.append(mb.LateSignal(signal, reason))
@@ -257,10 +271,11 @@ class DecisionActor(Actor):
         force: bool = False,
         notices: tuple[str, ...] = (),
     ) -> mb.Render:
-        budget = self.limits.token_budget
+        limits = self.turn.limits
+        budget = limits.token_budget
         announce = AnnounceContext(
             iteration=self.state.round,
-            max_iterations=self.limits.max_iterations,
+            max_iterations=limits.max_iterations,
             budget_tokens=None if budget is None else max(budget - self.state.tokens_used, 0),
             notices=notices,
         )
@@ -308,9 +323,9 @@ class DecisionActor(Actor):
         self.tell(mb.ModelReply(round_, result, render.force_compaction, followups, gated))
 
     async def _cancel_model(self) -> None:
-        if self._model_task is not None:
-            self._model_task.cancel()
-            self._model_task = None
+        if self._model_job is not None:
+            self._model_job.cancel()
+            self._model_job = None
         if self._grace is not None:
             self._grace.cancel()
             self._grace = None
@@ -330,7 +345,7 @@ class DecisionActor(Actor):
         tokens = self.out.add(result)
         if result.error_code == "context_window" and not reply.forced:
             render = self._render_message(reply.round, force=True)
-            self._model_task = self.spawn(self._model_round(render), f"model-{reply.round}-c")
+            self._model_job = self.spawn(self._model_round(render), f"model-{reply.round}-c")
             return
         if result.error_code:
             error = f"{result.error_code}: {result.error}"
@@ -389,7 +404,7 @@ class DecisionActor(Actor):
     async def _best_effort(self, reason: str) -> str:
         """One tool-free model call for an answer when the budget is spent (none when
         its tokens are spent too)."""
-        budget = self.limits.token_budget
+        budget = self.turn.limits.token_budget
         render = None
         if budget is None or self.state.tokens_used < budget:
             notice = remote.BEST_EFFORT_NOTICE.format(reason=reason)
@@ -401,7 +416,7 @@ class DecisionActor(Actor):
     # -- tools and outside agents ---------------------------------------------------------------
     def _start_tools(self, round_: int, calls: tuple[ev.ToolSpec, ...]) -> None:
         """React.* calls go to the conversation (told; ``ReactRan`` comes back), external
-        ones to the tool executors from a child task (``ExternalRan``), at the same time."""
+        ones to the tool executors from a spawned job (``ExternalRan``), at the same time."""
         now = self._now()
         self.pending.extend(call_block(self.tid, c.call_id, c.tool, c.params, now) for c in calls)
         self.trace.tools(round_, calls)
@@ -409,7 +424,7 @@ class DecisionActor(Actor):
         if tools.react:
             self.conv.tell(mb.RunTools(self.tid, round_, tools.react, self._writes()))
         if tools.external:
-            self._tools_task = self.spawn(self._external(round_, tools.external), f"tools-{round_}")
+            self._tools_job = self.spawn(self._external(round_, tools.external), f"tools-{round_}")
 
     async def _external(self, round_: int, calls: tuple[ev.ToolSpec, ...]) -> None:
         outcomes = await remote.call_tools(
@@ -492,9 +507,9 @@ class DecisionActor(Actor):
         self.trace.finish(result, how)
         if how == "lost":
             await self._cancel_model()
-        for task in (self._tools_task, self._timer, self._grace):
-            if task is not None:
-                task.cancel()
+        for job in (self._tools_job, self._timer, self._grace):
+            if job is not None:
+                job.cancel()
         if how == "lost":
             log.warning("turn %s handed back: %s", self.tid, reason)
         self.conv.tell(mb.EndTurn(self.tid, how, self.state, result, self._writes(), reason))

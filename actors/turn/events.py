@@ -140,7 +140,7 @@ class AnswerDeferred:
 
 @dataclass(frozen=True, slots=True)
 class ProtocolViolation:
-    """The reply of round ``round`` broke the decision protocol (DESIGN.md §5)."""
+    """The reply of round ``round`` broke the decision protocol."""
 
     round: int
     code: str

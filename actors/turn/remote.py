@@ -192,7 +192,7 @@ async def send_task(
         done_subject=done,
     )
     entry = TaskEntry(effect.task_id, effect.agent, conversation_id, turn_id, services.clock())
-    services.tasks.add(entry)
+    services.task_book.add(entry)
     status: dict[str, Any] = {"status": "sent", "agent": effect.agent, "task_id": effect.task_id}
     notice = None
     try:
@@ -261,7 +261,7 @@ async def publish_card(
     telemetry, a waiting card's approvals); a card lost is logged."""
     bus = services.bus
     if phase == "waiting":
-        detail = absent_note(services.tasks.absent(turn_id)) + detail
+        detail = absent_note(services.task_book.absent(turn_id)) + detail
     # Built from the turn's own validated ids and the state machine's phase: no re-validation.
     card = ReActProgress(
         conversation_id=conversation_id,

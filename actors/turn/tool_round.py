@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from actline.actors.services.shared import Services
 from actline.storage import Quota, Usage
-from actline.storage.store import pack
+from actline.storage.layout import pack
 from actline.timeline import Block
 from actline.tools.react.core import ReactOutcome
 

@@ -1,4 +1,4 @@
-"""The context watchdog (seed 004, REFERENCE.md §3.3 c): per-round telemetry of a turn, and
+"""The context watchdog: per-round telemetry of a turn, and
 compaction before a hard limit when the context starts to degrade.
 
 Three signals, each against its profile threshold (``actline.actors.configuration.profiles``):

@@ -1,8 +1,8 @@
 """A standalone outside agent for the actor tests, written against the wire contract only.
 
 It uses plain nats-py and msgpack (no actline import) so that it proves an outside
-program can answer tasks with nothing but the documented protocol (DESIGN.md §3.1 and
-``actors/client/agent.py``): it says ``agent.hello`` (``first``) on
+program can answer tasks with nothing but the documented protocol (``docs/architecture.md``
+and ``actors/client/agent.py``): it says ``agent.hello`` (``first``) on
 ``<prefix>.agent.<name>.hello``, pulls its ``agent.task`` maps from the durable consumer the
 ``agent.welcome`` names (acking each on receipt), repeats the hello every ``beat_s``, and
 answers each task with ``agent.done`` maps on the task's ``done_subject`` (its own DONE

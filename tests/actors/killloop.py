@@ -21,7 +21,7 @@ A run (``run_batch``):
   while the one before is unfinished) or each after the previous turn's result.
 - **kills** (``KillPlan``, seeded): the first kill lands right after the first turn of an
   "after accepted" conversation is accepted, so that its second turn is submitted after the
-  restart while the first is unfinished (the reordering of issue 18); later kills land right
+  restart while the first is unfinished (the reordering to rule out); later kills land right
   after some ``turn.accepted`` or after a random delay. The killed node is restarted at once.
 - **what is collected**: every ``turn.result`` of every turn with its arrival time (on the
   client's connection, which stays up), every ``turn.accepted``, and after the run, each

@@ -1,5 +1,5 @@
 """What a kill run came to: ``compare`` it with the same batch run without kills, and sum it
-up in a ``Report`` (issue 18's figures: kills, turns compared, mismatches, what was lost,
+up in a ``Report`` (the figures: kills, turns compared, mismatches, what was lost,
 kill-to-result times).
 
 ``compare`` checks per conversation that the stored turn order equals the submission order
@@ -122,7 +122,7 @@ class Report:
     conversations_out_of_order: list[str]
     kill_to_resume_s: list[float]
     quiet_kill_to_resume_s: list[float]
-    """Resumes that no other kill came before (the 3 s of issue 18 is about these)."""
+    """Resumes that no other kill came before (the resume-time target is about these)."""
     kill_to_result_s: list[float]
     """From the last kill that interrupted a turn to its result, later kills included."""
     quiet_kill_to_result_s: list[float]

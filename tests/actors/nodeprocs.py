@@ -33,7 +33,7 @@ class NodeOptions:
     model_delay_s: float = 0.01
     grace_s: float = 0.0
     ack_wait_s: float | None = None
-    """None: the node's default (the figure issue 18 is about)."""
+    """None: the node's default (the figure the kill runs measure)."""
     env: tuple[tuple[str, str], ...] = ()
 
 

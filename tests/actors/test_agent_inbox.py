@@ -1,4 +1,4 @@
-"""Durable agent inboxes, presence, and DONE bound to the agent's own subject (issue 19), on a
+"""Durable agent inboxes, presence, and DONE bound to the agent's own subject, on a
 real nats-server.
 
 Agents here are ``AgentInbox`` objects, each on its own connection with the credentials of

@@ -1,4 +1,4 @@
-"""Outside agents and DONE over a real nats-server (DESIGN.md §2.1, §2.2).
+"""Outside agents and DONE over a real nats-server.
 
 The first tests run ``agent_process.py``, an outside agent that speaks only the wire
 contract (nats-py + msgpack), in a subprocess; the others answer with

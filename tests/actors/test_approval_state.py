@@ -1,4 +1,4 @@
-"""Approvals in the pure state machine (``actline.actors.turn.state``, issue 20): the approval wait,
+"""Approvals in the pure state machine (``actline.actors.turn.state``): the approval wait,
 its resolutions, the checkpoint that carries it over a restart, and a property over random event
 sequences with crashes: no call that needs approval ever runs without one.
 """
@@ -13,10 +13,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from actline.actors.configuration.profiles import parse_patterns
 from actline.actors.configuration.settings import NodeSettings, load_mcp_config
 from actline.actors.configuration.turn_settings import Limits
 from actline.actors.errors import InputRefused, McpConfigError, SettingsError
-from actline.actors.configuration.profiles import parse_patterns
 from actline.actors.turn.approvals import approval_reply, gate, needs_approval
 from actline.actors.turn.events import (
     ApprovalDecided,
@@ -35,7 +35,8 @@ from actline.actors.turn.events import (
     ToolSpec,
     WaitTimeout,
 )
-from actline.actors.turn.state import DecisionState, TurnPhase, checkpoint, resume_event, transition
+from actline.actors.turn.state import DecisionState, TurnPhase, transition
+from actline.actors.turn.state.checkpoint import checkpoint, resume_event
 from actline.messages import Ack, ErrorReply
 
 from .test_state import (

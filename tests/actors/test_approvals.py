@@ -1,4 +1,4 @@
-"""Approvals (issue 20) in real turns: a node over the real nats-server, LMDB in a temp dir,
+"""Approvals in real turns: a node over the real nats-server, LMDB in a temp dir,
 a scripted model (ReplayModel) and a tool that records every call it gets.
 
 Granted: the tool runs after the approval and the model's next round sees its result.

@@ -18,7 +18,8 @@ from actline.actors.ownership.ownership import ClusterOwnership
 from actline.bus import Bus, EmbeddedNats, KvBucket
 from actline.messages import Subjects
 from actline.storage import Store
-from actline.storage.store import PersistedRound, pack, unpack
+from actline.storage.layout import pack, unpack
+from actline.storage.rounds import PersistedRound
 from actline.timeline import Block, SourceRow, Timeline
 from actline.timeline.blocks import NOTE, TOOL_RESULT
 from actline.timeline.snapshot import plan_key, source_key, split

@@ -1,4 +1,4 @@
-"""Diagnostic logs of a real turn (seed 002's categories, plus BUS and STORE): at INFO ids,
+"""Diagnostic logs of a real turn (the AI-* categories, plus BUS and STORE): at INFO ids,
 sizes and timings only, never the prompt or a tool's payload; at DEBUG the bodies, as the
 README says; the JSON format; the CLI's flags and variables."""
 

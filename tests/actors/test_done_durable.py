@@ -1,4 +1,4 @@
-"""DONEs and open agent tasks survive a node restart (issue 18): a real node process whose
+"""DONEs and open agent tasks survive a node restart: a real node process whose
 turn waits on the outside agent ``reviewer`` is SIGKILLed.
 
 A: the DONE (with its task id) is sent while no node runs: the sender is told it was stored

@@ -304,7 +304,7 @@ async def test_an_ask_queued_behind_a_handler_fails_with_actor_stopped_on_kill()
 
 
 async def test_the_ask_being_handled_when_the_actor_is_killed_fails_with_actor_stopped() -> None:
-    """Pending asks fail with a named error (CONVENTIONS 11), and the asker was never
+    """Pending asks fail with a named error (``ActorStopped``), and the asker was never
     cancelled, so a ``CancelledError`` there would look like its own cancellation."""
     actor = Gated()
     actor.start()

@@ -1,5 +1,5 @@
 """Repeated SIGKILLs of a real node process during a batch of multi-turn conversations, compared
-with the same batch run without kills (issue 18): every conversation's turns are stored in the
+with the same batch run without kills: every conversation's turns are stored in the
 order they were submitted, each turn once and contiguous, and every turn is answered exactly
 once with the answer and status of the run without kills. Nothing is lost.
 

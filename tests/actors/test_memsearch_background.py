@@ -25,8 +25,9 @@ from actline.storage import Store
 from actline.timeline import Block, Timeline
 from actline.timeline.blocks import COMPLETION, USER_PROMPT
 from actline.timeline.paths import ar_path
-from actline.tools.react.core import ReactContext, ReactTools, index_rows
-from actline.tools.search.memindex import vector_key
+from actline.tools.react.core import ReactContext, ReactTools
+from actline.tools.react.memsearch import index_rows
+from actline.tools.search.vectors import vector_key
 
 from ..tools import memfixture
 from ..waiting import until

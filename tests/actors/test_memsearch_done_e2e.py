@@ -3,7 +3,7 @@
 Turn 1 sends a task to the reviewer, whose DONE (``Client.send_done``) is applied; two more
 turns talk about other things; turn 4 asks "what did the reviewer say?" through
 ``react.memsearch`` and reads the hit's ``block_path`` with ``react.read``. The DONE's
-memsearch row was written with its turn (``actline.tools.react.core.index_rows``).
+memsearch row was written with its turn (``actline.tools.react.memsearch.index_rows``).
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Waiting turns hold no work slot (issue 22, ``actline.actors.services.parking``), over a real
+"""Waiting turns hold no work slot (``actline.actors.services.parking``), over a real
 nats-server.
 
 A node with ``max_active_turns=2`` and a short park delay (so parked messages come back

@@ -41,7 +41,7 @@ def same_settings(a: Profile, b: Profile) -> bool:
 
 
 def test_the_built_ins_carry_the_original_limits_and_thresholds() -> None:
-    """REFERENCE.md §3.2: tool-response limits, watchdog thresholds and turns kept."""
+    """The built-in profiles' tool-response limits, watchdog thresholds and turns kept."""
     table = {
         "fast": (2400, 800, 1200, 0.7, 0.65, 6, 9000),
         "balanced": (3600, 1200, 1800, 0.6, 0.55, 8, 17000),

@@ -57,15 +57,9 @@ from actline.actors.turn.events import (
     WaitTimeout,
     event_from_message,
 )
-from actline.actors.turn.state import (
-    RUNNING,
-    DecisionState,
-    QueuedDone,
-    TurnPhase,
-    checkpoint,
-    resume_event,
-    transition,
-)
+from actline.actors.turn.state import DecisionState, TurnPhase, transition
+from actline.actors.turn.state.checkpoint import checkpoint, resume_event
+from actline.actors.turn.state.record import RUNNING, QueuedDone
 
 T = TypeVar("T")
 TURN = "turn-1"

@@ -406,7 +406,7 @@ async def test_sessions_that_end_during_an_export_reach_the_sinks_together_in_th
         session.start("round", round=1)
         session.finish("ok", rounds=1)
         if turn == "t-1":
-            await until(lambda: tracer._exporter is not None and not tracer._queue)
+            await until(lambda: tracer._exporter is not None and not tracer._unsent)
     held.release.set()
     await tracer.aclose()
     assert held.exports == [["t-1"], ["t-2", "t-3"]]  # two thread hops for three turns

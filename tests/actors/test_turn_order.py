@@ -1,5 +1,5 @@
 """A conversation's turns run in submission order whatever holds an earlier one, and the
-queue heals when its stream is deleted under a running node (issue 18)."""
+queue heals when its stream is deleted under a running node."""
 
 from __future__ import annotations
 

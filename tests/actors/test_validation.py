@@ -20,7 +20,7 @@ from actline.actors import NodeSettings
 from actline.actors.client.client import Client
 from actline.actors.configuration.checks import (
     CONFIG,
-    LIMIT_VARS,
+    SIZE_VARS,
     TS_FUTURE_S,
     TS_PAST_S,
     Name,
@@ -371,7 +371,7 @@ def test_the_docs_table_names_every_config_key_and_limit_variable() -> None:
     text = DOCS.read_text(encoding="utf-8")
     for key in CONFIG:
         assert re.search(rf"^\| `{key}` \|", text, re.M), key
-    for name, var in LIMIT_VARS.items():
+    for name, var in SIZE_VARS.items():
         assert f"`{var}`" in text and f"{getattr(NodeSettings(), name)} " in text, var
     readme = (DOCS.parents[1] / "README.md").read_text(encoding="utf-8")
     assert "docs/limits.md" in readme

@@ -3,9 +3,10 @@ unknown keys whose values are floats (inf, nan, -0.0, huge), ints of any size, b
 strings, None and nested containers.
 
 Property: ``parse`` either returns settings whose every numeric field is finite and within
-its bound (``actors.limits.CONFIG``, docs/limits.md), each given value taken as given, or
-raises a ``SettingsError`` naming a ``config.<key>`` that is unknown or out of its bound;
-which of the two happens is decided independently here from the bounds.
+its bound (``actline.actors.configuration.checks.CONFIG``, docs/limits.md), each given
+value taken as given, or raises a ``SettingsError`` naming a ``config.<key>`` that is
+unknown or out of its bound; which of the two happens is decided independently here from
+the bounds.
 """
 
 from __future__ import annotations
