@@ -15,7 +15,7 @@ wrong values) must not; matching ignores case, runs of white space and markdown 
 (`` ` `` and ``*``). ``expect_tools`` are tool names the case's trajectory (every turn) should
 use. A case needs at least one of the three lists. ``profile`` overrides the run's profile.
 
-Scores, per REFERENCE.md §3.11 (the original ``smart/eval.ts``):
+Scores, as the original harness (``smart/eval.ts``) computes them:
 
 - ``recall`` = expected facts found / expected (1.0 with none);
 - ``obsolete_drop`` = forbidden phrases absent / forbidden (1.0 with none);
@@ -292,7 +292,7 @@ def _cost_score(tokens: float) -> float:
 
 
 def _weighted(*parts: float) -> float:
-    """The §3.11 score of (task success, trajectory, tool precision, recovery, cost score)."""
+    """The weighted score of (task success, trajectory, tool precision, recovery, cost score)."""
     return sum(w * p for w, p in zip(WEIGHTS.values(), parts, strict=True))
 
 
@@ -311,7 +311,7 @@ def usage_cost(usage: Usage) -> float:
 
 
 def score_case(case: EvalCase, run: CaseRun) -> CaseScore:
-    """Score one case's run by REFERENCE.md §3.11 (see the module docstring)."""
+    """Score one case's run (the scores of the module docstring)."""
     missing = [f for f in case.expect_facts if not contains(run.answer, f)]
     found = [f for f in case.forbid if contains(run.answer, f)]
     recall = _ratio(len(case.expect_facts) - len(missing), len(case.expect_facts))

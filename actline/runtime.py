@@ -8,7 +8,15 @@
 A ``Runtime`` connects to ``config.nats_url`` (or starts an embedded nats-server with JetStream
 when there is none), optionally runs a node in this process (``node=True``, the default: LMDB
 under ``config.node.home``, the configured model, the knowledge folder) and submits turns with
-an ``actors.Client``. Start-up problems raise ``ConfigError`` with one line naming the fix.
+an ``actline.actors.Client``. Start-up problems raise ``ConfigError`` with one line naming the fix.
+
+The runtime composes that client rather than re-wrapping it: ``rt.client`` is the connected
+``Client`` for the whole turn protocol (``fetch_result``, ``watch``, ``pending``, ``decide``,
+``followup`` by ids, ...). ``Runtime`` keeps only what adds to it: starting and closing the
+node and the connection, the channel subscribers of ``submit`` / ``ask`` / ``stream``, the
+facade's errors (``ConfigError``) and defaults (who decides an approval, the reason a control
+gives, the latest turn for ``feedback``), and the few short forms the documentation shows
+(``followup(handle, ...)``, ``skip_waiting``, ``cancel``, ``send_done``, ``result``).
 
 Per-channel subscribers: ``rt.subscribe("canvas", fn)`` calls ``fn(delta)`` with every
 ``StreamDelta`` of that channel (``"*"``: every channel) of each turn this runtime submits
@@ -86,7 +94,8 @@ async def follow(handle: TurnHandle, *, timeout: float = DEFAULT_TIMEOUT) -> Asy
 
 
 class Runtime:
-    """An actline runtime: a NATS connection, a client, and optionally a node."""
+    """An actline runtime: a NATS connection, the ``Client`` on it (``client``), and
+    optionally a node in this process."""
 
     def __init__(
         self,
@@ -138,6 +147,7 @@ class Runtime:
 
     @property
     def client(self) -> Client:
+        """The connected client of the turn protocol (``RuntimeNotStarted`` before ``start``)."""
         if self._client is None:
             raise RuntimeNotStarted("Runtime.client")
         return self._client
@@ -308,20 +318,46 @@ class Runtime:
         async for event in follow(handle, timeout=timeout):
             yield event
 
+    # -- short forms of the client's calls (documented; the rest: ``rt.client``) ------------------
     async def result(self, turn_id: str) -> ReActResult | None:
-        """The stored result of any turn (the results stream keeps each for
-        ``ACTLINE_RESULT_RETENTION``); None when it is unknown, unfinished or expired.
-        Raises ``StreamMissing`` when this NATS has no results stream."""
+        """``client.fetch_result``: the stored result of any turn (the results stream keeps
+        each for ``ACTLINE_RESULT_RETENTION``); None when it is unknown, unfinished or
+        expired. Raises ``StreamMissing`` when this NATS has no results stream."""
         return await self.client.fetch_result(turn_id)
 
     async def followup(
         self, handle: TurnHandle, text: str, *, attachments: Sequence[Attachment] = ()
     ) -> Ack | ErrorReply:
-        """A user message (and its files) that joins the running turn."""
+        """A user message (and its files) that joins the running turn of ``handle``
+        (``client.followup`` by ids)."""
         return await self.client.followup(
             handle.conversation_id, handle.turn_id, text, attachments=attachments
         )
 
+    async def skip_waiting(self, turn_id: str) -> None:
+        """Stop the turn waiting for outside agents, giving the user as the reason."""
+        await self.client.skip_waiting(turn_id, "the user skipped waiting")
+
+    async def cancel(self, turn_id: str) -> None:
+        """Cancel the turn, giving the user as the reason."""
+        await self.client.cancel(turn_id, "the user cancelled the turn")
+
+    async def send_done(
+        self,
+        agent: str,
+        summary: str,
+        *,
+        task_id: str | None = None,
+        turn_id: str | None = None,
+        artifacts: Sequence[messages.ArtifactRef] = (),
+    ) -> Ack | ErrorReply:
+        """Answer an outside agent's task (``agent.done``); the node says if it applied
+        (``client.send_done``, which also takes ``signal_id``, ``timeout``, ...)."""
+        return await self.client.send_done(
+            agent, summary, task_id=task_id, turn_id=turn_id, artifacts=artifacts
+        )
+
+    # -- feedback and approvals: the facade's defaults and errors around the client --------------
     async def feedback(
         self,
         conversation_id: str,
@@ -362,12 +398,6 @@ class Runtime:
             raise ConfigError(f"conversation {conversation_id!r} has no turn yet")
         return turns[-1]
 
-    async def skip_waiting(self, turn_id: str) -> None:
-        await self.client.skip_waiting(turn_id, "the user skipped waiting")
-
-    async def cancel(self, turn_id: str) -> None:
-        await self.client.cancel(turn_id, "the user cancelled the turn")
-
     async def approve(
         self,
         turn_id: str,
@@ -379,8 +409,16 @@ class Runtime:
     ) -> Ack | ErrorReply:
         """Approve the turn's pending tool call ``approval_id`` (None: every pending one);
         the node running the turn says whether it applied (``ErrorReply`` ``no_node`` when
-        none answered, ``not_waiting``, ``unknown_approval``)."""
-        return await self._decide(turn_id, True, approval_id, reason, by, timeout)
+        none answered, ``not_waiting``, ``unknown_approval``). ``by`` defaults to the
+        outside agent's name, else the local user."""
+        return await self.client.decide(
+            turn_id,
+            True,
+            approval_id=approval_id,
+            by=by or self._who(),
+            reason=reason,
+            timeout=timeout,
+        )
 
     async def deny(
         self,
@@ -393,20 +431,9 @@ class Runtime:
     ) -> Ack | ErrorReply:
         """Deny a pending tool call (None: every pending one): it does not run, and the
         model sees the denial (who, why) next round. Answers as ``approve``."""
-        return await self._decide(turn_id, False, approval_id, reason, by, timeout)
-
-    async def _decide(
-        self,
-        turn_id: str,
-        approved: bool,
-        approval_id: str | None,
-        reason: str,
-        by: str,
-        timeout: float,
-    ) -> Ack | ErrorReply:
         return await self.client.decide(
             turn_id,
-            approved,
+            False,
             approval_id=approval_id,
             by=by or self._who(),
             reason=reason,
@@ -424,20 +451,6 @@ class Runtime:
             return getpass.getuser()
         except (KeyError, OSError):
             return self.role
-
-    async def send_done(
-        self,
-        agent: str,
-        summary: str,
-        *,
-        task_id: str | None = None,
-        turn_id: str | None = None,
-        artifacts: Sequence[messages.ArtifactRef] = (),
-    ) -> Ack | ErrorReply:
-        """Answer an outside agent's task (``agent.done``); the node says if it applied."""
-        return await self.client.send_done(
-            agent, summary, task_id=task_id, turn_id=turn_id, artifacts=artifacts
-        )
 
     # -- stored conversations ----------------------------------------------------------------------
     def check_conversation(self, conversation_id: str) -> None:

@@ -1,6 +1,7 @@
 """The per-node LMDB store: block log, snapshot headers, turn log, path index, artifacts.
 
-See ``actline.storage.store`` for the layout, the transaction and locking rules.
+See ``actline.storage.layout`` for the layout, ``actline.storage.environment`` for the
+transaction and locking rules and ``actline.storage.store`` for the parts of ``Store``.
 """
 
 from . import artifacts, quota
@@ -13,8 +14,10 @@ from .errors import (
     StorageError,
     StoreFull,
 )
+from .outline import Outline, TurnBrief
 from .quota import Quota, Usage
-from .store import Loaded, Outline, Store, TurnBrief
+from .reads import Loaded
+from .store import Store
 from .workspace import FileStat, Workspace
 
 __all__ = [

@@ -43,6 +43,12 @@ its own transaction; a ``files/`` or ``outputs/`` write that would take a counte
 workspace's ``Quota`` raises ``QuotaExceeded`` before anything is put (attachments are counted,
 never refused). ``check_room`` checks a batch of writes at once, so a tool stores it whole or
 not at all.
+
+Who owns what of the workspace: this module the ``fi:`` semantics, the path checks and the one
+write path of both modes (``WorkspaceBase``) and the custom mode's LMDB storage
+(``Workspace``); ``actline.tools.workspace.workspace`` the choice of mode (``open_workspace``)
+and the files on disk (``LocalTree``); ``actline.tools.workspace.git`` the git mode; the
+react.* tools that use it are ``actline.tools.react.files`` and ``actline.tools.react.write``.
 """
 
 from __future__ import annotations
@@ -70,7 +76,7 @@ from .errors import NotStored
 from .quota import Quota, Usage, add_txn, usage_txn
 from .store import Store, pack, unpack
 
-__all__ = ["DURABLE_AREAS", "FileStat", "Workspace"]
+__all__ = ["DURABLE_AREAS", "FileStat", "Workspace", "WorkspaceBase"]
 
 T = TypeVar("T")
 DURABLE_AREAS = ("files",)
@@ -152,7 +158,118 @@ def _refuse_folder(path: str, rel: str) -> None:
         raise PathError("bad_segment", path, "a folder is not a file; end the path with a name")
 
 
-class Workspace:
+class WorkspaceBase:
+    """What both workspace modes share: the one write path and the checks of every path.
+
+    ``write``, ``write_followup_attachment`` and ``delete`` check a rel (absolute or folder
+    paths, the grammar, names the mode cannot keep) and date the change once for both modes,
+    then hand it to the mode: ``_put`` stores one version, ``_remove`` writes a tombstone.
+    ``Workspace`` (below) keeps the versions in LMDB; the git mode
+    (``actline.tools.workspace.git.GitWorkspace``) keeps them as commits of a git history.
+    """
+
+    conversation_id: str
+
+    def write(
+        self,
+        turn_id: str,
+        area: str,
+        rel: str,
+        data: bytes,
+        *,
+        mime: str = "",
+        ts: float | None = None,
+    ) -> str:
+        """Write a version of ``<area>/<rel>`` in ``turn_id``; returns ``fi:<turn>.<area>/<rel>``.
+
+        ``area`` is ``files``, ``outputs`` or ``user.attachments`` (see
+        ``write_followup_attachment`` for the fourth).
+        """
+        _refuse_absolute(turn_id, area, rel)
+        path = fi_path(turn_id, area, rel)
+        _refuse_folder(path, rel)
+        self._refuse_unstorable(path, rel)
+        return self._put(turn_id, area, rel, path, data, mime, _when(ts))
+
+    def write_followup_attachment(
+        self,
+        turn_id: str,
+        message_id: str,
+        name: str,
+        data: bytes,
+        *,
+        mime: str = "",
+        ts: float | None = None,
+    ) -> str:
+        """Store a file attached to a followup message; returns its ``fi:`` path."""
+        _refuse_absolute(turn_id, FOLLOWUP_AREA, name)
+        rel = f"{message_id}/{name}"
+        path = _logical(turn_id, FOLLOWUP_AREA, rel)
+        self._refuse_unstorable(path, rel)
+        return self._put(turn_id, FOLLOWUP_AREA, rel, path, data, mime, _when(ts))
+
+    def delete(self, turn_id: str, area: str, rel: str, *, ts: float | None = None) -> str:
+        """Write a tombstone for ``<area>/<rel>`` in ``turn_id``; returns the deleted path.
+
+        ``NotStored("file", path)`` when the file is not live as of that turn.
+        """
+        _refuse_absolute(turn_id, area, rel)
+        path = _logical(turn_id, area, rel)
+        _refuse_folder(path, rel)
+        return self._remove(turn_id, area, rel, path, _when(ts))
+
+    # -- what a mode implements ------------------------------------------------------------------
+
+    def _refuse_unstorable(self, path: str, rel: str) -> None:
+        """``PathError`` for a written name this mode cannot keep (every name fits LMDB)."""
+
+    def _put(
+        self, turn_id: str, area: str, rel: str, path: str, data: bytes, mime: str, when: float
+    ) -> str:
+        """Store ``data`` as the version of ``<area>/<rel>`` in ``turn_id``; returns ``path``."""
+        raise NotImplementedError
+
+    def _remove(self, turn_id: str, area: str, rel: str, path: str, when: float) -> str:
+        """Write the tombstone of ``<area>/<rel>`` in ``turn_id``; returns ``path``."""
+        raise NotImplementedError
+
+    # -- path checks of the reads ----------------------------------------------------------------
+
+    def _parse(self, path: str | LogicalPath) -> tuple[LogicalPath, str]:
+        """A ``fi:`` path parsed, and as text; ``PathError`` for any other path."""
+        lp = parse_path(path) if isinstance(path, str) else path
+        text = path if isinstance(path, str) else str(path)
+        if lp.prefix != "fi" or lp.turn_id is None:
+            detail = "the workspace holds fi: paths only; write fi:<turn>.files/<rel>"
+            raise PathError("unknown_prefix", text, detail)
+        return lp, text
+
+    def _folder(self, path: str | LogicalPath) -> tuple[LogicalPath, str, str]:
+        """A ``listdir`` path: the parsed path, its turn and the rel prefix it lists
+        (``fi:t3.files/bundle`` reads as the folder ``fi:t3.files/bundle/``)."""
+        lp, text = self._parse(path)
+        turn_id = lp.turn_id
+        assert turn_id is not None
+        if lp.name not in ("files", "outputs"):
+            detail = f"only files/ and outputs/ hold folders; use tree({turn_id!r}, {lp.name!r})"
+            raise PathError("bad_area", text, detail)
+        return lp, turn_id, lp.rel if lp.is_folder else lp.rel + "/"
+
+
+def _check_rel(area: str, rel: str) -> None:
+    """``PathError`` (path: ``<area>/<rel>``) unless ``versions`` may be asked about the rel."""
+    try:
+        _logical("_", area, rel)
+    except PathError as exc:
+        raise PathError(exc.rule, f"{area}/{rel}", exc.detail) from None
+    _refuse_folder(f"{area}/{rel}", rel)
+
+
+def _when(ts: float | None) -> float:
+    return time.time() if ts is None else ts
+
+
+class Workspace(WorkspaceBase):
     """The ``fi:`` files of one conversation, every version kept, addressed by turn."""
 
     def __init__(self, store: Store, conversation_id: str, *, quota: Quota | None = None) -> None:
@@ -297,8 +414,20 @@ class Workspace:
     # -- writing ---------------------------------------------------------------------------------
 
     def _put(
+        self, turn_id: str, area: str, rel: str, path: str, data: bytes, mime: str, when: float
+    ) -> str:
+        row = {"rel": rel, "turn_id": turn_id, "size": len(data), "mime": mime, "ts": when}
+        return self._commit(turn_id, area, rel, path, row, data)
+
+    def _remove(self, turn_id: str, area: str, rel: str, path: str, when: float) -> str:
+        row = {"rel": rel, "turn_id": turn_id, "deleted": True, "ts": when}
+        return self._commit(turn_id, area, rel, path, row, None)
+
+    def _commit(
         self, turn_id: str, area: str, rel: str, path: str, row: dict[str, Any], data: bytes | None
     ) -> str:
+        """Put ``row`` (``data``: its bytes; None: a tombstone) in one write transaction."""
+
         def fn(txn: lmdb.Transaction) -> str:
             ordinal = self._ordinal_txn(txn, turn_id, create=True)
             assert ordinal is not None
@@ -354,67 +483,7 @@ class Workspace:
 
         return self.store.read(fn)
 
-    def write(
-        self,
-        turn_id: str,
-        area: str,
-        rel: str,
-        data: bytes,
-        *,
-        mime: str = "",
-        ts: float | None = None,
-    ) -> str:
-        """Write a version of ``<area>/<rel>`` in ``turn_id``; returns ``fi:<turn>.<area>/<rel>``.
-
-        ``area`` is ``files``, ``outputs`` or ``user.attachments`` (see
-        ``write_followup_attachment`` for the fourth).
-        """
-        _refuse_absolute(turn_id, area, rel)
-        path = fi_path(turn_id, area, rel)
-        _refuse_folder(path, rel)
-        when = time.time() if ts is None else ts
-        row = {"rel": rel, "turn_id": turn_id, "size": len(data), "mime": mime, "ts": when}
-        return self._put(turn_id, area, rel, path, row, data)
-
-    def write_followup_attachment(
-        self,
-        turn_id: str,
-        message_id: str,
-        name: str,
-        data: bytes,
-        *,
-        mime: str = "",
-        ts: float | None = None,
-    ) -> str:
-        """Store a file attached to a followup message; returns its ``fi:`` path."""
-        _refuse_absolute(turn_id, FOLLOWUP_AREA, name)
-        rel = f"{message_id}/{name}"
-        path = _logical(turn_id, FOLLOWUP_AREA, rel)
-        when = time.time() if ts is None else ts
-        row = {"rel": rel, "turn_id": turn_id, "size": len(data), "mime": mime, "ts": when}
-        return self._put(turn_id, FOLLOWUP_AREA, rel, path, row, data)
-
-    def delete(self, turn_id: str, area: str, rel: str, *, ts: float | None = None) -> str:
-        """Write a tombstone for ``<area>/<rel>`` in ``turn_id``; returns the deleted path.
-
-        ``NotStored("file", path)`` when the file is not live as of that turn.
-        """
-        _refuse_absolute(turn_id, area, rel)
-        path = _logical(turn_id, area, rel)
-        _refuse_folder(path, rel)
-        when = time.time() if ts is None else ts
-        row = {"rel": rel, "turn_id": turn_id, "deleted": True, "ts": when}
-        return self._put(turn_id, area, rel, path, row, None)
-
     # -- reading ---------------------------------------------------------------------------------
-
-    def _parse(self, path: str | LogicalPath) -> tuple[LogicalPath, str]:
-        lp = parse_path(path) if isinstance(path, str) else path
-        text = path if isinstance(path, str) else str(path)
-        if lp.prefix != "fi" or lp.turn_id is None:
-            detail = "the workspace holds fi: paths only; write fi:<turn>.files/<rel>"
-            raise PathError("unknown_prefix", text, detail)
-        return lp, text
 
     def _as_of(self, txn: lmdb.Transaction, turn_id: str) -> int:
         ordinal = self._ordinal_txn(txn, turn_id, create=False)
@@ -457,13 +526,7 @@ class Workspace:
         Recursive, sorted, as of the path's turn; ``fi:t3.files/bundle`` reads as the folder
         ``fi:t3.files/bundle/``. An unknown folder lists nothing.
         """
-        lp, text = self._parse(path)
-        turn_id = lp.turn_id
-        assert turn_id is not None
-        if lp.name not in ("files", "outputs"):
-            detail = f"only files/ and outputs/ hold folders; use tree({turn_id!r}, {lp.name!r})"
-            raise PathError("bad_area", text, detail)
-        under = lp.rel if lp.is_folder else lp.rel + "/"
+        lp, turn_id, under = self._folder(path)
 
         def fn(txn: lmdb.Transaction) -> list[str]:
             rows = self._scan_txn(txn, lp.name, under, self._as_of(txn, turn_id))
@@ -494,11 +557,7 @@ class Workspace:
 
     def versions(self, area: str, rel: str) -> list[FileStat]:
         """Every version of ``<area>/<rel>`` ever written, tombstones included, oldest first."""
-        try:
-            _logical("_", area, rel)
-        except PathError as exc:
-            raise PathError(exc.rule, f"{area}/{rel}", exc.detail) from None
-        _refuse_folder(f"{area}/{rel}", rel)
+        _check_rel(area, rel)
         prefix = self._file_prefix(area, rel)
 
         def fn(txn: lmdb.Transaction) -> list[FileStat]:

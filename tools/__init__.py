@@ -1,4 +1,4 @@
-"""actline tools package (see DESIGN.md): the knowledge space behind ``react.search_knowledge``
+"""actline tools package: the knowledge space behind ``react.search_knowledge``
 and ``ks:`` reads, and the errors the tools raise."""
 
 from actline.tools.search.knowledge import Doc, Hit, IndexStats, KnowledgeSpace, RefreshCounts

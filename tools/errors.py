@@ -9,7 +9,7 @@ Hierarchy::
     packages or │                           weights are missing (reason, model_dir, model, hint)
     ├── MissingPart             actline.tools.embeddings.model_parts: a part package of a split
     model is absent │                           (package, detail); actline.tools.embeddings.mpnet
-    turns it into the above ├── GitError                actline.tools.workspace.git: a git command
+    turns it into the above ├── GitError                actline.tools.workspace.gitcmd: a git call
     of the git workspace failed ├── SkillError              actline.tools.skills: a skill that
     cannot be loaded or a sk: path refused │                           (path, reason, detail)
     ├── SandboxError            actline.tools.sandbox.sandbox: code.exec_python could not start the

@@ -5,7 +5,7 @@ nats-server (as ``actline ask`` without ``NATS_URL``), with the store in a tempo
 unless ``--home`` names one. The answer and usage come from each turn's result; the tool
 calls and whether each failed come from the stored timeline (the ``react.tool.call`` blocks
 and the status of their ``react.tool.result``), which holds every call even when the
-stream dropped a card. Scoring is ``actline.eval_cases`` (REFERENCE.md §3.11).
+stream dropped a card. Scoring is ``actline.eval_cases``.
 
 Exit codes: 0, or 1 when ``--min-score`` is given and the aggregate score is below it; a
 failing case is always shown as FAIL in the table and ``"passed": false`` in ``--json``.

@@ -1,6 +1,6 @@
 """``actline agent-skill NAME [--out DIR]``: a ``SKILL.md`` that makes a terminal AI agent NAME.
 
-Seed 002's handshake for terminal AIs (Claude Code and the like): a skill file, loaded with
+The handshake for terminal AIs (Claude Code and the like): a skill file, loaded with
 ``/actline-<name>``, tells the AI who it is (the agent name is the routing key: the one it
 must answer with), where its tasks arrive (the model's ``agent.send(NAME, ...)`` lands in the
 agent's durable inbox: pasted into the terminal with its task and turn ids, listed by

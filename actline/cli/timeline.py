@@ -22,7 +22,7 @@ from rich.text import Text
 
 from actline.config import ConfigError
 from actline.storage import NotStored, StorageError, Store, quota
-from actline.storage.store import unpack
+from actline.storage.layout import unpack
 from actline.timeline import Block, Renderer, TimelineConfig
 
 from .turns import check_conversation_id, load_config

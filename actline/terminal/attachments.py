@@ -14,7 +14,7 @@ import mimetypes
 from collections.abc import Sequence
 from pathlib import Path
 
-from actline.actors.configuration.checks import LIMIT_VARS, InputLimits
+from actline.actors.configuration.checks import SIZE_VARS, InputSizes
 from actline.config import ConfigError
 from actline.messages import Attachment
 from actline.timeline import PathError
@@ -23,11 +23,11 @@ from actline.timeline.paths import fi_path
 __all__ = ["check_attachments", "read_attachment", "read_attachments"]
 
 
-def _limit(limits: InputLimits, name: str, unit: str) -> str:
-    return f"{getattr(limits, name)} {unit} ({LIMIT_VARS[name]})"
+def _limit(limits: InputSizes, name: str, unit: str) -> str:
+    return f"{getattr(limits, name)} {unit} ({SIZE_VARS[name]})"
 
 
-def read_attachment(path: str | Path, limits: InputLimits) -> Attachment:
+def read_attachment(path: str | Path, limits: InputSizes) -> Attachment:
     """One file as an inline attachment; ``ConfigError`` naming the file and the limit."""
     file = Path(path).expanduser()
     if not file.is_file():
@@ -54,7 +54,7 @@ def read_attachment(path: str | Path, limits: InputLimits) -> Attachment:
     return Attachment(name=file.name, mime=mime, data=data, size=len(data))
 
 
-def check_attachments(attachments: Sequence[Attachment], limits: InputLimits) -> None:
+def check_attachments(attachments: Sequence[Attachment], limits: InputSizes) -> None:
     """``ConfigError`` when ``attachments`` together are too many or too large."""
     if len(attachments) > limits.max_attachments:
         raise ConfigError(
@@ -74,7 +74,7 @@ def check_attachments(attachments: Sequence[Attachment], limits: InputLimits) ->
         raise ConfigError(f"two attachments are named {twice[0]!r}: rename one")
 
 
-def read_attachments(paths: Sequence[str | Path], limits: InputLimits) -> list[Attachment]:
+def read_attachments(paths: Sequence[str | Path], limits: InputSizes) -> list[Attachment]:
     """Every file of ``paths`` as an inline attachment, checked against ``limits``."""
     attachments = [read_attachment(path, limits) for path in paths]
     check_attachments(attachments, limits)

@@ -1,6 +1,6 @@
 """The BLIND query set of the memsearch recall benchmark (``memfixture``).
 
-Written for issue 23 before any ranking code was changed, after the totals of
+Written before any ranking code was changed, after the totals of
 ``memqueries_unseen`` had been seen while tuning: this third set was never used to choose
 anything, so its recall is the honest estimate. Each entry is ``(query, planted turn)``, the
 same kinds as the other sets: paraphrases sharing no key word with the fact, facts that only

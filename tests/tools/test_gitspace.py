@@ -19,7 +19,8 @@ from hypothesis import strategies as st
 from actline.storage import NotStored, Store, Workspace
 from actline.timeline import PathError
 from actline.timeline.paths import FI_AREAS, FOLLOWUP_AREA
-from actline.tools.workspace.git import GitError, GitWorkspace
+from actline.tools.workspace.git import GitWorkspace
+from actline.tools.workspace.gitcmd import GitError
 
 REPO = Path(__file__).resolve().parents[2]
 LONG = "deep/" + "/".join(["ü" * 111] * 8)  # 900 characters, 1,787 bytes of UTF-8

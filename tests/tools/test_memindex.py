@@ -20,16 +20,14 @@ from hypothesis import strategies as st
 from numpy.typing import NDArray
 
 from actline.tools.embeddings.minilm import EmbeddingsUnavailable
-from actline.tools.search.memindex import (
-    SNIPPET_CHARS,
+from actline.tools.search.memindex import SNIPPET_CHARS, MemHit, MemIndex
+from actline.tools.search.text import tokenize
+from actline.tools.search.vectors import (
     DictVectorCache,
-    MemHit,
-    MemIndex,
     decode_vector,
     encode_vector,
     vector_key,
 )
-from actline.tools.search.text import tokenize
 
 T0 = 1_800_000_000.0
 DAY = 86_400.0

@@ -20,8 +20,9 @@ from actline.storage import Store
 from actline.timeline.blocks import COMPLETION
 from actline.timeline.paths import ar_path
 from actline.tools.embeddings.minilm import Embedder
-from actline.tools.react.core import index_rows
-from actline.tools.search.memindex import DictVectorCache, MemIndex
+from actline.tools.react.memsearch import index_rows
+from actline.tools.search.memindex import MemIndex
+from actline.tools.search.vectors import DictVectorCache
 
 from .test_react import TOOLS, Conv
 

@@ -20,7 +20,8 @@ from typing import Any
 import pytest
 
 from actline.tools.embeddings.minilm import Embedder
-from actline.tools.search.memindex import DictVectorCache, MemIndex
+from actline.tools.search.memindex import MemIndex
+from actline.tools.search.vectors import DictVectorCache
 
 from . import memfixture
 

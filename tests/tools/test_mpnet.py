@@ -24,7 +24,7 @@ from actline.tools.embeddings.embedders import (
 from actline.tools.embeddings.minilm import MODEL_ID, Embedder, EmbeddingsUnavailable
 from actline.tools.embeddings.model_parts import SplitModel
 from actline.tools.embeddings.mpnet import MPNET, MPNetEmbedder, relative_position_bucket
-from actline.tools.search.memindex import vector_key
+from actline.tools.search.vectors import vector_key
 
 TOLERANCE = 5e-4
 QUICKSTART = [

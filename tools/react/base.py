@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Final
 from actline.storage import Store
 from actline.timeline import Block, Renderer, Timeline
 from actline.timeline.blocks import NOTICE, TOOL_RESULT
-from actline.timeline.editing.facts import FactBook
+from actline.timeline.facts import FactBook
 from actline.timeline.paths import tc_path
 from actline.tools.search.knowledge import KnowledgeSpace
 
@@ -48,7 +48,8 @@ class Notice:
     """A refusal or warning the model sees next round as a ``react.notice`` block.
 
     The same fields as ``actline.actors.turn.protocol.Notice``; defined here because tools sit
-    below actors (DESIGN.md §1). ``full_code`` is prefixed only for protocol codes.
+    below actors in the layers ``tests/test_architecture.py`` checks. ``full_code`` is
+    prefixed only for protocol codes.
     """
 
     code: str

@@ -17,67 +17,11 @@ and text, then the model) gives their vectors, ``install`` (owner's thread) sets
 owner embeds in the background, as ``actline.actors.services.memory`` does); pending rows rank by
 BM25 alone.
 
-``search`` scores BM25 (``K1``, ``B``, terms from ``actline.tools.search.text.tokenize``) with numpy
-over the postings of the query terms only. With an embedder (hybrid) it takes the cosine of every
-embedded row to the query vector (one matrix product), keeps the best ``CANDIDATES`` rows of
-each ranker and fuses them by a convex combination, which Bruch, Gai and Ingber ("An Analysis
-of Fusion Functions for Hybrid Retrieval", ACM TOIS 2023) found more accurate than reciprocal
-rank fusion::
-
-    score = w * dense' + (1 - w) * bm25' + RECENCY_WEIGHT * 2 ** (-age / HALF_LIFE)
-            + SPEAKER_BOOST * speaks + EXACT_BOOST * exact
-
-- ``w = DENSE_WEIGHT = 0.5``: equal weights.
-- ``bm25' = min(1, bm25 / sum of the query terms' idf)``: the share of the query's lexical
-  evidence the row holds (a row with every term once, at average length, scores the sum). A
-  term the index has never seen counts with the idf of a term in no row, so a query that
-  only partly matches keeps a small lexical weight. Dividing by the best candidate's BM25
-  instead gives a stray word match in a paraphrased query full credit.
-- ``dense'``: the cosine min-max normalised over the embedded candidates (the cosines of
-  unrelated texts are not near 0 with this model; the spread among candidates is the
-  signal); 0 for a pending row.
-- recency: at most 0.02 on a scale of about 1, so it only orders turns of near-equal relevance.
-- ``speaks``: 1 when a query term names the row's speaker ("what did the reviewer say?").
-- ``exact``: the share of the query's identifiers (``actline.tools.search.text.identifiers``:
-``OPS-2291``,
-  ``cache-stg-04``, ``3.11.9``) the row's text holds exactly, case aside and not inside a
-  longer word. Dense vectors cannot tell ``OPS-2291`` from ``OPS-2290``; this makes the exact
-  id win rank 1 (``EXACT_BOOST`` exceeds any score without it).
-
-In BM25 mode the score is the raw BM25 score, plus the idf mass for a speaker and more than
-the best score for an exact identifier.
-
-Measured (``tests/tools/test_memsearch_recall.py``, ``test_memsearch_unseen.py``): recall@3
-of hybrid ranking 22/24 on the first 200-turn conversation, 79/88 on the tuning set of the
-second (``memfixture``), 32/37 on its unseen set and 34/38 on its blind set, neither of which
-the constants were tuned on (BM25 alone: 4/24, 53/88, 22/37, 24/38); every identifier that
-appears in one turn ranks it first (20 of 20, hybrid and BM25), near-neighbour ids in the
-filler notwithstanding. ``w`` from 0.5 to 0.8, min-max over all rows, z-scores, raw cosines,
-extra rows per clause or per whole turn all stay within two queries of this on the tuning
-sets, and reciprocal rank fusion loses up to 9. Tried on the tuning set for issue 23, against
-80/88 for this fusion in the same script (recency aside), none gaining more than one query:
-late interaction (the same MiniLM's L2-normalised last-layer word-piece vectors, MaxSim of
-the query's pieces over a row's, min-max normalised and added with weight 0.1 to 3 to the
-fused score of the best 20 to 50 turns) 78 to 80, its recall-side and F1 (BERTScore) forms
-76 to 80, with the query's stop words left out 75 to 79; Rocchio feedback on the query vector
-from the best 2 to 5 rows 65 to 77; RM3 expansion of the BM25 query with 3 to 10 terms of the
-best 2 to 10 fused rows 66 to 80; the query without its question words mixed into the query
-vector 78 to 79; BM25 expansion with each query word's nearest word pieces in the model's
-input embeddings (holiday: vacation, but also christmas) 80 to 81; a dense weight that grows
-as the lexical evidence shrinks 78 to 80. BM25 expansion of the query with WordNet 3.0
-synonyms (Debian ``wordnet-base``: the other lemmas of the first 1 to 3 senses of each word or
-two- and three-word phrase, base forms as morphy finds them, at most 3 to 12 per word, nouns,
-verbs and adjectives or fewer, added with 0.1 to 3 times a query term's weight), measured
-through ``search`` itself (79/88 without it), gives 75 to 80: 79 with the first sense at every
-weight from 0.1 to 1, 77 to 79 with 2 or 3 senses, 80 only at 1.5 times the term's weight with
-3 synonyms; BM25 alone goes from 53 to at most 57. WordNet's first senses seldom hold the
-paraphrase (holiday: vacation, green light: go-ahead, but substitute: replacement, not covers;
-alarm bells: tocsin, not fire drill) and add noise (test: trial, store: stash away). The
-paraphrases missed are the model's limit, not the fusion's: with all-mpnet-base-v2
-(``ACTLINE_EMBED_MODEL=mpnet``, ``actline.tools.embeddings.mpnet``) in MiniLM's place and this
-fusion unchanged, recall@3 is 83/88 on the tuning set (dense weight 0.5, 0.6 and 0.7 alike; the two
-models' cosines averaged: 82/88), then, measured once after that choice, 36/37 unseen and 35/38
-blind; identifiers still rank first (20 of 20).
+``search`` ranks rows by BM25 over the inverted index (``actline.tools.search.bm25``) and, with
+an embedder (hybrid), by the cosine of every embedded row to the query vector (one matrix
+product), fused by a convex combination with a recency bonus, a speaker boost and an exact
+identifier boost; ``actline.tools.search.fusion`` gives the formula and how its constants were
+measured. Vectors, their encoding and the cache are ``actline.tools.search.vectors``.
 
 Rows are filtered by role, ``since`` and ``exclude_turns``; each turn gives one hit, its best
 row; ties go to the newer turn, then the smaller turn id. The index is not thread-safe: one
@@ -87,112 +31,34 @@ this module imports numpy at load, BM25 mode included.
 
 from __future__ import annotations
 
-import hashlib
-import logging
 import math
-import re
-from array import array
-from collections import Counter
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Final, Literal, NamedTuple, Protocol
+from typing import Any, Final, Literal, NamedTuple
 
 import numpy as np
 from numpy.typing import NDArray
 
 from actline.tools.embeddings.minilm import EmbeddingsUnavailable
 
+from .bm25 import Bm25Index, mass
+from .fusion import EXACT_BOOST, SPEAKER_BOOST, boost, fuse
 from .text import identifiers, snippet, tokenize
+from .vectors import (
+    TextEmbedder,
+    VectorCache,
+    cache_vectors,
+    decode_vector,
+    usable_vector,
+    vector_key,
+)
 
-__all__ = [
-    "DictVectorCache",
-    "MemHit",
-    "MemIndex",
-    "PendingBatch",
-    "TextEmbedder",
-    "VectorCache",
-    "decode_vector",
-    "encode_vector",
-    "vector_key",
-]
+__all__ = ["SNIPPET_CHARS", "MemHit", "MemIndex", "PendingBatch", "row_texts"]
 
-log = logging.getLogger(__name__)
-
-K1: Final = 1.5
-B: Final = 0.75
-DENSE_WEIGHT: Final = 0.5
-"""Weight of the normalised cosine in the hybrid score; BM25 gets the rest."""
-RECENCY_WEIGHT: Final = 0.02
-HALF_LIFE: Final = 30 * 86_400.0
-"""Seconds after which the recency bonus of a row halves."""
-CANDIDATES: Final = 100
-"""Rows each ranker contributes to the fusion (at least; ``8 * top_k`` when larger)."""
 SNIPPET_CHARS: Final = 240
-EMBED_BATCH: Final = 32
 SEARCH_EMBED_ROWS: Final = 16
 """Pending rows a hybrid search embeds itself (the newest); older ones rank by BM25 alone
 until the owner's background embedding reaches them."""
-SPEAKER_BOOST: Final = 1.0
-"""Added (hybrid; times the query's idf mass in BM25 mode) to the rows whose speaker a query
-term names: "what did the reviewer say?" wants the reviewer's DONE, not the prompt that
-mentions the reviewer."""
-EXACT_BOOST: Final = 1.0
-"""Added to the score of a row holding every identifier of the query exactly (a share of it
-for some of them): more than any fused score without it, so an exact id wins rank 1."""
-MAX_TF: Final = 65_535
-
-
-class TextEmbedder(Protocol):
-    """What the index needs of an embedder (``actline.tools.embeddings.minilm.Embedder`` is one)."""
-
-    dim: int
-    model_id: str
-
-    def embed(self, texts: Sequence[str], *, batch_size: int = 32) -> NDArray[np.float32]: ...
-
-
-class VectorCache(Protocol):
-    """A persistent text-embedding cache: ``vector_key`` -> float16 little-endian bytes."""
-
-    def get_many(self, keys: Sequence[str]) -> dict[str, bytes]: ...
-
-    def put_many(self, items: Mapping[str, bytes]) -> None: ...
-
-
-class DictVectorCache:
-    """An in-memory ``VectorCache``."""
-
-    def __init__(self) -> None:
-        self.data: dict[str, bytes] = {}
-
-    def get_many(self, keys: Sequence[str]) -> dict[str, bytes]:
-        return {k: self.data[k] for k in keys if k in self.data}
-
-    def put_many(self, items: Mapping[str, bytes]) -> None:
-        self.data.update(items)
-
-    def __len__(self) -> int:
-        return len(self.data)
-
-
-def vector_key(model_id: str, text: str) -> str:
-    """The cache key of ``text`` embedded by ``model_id``."""
-    return f"{model_id}:{hashlib.sha256(text.encode('utf-8')).hexdigest()}"
-
-
-def encode_vector(vector: Sequence[float] | NDArray[Any]) -> bytes:
-    """A vector as the little-endian float16 bytes index rows and caches carry."""
-    return np.asarray(vector, dtype="<f2").tobytes()
-
-
-def decode_vector(raw: bytes | bytearray | memoryview | Sequence[float]) -> NDArray[np.float32]:
-    """float16 bytes (or a list of numbers) as an L2-normalised float32 vector."""
-    if isinstance(raw, bytes | bytearray | memoryview):
-        vector = np.frombuffer(raw, dtype="<f2").astype(np.float32)
-    else:
-        vector = np.asarray(raw, dtype=np.float32)
-    norm = float(np.linalg.norm(vector))
-    return vector / norm if norm > 0 else vector
 
 
 @dataclass(frozen=True, slots=True)
@@ -274,10 +140,7 @@ class MemIndex:
         self.duplicates = 0
         self._rows: list[_Row] = []
         self._seen: set[tuple[str, str, str]] = set()
-        self._postings: dict[str, tuple[array[int], array[int]]] = {}
-        self._speakers: dict[str, array[int]] = {}
-        """Term of a speaker's name -> the rows of that speaker (a DONE's agent)."""
-        self._total_length = 0
+        self._lexical = Bm25Index()
         self._role_codes: dict[str, int] = {}
         self._turn_codes: dict[str, int] = {}
         self._turn_ids: list[str] = []
@@ -285,7 +148,6 @@ class MemIndex:
         self._ts = np.zeros(0, dtype=np.float64)
         self._role = np.zeros(0, dtype=np.int32)
         self._turn = np.zeros(0, dtype=np.int32)
-        self._length = np.zeros(0, dtype=np.float64)
         self._dim = 0 if embedder is None else int(embedder.dim)
         self._vectors = np.zeros((0, self._dim), dtype=np.float32)
         self._embedded = np.zeros(0, dtype=bool)
@@ -339,18 +201,7 @@ class MemIndex:
             code = self._turn_codes[row.turn_id] = len(self._turn_ids)
             self._turn_ids.append(row.turn_id)
         self._turn[rid] = code
-        for term in set(tokenize(row.speaker)):
-            self._speakers.setdefault(term, array("I")).append(rid)
-        terms = Counter(tokenize(row.text))
-        length = sum(terms.values())
-        self._length[rid] = length
-        self._total_length += length
-        for term, tf in terms.items():
-            postings = self._postings.get(term)
-            if postings is None:
-                postings = self._postings[term] = (array("I"), array("H"))
-            postings[0].append(rid)
-            postings[1].append(min(tf, MAX_TF))
+        self._lexical.add(rid, row.text, row.speaker)
         if self._embedder is not None:
             decoded = self._row_vector(vector)
             if decoded is None:
@@ -360,7 +211,7 @@ class MemIndex:
                 self._embedded[rid] = True
 
     def _row_vector(self, vector: Any) -> NDArray[np.float32] | None:
-        return _usable_vector(vector, self._dim)
+        return usable_vector(vector, self._dim)
 
     def _grow(self, capacity: int) -> None:
         def grown(old: NDArray[Any]) -> NDArray[Any]:
@@ -369,10 +220,10 @@ class MemIndex:
             return new
 
         self._ts, self._role, self._turn = grown(self._ts), grown(self._role), grown(self._turn)
-        self._length = grown(self._length)
         if self._embedder is not None:
             self._vectors = grown(self._vectors)
             self._embedded = grown(self._embedded)
+        self._lexical.grow(capacity)
         self._capacity = capacity
 
     def embed_pending(self, max_rows: int | None = None) -> int:
@@ -468,25 +319,25 @@ class MemIndex:
         if not allowed.any():
             return []
         terms = sorted(set(tokenize(query)))
-        bm25, idf = self._bm25(n, terms)
-        exact = self._exact(n, identifiers(query))
-        speaking = self._speaking(n, terms)
+        bm25, idf = self._lexical.scores(n, terms)
+        exact = self._lexical.exact(n, identifiers(query), lambda rid: self._rows[rid].text)
+        speaking = self._lexical.speaking(n, terms)
         dense: NDArray[np.float32] | None = None
         if hybrid:
             candidates, dense, fused = self._fuse(query, n, top_k, allowed, bm25, terms, idf, now)
             if speaking is not None:
-                candidates, fused = _boost(candidates, fused, speaking, allowed, SPEAKER_BOOST)
+                candidates, fused = boost(candidates, fused, speaking, allowed, SPEAKER_BOOST)
             if exact is not None:
-                candidates, fused = _boost(candidates, fused, exact, allowed, EXACT_BOOST)
+                candidates, fused = boost(candidates, fused, exact, allowed, EXACT_BOOST)
         else:
             candidates = np.flatnonzero((bm25 > 0) & allowed)
             fused = bm25[candidates]
             if speaking is not None:
-                weight = SPEAKER_BOOST * _mass(n, terms, idf)
-                candidates, fused = _boost(candidates, fused, speaking, allowed, weight)
+                weight = SPEAKER_BOOST * mass(n, terms, idf)
+                candidates, fused = boost(candidates, fused, speaking, allowed, weight)
             if exact is not None:
                 top = float(fused.max(initial=0.0)) + 1.0
-                candidates, fused = _boost(candidates, fused, exact, allowed, top)
+                candidates, fused = boost(candidates, fused, exact, allowed, top)
         return self._hits(candidates, fused, bm25, dense, top_k, set(terms), idf)
 
     def _allowed(
@@ -507,54 +358,6 @@ class MemIndex:
             allowed &= turn_ok[self._turn[:n]]
         return allowed
 
-    def _bm25(self, n: int, terms: list[str]) -> tuple[NDArray[np.float64], dict[str, float]]:
-        """BM25 of every row (0 without a query term) and the idf of each query term."""
-        scores = np.zeros(n, dtype=np.float64)
-        idf: dict[str, float] = {}
-        average = self._total_length / n or 1.0
-        for term in terms:  # sorted: the same float sums every run
-            postings = self._postings.get(term)
-            if postings is None:
-                continue
-            ids = np.frombuffer(postings[0], dtype=np.uint32)
-            tf = np.frombuffer(postings[1], dtype=np.uint16).astype(np.float64)
-            weight = idf[term] = math.log(1 + (n - len(ids) + 0.5) / (len(ids) + 0.5))
-            norm = K1 * (1 - B + B * self._length[ids] / average)
-            scores[ids] += weight * tf * (K1 + 1) / (tf + norm)
-        return scores, idf
-
-    def _speaking(self, n: int, terms: Sequence[str]) -> NDArray[np.float64] | None:
-        """1 for the rows whose speaker a query term names ("what did the reviewer say?"),
-        None when no query term names a speaker."""
-        named = [self._speakers[t] for t in terms if t in self._speakers]
-        if not named:
-            return None
-        out = np.zeros(n, dtype=np.float64)
-        for rids in named:
-            ids = np.frombuffer(rids, dtype=np.uint32)
-            out[ids[ids < n]] = 1.0
-        return out
-
-    def _exact(self, n: int, idents: Sequence[str]) -> NDArray[np.float64] | None:
-        """Per row, the share of ``idents`` its text holds exactly (case aside, not inside a
-        longer word); None without identifiers. Only rows holding every part term of an
-        identifier (the rarest one's postings) are read."""
-        if not idents:
-            return None
-        share = np.zeros(n, dtype=np.float64)
-        for ident in idents:
-            terms = tokenize(ident)
-            parts = terms[1:] if len(terms) > 1 else terms
-            postings = [self._postings.get(t) for t in parts]
-            if not parts or any(p is None for p in postings):
-                continue
-            rarest = min((p for p in postings if p is not None), key=lambda p: len(p[0]))
-            pattern = re.compile(rf"(?<!\w){re.escape(ident)}(?!\w)", re.IGNORECASE)
-            for rid in rarest[0]:
-                if rid < n and pattern.search(self._rows[rid].text):
-                    share[rid] += 1.0 / len(idents)
-        return share if share.any() else None
-
     def _fuse(
         self,
         query: str,
@@ -574,22 +377,8 @@ class MemIndex:
         query_vector = self._embedder.embed([query])[0]
         dense: NDArray[np.float32] = self._vectors[:n] @ query_vector
         embedded = allowed & self._embedded[:n]
-        size = max(CANDIDATES, 8 * top_k)
-        dense_ids = _top(np.where(embedded, dense, -np.inf), size, embedded)
-        lexical = np.where(allowed, bm25, 0.0)
-        bm25_ids = _top(lexical, size, lexical > 0)
-        candidates = np.union1d(dense_ids, bm25_ids)
-        cos = dense[candidates].astype(np.float64)
-        has = embedded[candidates]
-        low, high = (float(cos[has].min()), float(cos[has].max())) if has.any() else (0.0, 0.0)
-        dense_norm = (cos - low) / (high - low) if high - low > 1e-9 else np.ones_like(cos)
-        dense_norm = np.where(has, dense_norm, 0.0)  # a row without a vector: BM25 alone
-        mass = _mass(n, terms, idf)
-        lex_norm = np.minimum(bm25[candidates] / mass, 1.0) if mass > 0 else np.zeros_like(cos)
-        newest = float(self._ts[:n].max()) if now is None else now
-        age = np.maximum(newest - self._ts[candidates], 0.0)
-        recency = RECENCY_WEIGHT * np.exp2(-age / HALF_LIFE)
-        fused = DENSE_WEIGHT * dense_norm + (1 - DENSE_WEIGHT) * lex_norm + recency
+        weight = mass(n, terms, idf)
+        candidates, fused = fuse(dense, embedded, allowed, bm25, weight, self._ts[:n], now, top_k)
         return candidates, dense, fused
 
     def _hits(
@@ -652,73 +441,3 @@ def row_texts(rows: Iterable[Mapping[str, Any]]) -> list[str]:
     """The texts ``MemIndex.add`` would index from ``rows`` (well-formed rows only), for
     embedding them into the cache without an index (``cache_vectors``)."""
     return [row.text for raw in rows if (row := _parse(raw)) is not None]
-
-
-def cache_vectors(
-    embedder: TextEmbedder, cache: VectorCache | None, texts: Sequence[str]
-) -> tuple[list[bytes], int]:
-    """The float16 vector of each text, from ``cache`` or else from ``embedder`` (and then put
-    in ``cache``), and how many went through the model. Blocking (the model): a worker
-    thread's work."""
-    dim = int(embedder.dim)
-    keys = [vector_key(embedder.model_id, text) for text in texts]
-    found: dict[str, bytes] = {}
-    if cache is not None:
-        for key, raw in cache.get_many(sorted(set(keys))).items():
-            if _usable_vector(raw, dim) is not None:
-                found[key] = raw
-    missing = {key: text for key, text in zip(keys, texts, strict=True) if key not in found}
-    if missing:
-        order = list(missing)
-        vectors = embedder.embed([missing[k] for k in order], batch_size=EMBED_BATCH)
-        fresh = {key: encode_vector(vector) for key, vector in zip(order, vectors, strict=True)}
-        if cache is not None:
-            cache.put_many(fresh)
-        found.update(fresh)
-    log.debug("memindex: %d vectors (%d embedded)", len(keys), len(missing))
-    return [found[key] for key in keys], len(missing)
-
-
-def _usable_vector(vector: Any, dim: int) -> NDArray[np.float32] | None:
-    """``vector`` decoded when it has the model's width and finite values, else None (a row's
-    or a cache entry's vector: what ``add`` and ``cache_vectors`` accept)."""
-    if vector is None:
-        return None
-    try:
-        decoded = decode_vector(vector)
-    except (TypeError, ValueError):
-        return None
-    if decoded.shape != (dim,) or not np.isfinite(decoded).all():
-        return None
-    return decoded
-
-
-def _mass(n: int, terms: Sequence[str], idf: Mapping[str, float]) -> float:
-    """The idf mass of the query: what a row with every query term once, at average length,
-    scores (a term in no row counts with the idf of such a term)."""
-    return sum(idf.get(t, math.log(1 + (n + 0.5) / 0.5)) for t in terms)
-
-
-def _boost(
-    candidates: NDArray[np.intp],
-    fused: NDArray[np.float64],
-    exact: NDArray[np.float64],
-    allowed: NDArray[np.bool_],
-    weight: float,
-) -> tuple[NDArray[np.intp], NDArray[np.float64]]:
-    """``candidates`` joined by the allowed rows with an exact identifier, their fused score
-    raised by ``weight`` times their share of the query's identifiers."""
-    extra = np.setdiff1d(np.flatnonzero((exact > 0) & allowed), candidates)
-    if len(extra):
-        candidates = np.concatenate([candidates, extra])
-        fused = np.concatenate([fused, np.zeros(len(extra))])
-    return candidates, fused + weight * exact[candidates]
-
-
-def _top(values: NDArray[Any], size: int, eligible: NDArray[np.bool_]) -> NDArray[np.intp]:
-    """Indices of the ``size`` largest ``values`` among ``eligible`` ones (any order)."""
-    count = int(eligible.sum())
-    if count <= size:
-        return np.flatnonzero(eligible)
-    part = np.argpartition(values, len(values) - size)[len(values) - size :]
-    return part[eligible[part]]
