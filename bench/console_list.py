@@ -34,8 +34,8 @@ from typing import Any
 
 from rich.console import Console
 
-from actline.cli.timeline import stored_conversations
 from actline.storage import Store
+from actline.stored import stored_conversations
 from actline.timeline import Block
 from actline.timeline.blocks import COMPLETION, USER_PROMPT
 from actline.web import views

@@ -3,7 +3,7 @@
 Every ``import`` and ``from … import`` of the project's modules counts: at module level,
 deferred inside a function, and under ``if TYPE_CHECKING:`` (a cycle or a wrong dependency
 is a wrong dependency even when only the type checker follows it). Modules are named as
-they install: ``actors/turn/state.py`` is ``actline.actors.turn.state``. Tests,
+they install: ``actors/turn/decision.py`` is ``actline.actors.turn.decision``. Tests,
 ``bench/`` and ``examples/`` are not scanned for imports. Imports by name at run time
 (``importlib.import_module``) cannot be seen here.
 
@@ -82,7 +82,7 @@ FLOORS: dict[str, dict[str, int]] = {
         "cluster": 8,
     },
     "timeline": {".": 0, "editing": 1, "rendering": 2},
-    "actline": {".": 0, "terminal": 1, "cli": 2, "web": 3},
+    "actline": {".": 0, "terminal": 1, "web": 2, "cli": 3},
 }
 """Per package with sub-packages: the floor of each sub-package and of the package's own
 modules (``.``). A module imports modules of its own unit or of a lower floor only; the
@@ -116,8 +116,8 @@ class Import:
 
 
 def module_name(path: Path, root: Path) -> str:
-    """The name a module installs under: ``actors/turn/state.py`` is
-    ``actline.actors.turn.state``, ``actline/cli/main.py`` is ``actline.cli.main``."""
+    """The name a module installs under: ``actors/turn/decision.py`` is
+    ``actline.actors.turn.decision``, ``actline/cli/main.py`` is ``actline.cli.main``."""
     parts = list(path.relative_to(root).with_suffix("").parts)
     if parts[-1] == "__init__":
         parts.pop()

@@ -4,10 +4,9 @@ which parses the arguments and dispatches. It owns the commands' arguments, thei
 their exit codes. It may import the facade (``actline.config``, ``actline.runtime``, ...),
 every sub-package beneath it (``actline.actors``, ``actline.tools``, ``actline.storage``, ...)
 and ``actline.terminal`` for what it shows on a terminal (progress cards, the chat session,
-attachments, signals); ``actline.terminal`` never imports it back. Of the web console it
-imports only the entry point (``actline.web.make_app``, inside ``actline console``), while the
-console reuses a few of its read helpers (listing agents, stored conversations, timelines and
-traces)."""
+attachments, signals) and ``actline.web`` for ``actline console``. Neither imports it back:
+what the CLI and the web console both read (stored conversations, traces, the agent list)
+lives in the facade (``actline.stored``, ``actline.traces``, ``actline.agents``)."""
 
 from .main import main
 

@@ -34,9 +34,9 @@ from rich.table import Table
 from rich.text import Text
 
 from actline.actors.client.agent import AgentInbox
-from actline.bus import Bus
+from actline.agents import list_agents
 from actline.config import Config, ConfigError
-from actline.messages import AgentsList, AgentsListed, AgentTask, ErrorReply
+from actline.messages import AgentTask, ErrorReply
 from actline.messages.ids import is_valid_id, is_valid_name
 from actline.runtime import Runtime
 
@@ -45,7 +45,6 @@ from .turns import load_config
 __all__ = [
     "AgentRunner",
     "Outcome",
-    "list_agents",
     "run_agent",
     "run_agents",
     "run_command",
@@ -235,14 +234,6 @@ async def run_done(args: argparse.Namespace, console: Console) -> int:
     ref = f" ({verdict.ref})" if verdict.ref else ""
     _say(console, f"accepted{ref}: {verdict.detail or 'the DONE was applied'}", "green")
     return 0
-
-
-async def list_agents(bus: Bus, *, timeout: float = 5.0) -> AgentsListed:
-    """The nodes' answer to ``agents.list`` (``RemoteError`` when they could not read it)."""
-    reply = await bus.request(bus.subjects.agents_list, AgentsList(), timeout=timeout)
-    if not isinstance(reply, AgentsListed):
-        raise ConfigError(f"the node answered agents.list with {reply.kind}")
-    return reply
 
 
 async def run_agents(args: argparse.Namespace, console: Console) -> int:

@@ -15,80 +15,21 @@ import time
 from pathlib import Path
 from typing import Any
 
-import lmdb
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from actline.config import ConfigError
-from actline.storage import NotStored, StorageError, Store, quota
-from actline.storage.layout import unpack
+from actline.storage import NotStored, Store, quota
+from actline.stored import TEXT_WIDTH, block_text, first_line, open_existing, stored_conversations
 from actline.timeline import Block, Renderer, TimelineConfig
 
 from .turns import check_conversation_id, load_config
 
-__all__ = ["first_line", "run_timeline", "stored_conversations"]
+__all__ = ["run_timeline"]
 
 WIDE = 200
 """Width of the table when stdout is not a terminal (a pipe should not fold paths)."""
-TEXT_WIDTH = 60
-
-
-def open_existing(home: Path) -> Store:
-    """The store at ``home``; ``ConfigError`` when there is none or it cannot be opened."""
-    if not (home / "data.mdb").is_file():
-        existing = next((p for p in (home, *home.parents) if p.exists()), None)
-        if existing is not None and not existing.is_dir():
-            raise ConfigError(
-                f"ACTLINE_HOME={home} is not writable: {existing} is a file, not a folder; "
-                "point ACTLINE_HOME or --home at the node's folder"
-            )
-        raise ConfigError(
-            f"no actline store in {home}: it does not exist yet; point ACTLINE_HOME or --home "
-            "at the folder a node ran with (actline serve / actline ask create it)"
-        )
-    try:
-        return Store(home, sync=False)
-    except (StorageError, OSError, lmdb.Error) as exc:
-        raise ConfigError(
-            f"ACTLINE_HOME={home} cannot be opened ({exc}); it is not writable or not a store"
-        ) from None
-
-
-def stored_conversations(store: Store) -> list[dict[str, Any]]:
-    """Each stored conversation's id and header summary, from the ``snapshots`` database."""
-
-    def scan(txn: lmdb.Transaction) -> list[tuple[bytes, bytes]]:
-        cursor = txn.cursor(db=store.db["snapshots"])
-        return [(bytes(k), bytes(v)) for k, v in cursor if b"\x00" not in bytes(k)]
-
-    rows: list[dict[str, Any]] = []
-    for key, value in store.read(scan):
-        header: dict[str, Any] = dict(unpack(value))
-        cache = header.get("cache") or {}
-        rows.append(
-            {
-                "conversation_id": key.decode(errors="replace"),
-                "revision": int(header.get("revision", 0)),
-                "blocks": int(header.get("next_seq") or header.get("stored_seq") or 0),
-                "last_active": cache.get("last_touch_at"),
-            }
-        )
-    return rows
-
-
-def first_line(text: str, width: int = TEXT_WIDTH) -> str:
-    line = text.strip().split("\n", 1)[0]
-    return line if len(line) <= width else line[: width - 1] + "…"
-
-
-def block_text(block: Block) -> str:
-    """A block's text, or its data as JSON (a data block)."""
-    if block.text:
-        return block.text
-    if block.data is not None:
-        return json.dumps(block.data, ensure_ascii=False, default=str)
-    return ""
 
 
 def _print_wide(console: Console, renderable: Any) -> None:

@@ -35,8 +35,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from actline.actors.configuration.checks import check_config
 from actline.actors.errors import InputRefused
+from actline.agents import list_agents
 from actline.bus import BusError
-from actline.cli.agent import list_agents
 from actline.messages import Ack, Attachment, ErrorReply
 from actline.messages.ids import is_valid_id, is_valid_name
 from actline.terminal.attachments import check_attachments

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from actline.cli.timeline import open_existing
 from actline.storage import Store
+from actline.stored import open_existing
 
 from ..config import ConfigError
 from ..runtime import Runtime

@@ -20,11 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from actline.actors.tracing import sinks as trace_sinks
-from actline.cli.timeline import block_text
-from actline.cli.trace import turn_trace
 from actline.storage import Store
+from actline.stored import block_text
 from actline.timeline import Block, Renderer, TimelineConfig
 from actline.timeline.read import resolve
+from actline.traces import turn_trace
 
 __all__ = [
     "conversations",
@@ -54,7 +54,7 @@ def conversations(
     turns, last_status, updated}``), newest first; a turn this console follows gives the
     live status. Each is read by ``Store.outline`` (one per stored conversation, to find
     the newest): its cost grows with a conversation's turns, not with its blocks."""
-    from actline.cli.timeline import stored_conversations
+    from actline.stored import stored_conversations
 
     rows = []
     for row in stored_conversations(store):

@@ -26,8 +26,9 @@ from actline.actors.client.agent import REPLY_HEADER, STORED, AgentInbox
 from actline.actors.client.client import Client, TurnHandle
 from actline.actors.node.node import Node
 from actline.actors.services.task_book import TaskBook, TaskEntry
+from actline.agents import list_agents
 from actline.bus import Bus, EmbeddedNats, Envelope, TaskStream
-from actline.cli.agent import list_agents, run_agents
+from actline.cli.agent import run_agents
 from actline.messages import Ack, AgentTask, DoneSignal, ErrorReply, Subjects
 from tests.waiting import until
 

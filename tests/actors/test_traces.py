@@ -25,11 +25,11 @@ from actline.actors.tracing import spans as tracing
 from actline.actors.tracing.spans import Span
 from actline.bus import Bus
 from actline.cli.main import main as actline_main
-from actline.cli.trace import turn_trace
 from actline.llm import AnthropicModel, LLMSettings
 from actline.llm.fake_anthropic import FakeAnthropicServer
 from actline.messages import ReActResult
 from actline.timeline.blocks import TOOL_RESULT
+from actline.traces import turn_trace
 from tests.waiting import until
 
 from .harness import Scripted, run_turn, say, settings, start_node

@@ -28,9 +28,8 @@ from actline.bus import (
     StreamMissing,
     WorkQueue,
     WrongRevision,
-    jetstream,
 )
-from actline.bus.jetstream import translate
+from actline.bus.jetstream import healer, translate
 from actline.messages import TurnRequest
 from tests.waiting import until
 
@@ -264,8 +263,8 @@ async def test_an_existing_buckets_ttl_wins_and_concurrent_opens_agree(bus: Bus)
 async def test_a_deleted_bucket_is_made_again_once_it_is_gone_for_good(
     bus: Bus, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(jetstream, "HEAL_CONFIRM_S", 0.3)
-    monkeypatch.setattr(jetstream, "HEAL_CHECK_S", 0.05)
+    monkeypatch.setattr(healer, "HEAL_CONFIRM_S", 0.3)
+    monkeypatch.setattr(healer, "HEAL_CHECK_S", 0.05)
     kv = await KvBucket.open(bus, name=bus.subjects.heads_bucket, history=1)
     remade: list[int] = []
     kv.on_healed.append(lambda: remade.append(kv.healed))

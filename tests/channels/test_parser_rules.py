@@ -1,4 +1,4 @@
-"""Issue 23's parser rules: no channel is swallowed by code, invisible characters are
+"""The parser's rules: no channel is swallowed by code, invisible characters are
 content except inside tags and citation tokens, and the work stays linear.
 
 Work is measured with ``ChannelStream.work`` (characters scanned, re-scans counted),

@@ -12,7 +12,8 @@ import nats.js.errors
 import pytest
 
 from actline.actors.client.client import Client
-from actline.bus import Bus, EmbeddedNats, jetstream
+from actline.bus import Bus, EmbeddedNats
+from actline.bus.jetstream import healer as jetstream
 from actline.messages import Subjects
 from tests.cluster.harness import start
 from tests.waiting import until

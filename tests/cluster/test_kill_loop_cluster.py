@@ -1,6 +1,6 @@
 """Repeated SIGKILLs of cluster-mode node processes (two, each on its own home, a killed one
 restarted under its id) during a batch of multi-turn conversations, compared with the same
-batch run without kills (issue 18): every conversation's durable copy in JetStream holds its
+batch run without kills: every conversation's durable copy in JetStream holds its
 turns in submission order, each once and contiguous, and every turn is answered exactly once
 with the answer and status of the run without kills. Nothing is lost.
 

@@ -1,4 +1,4 @@
-"""Parked turns in cluster mode (issue 22, ``actline.actors.services.parking``): two in-process
+"""Parked turns in cluster mode (``actline.actors.services.parking``): two in-process
 cluster-mode nodes of one slot each on a real nats-server. Three turns wait on the outside agent
 ``reviewer``; a new turn still completes; the parked messages come back (a short park
 delay) and are parked again by their owner or deferred by the other node (the lease);

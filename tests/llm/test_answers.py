@@ -1,4 +1,4 @@
-"""Offline answers over examples/kb: the targets of issue 23 on the answer cases, query analysis,
+"""Offline answers over examples/kb: the targets on the answer cases, query analysis,
 the shape of a how-to answer and of a decline, and the Snowball stemmer against the light one.
 
 Targets, on ``examples/eval/answers.jsonl`` (how-to, figures and limits, comparisons, versions

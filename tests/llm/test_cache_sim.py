@@ -1,4 +1,4 @@
-"""The prompt-cache accounting of CACHE_RULES.md, on hand-computed examples.
+"""The prompt-cache accounting of ``actline.llm.cache_sim``, on hand-computed examples.
 
 Text of exactly 4*k ASCII characters is k tokens (actline.timeline.tokens' estimate), so
 every number below is computed by hand from the block sizes in the comments.

@@ -1,5 +1,5 @@
 """Late blocks keep the cache, through the real anthropic client and the local Messages
-API server (CACHE_RULES.md accounting): a followup stamped before blocks the model has
+API server (``actline.llm.cache_sim`` accounting): a followup stamped before blocks the model has
 already been sent arrives after the render, lands after them, and the next request reads
 the whole cached prefix instead of writing it again."""
 

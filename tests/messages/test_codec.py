@@ -48,9 +48,9 @@ def test_the_catalog_has_every_kind_of_the_design() -> None:
         "llm.generate", "llm.result",
         "agent.task", "agent.done", "tool.call", "tool.result", "error.reply", "bus.deadletter",
         "ack",
-        # an agent's inbox and presence (issue 19), not part of the frozen public contract
+        # an agent's inbox and presence, not part of the frozen public contract
         "agent.hello", "agent.welcome", "agents.list", "agents.listed",
-        # approvals (issue 20)
+        # approvals
         "turn.approval",
     }  # fmt: skip
     assert set(MESSAGE_TYPES) == expected

@@ -1,4 +1,4 @@
-"""The public wire contract (DESIGN.md §3.1): other programs build these from plain dicts."""
+"""The public wire contract: other programs build these from plain dicts."""
 
 from __future__ import annotations
 

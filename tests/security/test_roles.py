@@ -1,4 +1,4 @@
-"""The nats-server itself enforces the roles of bus/roles.py (issue 19).
+"""The nats-server itself enforces the roles of bus/roles.py.
 
 Every forbidden attempt is made with the raw nats-py client of a connection holding that
 role's credentials, so that actline's own check (``PermissionDenied``, shown too) cannot

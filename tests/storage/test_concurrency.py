@@ -18,7 +18,7 @@ import lmdb
 import pytest
 
 from actline.storage import Store
-from actline.storage import store as store_module
+from actline.storage import reads as reads_module
 from actline.timeline import Timeline
 from tests.storage.worker import (
     SCRATCH_DB,
@@ -160,7 +160,7 @@ def test_a_load_sees_the_header_and_the_blocks_of_one_revision(
 ) -> None:
     with Store(tmp_path) as store:
         tl = seeded(store, 2)
-        real_unpack = store_module.unpack
+        real_unpack = reads_module.unpack
         committed: list[int] = []
 
         def header_then_a_commit(data: bytes | memoryview) -> Any:
@@ -172,9 +172,9 @@ def test_a_load_sees_the_header_and_the_blocks_of_one_revision(
                 pool.submit(seeded_from, store, tl, 3, 3).result(timeout=WAIT)
             return value
 
-        monkeypatch.setattr(store_module, "unpack", header_then_a_commit)
+        monkeypatch.setattr(reads_module, "unpack", header_then_a_commit)
         loaded = store.load(CID)
-        monkeypatch.setattr(store_module, "unpack", real_unpack)
+        monkeypatch.setattr(reads_module, "unpack", real_unpack)
         assert committed
         assert loaded.revision == 2  # the reader's snapshot predates the commit
         assert len(loaded.timeline) == loaded.header["stored_seq"]

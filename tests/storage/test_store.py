@@ -18,7 +18,7 @@ from actline.storage import (
     Store,
     StoreFull,
 )
-from actline.storage.store import pack
+from actline.storage.layout import pack
 from actline.timeline import Block, Renderer, SourceRow, Timeline, TimelineConfig
 from tests.timeline.builders import Build, words
 

@@ -46,7 +46,7 @@ from typing import Any
 import lmdb
 
 from actline.storage import NotStored, Store
-from actline.storage.store import unpack
+from actline.storage.layout import unpack
 from actline.timeline import SourceRow, Timeline
 from tests.timeline.builders import T0, Build
 

@@ -1,4 +1,4 @@
-"""Cache points: the original's verified worked example (REFERENCE.md §1.8) and its edges."""
+"""Cache points: the original's verified worked example and its edges."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import pytest
 
 from actline.timeline import Block, Renderer, Timeline, TimelineConfig
 from actline.timeline.blocks import COMPLETION, TOOL_CALL, TOOL_RESULT, USER_PROMPT
+from actline.timeline.cache import CachePoints, compute_points, group_end, restore_point
 from actline.timeline.paths import ar_path, tc_path
-from actline.timeline.rendering.cache import CachePoints, compute_points, group_end, restore_point
 
 T0 = 1_800_000_000.0
 
@@ -114,7 +114,7 @@ def test_pre_tail_equal_to_tail_is_dropped() -> None:
 
 
 def test_the_hide_floor_is_cp2_then_cp1_then_nothing() -> None:
-    from actline.timeline.rendering.cache import CachePoints
+    from actline.timeline.cache import CachePoints
 
     assert CachePoints(1, 5, 9).hide_floor == 5
     assert CachePoints(1, None, 9).hide_floor == 1

@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 from actline.timeline import Timeline
-from actline.timeline.editing.facts import (
+from actline.timeline.editing.summary import SummaryRequest, offline_record
+from actline.timeline.facts import (
     Fact,
     FactBook,
     StructuredSummary,
@@ -14,7 +15,6 @@ from actline.timeline.editing.facts import (
     note_facts,
     parse_summary,
 )
-from actline.timeline.editing.summary import SummaryRequest, offline_record
 
 from .builders import Build
 

@@ -1,4 +1,4 @@
-"""A block that arrives after a render lands after everything rendered (issue 23).
+"""A block that arrives after a render lands after everything rendered.
 
 A followup stamped a little in the past (the sender's clock, or a message that
 waited in a queue) used to be placed by its timestamp, inside the prefix the model

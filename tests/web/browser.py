@@ -1,4 +1,4 @@
-"""A real web console to drive with a real browser (issue 24).
+"""A real web console to drive with a real browser.
 
 ``Backend``: an embedded nats-server and a node whose model is scripted per prompt
 (``ByPrompt``), running on an event loop of their own thread, so that the tests can

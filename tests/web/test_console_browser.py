@@ -1,4 +1,4 @@
-"""The web console in a real headless Chromium (issue 24): a real ``actline console``
+"""The web console in a real headless Chromium: a real ``actline console``
 process, a real nats-server and node, only the model scripted (``ByPrompt``).
 
 Each test types a prompt carrying a marker word that picks its script, and waits on page
