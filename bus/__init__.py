@@ -1,7 +1,8 @@
 """NATS for actline: the typed ``Bus``, JetStream wrappers and the ``EmbeddedNats`` server."""
 
 from .auth import Authority, Identity, read_identity
-from .bus import DEFAULT_URL, Bus, Envelope, Handler, Subscription
+from .bus import Bus, Envelope, Handler, Subscription
+from .connection import DEFAULT_URL
 from .embedded import EmbeddedNats, find_nats_server
 from .errors import (
     AckFailed,

@@ -32,9 +32,9 @@ import time
 import weakref
 from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
 
 from actline.messages.codec import MAX_PAYLOAD
+from actline.messages.lifecycle import Service
 
 from .auth import Authority
 from .errors import NatsServerError, NatsServerNotFound
@@ -92,8 +92,9 @@ def find_nats_server() -> Path:
     raise NatsServerNotFound(", ".join(searched))
 
 
-class EmbeddedNats:
-    """A nats-server child process; use as a (sync or async) context manager.
+class EmbeddedNats(Service):
+    """A nats-server child process; use as a (sync or async) context manager
+    (``actline.messages.lifecycle.Service``; ``async with`` starts it with ``astart``).
 
     >>> with EmbeddedNats() as server:
     ...     url = server.url
@@ -340,29 +341,6 @@ class EmbeddedNats:
             if path is not None and path.exists():
                 parts.extend(path.read_text(errors="replace").splitlines()[-lines:])
         return "\n".join(parts)
-
-    # -- context managers --------------------------------------------------
-    def __enter__(self) -> EmbeddedNats:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    async def __aenter__(self) -> EmbeddedNats:
-        return await self.astart()
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await asyncio.to_thread(self.stop)
 
 
 def running_authority(url: str) -> Authority | None:

@@ -9,7 +9,7 @@ Hierarchy::
     ├── NotConnected          used before connect() or after close()
     ├── ConnectFailed         no NATS server reachable at the URL (url, reason)
     │   └── AuthRefused       the server refused the credentials, or wants some (url, reason)
-    ├── AuthError             credentials and roles (issue 19)
+    ├── AuthError             credentials and roles
     │   ├── CredsInvalid      a credentials or key file is unreadable or malformed (path, reason)
     │   ├── RoleUnknown       no such role, or a role without what it needs (role, hint)
     │   └── PermissionDenied  this connection's role may not use the subject (action, subject,

@@ -34,7 +34,9 @@ from nats.js.api import AckPolicy, ConsumerConfig, DeliverPolicy
 from nats.js.client import JetStreamContext
 
 from .errors import BusError, StreamMissing
-from .jetstream import DEFAULT_TIMEOUT, Bus, EventLog, QueueItem, fetch_one, translate
+from .jetstream.api import DEFAULT_TIMEOUT, Bus, translate
+from .jetstream.events import EventLog
+from .jetstream.queue import QueueItem, fetch_one
 
 log = logging.getLogger(__name__)
 

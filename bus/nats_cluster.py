@@ -28,8 +28,9 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
-from types import TracebackType
 from typing import Any
+
+from actline.messages.lifecycle import Service
 
 from .auth import Authority
 from .embedded import EmbeddedNats, Routes
@@ -49,8 +50,9 @@ def free_ports(count: int) -> list[int]:
         return ports
 
 
-class EmbeddedCluster:
-    """``size`` nats-servers with routes between them; a (sync or async) context manager."""
+class EmbeddedCluster(Service):
+    """``size`` nats-servers with routes between them; a (sync or async) context manager
+    (``actline.messages.lifecycle.Service``)."""
 
     def __init__(
         self,
@@ -220,26 +222,3 @@ class EmbeddedCluster:
     async def await_ready(self, timeout: float | None = None) -> None:
         """``wait_ready`` without blocking the event loop."""
         await asyncio.to_thread(self.wait_ready, timeout)
-
-    # -- context managers ------------------------------------------------------------------
-    def __enter__(self) -> EmbeddedCluster:
-        return self.start()
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
-
-    async def __aenter__(self) -> EmbeddedCluster:
-        return await asyncio.to_thread(self.start)
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await asyncio.to_thread(self.stop)

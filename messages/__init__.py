@@ -1,7 +1,7 @@
 """The typed wire contract of actline: messages, their msgpack codec, and subject names.
 
 Outside programs (a Ray job publishing turns, an outside agent answering DONE)
-need only ``encode``, ``decode``, ``from_dict`` and the public kinds of DESIGN.md §3.1.
+need only ``encode``, ``decode``, ``from_dict`` and the public kinds of the wire contract.
 """
 
 from . import subjects

@@ -1,7 +1,7 @@
 """Outside-agent messages: the task handed to an agent, its DONE signal, and the agent's
-hello and the agent list (DESIGN.md §2.2, issue 19).
+hello and the agent list.
 
-``agent.task`` and ``agent.done`` are public wire contract (DESIGN.md §3.1). The others
+``agent.task`` and ``agent.done`` are public wire contract. The others
 are how an agent joins its durable inbox and how operators see agents; they may still
 change (a plain nats-py agent uses them as ``docs/architecture.md`` shows):
 

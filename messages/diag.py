@@ -1,5 +1,5 @@
 """Diagnostic logs: one structured line per model request, reply, tool decision, tool run,
-bus message and store commit (seed 002's ``[AI-REQ]``, ``[AI-RESP]``, ``[AI-FnCall]``,
+bus message and store commit (``[AI-REQ]``, ``[AI-RESP]``, ``[AI-FnCall]``,
 ``[AI-TOOL]``, plus ``[BUS]`` and ``[STORE]``).
 
 Each category is a stdlib logger, ``actline.diag.<CATEGORY>``, so every package logs

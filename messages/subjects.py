@@ -72,7 +72,7 @@ class Subjects:
 
     @property
     def agent_done(self) -> str:
-        """The shared DONE subject: accepted only with authentication off (issue 19)."""
+        """The shared DONE subject: accepted only with authentication off."""
         return f"{self.prefix}.agent.done"
 
     def agent_done_of(self, agent: str) -> str:

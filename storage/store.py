@@ -15,15 +15,12 @@ Artifacts, the workspace and quotas work on a ``Store`` from their own modules.
 
 from __future__ import annotations
 
-from .layout import pack, unpack
 from .outline import ConversationLister
 from .reads import ConversationReader
 from .rounds import TurnWriter
 from .shared import NodeRows
 
-__all__ = ["Store", "pack", "unpack"]
-"""``pack`` and ``unpack`` stay here for ``actline.storage.workspace``, which imports them
-from this module; new code takes them from ``actline.storage.layout``."""
+__all__ = ["Store"]
 
 
 class Store(TurnWriter, ConversationReader, ConversationLister, NodeRows):

@@ -73,8 +73,9 @@ from actline.timeline.paths import (
 
 from . import artifacts
 from .errors import NotStored
+from .layout import pack, unpack
 from .quota import Quota, Usage, add_txn, usage_txn
-from .store import Store, pack, unpack
+from .store import Store
 
 __all__ = ["DURABLE_AREAS", "FileStat", "Workspace", "WorkspaceBase"]
 

@@ -34,8 +34,8 @@ from actline.llm import ModelConfigError, ModelSummarizer, compact, writes_summa
 from actline.llm.config import OFFLINE_MODELS, model_spec
 from actline.messages import TurnRequest, Usage
 from actline.timeline import Renderer, Timeline
-from actline.timeline.facts import FactBook
 from actline.timeline.editing.summary import record_of
+from actline.timeline.facts import FactBook
 from actline.timeline.rendering.announce import AnnounceContext
 
 log = logging.getLogger(__name__)

@@ -13,7 +13,7 @@ import pytest
 
 from actline.actors.client.client import Client
 from actline.bus import Bus, EmbeddedNats
-from actline.bus.jetstream import healer as jetstream
+from actline.bus.jetstream import healer
 from actline.messages import Subjects
 from tests.cluster.harness import start
 from tests.waiting import until
@@ -30,8 +30,8 @@ async def test_a_deleted_bucket_is_made_again_and_the_node_serves_on(
     monkeypatch: pytest.MonkeyPatch,
     which: str,
 ) -> None:
-    monkeypatch.setattr(jetstream, "HEAL_CONFIRM_S", 0.5)  # 10 s: a failover's "not found"
-    monkeypatch.setattr(jetstream, "HEAL_CHECK_S", 0.1)
+    monkeypatch.setattr(healer, "HEAL_CONFIRM_S", 0.5)  # 10 s: a failover's "not found"
+    monkeypatch.setattr(healer, "HEAL_CHECK_S", 0.1)
     caplog.set_level(logging.WARNING)
     node = await start(fresh_nats.url, tmp_path, "n1", subject_names=subject_names)
     bus = await Bus.connect(fresh_nats.url, subject_names=subject_names)

@@ -151,8 +151,8 @@ def test_storage_errors_pickle() -> None:
 DISK_FULL_CHILD = """
 import resource, signal, sys
 sys.path.insert(0, sys.argv[2])
-from storage import DiskFull, Store
-from timeline import Block
+from actline.storage import DiskFull, Store
+from actline.timeline import Block
 
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
 store = Store(sys.argv[1], map_size=1 << 20)
