@@ -9,15 +9,15 @@ Makefile hands to the serial pass so that it collects only those.
 from __future__ import annotations
 
 SERIAL = (
-    "tests/bench/test_cluster_bench.py",  # a Ray cluster per configuration
-    "tests/cluster/test_ray_job.py",  # Ray clusters
-    "tests/cluster/test_ray_model.py",
-    "tests/cluster/test_ray_submit.py",
-    "tests/cluster/test_cluster_yaml.py",
+    "tests/bench/cluster/test_cluster_bench.py",  # a Ray cluster per configuration
+    "tests/cluster/ray/test_ray_job.py",  # Ray clusters
+    "tests/cluster/ray/test_ray_model.py",
+    "tests/cluster/ray/test_ray_submit.py",
+    "tests/cluster/ray/test_cluster_yaml.py",
     "tests/cluster/test_kill_loop_cluster.py",  # nodes killed in a loop
-    "tests/cluster/test_nats_failover.py",  # nats-servers killed under load
-    "tests/actors/test_kill_loop.py",
-    "tests/actors/test_parking.py::test_parked_turns_of_a_killed_node_resume",
+    "tests/cluster/nats/test_nats_failover.py",  # nats-servers killed under load
+    "tests/actors/node/test_kill_loop.py",
+    "tests/actors/node/test_parking.py::test_parked_turns_of_a_killed_node_resume",
     "tests/test_cli.py::test_make_demo_from_the_readme_runs",  # the checkout's ./.actline
 )
 

@@ -11,7 +11,7 @@ keep working. When the turn becomes runnable again (``unpark``), the same delive
 in progress again and the turn takes its slot at once, even past the limit (it was
 admitted before; the pull loop takes no new turn until the count is back under it).
 
-Observed with nats-server 2.15.1 (``tests/actors/test_parking.py`` checks the acks): after
+Observed with nats-server 2.15.1 (``tests/actors/node/test_parking.py`` checks the acks): after
 ``nak(delay=D)`` the message stays pending; ``in_progress`` on the same delivery restarts
 its ack wait (no redelivery while it is repeated), ``ack`` on it removes the message,
 before or after the delayed redelivery; the server keys all of these by the stream

@@ -1,7 +1,7 @@
 """The kill loop: a batch of multi-turn conversations served by real node processes that are
 SIGKILLed at seeded random moments, compared with the same batch run without kills.
 
-Used by ``tests/actors/test_kill_loop.py`` (single mode), ``tests/cluster/
+Used by ``tests/actors/node/test_kill_loop.py`` (single mode), ``tests/cluster/
 test_kill_loop_cluster.py`` (cluster mode) and ``bench/resume.py`` (``make soak``).
 
 A run (``run_batch``):

@@ -1,5 +1,5 @@
 """Forbidden attempts on a real authenticated nats-server, the proof that nothing got
-through, and the ledger of every attempt with its answers (printed after the module).
+through, and the ledger of every attempt with its answers (printed once the role tests are done).
 
 Each attempt is made twice: through actline's typed ``Bus`` (which refuses locally with
 ``PermissionDenied``) and through the raw nats-py client of the same connection (``bus.nc``),
@@ -47,7 +47,7 @@ class Attempt:
 
 @dataclass
 class Ledger:
-    """Every attempt of the module, in the order made."""
+    """Every attempt of the role tests, in the order made."""
 
     rows: list[Attempt] = field(default_factory=list)
 

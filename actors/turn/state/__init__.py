@@ -108,7 +108,7 @@ that restarted mid-task and answered twice) or ``done_unknown_task``; *late* oth
 Every transition that changes the state emits an ``EmitProgress`` card, except Reset
 (bookkeeping the client never sees); an ignored event yields only ``Ignored`` (a refused
 approval only ``ApprovalVerdict``). No ``RunTools`` ever carries a call whose approval is
-not ``approved`` (tests/actors/test_state.py, random event sequences).
+not ``approved`` (tests/actors/turn/state/test_properties.py, random event sequences).
 """
 
 from __future__ import annotations

@@ -30,9 +30,8 @@ from actline.agents import list_agents
 from actline.bus import Bus, EmbeddedNats, Envelope, TaskStream
 from actline.cli.agent import run_agents
 from actline.messages import Ack, AgentTask, DoneSignal, ErrorReply, Subjects
+from tests.actors.harness import BlockViews, Scripted, say, start_node
 from tests.waiting import until
-
-from .harness import BlockViews, Scripted, say, start_node
 
 TIMEOUT = 15.0
 REVIEWER = "reviewer"

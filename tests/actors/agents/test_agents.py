@@ -14,64 +14,31 @@ import json
 import sys
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import pytest
-
-from actline.actors.client.client import Client, TurnHandle
+from actline.actors.client.client import Client
 from actline.actors.node.node import Node
 from actline.actors.pools.tool_executor import ToolContext, ToolRegistry
 from actline.bus import Bus, EmbeddedNats
 from actline.messages import Ack, AgentTask, ErrorReply
-from actline.timeline.blocks import SIGNAL_DONE, TOOL_RESULT
+from actline.timeline.blocks import SIGNAL_DONE
 from actline.tools import KnowledgeSpace
+from tests.actors.agents.runtime import (
+    REVIEWER,
+    SEND_TO_REVIEWER,
+    TIMEOUT,
+    Runtime,
+    completed,
+    reviewed_turn,
+    submit,
+)
+from tests.actors.harness import KB, Scripted, say, settings
 
-from .harness import KB, BlockViews, Scripted, say, settings, start_node
-
-AGENT_SCRIPT = Path(__file__).with_name("agent_process.py")
-TIMEOUT = 10.0
-REVIEWER = "reviewer"
-SEND_TO_REVIEWER = ("agent.send", {"name": REVIEWER, "text": "review the plan\nsection 2 first"})
+AGENT_SCRIPT = Path(__file__).parents[1] / "agent_process.py"
 
 
 # --- helpers -------------------------------------------------------------------------------
-
-
-@dataclass
-class Runtime(BlockViews):
-    model: Scripted
-    node: Node
-    client: Client
-
-    def task_ids(self, cid: str, turn_id: str) -> list[str]:
-        """Task ids of the turn's ``agent.send`` calls, from their result blocks."""
-        return [
-            b.data["task_id"]
-            for b in self.blocks(cid)
-            if b.type == TOOL_RESULT
-            and b.turn_id == turn_id
-            and b.meta.get("tool") == "agent.send"
-            and isinstance(b.data, dict)
-            and "task_id" in b.data
-        ]
-
-    def phase(self, cid: str) -> str | None:
-        current = self.node.conversations[cid].current
-        return None if current is None else str(current.state.phase)
-
-
-@pytest.fixture
-async def rt(bus: Bus, tmp_path: Path) -> AsyncIterator[Runtime]:
-    model = Scripted()
-    node = await start_node(bus, tmp_path / "home", model)
-    client = Client(bus)
-    try:
-        yield Runtime(model, node, client)
-    finally:
-        await client.close()
-        await node.stop()
 
 
 class AgentProcess:
@@ -137,24 +104,6 @@ async def agent_process(
         if proc.returncode is None:
             proc.kill()
         await proc.wait()
-
-
-async def submit(rt: Runtime, cid: str, outputs: list[str], text: str, **kw: Any) -> TurnHandle:
-    rt.model.script(cid, outputs)
-    return await rt.client.submit(text, conversation_id=cid, **kw)
-
-
-def reviewed_turn() -> list[str]:
-    return [
-        say("Asking the reviewer.", calls=[SEND_TO_REVIEWER]),
-        say("The reviewer answered.", answer="The plan is reviewed."),
-    ]
-
-
-async def completed(handle: TurnHandle) -> None:
-    result = await handle.wait(TIMEOUT)
-    assert result.status == "completed", (result.status, result.error)
-    assert result.rounds == 2
 
 
 # --- an outside agent in its own process -------------------------------------------------

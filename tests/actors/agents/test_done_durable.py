@@ -25,41 +25,17 @@ import pytest
 from actline import messages
 from actline.actors.client.client import Client
 from actline.actors.errors import DoneNotStored
-from actline.bus import Bus, EmbeddedNats, Envelope, TaskStream
+from actline.bus import Bus, EmbeddedNats, TaskStream
 from actline.messages import AgentTask, ErrorReply
-from actline.storage import Store
-from actline.timeline.blocks import SIGNAL_DONE
+from tests.actors.agents.reviewer import QUESTION, REVIEWER, Inbox, applied
+from tests.actors.nodeprocs import ROOT, NodeOptions, NodeProcess
 from tests.creds import creds_env
 from tests.waiting import until
 
-from .nodeprocs import ROOT, NodeOptions, NodeProcess
-
 pytestmark = pytest.mark.timeout(300)
 
-REVIEWER = "reviewer"
-QUESTION = "Check the retention settings and ask reviewer to review them"
 RESULT_S = 120.0
 """Upper bound for the resumed turn's result."""
-
-
-class Inbox:
-    """The tasks sent to ``reviewer`` (this test plays the outside agent)."""
-
-    def __init__(self) -> None:
-        self.tasks: list[AgentTask] = []
-        self.changed = asyncio.Event()
-
-    async def on_task(self, msg: messages.Message, env: Envelope) -> None:
-        if isinstance(msg, AgentTask):
-            self.tasks.append(msg)
-            self.changed.set()
-
-    async def first(self, timeout: float = 60.0) -> AgentTask:
-        async with asyncio.timeout(timeout):
-            while not self.tasks:
-                self.changed.clear()
-                await self.changed.wait()
-        return self.tasks[0]
 
 
 def node(nats: EmbeddedNats, bus: Bus, home: Path) -> NodeProcess:
@@ -91,16 +67,6 @@ async def waiting_turn(
 async def no_open_tasks(bus: Bus) -> bool:
     s = bus.subjects
     return not await TaskStream.bind(bus, name=s.tasks_stream).held(s.agent_inbox_any)
-
-
-def applied(home: Path, cid: str) -> list[str]:
-    """The task ids of the conversation's stored ``signal.done`` blocks (DONEs applied)."""
-    with Store(home) as store:
-        return [
-            str((b.get("meta") or {}).get("task_id"))
-            for b in store.iter_blocks(cid)
-            if b["type"] == SIGNAL_DONE
-        ]
 
 
 async def actline_done(nats: EmbeddedNats, bus: Bus, home: Path, summary: str) -> tuple[int, str]:

@@ -11,11 +11,8 @@ from __future__ import annotations
 from typing import Any
 
 from actline.timeline.blocks import TOOL_CALL, TOOL_RESULT
-
-from .harness import say
-from .test_agents import REVIEWER, TIMEOUT, Runtime, completed, reviewed_turn, rt, submit
-
-__all__ = ["rt"]  # the node, model and client fixture of the agent tests
+from tests.actors.agents.runtime import REVIEWER, TIMEOUT, Runtime, completed, reviewed_turn, submit
+from tests.actors.harness import say
 
 SUMMARY = "The plan is sound, but section 2 needs a rollback step and an owner for the migration."
 

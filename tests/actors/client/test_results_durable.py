@@ -23,9 +23,8 @@ from actline.bus import Bus, EmbeddedNats, EventLog, StreamMissing
 from actline.llm.protocol import Chunk
 from actline.messages import GenerateRequest, ReActResult, Subjects
 from actline.runtime import follow
+from tests.actors.harness import Scripted, say, settings, start_node
 from tests.waiting import until
-
-from .harness import Scripted, say, settings, start_node
 
 
 class Proxy:

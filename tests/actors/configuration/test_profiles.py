@@ -29,8 +29,7 @@ from actline.cli.main import main
 from actline.config import Config, ConfigError
 from actline.storage import Store
 from actline.timeline.blocks import TURN_HEADER
-
-from .harness import Scripted, run_turn, say, settings, start_node
+from tests.actors.harness import Scripted, run_turn, say, settings, start_node
 
 
 def same_settings(a: Profile, b: Profile) -> bool:

@@ -49,11 +49,10 @@ from actline.messages import (
 )
 from actline.timeline.blocks import FEEDBACK, USER_PROMPT
 from actline.tools.embeddings.mpnet import MPNET
+from tests.actors.harness import Scripted, run_turn, say, start_node
 from tests.waiting import until
 
-from .harness import Scripted, run_turn, say, start_node
-
-DOCS = Path(__file__).resolve().parents[2] / "docs" / "limits.md"
+DOCS = Path(__file__).resolve().parents[3] / "docs" / "limits.md"
 NOW = time.time()
 """The node's clock in the pure tests (requests made here are stamped with the real one)."""
 FAR = datetime.max.replace(tzinfo=UTC)

@@ -26,9 +26,8 @@ from actline.llm.protocol import Chunk
 from actline.messages import Ack, Attachment, ErrorReply, GenerateRequest
 from actline.timeline.blocks import USER_ATTACHMENT_META, USER_FOLLOWUP
 from actline.tools.workspace.git import GitWorkspace
-
-from ..waiting import until
-from .harness import Scripted, run_turn, say, start_node
+from tests.actors.harness import Scripted, run_turn, say, start_node
+from tests.waiting import until
 
 SLOW = "slow.txt"
 

@@ -18,8 +18,7 @@ from actline.storage import NotStored, Store
 from actline.timeline.blocks import TOOL_CALL, TOOL_RESULT
 from actline.tools import KnowledgeSpace
 from actline.tools.registry import ToolContext, ToolOutput, ToolRegistry
-
-from .harness import KB, Scripted, run_turn, say, settings
+from tests.actors.harness import KB, Scripted, run_turn, say, settings
 
 KIB = 1024
 

@@ -3,8 +3,6 @@ nats-server whose model is a claude model served by the local Messages API serve
 
 from __future__ import annotations
 
-import json
-from collections import deque
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -14,42 +12,13 @@ import pytest
 from actline.actors.client.client import Client
 from actline.actors.node.node import Node
 from actline.bus import Bus
-from actline.llm import AnthropicModel, LLMSettings, ReplayModel
+from actline.llm import AnthropicModel, LLMSettings
 from actline.llm.fake_anthropic import FakeAnthropicServer
-from actline.llm.protocol import Chunk
 from actline.messages import GenerateRequest
 from actline.timeline.blocks import SUMMARY, TOOL_CALL, TOOL_RESULT
 from actline.timeline.editing.summary import SUMMARY_RECORD, record_of
-
-from .harness import run_turn, say, settings
-
-MODEL = "claude-sonnet-4-6"
-SUMMARY_JSON = {
-    "stable_facts": [
-        {"key": "deploy region", "value": "eu-west-1", "confidence": 0.9},
-        {"key": "owner", "value": "ann"},
-    ],
-    "active_goals": ["plan the v2 deploy"],
-    "open_questions": ["which database?"],
-    "discarded_obsolete": [],
-    "rawSummary": "The user planned the v2 deploy.",
-}
-
-
-class Policy:
-    """Turn replies in order; summary calls (tool-free, strict JSON) answered apart."""
-
-    def __init__(self) -> None:
-        self.turns: deque[str] = deque()
-        self.summaries: list[GenerateRequest] = []
-        self.seen: list[GenerateRequest] = []
-
-    def stream(self, request: GenerateRequest) -> AsyncIterator[Chunk]:
-        if "strict JSON" in request.system:
-            self.summaries.append(request)
-            return ReplayModel.of([json.dumps(SUMMARY_JSON)]).stream(request)
-        self.seen.append(request)
-        return ReplayModel.of([self.turns.popleft()]).stream(request)
+from tests.actors.claude import MODEL, Policy
+from tests.actors.harness import run_turn, say, settings
 
 
 @pytest.fixture

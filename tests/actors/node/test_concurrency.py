@@ -9,8 +9,7 @@ from pathlib import Path
 from actline.actors.client.client import Client
 from actline.bus import Bus
 from actline.timeline.blocks import COMPLETION, TURN_HEADER
-
-from .harness import Scripted, say, start_node
+from tests.actors.harness import Scripted, say, start_node
 
 CONVERSATIONS = 20
 TURNS = 3

@@ -13,11 +13,10 @@ from actline.actors.client.client import Client
 from actline.bus import Bus, EmbeddedNats
 from actline.storage import Store
 from actline.timeline.blocks import TOOL_CALL, TURN_HEADER, USER_PROMPT
+from tests.actors.harness import KB
 from tests.creds import creds_env
 
-from .harness import KB
-
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 async def start_node_process(

@@ -13,9 +13,8 @@ from actline.actors.client.client import Client
 from actline.actors.errors import ConversationHeld
 from actline.actors.node.holding import Holds
 from actline.bus import Bus, NotConnected
+from tests.actors.harness import Scripted, say, start_node
 from tests.waiting import until
-
-from .harness import Scripted, say, start_node
 
 IDLE_S = 0.05
 """Idle time before eviction here (the node's eviction loop looks once a second)."""

@@ -14,9 +14,8 @@ from pathlib import Path
 import pytest
 
 from actline.bus import EmbeddedNats
-
-from .killloop import KillPlan, plan_batch, run_batch
-from .killreport import Report, order_problems
+from tests.actors.killloop import KillPlan, plan_batch, run_batch
+from tests.actors.killreport import Report, order_problems
 
 pytestmark = pytest.mark.timeout(600)
 

@@ -26,11 +26,10 @@ from actline.actors.node.node import Node
 from actline.bus import Bus, EmbeddedNats, QueueItem, WorkQueue
 from actline.llm import ExtractiveModel
 from actline.messages import Ack, AgentTask, ErrorReply, ReActResult, TurnRequest
+from tests.actors.agents.reviewer import QUESTION, REVIEWER, Inbox, applied
+from tests.actors.harness import Scripted, say, start_node
+from tests.actors.nodeprocs import NodeOptions, NodeProcess
 from tests.waiting import until
-
-from .harness import Scripted, say, start_node
-from .nodeprocs import NodeOptions, NodeProcess
-from .test_done_durable import QUESTION, REVIEWER, Inbox, applied
 
 pytestmark = pytest.mark.timeout(180)
 

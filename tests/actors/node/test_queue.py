@@ -10,8 +10,7 @@ from actline.bus import Bus, EmbeddedNats
 from actline.messages import Attachment, Subjects
 from actline.storage import Store, Workspace
 from actline.timeline.blocks import USER_ATTACHMENT_META
-
-from .harness import Scripted, run_turn, say, start_node
+from tests.actors.harness import Scripted, run_turn, say, start_node
 
 
 async def test_a_turn_longer_than_ack_wait_stays_with_the_node_that_took_it(

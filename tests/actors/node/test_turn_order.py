@@ -13,10 +13,9 @@ from actline.actors.node.turn_queue import TurnQueue
 from actline.bus import Bus, WorkQueue
 from actline.messages import ErrorReply, Subjects, TurnRequest
 from actline.storage import Store
+from tests.actors.harness import Scripted, say, start_node
 from tests.creds import admin_creds
 from tests.waiting import until
-
-from .harness import Scripted, say, start_node
 
 
 def turn_order(home: Path, cid: str) -> list[str]:

@@ -14,8 +14,7 @@ from actline.bus import Bus
 from actline.channels import ChannelDelta
 from actline.messages import StreamDelta
 from actline.terminal.cards import CanvasPanels, TurnPrinter
-
-from .harness import Scripted, run_turn, say, start_node
+from tests.actors.harness import Scripted, run_turn, say, start_node
 
 DOC = "ks:pricing/tiers.md"
 REPORT = "outputs/notes/report.md"

@@ -19,8 +19,7 @@ from actline.actors.node.node import Node
 from actline.bus import Bus
 from actline.storage import Store
 from actline.timeline.blocks import NOTICE, TOOL_CALL, TOOL_RESULT
-
-from .harness import Scripted, run_turn, say, start_node
+from tests.actors.harness import Scripted, run_turn, say, start_node
 
 PAGE = (
     b"<html><head><title>Widget specs</title></head><body><h1>Widget</h1>"
@@ -312,7 +311,7 @@ async def test_memsearch_recalls_an_earlier_turn_through_the_persisted_index(
 async def test_an_mcp_server_from_the_config_serves_tools_in_a_turn(
     bus: Bus, client: Client, tmp_path: Path
 ) -> None:
-    server = Path(__file__).parents[1] / "tools" / "mcp_echo_server.py"
+    server = Path(__file__).parents[2] / "tools" / "mcp_echo_server.py"
     config = tmp_path / "mcp.json"
     config.write_text(
         json.dumps(

@@ -28,9 +28,8 @@ from actline.timeline.paths import ar_path
 from actline.tools.react.core import ReactContext, ReactTools
 from actline.tools.react.memsearch import index_rows
 from actline.tools.search.vectors import vector_key
-
-from ..tools import memfixture
-from ..waiting import until
+from tests.tools import memfixture
+from tests.waiting import until
 
 TURNS = 100
 ROWS = 2 * TURNS

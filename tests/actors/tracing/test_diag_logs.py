@@ -19,8 +19,7 @@ from actline.actors.client.client import Client
 from actline.bus import Bus
 from actline.cli import main as cli
 from actline.messages import diag, new_id
-
-from .harness import Scripted, run_turn, say, start_node
+from tests.actors.harness import Scripted, run_turn, say, start_node
 
 TURN_CATEGORIES = (diag.AI_REQ, diag.AI_RESP, diag.AI_FNCALL, diag.AI_TOOL, diag.STORE)
 

@@ -30,11 +30,10 @@ from actline.llm.fake_anthropic import FakeAnthropicServer
 from actline.messages import ReActResult
 from actline.timeline.blocks import TOOL_RESULT
 from actline.traces import turn_trace
+from tests.actors.claude import MODEL, Policy
+from tests.actors.harness import Scripted, run_turn, say, settings, start_node
+from tests.actors.nodeprocs import NodeOptions, NodeProcess
 from tests.waiting import until
-
-from .harness import Scripted, run_turn, say, settings, start_node
-from .nodeprocs import NodeOptions, NodeProcess
-from .test_summaries import MODEL, Policy
 
 TIMEOUT = 30.0
 REVIEWER = "reviewer"

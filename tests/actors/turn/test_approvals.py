@@ -26,9 +26,8 @@ from actline.llm import ReplayModel
 from actline.messages import Ack, ErrorReply, ReActProgress, new_id
 from actline.timeline.blocks import NOTICE, TOOL_RESULT
 from actline.tools.registry import ToolContext
+from tests.actors.harness import Scripted, say, start_node
 from tests.waiting import until
-
-from .harness import Scripted, say, start_node
 
 DEPLOY = "ops.deploy"
 PARAMS = {"target": "staging", "version": "1.4.2"}

@@ -8,8 +8,7 @@ from actline.actors.client.client import Client
 from actline.bus import Bus
 from actline.llm import ExtractiveModel
 from actline.timeline.blocks import NOTE, PLAN
-
-from .harness import run_turn, start_node
+from tests.actors.harness import run_turn, start_node
 
 
 async def test_two_turns_on_one_topic_both_answer_with_citations(bus: Bus, tmp_path: Path) -> None:

@@ -25,8 +25,7 @@ from actline.bus import Bus, Envelope
 from actline.messages import Ack, AgentTask, Message, ReActProgress
 from actline.storage import Store
 from actline.timeline.blocks import TOOL_RESULT
-
-from .harness import Scripted, say, start_node
+from tests.actors.harness import Scripted, say, start_node
 
 TIMEOUT = 30.0
 DOC = "ks:pricing/tiers.md"

@@ -26,8 +26,7 @@ from actline.timeline.blocks import (
     USER_FOLLOWUP,
     USER_PROMPT,
 )
-
-from .harness import Scripted, run_turn, say, start_node
+from tests.actors.harness import Scripted, run_turn, say, start_node
 
 DOC = "ks:pricing/tiers.md"
 SEARCH = ("react.search_knowledge", {"query": "pricing tiers"})

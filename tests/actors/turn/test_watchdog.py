@@ -16,8 +16,7 @@ from actline.bus import Bus
 from actline.messages import ReActProgress
 from actline.timeline import Block
 from actline.timeline.blocks import NOTE, NOTICE, SUMMARY, TOOL_RESULT, TURN_HEADER
-
-from .harness import Scripted, run_turn, say, start_node
+from tests.actors.harness import Scripted, run_turn, say, start_node
 
 DOC = "ks:pricing/tiers.md"
 DOCS = [

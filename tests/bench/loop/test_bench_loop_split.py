@@ -12,7 +12,7 @@ import pytest
 
 from bench.loop import split as loop_split
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def test_a_short_run_here_and_against_a_second_checkout(tmp_path: Path) -> None:

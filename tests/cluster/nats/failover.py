@@ -34,9 +34,8 @@ from tests.actors.killloop import (
     paced,
     read_durable,
 )
+from tests.cluster.harness import start
 from tests.waiting import until
-
-from .harness import start
 
 
 class Batch:

@@ -16,7 +16,7 @@ from actline.bus import AuthRefused, Bus, ConnectFailed, KvBucket, find_nats_ser
 from actline.messages import Ack, Message
 from tests.waiting import until
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def free_port() -> int:

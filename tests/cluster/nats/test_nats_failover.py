@@ -24,8 +24,7 @@ from actline.actors.ownership.ownership import ClusterOwnership
 from actline.bus import EmbeddedCluster, EmbeddedNats
 from tests.actors.killloop import KillPlan, RunRecord, plan_batch, run_batch
 from tests.actors.killreport import Report
-
-from .failover import Batch
+from tests.cluster.nats.failover import Batch
 
 pytestmark = pytest.mark.timeout(180)
 

@@ -15,7 +15,7 @@ from actline.actors.ownership.durable import JetStreamCopy
 from actline.bus import Bus, EmbeddedNats
 from actline.storage import Store
 
-KB = Path(__file__).resolve().parents[2] / "examples" / "kb"
+KB = Path(__file__).resolve().parents[3] / "examples" / "kb"
 QUESTIONS = (
     "How do the pricing tiers differ?",
     "What are the quotas?",

@@ -22,7 +22,7 @@ from actline.llm import ReplayModel
 from actline.llm.fake_anthropic import FakeAnthropicServer, ServerThread
 from tests.actors.harness import say
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 KEY = "sk-ant-test-ray"
 MODEL = "claude-haiku-4-5"
 

@@ -38,7 +38,7 @@ from actline.llm.fake_anthropic import FakeAnthropicServer, ServerThread
 from tests.actors.harness import say
 from tests.waiting import until
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 README = (ROOT / "README.md").read_text()
 KEY = "sk-ant-test-submit"
 RAY_ENV = {

@@ -30,8 +30,7 @@ from actline.timeline.blocks import (
 from actline.timeline.editing import compaction
 from actline.timeline.editing.compaction import SPLIT_SEPARATOR
 from actline.timeline.paths import fi_path, su_path
-
-from .builders import (
+from tests.timeline.builders import (
     T0,
     Build,
     layout,

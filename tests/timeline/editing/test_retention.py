@@ -28,8 +28,7 @@ from actline.timeline.paths import tc_path
 from actline.timeline.read import resolve
 from actline.timeline.tokens import DEFAULT_COUNTER
 from actline.tools.react.core import ReactContext, ReactTools
-
-from .builders import Build, texts, words
+from tests.timeline.builders import Build, texts, words
 
 CFG = TimelineConfig(cache_ttl_seconds=0)
 BIG = words(900)  # ~1,350 tokens, 5,400 characters: verbose under the defaults

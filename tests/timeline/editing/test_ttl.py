@@ -23,8 +23,7 @@ from actline.timeline.blocks import (
 from actline.timeline.editing import ttl
 from actline.timeline.paths import ar_path, su_path
 from actline.timeline.tokens import block_tokens
-
-from .builders import T0, Build, shown, texts, words
+from tests.timeline.builders import T0, Build, shown, texts, words
 
 TTL = 300
 BUFFER = 10

@@ -11,8 +11,7 @@ from __future__ import annotations
 from actline.timeline import Renderer, Timeline, TimelineConfig
 from actline.timeline.blocks import USER_FOLLOWUP, Block
 from actline.timeline.paths import ar_path
-
-from .builders import Build, words
+from tests.timeline.builders import Build, words
 
 
 def conversation() -> tuple[Build, Renderer]:

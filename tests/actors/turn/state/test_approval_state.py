@@ -38,8 +38,7 @@ from actline.actors.turn.events import (
 from actline.actors.turn.state import DecisionState, TurnPhase, transition
 from actline.actors.turn.state.checkpoint import checkpoint, resume_event
 from actline.messages import Ack, ErrorReply
-
-from .test_state import (
+from tests.actors.turn.state.machine import (
     ASK_REVIEWER,
     GATED,
     SEARCH,
