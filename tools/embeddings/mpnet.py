@@ -12,7 +12,7 @@ is shared with ``actline.tools.embeddings.minilm``, and so are the tokenizer han
 loading.
 
 Checked against sentence-transformers (torch): its docstring's similarity matrix for this model
-to 4 decimals (``tests/tools/test_mpnet.py``). Measured on this project's shared 2-core
+to 4 decimals (``tests/tools/embeddings/test_mpnet.py``). Measured on this project's shared 2-core
 machine: 11 to 50 short rows a second (MiniLM: 130 to 230), 0.9 to 1.1 s to load from the
 unpacked cache (MiniLM: 0.06 s), 2.4 to 4.5 s to unpack the first time
 (``actline.tools.embeddings.model_parts``).

@@ -30,7 +30,7 @@ Retrieval", ACM TOIS 2023) found more accurate than reciprocal rank fusion::
 In BM25 mode the score is the raw BM25 score, plus the idf mass for a speaker and more than
 the best score for an exact identifier.
 
-Measured (``tests/tools/test_memsearch_recall.py``, ``test_memsearch_unseen.py``): recall@3
+Measured (``tests/tools/search/test_memsearch_recall.py``, ``test_memsearch_unseen.py``): recall@3
 of hybrid ranking 22/24 on the first 200-turn conversation, 79/88 on the tuning set of the
 second (``memfixture``), 32/37 on its unseen set and 34/38 on its blind set, neither of which
 the constants were tuned on (BM25 alone: 4/24, 53/88, 22/37, 24/38); every identifier that

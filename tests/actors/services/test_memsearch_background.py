@@ -28,7 +28,7 @@ from actline.timeline.paths import ar_path
 from actline.tools.react.core import ReactContext, ReactTools
 from actline.tools.react.memsearch import index_rows
 from actline.tools.search.vectors import vector_key
-from tests.tools import memfixture
+from tests.tools.search import memfixture
 from tests.waiting import until
 
 TURNS = 100

@@ -23,7 +23,7 @@ from actline.timeline.paths import ar_path, tc_path
 from actline.tools import KnowledgeSpace
 from actline.tools.react.core import Notice, ReactContext, ReactOutcome, ReactTools
 
-KB = Path(__file__).parents[2] / "examples" / "kb"
+KB = Path(__file__).parents[3] / "examples" / "kb"
 T0 = 1_800_000_000.0
 DAY = 86_400.0
 TOOLS = ReactTools()

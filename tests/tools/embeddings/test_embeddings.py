@@ -36,7 +36,7 @@ from actline.tools.embeddings.minilm import (
 )
 from actline.tools.errors import ToolError
 
-ROOT = Path(__file__).parents[2]
+ROOT = Path(__file__).parents[3]
 TOLERANCE = 5e-4
 
 QUICKSTART = [

@@ -17,9 +17,9 @@ from actline.actors.client.client import Client
 from actline.actors.client.results import open_results
 from actline.bus import Bus, EmbeddedNats
 from actline.messages import ReActResult, Subjects, new_id
+from tests.actors.harness import Scripted, say, start_node
 from tests.creds import creds_env
 
-from .actors.harness import Scripted, say, start_node
 from .test_cli_commands import actline, clean_env
 
 

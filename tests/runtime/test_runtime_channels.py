@@ -9,8 +9,8 @@ from pathlib import Path
 from actline.llm import ReplayModel
 from actline.messages import StreamDelta
 from actline.runtime import Runtime
+from tests.actors.harness import say
 
-from .actors.harness import say
 from .test_runtime import config
 
 CANVAS = '<channel:canvas>{"title": "Tiers", "body": "Team and *Pro*"}</channel:canvas>'

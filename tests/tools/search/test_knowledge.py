@@ -22,7 +22,7 @@ from actline.tools import (
 )
 from actline.tools.search.text import CHUNK_WORDS, SNIPPET_CHARS, tokenize
 
-KB = Path(__file__).parents[2] / "examples" / "kb"
+KB = Path(__file__).parents[3] / "examples" / "kb"
 
 QUESTIONS = [
     ("How much does the Team tier cost?", "ks:pricing/tiers.md"),

@@ -22,7 +22,7 @@ from actline.timeline.paths import FI_AREAS, FOLLOWUP_AREA
 from actline.tools.workspace.git import GitWorkspace
 from actline.tools.workspace.gitcmd import GitError
 
-REPO = Path(__file__).resolve().parents[2]
+REPO = Path(__file__).resolve().parents[3]
 LONG = "deep/" + "/".join(["ü" * 111] * 8)  # 900 characters, 1,787 bytes of UTF-8
 BINARY = bytes(range(256)) * 3
 

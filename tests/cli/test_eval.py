@@ -28,7 +28,7 @@ from actline.messages import Usage
 from actline.timeline import Block
 from actline.timeline.blocks import TOOL_CALL, TOOL_RESULT
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 KB = ROOT / "examples" / "kb"
 SEARCH, READ = "react.search_knowledge", "react.read"
 

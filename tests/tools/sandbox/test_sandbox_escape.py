@@ -4,8 +4,8 @@ The layout is a node's: ``ACTLINE_HOME`` holds a real LMDB store with another co
 secret, the code runs in ``workspaces/c1/<turn>`` with ``workspaces/c1`` readable (as
 code.exec_python runs it), and ``workspaces/c2`` belongs to another conversation. Each attempt
 runs under Landlock and under bubblewrap (where this machine has the layer; a layer it lacks
-is checked to be refused, ``tests/tools/sandbox_modes.py``) with the whole sandbox, then with
-the kernel layer alone (no audit hook), and under ``unconfined`` (the audit hook alone, which
+is checked to be refused, ``tests/tools/sandbox/sandbox_modes.py``) with the whole sandbox, then
+with the kernel layer alone (no audit hook), and under ``unconfined`` (the audit hook alone, which
 compiled code gets past: that is why it has to be asked for by name). When no layer is
 available the code does not run at all. Whether an attempt escaped is read on the host: the
 secret in the output, a file on the host, a changed store.
@@ -36,11 +36,11 @@ from actline.tools.sandbox import confinement
 from actline.tools.sandbox import runner as _sandbox_runner
 from actline.tools.sandbox.confinement import SANDBOX_MODES, Confinement, Probe, choose, decide
 from actline.tools.sandbox.sandbox import ExecResult, SandboxError, run_python
+from tests.actors.harness import Scripted, run_turn, say, start_node
 
-from ..actors.harness import Scripted, run_turn, say, start_node
 from .sandbox_modes import AVAILABLE, KERNEL_MODES, available_layer, running
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 
 SECRET = "c2 launch code 7431"
 """Stored in the other conversation's files and in the store: never in any output."""

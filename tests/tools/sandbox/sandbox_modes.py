@@ -3,8 +3,8 @@
 The tests that run code take the layers this machine provides (``AVAILABLE``, probed once at
 collection: Landlock when the kernel has it, bubblewrap when it is installed — ``make
 sandbox-deps`` installs it — and can create its namespaces). A layer it cannot provide is not
-skipped: ``tests/tools/test_sandbox_layers.py`` checks that asking for it is refused with the
-reason and nothing runs, as ``ACTLINE_SANDBOX`` promises.
+skipped: ``tests/tools/sandbox/test_sandbox_layers.py`` checks that asking for it is refused with
+the reason and nothing runs, as ``ACTLINE_SANDBOX`` promises.
 """
 
 from __future__ import annotations

@@ -45,7 +45,7 @@ from actline.terminal.chat import (
 )
 from tests.creds import creds_env
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DEADLINE_S = 30.0
 CTRL_C = b"\x03"
 CTRL_D = b"\x04"

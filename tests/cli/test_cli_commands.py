@@ -18,7 +18,7 @@ import pytest
 from actline.bus import Authority, EmbeddedNats
 from tests.creds import creds_env
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 READY_S = 30.0
 """Upper bound for a process to print its ready line (not a timing assertion)."""
 CID = re.compile(r"conversation (c-[A-Za-z0-9]+) · turn (t-[A-Za-z0-9]+) · (\w+)")

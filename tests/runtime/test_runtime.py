@@ -11,7 +11,7 @@ from actline.config import Config, ConfigError
 from actline.messages import ErrorReply, ReActProgress, ReActResult, StreamDelta, TurnAccepted
 from actline.runtime import Runtime
 
-KB = Path(__file__).resolve().parents[1] / "examples" / "kb"
+KB = Path(__file__).resolve().parents[2] / "examples" / "kb"
 
 
 def config(tmp_path: Path, **env: str) -> Config:

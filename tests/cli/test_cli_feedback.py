@@ -17,8 +17,8 @@ from actline.config import Config, ConfigError
 from actline.messages import ErrorReply
 from actline.runtime import Runtime
 from actline.terminal.chat import EXIT_HANGUP
-from tests.test_chat import WAITING_QUESTION, Chat, _children, _conversation_id
-from tests.test_cli_commands import ROOT, Running, actline, clean_env
+from tests.cli.test_chat import WAITING_QUESTION, Chat, _children, _conversation_id
+from tests.cli.test_cli_commands import ROOT, Running, actline, clean_env
 from tests.waiting import until
 
 KB = ROOT / "examples" / "kb"

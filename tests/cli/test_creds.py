@@ -14,7 +14,7 @@ from actline import Config, Runtime
 from actline.actors.cluster.ray_job import main as ray_job_main
 from actline.bus import Authority, AuthRefused, Bus, EmbeddedNats, RoleUnknown, read_identity
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def creds_cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
