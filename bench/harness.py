@@ -238,9 +238,10 @@ def times(value: float | None, digits: int = 2, *, missing: str = "-") -> str:
 def checked(console: Console, run: Callable[[], T], *errors: type[Exception]) -> T | None:
     """``run()``; None after saying why when its sanity check (``SanityCheckFailed`` or one of
     ``errors``) failed: its numbers mean nothing, and the benchmark exits 1."""
+    caught: tuple[type[Exception], ...] = (SanityCheckFailed, *errors)
     try:
         return run()
-    except (SanityCheckFailed, *errors) as exc:
+    except caught as exc:
         console.print(f"[red]sanity check failed:[/] {exc}")
         return None
 

@@ -3,7 +3,7 @@ unknown keys whose values are floats (inf, nan, -0.0, huge), ints of any size, b
 strings, None and nested containers.
 
 Property: ``parse`` either returns settings whose every numeric field is finite and within
-its bound (``actline.actors.configuration.checks.CONFIG``, docs/limits.md), each given
+its bound (``actline.actors.configuration.checks.CONFIG``, docs/input-checks.md), each given
 value taken as given, or raises a ``SettingsError`` naming a ``config.<key>`` that is
 unknown or out of its bound; which of the two happens is decided independently here from
 the bounds.
@@ -81,7 +81,7 @@ keys: st.SearchStrategy[Any] = st.one_of(
 
 
 def _in_bound(bound: Number | Name | ProfileChoice, value: Any) -> bool:
-    """Whether ``value`` is acceptable under ``bound``, as docs/limits.md states it."""
+    """Whether ``value`` is acceptable under ``bound``, as docs/input-checks.md states it."""
     if isinstance(bound, ProfileChoice):  # a built-in's name, or a table of known keys
         if isinstance(value, str):
             return value in BUILTIN

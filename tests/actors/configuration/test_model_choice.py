@@ -113,7 +113,7 @@ def test_the_resolver_serves_extractive_anywhere_and_names_the_claude_fix() -> N
 def test_a_node_process_refuses_a_model_it_cannot_run_before_connecting(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    from actline.actors.node.node import main
+    from actline.cli.node import main
 
     monkeypatch.delenv("ANTHROPIC_API_KEY", raising=False)
     monkeypatch.delenv("ACTLINE_CONFIG", raising=False)

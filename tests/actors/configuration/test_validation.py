@@ -1,4 +1,4 @@
-"""Validation at the edge (docs/limits.md): hostile turn settings, oversized inputs and
+"""Validation at the edge (docs/input-checks.md): hostile turn settings, oversized inputs and
 timestamps out of the node's clock window, first as pure checks, then over a real
 nats-server and LMDB: refused with the field named, nothing stored, no slot held, good
 turns unaffected before and after a restart."""
@@ -52,7 +52,7 @@ from actline.tools.embeddings.mpnet import MPNET
 from tests.actors.harness import Scripted, run_turn, say, start_node
 from tests.waiting import until
 
-DOCS = Path(__file__).resolve().parents[3] / "docs" / "limits.md"
+DOCS = Path(__file__).resolve().parents[3] / "docs" / "input-checks.md"
 NOW = time.time()
 """The node's clock in the pure tests (requests made here are stamped with the real one)."""
 FAR = datetime.max.replace(tzinfo=UTC)
@@ -373,7 +373,7 @@ def test_the_docs_table_names_every_config_key_and_limit_variable() -> None:
     for name, var in SIZE_VARS.items():
         assert f"`{var}`" in text and f"{getattr(NodeSettings(), name)} " in text, var
     readme = (DOCS.parents[1] / "README.md").read_text(encoding="utf-8")
-    assert "docs/limits.md" in readme
+    assert "docs/input-checks.md" in readme
 
 
 # --- over NATS and LMDB ---------------------------------------------------------------------------

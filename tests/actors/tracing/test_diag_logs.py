@@ -17,7 +17,7 @@ import pytest
 from actline.actors import ToolRegistry
 from actline.actors.client.client import Client
 from actline.bus import Bus
-from actline.cli import main as cli
+from actline.cli import main as cli_main
 from actline.messages import diag, new_id
 from tests.actors.harness import Scripted, run_turn, say, start_node
 
@@ -138,7 +138,7 @@ def _cli_logs(
     for key, value in env.items():
         monkeypatch.setenv(key, value)
     capsys.readouterr()
-    code = cli.main([*argv, "profiles"])
+    code = cli_main([*argv, "profiles"])
     if code == 0:
         diag.info(diag.STORE, conv="c9", revision=3)
         diag.debug(diag.BUS, op="publish", subject="x.y")
@@ -166,9 +166,11 @@ def test_the_cli_selects_the_log_level_and_format(
     ]
 
     code, err = _cli_logs([], capsys, monkeypatch, ACTLINE_LOG_LEVEL="info")
-    assert re.fullmatch(
-        r"\S+Z INFO \[STORE\] conv=c9 revision=3\n\S+Z WARNING actors\.node: a plain warning\n", err
+    expected = (
+        r"\S+Z INFO \[STORE\] conv=c9 revision=3\n"
+        r"\S+Z WARNING actline\.actors\.node\.node: a plain warning\n"
     )
+    assert re.fullmatch(expected, err)
 
     code, err = _cli_logs([], capsys, monkeypatch)  # the default: WARNING, text
     assert (
