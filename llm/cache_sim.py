@@ -1,4 +1,4 @@
-"""Prompt-cache accounting by the rules of CACHE_RULES.md, shared by the local server and bench.
+"""Prompt-cache accounting by the provider's rules, shared by the local server and bench.
 
 Pure: no I/O, no asyncio, no clock reads; every time is an argument. A request
 body is split into positions (tools -> system -> messages, one per content
@@ -184,7 +184,7 @@ class CacheUsage:
         return self.input_tokens + self.cache_read_input_tokens + self.cache_creation_input_tokens
 
     def cost_ratio(self) -> float:
-        """Input cost relative to no caching (CACHE_RULES.md prices); 1.0 for an empty prompt."""
+        """Input cost relative to no caching (the provider's prices); 1.0 for an empty prompt."""
         if not self.total:
             return 1.0
         weighted = (

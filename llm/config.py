@@ -1,7 +1,7 @@
 """Model settings and the one table of per-model constants.
 
-The constants (minimum cacheable prefix, prices, context window) follow
-CACHE_RULES.md and the provider's published tables; they change between model
+The constants (minimum cacheable prefix, prices, context window) follow the
+provider's prompt-caching rules and published tables; they change between model
 versions, so they live here and nowhere else. ``model_spec`` resolves dated
 names (``claude-sonnet-4-5-20250929``) by their longest known prefix.
 """
@@ -51,7 +51,7 @@ class ModelSpec:
 MODELS: Mapping[str, ModelSpec] = {
     spec.name: spec
     for spec in (
-        # Minimum cacheable prefix, as the model server accounts (CACHE_RULES.md, rule 5:
+        # Minimum cacheable prefix, as the model server accounts (``actline.llm.cache_sim``:
         # 1,024 for Sonnet 4.5/4.6 and Opus 4.1-4.8 class models), and per Anthropic's
         # prompt-caching docs for the others: 1,024 for Sonnet 4 and the Claude 3
         # Sonnets and Opus; 2,048 for the Haiku 3 family; 4,096 for Haiku 4.5.

@@ -1,6 +1,6 @@
 """Reading a rendered context back: the current turn, its tool calls, results and sources.
 
-This is how the offline model "reads" (``actline.timeline.rendering.view`` is how the timeline
+This is how the offline model "reads" (``actline.timeline.view`` is how the timeline
 writes): each rendered part starts with optional round framing lines, then a
 header ``[LABEL] <path> · <time>`` and the body. The turn header is a
 ``══════ TURN <id> …`` line. SOURCES POOL and ANNOUNCE are the tail parts.

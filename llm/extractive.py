@@ -1,7 +1,7 @@
 """ExtractiveModel: the offline default, a deterministic policy over the rendered context.
 
 It reads what a real model reads — the rendered timeline, SOURCES POOL and
-ANNOUNCE — and writes the channel protocol a real model writes (DESIGN.md §5).
+ANNOUNCE — and writes the channel protocol a real model writes.
 It keeps no state between calls: where it is in a turn is read from the
 current turn's blocks, so it works the same in-process and behind the local
 Messages API server. A turn goes:

@@ -1,4 +1,4 @@
-"""Context-window recovery: a forced compaction and exactly one retry (seed 003 §5)."""
+"""Context-window recovery: a forced compaction and exactly one retry."""
 
 from __future__ import annotations
 

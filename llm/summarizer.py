@@ -5,10 +5,10 @@ model is asynchronous, so compaction runs in two halves around it:
 ``Renderer.plan_compaction`` chooses the cut, the model writes the summaries,
 ``actline.timeline.editing.compaction.finish`` inserts them; ``compact`` does the three steps.
 
-``ModelSummarizer.summarize`` makes one tool-free call asking for strict JSON
-(REFERENCE.md §3.6 steps 5-6): stable facts with confidence, active goals, open
+``ModelSummarizer.summarize`` makes one tool-free call asking for strict JSON:
+stable facts with confidence, active goals, open
 questions, discarded facts, a short narrative. The answer is parsed
-(``actline.timeline.editing.facts.parse_summary``), merged with the canonical facts of the tool
+(``actline.timeline.facts.parse_summary``), merged with the canonical facts of the tool
 output in the range, repaired against the previous summary's record
 (``check_integrity``) and rendered. A model error or an answer without a JSON
 object falls back to the offline digest (with its own record): compaction still
@@ -27,13 +27,6 @@ from actline.messages import GenerateRequest, Usage
 from actline.timeline import Renderer
 from actline.timeline.blocks import TOOL_RESULT
 from actline.timeline.editing.compaction import CompactionOutcome, finish, needs_summary
-from actline.timeline.editing.facts import (
-    IntegrityReport,
-    StructuredSummary,
-    check_integrity,
-    merge_facts,
-    parse_summary,
-)
 from actline.timeline.editing.summary import (
     OfflineSummarizer,
     Summarizer,
@@ -41,8 +34,15 @@ from actline.timeline.editing.summary import (
     block_facts,
     offline_record,
 )
-from actline.timeline.rendering.view import block_text
+from actline.timeline.facts import (
+    IntegrityReport,
+    StructuredSummary,
+    check_integrity,
+    merge_facts,
+    parse_summary,
+)
 from actline.timeline.tokens import DEFAULT_COUNTER, TokenCounter
+from actline.timeline.view import block_text
 
 from .protocol import Completion, Model, complete
 

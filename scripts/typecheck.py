@@ -5,7 +5,7 @@ folders into ``actline.`` (``setup.py``), nor an editable install's import hook.
 builds the installed tree as links under ``build/typecheck`` (``actline/`` with its own
 files and the eight mapped folders inside, and ``bench/``) and runs mypy there with the
 project's settings (``[tool.mypy]`` in ``pyproject.toml``). Paths in its report are
-relative to that tree: ``actline/actors/turn/state.py`` is ``actors/turn/state.py`` here.
+relative to that tree: ``actline/actors/turn/decision.py`` is ``actors/turn/decision.py`` here.
 """
 
 from __future__ import annotations

@@ -6,7 +6,7 @@ Every number of a turn's ``config`` is of its type, finite and within its bound
 back, ``TS_FUTURE_S`` ahead), or replaced by the node's clock with the sender's kept as
 ``client_ts``. A refusal is ``InputRefused`` (a ``SettingsError``), whose ``field`` and
 ``limit`` the node puts in the ``turn.result`` or ``ErrorReply`` it answers with.
-docs/limits.md is the table of every bound.
+docs/input-checks.md is the table of every bound.
 
 Pure: nothing here does I/O; the node's clock is passed in as ``now`` (epoch seconds).
 """
@@ -161,7 +161,7 @@ CONFIG: Mapping[str, Number | Name | ProfileChoice] = {
     "model": Name(MAX_MODEL_CHARS),
     "profile": ProfileChoice(),
 }
-"""Every key a turn request's ``config`` may set, and its bound (docs/limits.md)."""
+"""Every key a turn request's ``config`` may set, and its bound (docs/input-checks.md)."""
 
 CHECKED_ELSEWHERE = ("approve_tools",)
 """Config keys that are not bounded numbers or names: ``approve_tools`` is checked by

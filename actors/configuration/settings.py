@@ -151,7 +151,7 @@ class NodeSettings:
     """``ACTLINE_MCP_CONFIG``: a JSON file of MCP servers (``{"mcpServers": {name: {command,
     args, env}}}``) whose tools join the registry."""
     max_text_bytes: int = 262_144
-    """``ACTLINE_MAX_TEXT_BYTES``: a turn's or followup's text (UTF-8), docs/limits.md."""
+    """``ACTLINE_MAX_TEXT_BYTES``: a turn's or followup's text (UTF-8), docs/input-checks.md."""
     max_feedback_bytes: int = 16_384
     """``ACTLINE_MAX_FEEDBACK_BYTES``: a feedback's text (it is announced next turn)."""
     max_attachment_bytes: int = 2_097_152
@@ -224,7 +224,7 @@ class NodeSettings:
             reason = f"ACTLINE_PARK={park!r} must be seconds from 0.05 to 300"
             raise SettingsError("ACTLINE_PARK", str(park), reason)
         parse_patterns(self.approve_tools, "ACTLINE_APPROVE_TOOLS")
-        check_settings(self)  # turn defaults and size bounds within docs/limits.md
+        check_settings(self)  # turn defaults and size bounds within docs/input-checks.md
         object.__setattr__(self, "profiles", check_custom(self.profiles))
         try:
             resolve(self.profile, self.profiles, where="ACTLINE_PROFILE")

@@ -115,7 +115,7 @@ class TurnSettings:
         """The settings of a turn: ``config``'s values, else its profile's
         (``actline.actors.configuration.profiles``: ``config["profile"]``, else the node's), else
         the node's (``max_tokens`` 0: no token budget). Every value is of its type, finite and
-        within its bound (``actline.actors.configuration.checks.CONFIG``, docs/limits.md);
+        within its bound (``actline.actors.configuration.checks.CONFIG``, docs/input-checks.md);
         ``InputRefused`` (a
         ``SettingsError``) names the first key that is not, an unknown key or profile, or a
         default out of bounds. ``approve_tools`` (in the config or its profile) adds to the

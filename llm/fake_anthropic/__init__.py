@@ -3,8 +3,8 @@
 ``FakeAnthropicServer`` answers ``POST /v1/messages`` over HTTP/1.1 on
 127.0.0.1 (keep-alive, Content-Length or chunked request bodies, chunked SSE
 replies) so the real ``anthropic`` client runs offline. Replies come from a
-pluggable policy; usage is accounted by ``actline.llm.cache_sim`` as CACHE_RULES.md
-describes. Requests are validated the way the API does and refused with its
+pluggable policy; usage is accounted by ``actline.llm.cache_sim`` by the
+provider's prompt-caching rules. Requests are validated the way the API does and refused with its
 error shape; ``fail_next`` injects 429/529/500/context-window errors and a
 mid-stream overload. ``python -m actline.llm.fake_anthropic --port N`` runs it by hand.
 

@@ -7,6 +7,8 @@ import threading
 from types import TracebackType
 from typing import Protocol
 
+from actline.messages.lifecycle import Stoppable
+
 
 class FakeAnthropicServer(Protocol):
     """What the thread runs (``server.FakeAnthropicServer``; a protocol, since that module
@@ -25,8 +27,9 @@ class FakeAnthropicServer(Protocol):
     ) -> object: ...
 
 
-class ServerThread:
-    """A started server in a daemon thread; ``stop()`` (or leaving the ``with``) ends it.
+class ServerThread(Stoppable):
+    """A started server in a daemon thread; ``stop()`` (or leaving the ``with``) ends it
+    (``actline.messages.lifecycle.Stoppable``: ``with`` does not start it, ``start`` does).
 
     The server's state (``requests``, ``usage_totals``...) is readable from the
     calling thread once a client call has returned.
@@ -75,14 +78,3 @@ class ServerThread:
             self._loop.call_soon_threadsafe(self._stop.set)
             self._thread.join()
             self._thread = None
-
-    def __enter__(self) -> ServerThread:
-        return self
-
-    def __exit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        self.stop()
