@@ -19,7 +19,7 @@ from actline.tools.react.core import ReactTools
 from actline.tools.registry import ToolContext, ToolOutput, ToolRegistry
 from actline.tools.skills import SkillSet, node_skills, run_skill_script, split_front_matter
 
-from .react.test_react import Conv
+from .react.conversation import Conv
 from .sandbox.sandbox_modes import AVAILABLE
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "skills"

@@ -24,7 +24,7 @@ from actline.tools.react.memsearch import index_rows
 from actline.tools.search.memindex import MemIndex
 from actline.tools.search.vectors import DictVectorCache
 
-from .test_react import TOOLS, Conv
+from .conversation import TOOLS, Conv
 
 SUMMARY = (
     "The login patch is fine, but the password field needs a maximum length and a test "
