@@ -16,9 +16,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+from actline._layout import FOLDERS
+
 ROOT = Path(__file__).resolve().parents[1]
 TREE = ROOT / "build" / "typecheck"
-FOLDERS = ("actors", "messages", "bus", "storage", "timeline", "channels", "tools", "llm")
 
 
 def build_tree() -> None:

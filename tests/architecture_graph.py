@@ -13,8 +13,10 @@ from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
 
+from actline import _layout
+
 ROOT = Path(__file__).resolve().parents[1]
-FOLDERS = ("actors", "bus", "channels", "llm", "messages", "storage", "timeline", "tools")
+FOLDERS = tuple(sorted(_layout.FOLDERS))
 """The repository's top-level folders that install as ``actline.<folder>``."""
 PACKAGES = ("actline", *FOLDERS)
 """The layers: ``actline`` is the facade (``actline/`` less the mapped folders)."""
