@@ -6,10 +6,14 @@ install as ``actline.actors``, ``actline.messages`` and so on; ``actline`` is th
 only top-level name. Everything else is in ``pyproject.toml``.
 """
 
+import runpy
+from pathlib import Path
+
 from setuptools import find_packages, setup
 
 NAMESPACE = "actline"
-FOLDERS = ("actors", "messages", "bus", "storage", "timeline", "channels", "tools", "llm")
+# The one list of mapped folders is actline/_layout.py's (stdlib only, so it runs here).
+FOLDERS = runpy.run_path(str(Path(__file__).parent / "actline" / "_layout.py"))["FOLDERS"]
 
 package_dir = {NAMESPACE: NAMESPACE}
 packages = find_packages(include=[NAMESPACE, f"{NAMESPACE}.*"])
