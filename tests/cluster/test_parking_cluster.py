@@ -55,6 +55,8 @@ async def test_parked_turns_on_two_cluster_nodes_leave_room_and_complete_after_t
             reply = await client.send_done("reviewer", f"fine {i}", turn_id=handle.turn_id)
             assert isinstance(reply, Ack) and reply.detail == "applied", reply
         results = await asyncio.gather(*(h.wait(TIMEOUT) for h in handles))
+        # a turn's result goes out before its queue message is acked: wait for the acks
+        await until(lambda: sum(n.queue.settled for n in nodes) >= 4, TIMEOUT)
     finally:
         await client.close()
         await client_bus.close()
