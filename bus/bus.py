@@ -42,9 +42,11 @@ from actline.messages import (
     EncodeError,
     ErrorReply,
     Message,
+    SubjectError,
     decode,
     diag,
     encode,
+    subjects,
 )
 
 from .connection import Connection
@@ -362,6 +364,12 @@ class Bus(Connection):
             await self._respond(raw.reply, answer)
 
     async def _respond(self, reply: str, answer: Message) -> None:
+        try:
+            subjects.reply_inbox(reply)
+        except SubjectError as exc:
+            self.counters["reply_refused"] += 1
+            log.warning("reply %s not sent: %s", _label(answer), exc)
+            return
         try:
             data = self._encode(answer)
         except EncodeError as exc:

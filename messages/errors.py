@@ -62,15 +62,16 @@ class PayloadTooLarge(EncodeError):
 class SubjectError(MessageError, ValueError):
     """A token or prefix that cannot be used in a NATS subject."""
 
-    def __init__(self, what: str, value: str) -> None:
+    def __init__(
+        self, what: str, value: str, hint: str = "use letters, digits, '_', '-' or ':'"
+    ) -> None:
         self.what = what
         self.value = value
-        super().__init__(
-            f"{what} {value!r} cannot go into a subject: use letters, digits, '_', '-' or ':'"
-        )
+        self.hint = hint
+        super().__init__(f"{what} {value!r} cannot go into a subject: {hint}")
 
     def __reduce__(self) -> tuple[Any, ...]:
-        return (type(self), (self.what, self.value))
+        return (type(self), (self.what, self.value, self.hint))
 
 
 class LogConfigError(MessageError):

@@ -20,6 +20,8 @@ from .errors import SubjectError
 from .ids import is_valid_id, is_valid_name
 
 DEFAULT_PREFIX = "al"
+INBOX_ROOT = "_INBOX"
+_INBOX_TOKEN_RE = re.compile(r"^[A-Za-z0-9_\-]+$")
 _PREFIX_RE = re.compile(r"^[A-Za-z0-9_\-]+(\.[A-Za-z0-9_\-]+)*$")
 
 
@@ -277,6 +279,28 @@ class Subjects:
     def kv_key(conversation_id: str) -> str:
         """The KV key of a conversation: ids may hold ``:``, KV keys may not, ``=`` is free."""
         return _token(conversation_id, "conversation id").replace(":", "=")
+
+
+def reply_inbox(subject: str) -> str:
+    """``subject`` when it is a reply inbox (``_INBOX.<token>.<token>…``, no wildcard),
+    else ``SubjectError``.
+
+    A request's reply subject and a reply header are written by the sender. Whatever a
+    node publishes on a sender's behalf goes to such an inbox only: every role may
+    subscribe to its own ``_INBOX.<public key>.>`` and nothing else under ``_INBOX``, and
+    no stream or bucket captures an inbox, so a reply aimed anywhere else (a KV key, a
+    result, a conversation's stream, another role's subject) is refused, never sent.
+    """
+    tokens = subject.split(".")
+    if (
+        len(tokens) < 3
+        or tokens[0] != INBOX_ROOT
+        or not all(_INBOX_TOKEN_RE.match(t) for t in tokens[1:])
+    ):
+        raise SubjectError(
+            "reply inbox", subject, "replies go to the sender's own _INBOX.<id>.… only"
+        )
+    return subject
 
 
 def current() -> Subjects:

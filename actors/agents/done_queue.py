@@ -10,7 +10,9 @@ came on, to ``route`` (the node's DONE routing):
 - a verdict (``Ack`` applied, or an ``ErrorReply`` such as ``no_outstanding_task``)
   settles the signal: it is acked and the verdict sent to the sender's reply inbox,
   named in the ``Actline-Reply`` header (a sender that is gone misses nothing: the
-  signal was applied or refused for good);
+  signal was applied or refused for good). The header is the sender's word: a value
+  that is not a reply inbox (``messages.subjects.reply_inbox``) gets no verdict, so
+  no agent can aim the node's permissions at a key, a result or another's subject;
 - ``Later`` hands it back for a moment: its turn is resuming on this node after a
   crash, or (cluster mode) another node may hold its task. The sender hears once that
   the signal is stored and waits. A signal nobody takes within ``horizon_s`` (from when
@@ -38,7 +40,7 @@ from actline import messages
 from actline.actors.client.agent import REPLY_HEADER, STORED
 from actline.bus import Bus, BusError, QueueItem, WorkQueue
 from actline.bus.healing import HealingQueue, dead_letter
-from actline.messages import Ack, DecodeError, DoneSignal, ErrorReply
+from actline.messages import Ack, DecodeError, DoneSignal, ErrorReply, SubjectError, subjects
 
 log = logging.getLogger(__name__)
 
@@ -78,6 +80,8 @@ class DoneQueue:
         self.applied = 0
         self.refused = 0
         self.held = 0
+        self.refused_replies = 0
+        """Verdicts not sent because the reply header named no reply inbox."""
 
     async def _open(self) -> WorkQueue:
         subjects = self.bus.subjects
@@ -190,6 +194,12 @@ class DoneQueue:
 
     async def _reply(self, inbox: str, verdict: messages.Message) -> None:
         if not inbox:
+            return
+        try:
+            subjects.reply_inbox(inbox)
+        except SubjectError as exc:  # the header is the sender's word: never a subject
+            self.refused_replies += 1
+            log.warning("DONE verdict not sent: %s", exc)
             return
         try:
             await self.bus.publish(inbox, verdict)
