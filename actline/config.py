@@ -17,7 +17,9 @@ Every problem is a ``ConfigError`` whose message names the setting and the fix.
 
 from __future__ import annotations
 
+import getpass
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -28,13 +30,22 @@ from actline.actors.configuration.settings_file import load_settings
 from actline.actors.errors import SettingsFileError
 from actline.bus import AuthError, Authority, CredsInvalid, read_identity
 from actline.llm import LLMSettings, ModelConfigError, check_servable
-from actline.messages import subjects
+from actline.messages import SubjectError, subjects
 
 from .errors import ConfigError
 
-__all__ = ["NATS_SCHEMES", "Config", "ConfigError", "check_nats_url"]
+__all__ = ["NATS_SCHEMES", "Config", "ConfigError", "check_nats_url", "local_user"]
 
 NATS_SCHEMES = ("nats://", "tls://", "ws://", "wss://")
+
+
+def local_user() -> str:
+    """The local user's name as an approver's name (letters, digits, ``-`` and ``_``)."""
+    try:
+        user = getpass.getuser()
+    except (KeyError, OSError):
+        user = ""
+    return re.sub(r"[^A-Za-z0-9_-]+", "-", user).strip("-") or "local"
 
 
 def check_nats_url(url: str) -> str:
@@ -132,11 +143,17 @@ class Config:
             except CredsInvalid as exc:
                 raise ConfigError(f"ACTLINE_NATS_CREDS / --creds: {exc}") from None
             return self.nats_creds
-        if self.nats_url is None or (self.node.home / "auth" / "account.nk").is_file():
+        if self.nats_url is None or (self.node.home / "auth" / "operator.nk").is_file():
+            prefix = subjects.current().prefix
             try:
                 authority = self.authority()
-                return authority.creds_path(role, name=name, prefix=subjects.current().prefix)
-            except AuthError as exc:
+                if role == "client" and not name:
+                    # the keys' holder at this machine: a client that may approve, as itself
+                    return authority.creds_path(
+                        role, name=local_user(), prefix=prefix, approver=True
+                    )
+                return authority.creds_path(role, name=name, prefix=prefix)
+            except (AuthError, SubjectError) as exc:
                 raise ConfigError(str(exc)) from None
         raise ConfigError(
             f"NATS at {self.nats_url} needs credentials: pass --creds FILE or set "

@@ -34,7 +34,6 @@ delta). A subscriber that raises is logged and the others go on. Canvas deltas c
 from __future__ import annotations
 
 import asyncio
-import getpass
 import inspect
 import logging
 from collections.abc import AsyncIterator, Callable, Sequence
@@ -53,7 +52,7 @@ from actline.messages import Ack, Attachment, ErrorReply, ReActResult, StreamDel
 from actline.storage import StorageError, Store
 from actline.tools import KnowledgeError, KnowledgeSpace
 
-from .config import Config, ConfigError
+from .config import Config, ConfigError, local_user
 from .errors import RuntimeNotStarted
 
 __all__ = ["Runtime", "follow"]
@@ -441,16 +440,10 @@ class Runtime:
         )
 
     def _who(self) -> str:
-        """Who decides, by default: the agent's name, else the local user."""
-        if self.role == "agent" and self.agent_name:
-            return f"agent {self.agent_name}"
-        identity = self._bus.identity if self._bus is not None else None
-        if identity is not None and identity.role == "agent":
-            return f"agent {identity.name}"
-        try:
-            return getpass.getuser()
-        except (KeyError, OSError):
-            return self.role
+        """Who decides where the credentials cannot say it (no authentication, or this
+        runtime's own node connection): the local user. Otherwise the approver is the
+        credential's identity, whatever this says."""
+        return local_user()
 
     # -- stored conversations ----------------------------------------------------------------------
     def check_conversation(self, conversation_id: str) -> None:

@@ -1,6 +1,7 @@
 """NATS for actline: the typed ``Bus``, JetStream wrappers and the ``EmbeddedNats`` server."""
 
-from .auth import Authority, Identity, read_identity
+from .auth import Identity, read_identity
+from .authority import Authority
 from .bus import Bus, Envelope, Handler, Subscription
 from .connection import DEFAULT_URL
 from .embedded import EmbeddedNats, find_nats_server
@@ -26,6 +27,7 @@ from .errors import (
     RequestTimeout,
     RoleUnknown,
     StreamMissing,
+    TenantRefused,
     WrongRevision,
 )
 from .inbox import AgentPull, TaskStream, raise_lost_cancel
@@ -79,6 +81,7 @@ __all__ = [
     "StreamMissing",
     "Subscription",
     "TaskStream",
+    "TenantRefused",
     "WorkQueue",
     "WrongRevision",
     "cluster_size",

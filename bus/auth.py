@@ -1,21 +1,16 @@
-"""Credentials for an authenticated NATS: decentralised JWT accounts, made and kept by actline.
+"""NATS JWTs and ``.creds`` files: the pieces the authority (``authority.py``) is made of.
 
 Why JWT accounts rather than a static list of nkeys: a user's permissions travel inside
-its credentials, signed by the account key. ``actline creds agent reviewer`` therefore
-issues a working credential at once, on any machine holding the account key, without
-editing or reloading the server's configuration; the server only trusts the operator
-and the account (``resolver: MEMORY``).
-
-An ``Authority`` is a folder (``$ACTLINE_HOME/auth`` by default, mode 0700) with three
-seeds, each 0600: the operator, the system account and the application account. On
-first use the seeds are generated; from them the authority writes the server's
-trust block (``server_config``) and signs user credentials (``issue``). A user JWT
-carries its role, name and subject prefix as tags (``actline:role=agent`` …) and
-the permissions of ``roles.permissions``. Credentials files use the standard
-``.creds`` layout that every NATS client reads (nats-py: ``user_credentials=``).
+its credentials, signed by its tenant's account key, so a credential works the moment
+it is issued, without editing the server's configuration. A user JWT carries its role,
+name and tenant as tags (``actline:role=agent`` …), the permissions of
+``roles.permissions`` and an expiry (``exp``). Credentials files use the standard
+``.creds`` layout that every NATS client reads (nats-py: ``user_credentials=``, read
+again on every reconnect, so a renewed file is picked up without a restart).
 
 Nothing here verifies a signature: the server does. ``read_identity`` only reads the
-claims of one's own credentials (to pick the inbox prefix the permissions allow).
+claims of one's own credentials (to pick the inbox prefix the permissions allow, and to
+say clearly that they expired rather than let the server answer "Authorization Violation").
 """
 
 from __future__ import annotations
@@ -26,16 +21,15 @@ import json
 import os
 import re
 import secrets
-import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 import nkeys
 
 from .errors import CredsInvalid
-from .roles import ROLES, Permissions, permissions
+from .roles import Permissions
 
 _JWT_HEADER = {"typ": "JWT", "alg": "ed25519-nkey"}
 _CREDS_RE = re.compile(
@@ -64,11 +58,12 @@ def public_key(seed: bytes) -> str:
     return bytes(nkeys.from_seed(seed).public_key).decode()
 
 
-def encode_jwt(claims: dict[str, Any], issuer_seed: bytes) -> str:
-    """A NATS JWT of ``claims`` signed by ``issuer_seed`` (``iss``, ``iat``, ``jti`` are set)."""
+def encode_jwt(claims: dict[str, Any], issuer_seed: bytes, *, issued_at: int | None = None) -> str:
+    """A NATS JWT of ``claims`` signed by ``issuer_seed`` (``iss``, ``iat``, ``jti`` are set;
+    ``iat`` is now unless ``issued_at`` is given)."""
     body = dict(claims)
     body["iss"] = public_key(issuer_seed)
-    body["iat"] = int(time.time())
+    body["iat"] = int(time.time()) if issued_at is None else issued_at
     body.pop("jti", None)
     digest = hashlib.sha512(json.dumps(body, sort_keys=True).encode()).digest()[:32]
     body["jti"] = base64.b32encode(digest).decode().rstrip("=")
@@ -87,6 +82,14 @@ def jwt_claims(token: str) -> dict[str, Any]:
     if not isinstance(claims, dict):
         raise CredsInvalid("<jwt>", "the JWT's claims are not an object")
     return claims
+
+
+def parse_creds(text: str, where: str) -> tuple[str, bytes]:
+    """The user JWT and nkey seed of a ``.creds`` text; ``CredsInvalid`` names ``where``."""
+    match = _CREDS_RE.search(text)
+    if match is None:
+        raise CredsInvalid(where, "it is not a NATS .creds file (user JWT and nkey seed)")
+    return match.group("jwt"), match.group("seed").encode()
 
 
 def creds_text(user_jwt: str, seed: bytes) -> str:
@@ -125,6 +128,11 @@ class Identity:
     prefix: str
     public_key: str
     permissions: Permissions
+    expires: int | None = None
+    """When the credential ends (seconds since the epoch); None: never (issued before
+    credentials had an expiry)."""
+    approves: tuple[str, ...] = ()
+    """The tools this holder may approve (NATS wildcard patterns of tool names)."""
 
     @property
     def inbox_prefix(self) -> str:
@@ -145,10 +153,14 @@ def read_identity(path: str | os.PathLike[str]) -> Identity:
         text = Path(path).read_text()
     except OSError as exc:
         raise CredsInvalid(where, f"cannot read it: {exc.strerror or exc}") from None
-    match = _CREDS_RE.search(text)
-    if match is None:
-        raise CredsInvalid(where, "it is not a NATS .creds file (user JWT and nkey seed)")
-    claims = jwt_claims(match.group("jwt"))
+    token, _ = parse_creds(text, where)
+    claims = jwt_claims(token)
+    expires = claims.get("exp")
+    if isinstance(expires, int) and expires <= time.time():
+        when = time.strftime("%Y-%m-%d %H:%M:%S UTC", time.gmtime(expires))
+        raise CredsInvalid(
+            where, f"they expired at {when}: renew them with `actline creds renew {where}`"
+        )
     nats_claims = claims.get("nats") or {}
     tags = {t.split("=", 1)[0]: t.split("=", 1)[1] for t in nats_claims.get("tags", []) if "=" in t}
     user = str(claims.get("sub", ""))
@@ -160,126 +172,8 @@ def read_identity(path: str | os.PathLike[str]) -> Identity:
         publish=tuple(nats_claims.get("pub", {}).get("allow", ())),
         subscribe=tuple(nats_claims.get("sub", {}).get("allow", ())),
     )
-    return Identity(role, tags.get("actline:name", ""), prefix, user, granted)
-
-
-class Authority:
-    """The keys that make a NATS deployment's trust: see the module docstring."""
-
-    SEEDS: ClassVar[dict[str, int]] = {
-        "operator": nkeys.PREFIX_BYTE_OPERATOR,
-        "system": nkeys.PREFIX_BYTE_ACCOUNT,
-        "account": nkeys.PREFIX_BYTE_ACCOUNT,
-    }
-
-    def __init__(self, root: Path, seeds: dict[str, bytes]) -> None:
-        self.root = root
-        self._seeds = seeds
-
-    @classmethod
-    def open(cls, root: str | os.PathLike[str]) -> Authority:
-        """The authority in ``root``, generating its seeds on first use (0700 / 0600)."""
-        folder = Path(root)
-        folder.mkdir(parents=True, exist_ok=True)
-        os.chmod(folder, stat.S_IRWXU)
-        seeds: dict[str, bytes] = {}
-        for name, prefix in cls.SEEDS.items():
-            path = folder / f"{name}.nk"
-            if not path.exists():
-                write_secret(path, new_seed(prefix).decode() + "\n")
-            seed = path.read_bytes().strip()
-            try:
-                public_key(seed)
-            except Exception as exc:  # nkeys raises its own error types
-                raise CredsInvalid(str(path), f"not an nkey seed ({exc})") from None
-            seeds[name] = seed
-        return cls(folder, seeds)
-
-    @property
-    def account(self) -> str:
-        """The application account's public key."""
-        return public_key(self._seeds["account"])
-
-    def server_config(self) -> str:
-        """The trust block of a nats-server configuration (operator, accounts preloaded)."""
-        operator = self._seeds["operator"]
-        system = public_key(self._seeds["system"])
-        op_jwt = encode_jwt(
-            {
-                "sub": public_key(operator),
-                "name": "actline",
-                "nats": {"system_account": system, "type": "operator", "version": 2},
-            },
-            operator,
-        )
-        accounts = {
-            system: self._account_jwt("SYS", self._seeds["system"], jetstream=False),
-            self.account: self._account_jwt("ACTLINE", self._seeds["account"], jetstream=True),
-        }
-        preload = "\n".join(f"  {key}: {token}" for key, token in accounts.items())
-        return (
-            f"operator: {op_jwt}\n"
-            f"system_account: {system}\n"
-            "resolver: MEMORY\n"
-            f"resolver_preload: {{\n{preload}\n}}\n"
-        )
-
-    def _account_jwt(self, name: str, seed: bytes, *, jetstream: bool) -> str:
-        limits: dict[str, Any] = {
-            **_UNLIMITED,
-            "imports": -1,
-            "exports": -1,
-            "wildcards": True,
-            "conn": -1,
-            "leaf": -1,
-        }
-        if jetstream:
-            limits.update(mem_storage=-1, disk_storage=-1, streams=-1, consumer=-1)
-        claims = {
-            "sub": public_key(seed),
-            "name": name,
-            "nats": {"limits": limits, "type": "account", "version": 2},
-        }
-        return encode_jwt(claims, self._seeds["operator"])
-
-    def issue(
-        self, role: str, *, name: str = "", prefix: str = "al", approver: bool = False
-    ) -> str:
-        """A ``.creds`` text for ``role`` (``agent`` needs ``name``) under ``prefix``;
-        ``approver``: an agent that may approve or deny pending tool calls."""
-        granted = permissions(role, name=name, prefix=prefix, approver=approver)
-        seed = new_seed(nkeys.PREFIX_BYTE_USER)
-        user = public_key(seed)
-        granted = granted.with_inbox(f"_INBOX.{user}")
-        tags = [f"actline:role={role}", f"actline:prefix={prefix}"]
-        if name:
-            tags.append(f"actline:name={name}")
-        if approver:
-            tags.append("actline:approver=yes")
-        claims = {
-            "sub": user,
-            "name": f"{role}-{name}@{prefix}" if name else f"{role}@{prefix}",
-            "nats": {
-                "pub": {"allow": list(granted.publish)},
-                "sub": {"allow": list(granted.subscribe)},
-                "tags": tags,
-                **_UNLIMITED,
-                "type": "user",
-                "version": 2,
-            },
-        }
-        return creds_text(encode_jwt(claims, self._seeds["account"]), seed)
-
-    def creds_path(
-        self, role: str, *, name: str = "", prefix: str = "al", approver: bool = False
-    ) -> Path:
-        """Where the authority keeps the credentials of ``role`` (made on first ask)."""
-        if role not in ROLES or approver:
-            # raises the error that names it
-            permissions(role, name=name, prefix=prefix, approver=approver)
-        stem = f"{role}-{name}" if name else role
-        stem += "-approver" if approver else ""
-        path = self.root / "creds" / f"{stem}@{prefix}.creds"
-        if not path.exists():
-            write_secret(path, self.issue(role, name=name, prefix=prefix, approver=approver))
-        return path
+    approves = tuple(p for p in tags.get("actline:approves", "").split(",") if p)
+    name = tags.get("actline:name", "")
+    return Identity(
+        role, name, prefix, user, granted, expires if isinstance(expires, int) else None, approves
+    )

@@ -34,12 +34,16 @@ from actline.messages import Subjects, subjects
 
 from .auth import Identity, read_identity
 from .embedded import running_authority
-from .errors import AuthRefused, ConnectFailed, RequestTimeout
+from .errors import AuthRefused, ConnectFailed, ControlLineTooLong, RequestTimeout
 from .jetstream import JetStreamAccount, account
 
 log = logging.getLogger(__name__)
 
 DEFAULT_URL = "nats://127.0.0.1:4222"
+
+_CONTROL_LINE = "maximum control line exceeded"
+"""nats-server's error for a protocol line over its ``max_control_line``: a CONNECT line
+carrying a large credentials JWT (a node's is over the 4 KB default)."""
 
 
 async def _abandon(nc: Client) -> None:
@@ -57,12 +61,13 @@ def _tls_context(ca: str | None) -> ssl.SSLContext:
         raise ConnectFailed(f"ACTLINE_NATS_CA={ca}", f"cannot load the CA: {exc}") from None
 
 
-def _embedded_creds(servers: list[str]) -> str | None:
-    """Admin credentials of an embedded server this process runs at one of ``servers``."""
+def _embedded_creds(servers: list[str], prefix: str) -> str | None:
+    """Admin credentials of tenant ``prefix`` for an embedded server this process runs at
+    one of ``servers``."""
     for url in servers:
         authority = running_authority(url)
         if authority is not None:
-            return str(authority.creds_path("admin"))
+            return str(authority.creds_path("admin", prefix=prefix))
     return None
 
 
@@ -106,6 +111,8 @@ class Connection:
         self._connected = asyncio.Event()
         self._reconnected = asyncio.Condition()
         self._reconnect_hooks: list[Callable[[], None]] = []
+        self._established = False
+        """True once ``connect`` succeeded (errors before are raised by it)."""
         self._disconnect_hooks: list[Callable[[], None]] = []
         if nc.is_connected:
             self._connected.set()
@@ -133,14 +140,20 @@ class Connection:
 
         The first connection is tried ``connect_attempts`` times, then
         ``ConnectFailed`` says what to do (``AuthRefused`` when the server refused the
-        credentials or wants some); once connected, the client reconnects forever.
+        credentials or wants some, ``ControlLineTooLong`` at once when the server's
+        ``max_control_line`` is too small for them); once connected, the client
+        reconnects forever.
         ``creds``: see the module docstring.
         """
         target = url or os.environ.get("NATS_URL") or DEFAULT_URL
         servers = server_urls(target)
         nc = Client()
         bus = cls(nc, subject_names or subjects.current(), target)
-        path = creds or os.environ.get("ACTLINE_NATS_CREDS") or _embedded_creds(servers)
+        path = (
+            creds
+            or os.environ.get("ACTLINE_NATS_CREDS")
+            or _embedded_creds(servers, bus.subjects.prefix)
+        )
         auth: dict[str, Any] = {}
         ca = os.environ.get("ACTLINE_NATS_CA")
         if ca or target.startswith("tls://"):
@@ -187,6 +200,8 @@ class Connection:
                     raise AuthRefused(
                         target, f"authorization violation with {path or 'no credentials'}"
                     ) from None
+                if _CONTROL_LINE in str(exc).lower():  # the server's setting: no retry helps
+                    raise ControlLineTooLong(target, str(path or "")) from None
                 if attempt + 1 >= max(1, connect_attempts):
                     raise ConnectFailed(target, f"{type(exc).__name__}: {exc}") from None
                 await asyncio.sleep(reconnect_wait)  # a server starting up: try again shortly
@@ -194,6 +209,7 @@ class Connection:
         # Connected: from now on never give up reconnecting (nats-py reads these options live).
         nc.options["allow_reconnect"] = True
         nc.options["max_reconnect_attempts"] = -1
+        bus._established = True
         bus._connected.set()
         return bus
 
@@ -203,6 +219,13 @@ class Connection:
             self.violations = [*self.violations[-19:], str(exc)]
             who = self.identity.label if self.identity else "this connection"
             log.warning("the server refused %s: %s", who, exc)
+            return
+        if _CONTROL_LINE in str(exc).lower():
+            # While connecting, ``connect`` raises it; later a server came back with a
+            # smaller limit, and every reconnect fails: said once.
+            self.counters["control_line_refused"] += 1
+            if self._established and self.counters["control_line_refused"] == 1:
+                log.error("%s", ControlLineTooLong(self.url))
             return
         level = logging.DEBUG if isinstance(exc, ConnectionRefusedError) else logging.WARNING
         log.log(level, "nats error on %s: %s: %s", self.url, type(exc).__name__, exc)

@@ -11,7 +11,9 @@ runs at interpreter exit for servers still running.
 
 Authentication is on unless ``insecure=True``: the server trusts an ``Authority``
 (given, or ``<store_dir>/auth``) and every connection needs credentials it issued
-(``creds_path(role, ...)``). ``insecure=True`` runs an open server and logs a warning.
+(``creds_path(role, ...)``). A tenant the authority makes while the server runs, and a
+revocation, are pushed to it at once (``claims``). ``insecure=True`` runs an open
+server and logs a warning.
 """
 
 from __future__ import annotations
@@ -24,19 +26,22 @@ import logging
 import os
 import re
 import shutil
+import ssl
 import subprocess
 import sys
 import sysconfig
 import tempfile
 import time
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from actline.messages.codec import MAX_PAYLOAD
 from actline.messages.lifecycle import Service
 
-from .auth import Authority
+from .authority import MAX_CONTROL_LINE, Authority
+from .claims import push_account_now
 from .errors import NatsServerError, NatsServerNotFound
 
 log = logging.getLogger(__name__)
@@ -139,6 +144,7 @@ class EmbeddedNats(Service):
         self._port: int | None = None
         self.store_dir: Path | None = None
         self.log_path: Path | None = None
+        self._unlisten: Callable[[], None] | None = None
 
     # -- properties -------------------------------------------------------
     @property
@@ -193,6 +199,8 @@ class EmbeddedNats(Service):
         elif self.authority is None:
             self.authority = Authority.open(self.store_dir / "auth")
         config.write_text(self._config_text())
+        if self.authority is not None and self._unlisten is None:
+            self._unlisten = self.authority.on_change(self._push)
         # Truncate the log so readiness is read from this run only.
         self.log_path.write_text("")
         with open(self.store_dir / "nats-server.stderr", "ab") as err:
@@ -210,7 +218,9 @@ class EmbeddedNats(Service):
         """The server's configuration file (authority, TLS, cluster, JetStream)."""
         assert self.store_dir is not None and self.log_path is not None
         port = self._requested_port if self._requested_port is not None else -1
-        text = self.authority.server_config() if self.authority is not None else ""
+        text = ""
+        if self.authority is not None:
+            text = self.authority.server_config(jwt_dir=self.store_dir / "jwt")
         if self.tls is not None:
             tls = self.tls
             text += (
@@ -227,13 +237,12 @@ class EmbeddedNats(Service):
                 f'cluster {{\n  name: "{self.routes.name}"\n'
                 f"  listen: 127.0.0.1:{self.routes.port}\n  routes: [{routes}]\n}}\n"
             )
+        if self.authority is None:  # the trust block sets it for an authenticated server
+            text += f"max_control_line: {MAX_CONTROL_LINE}\n"
         return text + (
             "host: 127.0.0.1\n"
             f"port: {port}\n"
             f"max_payload: {self._max_payload}\n"
-            # A node's credentials name the JetStream API of each of its streams: its
-            # CONNECT line is ~6 KB, over the default 4 KB limit.
-            "max_control_line: 65536\n"
             f'log_file: "{self.log_path}"\n'
             "jetstream {\n"
             # nats-server keeps its state under <store_dir>/jetstream
@@ -242,6 +251,15 @@ class EmbeddedNats(Service):
             f"  max_file: {self._max_file}\n"
             "}\n"
         )
+
+    def _push(self, tenant: str) -> None:
+        """A tenant's account was made or changed: this running server gets it now."""
+        if not self.running or self._port is None or self.authority is None:
+            return
+        tls = None
+        if self.tls is not None:
+            tls = ssl.create_default_context(cafile=str(self.tls.ca))
+        push_account_now(self.url, self.authority, tenant, tls=tls)
 
     def _check_ready(self, deadline: float) -> bool:
         """One look at the log; True once ready, raises if the process died or time is up."""
@@ -320,6 +338,9 @@ class EmbeddedNats(Service):
         ``start()`` restarts the same server (same port if one was pinned).
         """
         self._kill()
+        if self._unlisten is not None and not keep_store:
+            self._unlisten()
+            self._unlisten = None
         if not keep_store and self._tmp is not None:
             self._tmp.cleanup()
             self._tmp = None

@@ -8,10 +8,13 @@ Hierarchy::
     ├── RemoteError           the responder answered with an ErrorReply (subject, code, message)
     ├── NotConnected          used before connect() or after close()
     ├── ConnectFailed         no NATS server reachable at the URL (url, reason)
-    │   └── AuthRefused       the server refused the credentials, or wants some (url, reason)
+    │   ├── AuthRefused       the server refused the credentials, or wants some (url, reason)
+    │   └── ControlLineTooLong  the CONNECT line (credentials' JWT) is over the server's
+    │                         max_control_line (url, creds)
     ├── AuthError             credentials and roles
     │   ├── CredsInvalid      a credentials or key file is unreadable or malformed (path, reason)
     │   ├── RoleUnknown       no such role, or a role without what it needs (role, hint)
+    │   ├── TenantRefused     a tenant name like another's, or no such tenant (tenant, other)
     │   └── PermissionDenied  this connection's role may not use the subject (action, subject,
     │                         who)
     ├── NatsServerError       the embedded server could not start
@@ -147,6 +150,23 @@ class RoleUnknown(AuthError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.role, self.hint))
+
+
+class TenantRefused(AuthError):
+    """A tenant that cannot be made or found: its name looks like another's (``other``)
+    or it does not exist here."""
+
+    def __init__(self, tenant: str, other: str, reason: str = "") -> None:
+        self.tenant = tenant
+        self.other = other
+        self.reason = reason or (
+            f"it differs from the existing tenant {other!r} only by its '-': the two "
+            "would be told apart by a dash alone; use that tenant or another name"
+        )
+        super().__init__(f"tenant {tenant!r}: {self.reason}")
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.tenant, self.other, self.reason))
 
 
 class PermissionDenied(AuthError):
@@ -307,3 +327,25 @@ class AlreadyAcked(AckFailed):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.action, self.subject))
+
+
+class ControlLineTooLong(ConnectFailed):
+    """The server refused the CONNECT line as longer than its ``max_control_line`` (4 KB
+    unless set): the line carries the credentials' JWT, and a node's is larger than that.
+    The server is reached; its configuration must allow longer lines."""
+
+    def __init__(self, url: str, creds: str = "") -> None:
+        self.url = url
+        self.creds = creds
+        self.reason = "maximum control line exceeded"
+        named = f" {creds}" if creds else ""
+        BusError.__init__(
+            self,
+            f"NATS at {url} refused the connection: its CONNECT line, which carries the "
+            f"JWT of the credentials{named}, is longer than the "
+            "server's max_control_line (4 KB unless set); raise it in the server's "
+            "configuration (max_control_line: 64KB) and restart the server",
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.url, self.creds))

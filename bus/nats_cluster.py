@@ -32,7 +32,7 @@ from typing import Any
 
 from actline.messages.lifecycle import Service
 
-from .auth import Authority
+from .authority import Authority
 from .embedded import EmbeddedNats, Routes
 from .errors import NatsServerError
 

@@ -1,22 +1,27 @@
 """What each role may publish and subscribe to: the permissions the NATS server enforces.
 
-One deployment (a tenant) is one subject prefix (``Subjects.prefix``); every role is
-issued for one prefix and reaches nothing of another one.
+A tenant is a NATS account of its own (``actline.bus.authority``) and one subject prefix
+(``Subjects.prefix``) inside it; every role is issued for one tenant and reaches nothing
+of another, whatever its patterns say.
 
 - ``node``: everything under its prefix; the JetStream API of its own streams and
-  buckets only (named in ``Subjects``), never another prefix's; replies to anyone.
-  The only role that serves model calls (``llm.``), tool calls (``tools.``),
-  conversations (``conv.``), and publishes results and agent tasks.
-- ``client``: submits turns; sends followups, feedback, skip, cancel and approvals
-  (``turn.approval``); reads its
-  prefix's streams and results (and the results stream by direct get); asks for
-  the agent list. Nothing under ``agent.``, ``llm.``, ``tools.``; no JetStream
-  management (it cannot create, delete or purge a stream).
+  buckets only (named in ``Subjects``, each operation spelled out: no pattern where a
+  wildcard could stand for a stream name); replies to anyone. The only role that serves
+  model calls (``llm.``), tool calls (``tools.``), conversations (``conv.``), and
+  publishes results and agent tasks.
+- ``client``: submits turns; sends followups, feedback, skip and cancel; reads its
+  prefix's streams and results (and the results stream by direct get); asks for the
+  agent list. Nothing under ``agent.``, ``llm.``, ``tools.``; no JetStream management
+  (it cannot create, delete or purge a stream).
 - ``agent NAME``: says hello on its own subject, pulls its own tasks from its own
-  durable consumer, publishes DONE on its own DONE subject. Nothing else, unless its
-  credentials were issued with the right to approve (``approver``): then it may also send
-  approvals and denials of pending tool calls (``<prefix>.turn.*.approval``).
-- ``admin``: everything; for operators' maintenance (and tests), never for a program.
+  durable consumer, publishes DONE on its own DONE subject. Nothing else.
+- an approver: a ``client NAME`` or an ``agent NAME`` issued with ``approves`` (tool
+  patterns) may approve or deny pending tool calls, on its own approval subject
+  (``Subjects.approval``: ``<prefix>.approve.<role>.<name>.<turn>[.<tool>]``) and there
+  only: the node takes who decided from the subject, which only that credential may
+  publish to, and the tool from its last tokens, which the patterns bound.
+- ``admin``: everything in its tenant; for operators' maintenance (and tests), never
+  for a program.
 
 Every role may subscribe only to its own reply inbox (``_INBOX.<its public key>.>``),
 so no one reads the replies meant for another.
@@ -24,6 +29,7 @@ so no one reads the replies meant for another.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, replace
 
 from actline.messages import Subjects
@@ -32,6 +38,7 @@ from actline.messages.ids import is_valid_name
 from .errors import RoleUnknown
 
 ROLES = ("node", "client", "agent", "admin")
+_TOOL_PATTERN = re.compile(r"^(>|([a-z][a-z0-9_]*|\*)(\.([a-z][a-z0-9_]*|\*))*(\.>)?)$")
 
 
 @dataclass(frozen=True, slots=True)
@@ -90,9 +97,14 @@ def _jetstream_of(stream: str) -> tuple[str, ...]:
     return (
         f"{api}.STREAM.*.{stream}",
         f"{api}.STREAM.MSG.*.{stream}",
-        f"{api}.CONSUMER.*.{stream}",
-        f"{api}.CONSUMER.*.{stream}.>",
-        f"{api}.CONSUMER.*.*.{stream}.>",
+        f"{api}.CONSUMER.CREATE.{stream}",
+        f"{api}.CONSUMER.CREATE.{stream}.>",
+        f"{api}.CONSUMER.DURABLE.CREATE.{stream}.>",
+        f"{api}.CONSUMER.INFO.{stream}.>",
+        f"{api}.CONSUMER.DELETE.{stream}.>",
+        f"{api}.CONSUMER.MSG.NEXT.{stream}.>",
+        f"{api}.CONSUMER.NAMES.{stream}",
+        f"{api}.CONSUMER.LIST.{stream}",
         f"{api}.DIRECT.GET.{stream}",
         f"{api}.DIRECT.GET.{stream}.>",
         f"$JS.ACK.{stream}.>",
@@ -111,13 +123,36 @@ def _node(s: Subjects) -> Permissions:
     return Permissions(publish=tuple(publish), subscribe=(s.all,))
 
 
-def _client(s: Subjects) -> Permissions:
+def _approvals(s: Subjects, role: str, name: str, approves: tuple[str, ...]) -> tuple[str, ...]:
+    """The approval subjects of one approver: each tool pattern after any turn id, and
+    the turn id alone (every pending call) for an approver of every tool (``>``)."""
+    if not approves:
+        return ()
+    if not is_valid_name(name):
+        raise RoleUnknown(
+            role, f"an approver needs a name of letters, digits, - and _ (not {name!r})"
+        )
+    mine = s.approval_any(role, name)
+    subjects = [f"{mine}.*.{pattern}" for pattern in approves]
+    if ">" in approves:
+        subjects.append(f"{mine}.*")
+    for pattern in approves:
+        if not _TOOL_PATTERN.match(pattern):
+            raise RoleUnknown(
+                role,
+                f"tool pattern {pattern!r}: use tool names with NATS wildcards "
+                "('shell.run', 'workspace.*', 'mcp.>' or '>' for every tool)",
+            )
+    return tuple(subjects)
+
+
+def _client(s: Subjects, name: str, approves: tuple[str, ...]) -> Permissions:
     results = s.results_stream
     return Permissions(
         publish=(
             s.turn_submit,
             s.turn_control_any,
-            s.turn_approval_any,
+            *_approvals(s, "client", name, approves),
             s.conv_any("followup"),
             s.conv_any("feedback"),
             s.agents_list,
@@ -129,7 +164,7 @@ def _client(s: Subjects) -> Permissions:
     )
 
 
-def _agent(s: Subjects, name: str, approver: bool) -> Permissions:
+def _agent(s: Subjects, name: str, approves: tuple[str, ...]) -> Permissions:
     if not is_valid_name(name):
         raise RoleUnknown(
             "agent", f"an agent needs a name of letters, digits, - and _ (not {name!r})"
@@ -142,26 +177,29 @@ def _agent(s: Subjects, name: str, approver: bool) -> Permissions:
             f"$JS.API.CONSUMER.MSG.NEXT.{tasks}.{consumer}",
             f"$JS.API.CONSUMER.INFO.{tasks}.{consumer}",
             f"$JS.ACK.{tasks}.{consumer}.>",
-            *((s.turn_approval_any,) if approver else ()),
+            *_approvals(s, "agent", name, approves),
         ),
         subscribe=(),
     )
 
 
 def permissions(
-    role: str, *, name: str = "", prefix: str = "al", approver: bool = False
+    role: str, *, name: str = "", prefix: str = "al", approves: tuple[str, ...] = ()
 ) -> Permissions:
-    """The permissions of ``role`` under ``prefix`` (without the user's inbox); ``approver``
-    (agents only) adds the right to approve or deny pending tool calls."""
+    """The permissions of ``role`` under ``prefix`` (without the user's inbox);
+    ``approves`` (tool patterns; clients and agents, both named) adds the right to approve
+    or deny pending calls of those tools."""
     s = Subjects(prefix)
-    if approver and role != "agent":
-        raise RoleUnknown(role, "only an agent's credentials take --approver")
+    if approves and role not in ("agent", "client"):
+        raise RoleUnknown(role, "only a client's or an agent's credentials take --approver")
+    if role != "agent" and name and not approves:
+        raise RoleUnknown(role, "only an agent or an approver has a name")
     if role == "node":
         return _node(s)
     if role == "client":
-        return _client(s)
+        return _client(s, name, approves)
     if role == "agent":
-        return _agent(s, name, approver)
+        return _agent(s, name, approves)
     if role == "admin":
         return Permissions(publish=(">",), subscribe=(">",))
     raise RoleUnknown(role, f"choose one of {', '.join(ROLES)}")

@@ -65,11 +65,13 @@ class SkipWaiting(WireModel):
 
 
 class ApprovalDecision(WireModel):
-    """Approve or deny a running turn's pending tool call(s) (a request on
-    ``al.turn.<tid>.approval``; the node answers ``ack`` or ``error``).
+    """Approve or deny a running turn's pending tool call(s) (a request on the approver's
+    own ``al.approve.<role>.<name>.<tid>[.<tool>]``; the node answers ``ack`` or ``error``).
 
-    ``approval_id`` None: every approval the turn has pending. ``by`` names who decided
-    (a user, an approver agent), ``reason`` says why; both reach the timeline."""
+    ``approval_id`` None: every approval the turn has pending (of ``tool`` when the
+    subject names one). ``reason`` says why. ``by`` (who decided) and ``tool`` are set by
+    the node from the subject, which only that approver's credentials may publish to:
+    what a sender writes there is replaced. Both reach the timeline."""
 
     kind: Literal["turn.approval"] = "turn.approval"
     turn_id: Id
@@ -77,6 +79,7 @@ class ApprovalDecision(WireModel):
     approved: bool
     by: str = ""
     reason: str = ""
+    tool: str = ""
     ts: UtcDatetime = Field(default_factory=utcnow)
 
 

@@ -1,12 +1,20 @@
 """The only place that builds NATS subjects and JetStream names.
 
-Every subject starts with a prefix (``ACTLINE_SUBJECT_PREFIX``, default ``al``)
-so that two deployments can share one NATS. Tokens placed into subjects are
-validated: an id with a dot, a wildcard or whitespace is refused.
+Every subject starts with a prefix (``ACTLINE_SUBJECT_PREFIX``, default ``al``): the
+tenant's name. With authentication on, each tenant is a NATS account of its own
+(``actline.bus.authority``), so two tenants' subjects, streams and buckets never meet;
+the prefix keeps names readable and tells deployments apart on an open server.
 
-JetStream streams and KV buckets are named after the prefix too, upper-cased
-with every other character than a letter or digit made ``_`` (``al`` ->
-``AL_TURNS``, ``prod.eu`` -> ``PROD_EU_TURNS``).
+A tenant name has one canonical form: lowercase letters and digits, words joined by
+single ``-``, starting with a letter (``acme-eu``), at most ``TENANT_MAX`` characters.
+So a name is one subject token (no tenant nests inside another: ``al`` never holds
+``al.eu``) and no two names share their JetStream names: those are the name
+upper-cased with ``-`` made ``_`` (``al`` -> ``AL_TURNS``, ``acme-eu`` ->
+``ACME_EU_TURNS``), and ``_`` is not allowed in a name. ``canonical_tenant`` says
+what a refused name should be.
+
+Tokens placed into subjects are validated: an id with a dot, a wildcard or whitespace
+is refused.
 """
 
 from __future__ import annotations
@@ -22,7 +30,28 @@ from .ids import is_valid_id, is_valid_name
 DEFAULT_PREFIX = "al"
 INBOX_ROOT = "_INBOX"
 _INBOX_TOKEN_RE = re.compile(r"^[A-Za-z0-9_\-]+$")
-_PREFIX_RE = re.compile(r"^[A-Za-z0-9_\-]+(\.[A-Za-z0-9_\-]+)*$")
+TENANT_MAX = 40
+_PREFIX_RE = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
+_TOOL_RE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
+TENANT_RULE = "lowercase letters and digits, words joined by single '-', starting with a letter"
+
+
+def canonical_tenant(name: str) -> str:
+    """The canonical form of a tenant name: lowercase, every run of other characters than
+    a letter or digit made one ``-`` (``ACME_EU`` and ``acme.eu`` -> ``acme-eu``)."""
+    return re.sub(r"[^a-z0-9]+", "-", name.lower()).strip("-")
+
+
+def check_tenant(name: str) -> str:
+    """``name`` when it is a canonical tenant name, else ``SubjectError`` saying the rule
+    and the canonical form to use instead."""
+    if len(name) <= TENANT_MAX and _PREFIX_RE.match(name):
+        return name
+    suggestion = canonical_tenant(name)[:TENANT_MAX]
+    hint = f"a tenant name is {TENANT_RULE}, at most {TENANT_MAX} characters"
+    if suggestion and _PREFIX_RE.match(suggestion):
+        hint += f" (use {suggestion!r})"
+    raise SubjectError("tenant (subject prefix)", name, hint)
 
 
 def _token(value: str, what: str) -> str:
@@ -45,8 +74,7 @@ class Subjects:
     prefix: str = DEFAULT_PREFIX
 
     def __post_init__(self) -> None:
-        if not _PREFIX_RE.match(self.prefix):
-            raise SubjectError("subject prefix", self.prefix)
+        check_tenant(self.prefix)
 
     @property
     def turn_submit(self) -> str:
@@ -130,14 +158,43 @@ class Subjects:
         """Skip-waiting and cancel of every turn (wildcard): a node routes them to its turns."""
         return f"{self.prefix}.turn.*.control"
 
-    def turn_approval(self, turn_id: str) -> str:
-        """Approvals and denials (``turn.approval``, a request) for one running turn."""
-        return f"{self.prefix}.turn.{_token(turn_id, 'turn id')}.approval"
+    def approval(self, role: str, name: str, turn_id: str, tool: str = "") -> str:
+        """Where approver ``role name`` approves or denies a running turn's pending calls
+        (``turn.approval``, a request): of tool ``tool`` only, or every pending one when
+        ``tool`` is empty. With authentication on, only that approver may publish here."""
+        subject = f"{self.approval_any(role, name)}.{_token(turn_id, 'turn id')}"
+        if tool:
+            if not _TOOL_RE.match(tool):
+                raise SubjectError("tool name", tool, "use a tool's name, e.g. 'shell.run'")
+            subject += f".{tool}"
+        return subject
+
+    def approval_any(self, role: str, name: str) -> str:
+        """Every approval subject of one approver (without the turn and tool tokens)."""
+        if role not in ("client", "agent") or not is_valid_name(name):
+            raise SubjectError("approver", f"{role} {name}", "a client or agent with a name")
+        return f"{self.prefix}.approve.{role}.{name}"
 
     @property
-    def turn_approval_any(self) -> str:
-        """Approvals of every turn (wildcard): the node running the turn answers."""
-        return f"{self.prefix}.turn.*.approval"
+    def approvals_all(self) -> str:
+        """Every approval of every approver (wildcard): the node running the turn answers."""
+        return f"{self.prefix}.approve.>"
+
+    def approval_of(self, subject: str) -> tuple[str, str, str, str]:
+        """``(role, name, turn id, tool)`` of an approval subject (tool ``""``: every
+        pending call); ``SubjectError`` otherwise."""
+        head = f"{self.prefix}.approve."
+        tokens = subject[len(head) :].split(".") if subject.startswith(head) else []
+        if len(tokens) >= 3:
+            role, name, tid, tool = tokens[0], tokens[1], tokens[2], ".".join(tokens[3:])
+            if (
+                role in ("client", "agent")
+                and is_valid_name(name)
+                and is_valid_id(tid)
+                and (not tool or _TOOL_RE.match(tool))
+            ):
+                return role, name, tid, tool
+        raise SubjectError("approval subject", subject, "<prefix>.approve.<role>.<name>.<turn>")
 
     def turn_of(self, subject: str, verb: str) -> str:
         """The turn id of ``<prefix>.turn.<tid>.<verb>``; ``SubjectError`` otherwise."""
@@ -209,7 +266,7 @@ class Subjects:
 
     # -- JetStream names -----------------------------------------------------------------
     def _resource(self, suffix: str) -> str:
-        return "".join(c if c.isalnum() else "_" for c in self.prefix).upper() + "_" + suffix
+        return self.prefix.replace("-", "_").upper() + "_" + suffix
 
     @property
     def turn_stream(self) -> str:

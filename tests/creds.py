@@ -5,12 +5,16 @@ from __future__ import annotations
 from actline.bus.embedded import running_authority
 
 
-def creds_env(url: str, role: str, *, prefix: str = "al", name: str = "") -> dict[str, str]:
-    """``ACTLINE_NATS_CREDS`` of ``role`` for the embedded server this process runs at ``url``."""
+def creds_env(
+    url: str, role: str, *, prefix: str = "al", name: str = "", approver: bool = False
+) -> dict[str, str]:
+    """``ACTLINE_NATS_CREDS`` of ``role`` for the embedded server this process runs at ``url``
+    (``approver``: a named client or agent that may approve pending tool calls)."""
     authority = running_authority(url)
     if authority is None:
         raise LookupError(f"no embedded nats-server with authentication runs at {url} here")
-    return {"ACTLINE_NATS_CREDS": str(authority.creds_path(role, name=name, prefix=prefix))}
+    path = authority.creds_path(role, name=name, prefix=prefix, approver=approver)
+    return {"ACTLINE_NATS_CREDS": str(path)}
 
 
 def admin_creds(url: str) -> str:

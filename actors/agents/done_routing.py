@@ -159,16 +159,19 @@ def origin_refusal(bus: Bus, subject: str, msg: DoneSignal) -> ErrorReply | None
 async def route_approval(
     services: Services, msg: ApprovalDecision, subject: str
 ) -> messages.Message | None:
-    """The reply to an approval that came on ``subject`` (None: not running here)."""
+    """The reply to an approval that came on ``subject`` (None: not running here). Who
+    decided and of which tool come from the subject (only that approver may publish
+    there), never from the message."""
     try:
-        turn_id = services.bus.subjects.turn_of(subject, "approval")
-    except SubjectError:
-        turn_id = ""
+        role, name, turn_id, tool = services.bus.subjects.approval_of(subject)
+    except SubjectError as exc:
+        return ErrorReply(code="wrong_subject", message=str(exc))
     if turn_id != msg.turn_id:
         return ErrorReply(
             code="wrong_subject",
             message=f"the approval is for turn {msg.turn_id}, sent on {subject}",
         )
+    msg = msg.model_copy(update={"by": f"{role} {name}", "tool": tool})
     book = services.task_book
     running = book.running(turn_id)
     if running is None and book.resuming(turn_id):

@@ -12,7 +12,8 @@ Results are durable (``actline.actors.client.results``): besides the core subscr
 ``al.result.<tid>``, a pending turn's result is read from the results stream after the
 connection comes back from a disconnect (whatever was published meanwhile), when
 ``TurnHandle.wait`` runs out of time, and on ``fetch_result``. A result seen twice (on
-the subscription and in the stream) is delivered once: a handle's result is set once.
+the subscription and in the stream, or repeated by a node) is delivered once: a handle's
+result is set once, by turn id, and its result subscription ends at the first copy.
 
 ``watch(conversation_id, on_turn)`` follows the turns other clients submit in a
 conversation (the web console's live view): each gets a handle at its first event, and its
@@ -27,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
@@ -40,6 +42,7 @@ from actline.bus import (
     Envelope,
     NoResponders,
     NoStream,
+    PermissionDenied,
     RequestTimeout,
     Subscription,
 )
@@ -174,7 +177,10 @@ class Client:
         self._unhook = bus.on_reconnect(self._on_reconnect)
         self.counters: Counter[str] = Counter()
         """``results`` delivered to handles, ``results_fetched`` of them read from the
-        results stream, ``results_duplicate`` seen again and dropped, ``recoveries`` run."""
+        results stream, ``results_duplicate`` copies that came after their handle had its
+        result and were dropped (a repeat on the subscription, a read of a delivered one),
+        ``results_overtaken`` reads of the stream whose result came on the subscription while
+        they ran (dropped too), ``recoveries`` run."""
 
     async def close(self) -> None:
         self._unhook()
@@ -316,10 +322,21 @@ class Client:
         A turn this client follows gets the result as if it had arrived. Raises
         ``StreamMissing`` when no results stream exists, or another ``BusError``.
         """
+        handle = self._handles.get(turn_id)
+        waiting = handle is not None and not handle.result.done()
         result = await self._stored.get(turn_id)
-        if result is not None:
+        if result is not None and not (waiting and self._overtaken(handle)):
             self._deliver(result, fetched=True)
         return result
+
+    def _overtaken(self, handle: TurnHandle | None) -> bool:
+        """True when a handle that was waiting got its result on the subscription while
+        its read of the results stream ran: the read's copy is dropped and counted as
+        ``results_overtaken`` (the server sent the result once; the read was early)."""
+        if handle is None or not handle.result.done():
+            return False
+        self.counters["results_overtaken"] += 1
+        return True
 
     @property
     def pending(self) -> list[TurnHandle]:
@@ -339,7 +356,9 @@ class Client:
             except BusError as exc:
                 log.info("results not recovered after a reconnect: %s", exc)
                 break
-            if result is not None and self._deliver(result, fetched=True):
+            if result is None or self._overtaken(handle):
+                continue
+            if self._deliver(result, fetched=True):
                 found += 1
         if found:
             log.info("recovered %d results from %s", found, self._stored.name)
@@ -380,17 +399,24 @@ class Client:
         approved: bool,
         *,
         approval_id: str | None = None,
+        tool: str = "",
         by: str = "",
         reason: str = "",
         timeout: float = 10.0,
     ) -> Ack | ErrorReply:
         """Approve or deny a waiting turn's tool call ``approval_id`` (None: every pending
-        one) on ``al.turn.<tid>.approval``: the node running the turn answers (``Ack``, or
-        ``ErrorReply`` ``not_waiting`` / ``unknown_approval``); ``no_node`` when none did."""
+        one, of ``tool`` when given) on this approver's own approval subject: the node
+        running the turn answers (``Ack``, or ``ErrorReply`` ``not_waiting`` /
+        ``unknown_approval`` / ``not_approver_of_tool``); ``no_node`` when none did.
+
+        Who decided is this connection's credential (``client NAME`` or ``agent NAME``
+        issued with the right to approve); ``by`` names the approver only on a server
+        without authentication, where nothing can prove who anyone is."""
+        role, name = self._approver(by)
         msg = ApprovalDecision(
-            turn_id=turn_id, approval_id=approval_id, approved=approved, by=by, reason=reason
+            turn_id=turn_id, approval_id=approval_id, approved=approved, reason=reason
         )
-        subject = self.bus.subjects.turn_approval(turn_id)
+        subject = self.bus.subjects.approval(role, name, turn_id, tool)
         try:
             return await self._ask(subject, msg, timeout)
         except (NoResponders, RequestTimeout):
@@ -399,6 +425,20 @@ class Client:
                 message=f"no node runs turn {turn_id}: nothing answered on {subject} within "
                 f"{timeout:g} s (is it finished, or the id wrong?)",
             )
+
+    def _approver(self, by: str) -> tuple[str, str]:
+        identity = self.bus.identity
+        if identity is None or identity.role in ("node", "admin"):
+            # no authentication, or a role that may publish anything of its tenant (the
+            # node runs the turns; a local runtime shares its connection): ``by`` names
+            name = re.sub(r"[^A-Za-z0-9_-]+", "-", by).strip("-") or "local"
+            return "client", name
+        if not identity.approves or identity.role not in ("client", "agent"):
+            # credentials with the right: actline creds client|agent NAME --approver
+            raise PermissionDenied(
+                "approve on", f"{self.bus.subjects.prefix}.approve.>", identity.label
+            )
+        return identity.role, identity.name
 
     async def followup(
         self,

@@ -13,21 +13,33 @@ the duplicate window, is not stored again: the message id is the turn id), kept
 ``result_retention_s`` (``ACTLINE_RESULT_RETENTION``, 7 days) and, when
 ``result_max_bytes`` is set, at most that many bytes in all (the oldest go first).
 
-Failure semantics of ``publish_result``: a missing stream is recreated (a warning) and
-the result stored; a result that still cannot be stored goes out on core NATS alone
-(an error is logged) rather than not at all. Cancellation: each call is one or a few
-requests; ``CancelledError`` propagates.
+Failure semantics of ``publish_result``: a store made while the connection is away waits
+in the NATS client's buffer, goes out when the connection is back and is confirmed then
+(for up to ``OUTAGE_WAIT_S``): it is not sent again, since every core subscriber would
+receive each copy. A missing stream is recreated (a warning) and the result stored; a
+result that still cannot be stored goes out on core NATS alone (an error is logged)
+rather than not at all. Cancellation: each call is one or a few requests;
+``CancelledError`` propagates.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import math
 
 from actline import messages
 from actline.actors.configuration.settings import NodeSettings
 from actline.actors.errors import SettingsError
-from actline.bus import Bus, BusError, EventLog, NoStream, RequestTimeout, StreamMissing
+from actline.bus import (
+    Bus,
+    BusError,
+    EventLog,
+    NoStream,
+    NotConnected,
+    RequestTimeout,
+    StreamMissing,
+)
 from actline.messages import DecodeError, ReActResult
 
 __all__ = ["ResultLog", "open_results", "publish_result"]
@@ -36,6 +48,9 @@ log = logging.getLogger(__name__)
 
 STORE_TIMEOUT_S = 2.0
 """How long a node waits for the results stream to confirm a result."""
+OUTAGE_WAIT_S = 60.0
+"""How long a node waits for a lost connection to come back while a result's store is
+unconfirmed, before it stores the result again."""
 READ_TIMEOUT_S = 2.0
 """How long a client waits for one read of the results stream."""
 
@@ -116,10 +131,11 @@ async def open_results(bus: Bus, settings: NodeSettings) -> ResultLog:
 async def publish_result(bus: Bus, result: ReActResult, settings: NodeSettings) -> None:
     """Store ``result`` in the results stream (subscribers receive it as it is stored).
 
-    Returns once it is stored or, when it cannot be, once it went out on core NATS. A
-    store that finds no stream (``NoStream`` while nobody subscribes to the subject, a
-    timeout while a client does) recreates a missing stream and stores again: the
-    message id makes the second store of a stored result a no-op. Never raises a
+    Returns once it is stored or, when it cannot be, once it went out on core NATS. While
+    the connection is away it waits for it (up to ``OUTAGE_WAIT_S``) rather than sending a
+    second copy. A store that finds no stream (``NoStream`` while nobody subscribes to the
+    subject, a timeout while a client does) recreates a missing stream and stores again:
+    the message id makes the second store of a stored result a no-op. Never raises a
     ``BusError``.
     """
     subject = bus.subjects.result(result.turn_id)
@@ -148,9 +164,40 @@ async def publish_result(bus: Bus, result: ReActResult, settings: NodeSettings) 
 
 
 async def _store(bus: Bus, result: ReActResult) -> int:
-    return await bus.publish_stored(
-        bus.subjects.result(result.turn_id), result, timeout=STORE_TIMEOUT_S, msg_id=result.turn_id
+    """Store ``result`` and return its sequence, waiting out a lost connection.
+
+    The publish of a store made (or unconfirmed) while the connection is away waits in
+    the NATS client's buffer and is sent when the connection is back; its confirmation
+    is awaited then rather than another copy published. ``RequestTimeout`` when no
+    confirmation came within ``STORE_TIMEOUT_S`` of connected time, or the connection
+    stayed away longer than ``OUTAGE_WAIT_S``; ``NotConnected`` once it is closed.
+    """
+    subject = bus.subjects.result(result.turn_id)
+    store = asyncio.ensure_future(
+        bus.publish_stored(
+            subject, result, timeout=STORE_TIMEOUT_S * 2 + OUTAGE_WAIT_S, msg_id=result.turn_id
+        )
     )
+    give_up = asyncio.get_running_loop().time() + OUTAGE_WAIT_S
+    try:
+        while True:
+            reconnects = bus.counters["reconnects"]
+            connected = bus.is_connected
+            done, _ = await asyncio.wait({store}, timeout=STORE_TIMEOUT_S)
+            if done:
+                return store.result()
+            if bus.nc.is_closed:
+                raise NotConnected(f"closed before the result of turn {result.turn_id} was stored")
+            if connected and bus.is_connected and bus.counters["reconnects"] == reconnects:
+                raise RequestTimeout(subject, STORE_TIMEOUT_S)
+            if asyncio.get_running_loop().time() >= give_up:
+                raise RequestTimeout(subject, OUTAGE_WAIT_S)
+            if connected:  # the first window of this outage
+                log.info("the store of turn %s waits for the connection", result.turn_id)
+    finally:
+        if not store.done():
+            store.cancel()
+        await asyncio.gather(store, return_exceptions=True)
 
 
 async def _recreate_if_missing(bus: Bus, settings: NodeSettings) -> None:

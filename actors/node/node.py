@@ -244,7 +244,7 @@ class Node:
             await self.executor.start()
         subjects = self.bus.subjects
         self._subs.append(await self.bus.subscribe(subjects.turn_control_any, self._on_control))
-        self._subs.append(await self.bus.subscribe(subjects.turn_approval_any, self._on_approval))
+        self._subs.append(await self.bus.subscribe(subjects.approvals_all, self._on_approval))
         self._subs.append(await self.bus.subscribe(subjects.conv_any("followup"), self._on_input))
         self._subs.append(
             await self.bus.subscribe(

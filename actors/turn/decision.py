@@ -97,7 +97,27 @@ class DecisionActor(Actor):
         self._parked: bool | None = None  # its queue message parked (None: not told yet)
         self._held: mb.ModelReply | None = None  # a model reply waiting for its round's commit
         self.watchdog = Watchdog(turn.profile)
+        if resume is not None:
+            self._carry_on(resume)
         self.trace = TurnTrace(services.tracer.session(self.tid, self.cid), self.cid)
+
+    def _carry_on(self, record: Mapping[str, Any]) -> None:
+        """A resumed turn goes on from its checkpoint (``_checkpoint``): its notices numbered
+        after the stored ones, its identical calls and its watchdog's readings counted over
+        the whole turn, so that it says what the turn not interrupted says."""
+        self.notices = int(record.get("notices", 0))
+        self.ledger = CallLedger.of(record.get("calls"))
+        self.watchdog = Watchdog.resumed(self.turn.profile, record.get("watchdog"))
+
+    def _checkpoint(self) -> dict[str, object]:
+        """The state machine's checkpoint, with what ``_carry_on`` reads back: taken with the
+        writes it accounts for, which travel in the same commit."""
+        return {
+            **checkpoint(self.state),
+            "notices": self.notices,
+            "calls": self.ledger.counts(),
+            "watchdog": self.watchdog.snapshot(),
+        }
 
     def start(self) -> None:
         super().start()
@@ -203,13 +223,11 @@ class DecisionActor(Actor):
         match effect:
             case ev.CallModel(round=r):
                 self.trace.round(r)
-                verdict = self.watchdog.check()  # a notice and compaction before this round
+                verdict = self.watchdog.check(r)  # a notice and compaction before this round
                 for text in verdict.notices:
                     self.pending.append(self._notice(WATCHDOG, text))
                     await self._progress("notice", r, text)
-                render = self._render_message(
-                    r, record=checkpoint(self.state), force=verdict.compact
-                )
+                render = self._render_message(r, record=self._checkpoint(), force=verdict.compact)
                 self._model_job = self.spawn(self._model_round(render), f"model-{r}")
             case ev.CancelModel():
                 await self._cancel_model()
@@ -221,7 +239,7 @@ class DecisionActor(Actor):
             case ev.SendAgentTask():
                 await self._send_task(effect)
             case ev.StartWaitTimer(generation=g, seconds=s):
-                commit = mb.Commit(self.tid, self._writes(), checkpoint(self.state))
+                commit = mb.Commit(self.tid, self._writes(), self._checkpoint())
                 with self.trace.step("commit", self.state.round):
                     await self.conv.ask(commit, timeout=ASK_TIMEOUT_S)
                 self.trace.wait(self.state)

@@ -220,6 +220,8 @@ class ApprovalDecided:
     approved: bool
     by: str = ""
     reason: str = ""
+    tool: str = ""
+    """The only tool whose calls this decides (an approver of some tools); "": any."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -421,7 +423,9 @@ def event_from_message(
 ) -> Event:
     """The event a wire message becomes."""
     if isinstance(msg, messages.ApprovalDecision):
-        return ApprovalDecided(msg.turn_id, msg.approval_id, msg.approved, msg.by, msg.reason)
+        return ApprovalDecided(
+            msg.turn_id, msg.approval_id, msg.approved, msg.by, msg.reason, msg.tool
+        )
     if isinstance(msg, messages.DoneSignal):
         return DoneSignal(
             signal_id=msg.signal_id,

@@ -9,6 +9,7 @@ call of a turn (same tool, same canonical arguments with sorted keys).
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections import Counter
 from collections.abc import Iterable, Mapping
@@ -235,13 +236,25 @@ def check_decision(
 
 @dataclass
 class CallLedger:
-    """Counts identical calls in one turn and refuses the fourth."""
+    """Counts identical calls in one turn and refuses the fourth.
+
+    A call is counted by a digest of its ``canonical`` form, so that a turn's checkpoint
+    keeps the counts small (``counts``) and a resumed turn goes on counting (``of``)."""
 
     limit: int = MAX_IDENTICAL_CALLS
     seen: Counter[str] = field(default_factory=Counter)
 
+    @classmethod
+    def of(cls, counts: Mapping[str, int] | None) -> CallLedger:
+        """A ledger holding ``counts`` (as ``counts`` gave them; None: nothing counted)."""
+        return cls(seen=Counter({str(k): int(n) for k, n in (counts or {}).items()}))
+
+    def counts(self) -> dict[str, int]:
+        """The calls counted so far, by digest."""
+        return dict(self.seen)
+
     def admit(self, call: ToolSpec) -> Notice | None:
-        key = canonical(call.tool, call.params)
+        key = _digest(canonical(call.tool, call.params))
         if self.seen[key] >= self.limit:
             return Notice(
                 "repeated_call",
@@ -251,3 +264,7 @@ class CallLedger:
             )
         self.seen[key] += 1
         return None
+
+
+def _digest(key: str) -> str:
+    return hashlib.blake2b(key.encode("utf-8", "surrogatepass"), digest_size=12).hexdigest()

@@ -22,13 +22,20 @@ cached prefix is rewritten at most that often). Below the floor there is little 
 the notice alone is given. The readings go on progress cards and into the turn result's
 ``usage.context``.
 
+A turn's checkpoint keeps the watchdog (``snapshot``), so that a turn resumed after a crash
+goes on from the same rounds, reads and signals (``resumed``) and says what the turn not
+interrupted says. It replays the round its checkpoint was taken in, which was checked
+already: that check is answered again without its notices (they are stored with the
+checkpoint) and with its compaction (that ran after the checkpoint's commit began, and
+is not stored).
+
 Pure: the DecisionActor feeds it what the conversation measured and what the model decided.
 """
 
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -105,6 +112,50 @@ class Watchdog:
     """A compaction was asked for the next render."""
     _last_compaction_round: int = -COOLDOWN_ROUNDS
     _round: int = 0
+    _checked: int = 0
+    """The last round checked."""
+
+    # -- kept with the turn's checkpoint -------------------------------------------------------
+    def snapshot(self) -> dict[str, Any]:
+        """What a turn's checkpoint keeps of it (plain values; ``resumed`` reads it back)."""
+        stats = self.stats
+        return {
+            "tokens": list(self.tokens),
+            "tooling": list(self.tooling),
+            "reads": dict(self.reads),
+            "stats": [stats.tokens, stats.blocks, stats.rotten, stats.compacted],
+            "peak_tokens": self.peak_tokens,
+            "compactions": self.compactions,
+            "watchdog_compactions": self.watchdog_compactions,
+            "fired": dict(self.fired),
+            "over": sorted(self._over),
+            "asked": self._asked,
+            "last_compaction_round": self._last_compaction_round,
+            "round": self._round,
+            "checked": self._checked,
+        }
+
+    @classmethod
+    def resumed(cls, profile: Profile, snapshot: Mapping[str, Any] | None) -> Watchdog:
+        """The watchdog a ``snapshot`` kept (a new one when there is none)."""
+        dog = cls(profile)
+        if not snapshot:
+            return dog
+        tokens, blocks, rotten, compacted = snapshot.get("stats") or (0, 0, 0, False)
+        dog.tokens = [int(t) for t in snapshot.get("tokens", ())]
+        dog.tooling = [bool(t) for t in snapshot.get("tooling", ())]
+        dog.reads = Counter({str(p): int(n) for p, n in (snapshot.get("reads") or {}).items()})
+        dog.stats = ContextStats(int(tokens), int(blocks), int(rotten), bool(compacted))
+        dog.peak_tokens = int(snapshot.get("peak_tokens", 0))
+        dog.compactions = int(snapshot.get("compactions", 0))
+        dog.watchdog_compactions = int(snapshot.get("watchdog_compactions", 0))
+        dog.fired = Counter({str(k): int(n) for k, n in (snapshot.get("fired") or {}).items()})
+        dog._over = frozenset(str(name) for name in snapshot.get("over", ()))
+        dog._asked = bool(snapshot.get("asked", False))
+        dog._last_compaction_round = int(snapshot.get("last_compaction_round", -COOLDOWN_ROUNDS))
+        dog._round = int(snapshot.get("round", 0))
+        dog._checked = int(snapshot.get("checked", 0))
+        return dog
 
     # -- what it is told -----------------------------------------------------------------------
     def rendered(self, round_: int, stats: ContextStats) -> None:
@@ -158,11 +209,16 @@ class Watchdog:
     def repeated_reads(self) -> int:
         return max(self.reads.values(), default=0)
 
-    def check(self) -> Verdict:
-        """Before the next model call: the signals over their thresholds now."""
+    def check(self, round_: int) -> Verdict:
+        """Before the model call of round ``round_``: the signals over their thresholds now.
+        A round checked already (replayed by a resumed turn) gets its compaction again and
+        no notice."""
         p = self.profile
         if not p.watchdog:
             return Verdict()
+        if round_ <= self._checked:
+            return Verdict((), self._asked)
+        self._checked = round_
         values = {
             "token_drift": (self.token_drift, p.token_drift, "tokens per round"),
             "over_tooling": (self.over_tooling, p.over_tooling, "of recent rounds"),

@@ -25,9 +25,9 @@ A run (``run_batch``):
   after some ``turn.accepted`` or after a random delay. The killed node is restarted at once.
 - **what is collected**: every ``turn.result`` of every turn with its arrival time (on the
   client's connection, which stays up), every ``turn.accepted``, and after the run, each
-  conversation's stored timeline: from the single node's home, or in cluster mode from the
-  durable copy in JetStream (``actline.actors.ownership.durable.JetStreamCopy``) that every node
-  adopts from.
+  conversation's stored timeline (turn order, headers, prompts, statuses, notices): from the
+  single node's home, or in cluster mode from the durable copy in JetStream
+  (``actline.actors.ownership.durable.JetStreamCopy``) that every node adopts from.
 
 ``killreport.compare`` holds a run against the same batch without kills; ``killreport.Report``
 sums it up.
@@ -52,7 +52,7 @@ from actline.actors.ownership.durable import JetStreamCopy
 from actline.bus import Bus, Envelope, Subscription
 from actline.messages import ReActResult, Subjects, TurnAccepted, TurnRequest, new_id
 from actline.storage import Store
-from actline.timeline.blocks import TURN_HEADER, USER_PROMPT
+from actline.timeline.blocks import NOTICE, TURN_HEADER, USER_PROMPT
 from tests.waiting import until
 
 from .nodeprocs import Fleet, NodeOptions, NodeProcess
@@ -327,12 +327,14 @@ class Killer:
 @dataclass(frozen=True, slots=True)
 class StoredConversation:
     """A conversation's timeline as stored: turn ids in block order (consecutive repeats
-    collapsed: ``t1, t2, t1`` is interleaving), header and prompt counts, turn statuses."""
+    collapsed: ``t1, t2, t1`` is interleaving), header and prompt counts, turn statuses,
+    and each turn's notices (path and text, in block order)."""
 
     runs: tuple[str, ...]
     headers: dict[str, int]
     prompts: dict[str, int]
     statuses: dict[str, str]
+    notices: dict[str, tuple[str, ...]]
 
 
 @dataclass
@@ -380,6 +382,7 @@ def _stored(blocks: Iterable[dict[str, Any]], records: dict[str, str]) -> Stored
     runs: list[str] = []
     headers: Counter[str] = Counter()
     prompts: Counter[str] = Counter()
+    notices: dict[str, list[str]] = {}
     for block in blocks:
         tid = str(block.get("turn_id", ""))
         if not runs or runs[-1] != tid:
@@ -388,7 +391,10 @@ def _stored(blocks: Iterable[dict[str, Any]], records: dict[str, str]) -> Stored
             headers[tid] += 1
         elif block.get("type") == USER_PROMPT:
             prompts[tid] += 1
-    return StoredConversation(tuple(runs), dict(headers), dict(prompts), records)
+        elif block.get("type") == NOTICE:
+            notices.setdefault(tid, []).append(f"{block.get('path')} {block.get('text')}")
+    said = {tid: tuple(texts) for tid, texts in notices.items()}
+    return StoredConversation(tuple(runs), dict(headers), dict(prompts), records, said)
 
 
 def read_home(home: Path, plans: Sequence[ConversationPlan]) -> dict[str, StoredConversation]:

@@ -6,7 +6,7 @@ kill-to-result times).
 with each turn's blocks contiguous (no interleaving) and each turn stored once (one header,
 one prompt), and per turn that it got exactly one distinct result (the same result again is
 counted as a duplicate) equal in status, answer, sources and follow-ups to the reference's,
-with the same stored status.
+with the same stored status and the same stored notices (paths and texts, in order).
 """
 
 from __future__ import annotations
@@ -94,7 +94,19 @@ def compare(reference: RunRecord, run: RunRecord) -> list[Mismatch]:
             expected = reference.stored[conv.conversation_id].statuses.get(tid, "missing")
             if stored != expected:
                 out.append(Mismatch(cid, tid, "stored status", expected, stored))
+            said = reference.stored[cid].notices.get(tid, ())
+            heard = run.stored[cid].notices.get(tid, ())
+            if heard != said:
+                out.append(Mismatch(cid, tid, "notices", *_first_other(said, heard)))
     return out
+
+
+def _first_other(want: tuple[str, ...], got: tuple[str, ...]) -> tuple[str, str]:
+    """The first notice that differs (or the missing one), shortened."""
+    for a, b in zip([*want, "(none)"], [*got, "(none)"], strict=False):
+        if a != b:
+            return repr(a[:120]), repr(b[:120])
+    return f"{len(want)} notices", f"{len(got)} notices"
 
 
 def percentile(samples: Sequence[float], q: float) -> float | None:

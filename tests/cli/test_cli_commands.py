@@ -269,7 +269,7 @@ def test_serve_without_a_nats_url_starts_an_embedded_server_and_prints_it(
         assert url, ready
         hint = node.wait_for("actline ask")
         assert f"NATS_URL={url.group(1)} ACTLINE_NATS_CREDS=" in hint, hint
-        assert "client@al.creds" in hint
+        assert re.search(r"client-[\w-]+-approver@al\.creds", hint), hint  # the local approver
         assert node.interrupt(signal.SIGTERM) == 0
     finally:
         node.stop()
@@ -425,11 +425,15 @@ def test_approve_lets_a_waiting_turn_go_on_and_deny_of_a_finished_turn_says_no_n
         match = APPROVE_LINE.search(ask.wait_for("actline approve"))
         assert match, ask.seen
         turn, approval = match.groups()
-        approved = actline("approve", turn, "--approval", approval, "--reason", "ok", env=client)
+        refused = actline("approve", turn, "--approval", approval, env=client)
+        assert refused.returncode != 0 and "may not approve" in refused.stderr, refused.stderr
+        approver = client | creds_env(nats.url, "client", name="ops", approver=True)
+        approved = actline("approve", turn, "--approval", approval, "--reason", "ok", env=approver)
         assert approved.returncode == 0, approved.stdout + approved.stderr
         assert f"approved: {gated}" in approved.stdout
+        assert "approved by client ops" in approved.stdout
         assert "· completed" in ask.wait_for(f"turn {turn}")
-        denied = actline("deny", turn, "--timeout", "1", env=client)
+        denied = actline("deny", turn, "--timeout", "1", env=approver)
         assert denied.returncode == 1
         assert "no_node" in denied.stdout and f"no node runs turn {turn}" in denied.stdout
         bad = actline("approve", "not an id!", env=client)

@@ -39,7 +39,7 @@ async def test_the_node_running_the_turn_answers_an_approval_and_the_others_stay
         for node in nodes:
             await node.stop()
             await node.bus.close()
-    assert isinstance(verdict, Ack) and "approved by alice" in verdict.detail, verdict
+    assert isinstance(verdict, Ack) and "approved by client alice" in verdict.detail, verdict
     assert runner.node_id in ("a", "b")
     assert result.status == "completed", result.error
     assert isinstance(nobody, ErrorReply) and nobody.code == "no_node", nobody

@@ -2,7 +2,7 @@
 restarted under its id) during a batch of multi-turn conversations, compared with the same
 batch run without kills: every conversation's durable copy in JetStream holds its
 turns in submission order, each once and contiguous, and every turn is answered exactly once
-with the answer and status of the run without kills. Nothing is lost.
+with the answer, status and stored notices of the run without kills. Nothing is lost.
 
 The run without kills is the plainest one: one node in single mode (the answers do not
 depend on the mode; a cluster run without kills must match it too, see ``make soak``).

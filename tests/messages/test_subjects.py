@@ -8,16 +8,34 @@ from actline.messages import SubjectError, Subjects, subjects
 
 
 def test_prefix_comes_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ACTLINE_SUBJECT_PREFIX", "prod.eu")
-    assert subjects.current().turn_submit == "prod.eu.turn.submit"
+    monkeypatch.setenv("ACTLINE_SUBJECT_PREFIX", "prod-eu")
+    assert subjects.current().turn_submit == "prod-eu.turn.submit"
     monkeypatch.delenv("ACTLINE_SUBJECT_PREFIX")
     assert subjects.current().turn_submit == "al.turn.submit"
 
 
-@pytest.mark.parametrize("prefix", ["", "a..b", "a.*", "a.>", "a b", ".al", "al."])
+@pytest.mark.parametrize(
+    "prefix",
+    ["", "a..b", "a.*", "a.>", "a b", ".al", "al.", "al.eu", "AL", "acme_eu", "a--b", "a-", "1a"],
+)
 def test_bad_prefixes_are_refused(prefix: str) -> None:
     with pytest.raises(SubjectError, match="prefix"):
         Subjects(prefix)
+
+
+@pytest.mark.parametrize("name", ["acme-eu", "acme_eu", "acme.eu", "ACME_EU", "Acme--EU"])
+def test_look_alike_tenant_names_have_one_canonical_form(name: str) -> None:
+    assert subjects.canonical_tenant(name) == "acme-eu"
+    if name != "acme-eu":
+        with pytest.raises(SubjectError, match="use 'acme-eu'"):
+            Subjects(name)
+    assert Subjects("acme-eu").turn_stream == "ACME_EU_TURNS"
+
+
+def test_tenant_names_map_to_distinct_jetstream_names() -> None:
+    names = ["a", "a-b", "ab", "a-b-c", "ab-c", "a-bc", "abc"]
+    streams = {Subjects(n).turn_stream for n in names}
+    assert len(streams) == len(names)
 
 
 @pytest.mark.parametrize("token", ["a.b", "*", ">", "a b", ""])
@@ -52,7 +70,7 @@ def test_conversation_blocks_subjects() -> None:
 
 @pytest.mark.parametrize(
     ("prefix", "turns"),
-    [("al", "AL_TURNS"), ("prod.eu", "PROD_EU_TURNS"), ("t01abc.x-y", "T01ABC_X_Y_TURNS")],
+    [("al", "AL_TURNS"), ("prod-eu", "PROD_EU_TURNS"), ("t01abc-x-y", "T01ABC_X_Y_TURNS")],
 )
 def test_jetstream_names_follow_the_prefix(prefix: str, turns: str) -> None:
     s = Subjects(prefix)
@@ -74,22 +92,22 @@ def test_kv_keys_of_conversations_have_no_colon() -> None:
 
 
 def test_the_conversation_of_a_conversation_subject_is_parsed() -> None:
-    s = Subjects("x.y")
+    s = Subjects("x-y")
     assert s.conversation_of(s.conv("c:1", "feedback"), "feedback") == "c:1"
-    assert s.conversation_of("x.y.conv.c-2.followup", "followup") == "c-2"
+    assert s.conversation_of("x-y.conv.c-2.followup", "followup") == "c-2"
 
 
 @pytest.mark.parametrize(
     "subject",
     [
-        "x.y.conv.c1.followup",  # another verb
-        "x.y.conv..feedback",  # no id
-        "x.y.conv.a.b.feedback",  # a dot in the id
+        "x-y.conv.c1.followup",  # another verb
+        "x-y.conv..feedback",  # no id
+        "x-y.conv.a.b.feedback",  # a dot in the id
         "z.conv.c1.feedback",  # another prefix
-        "x.y.stream.c1",
-        "x.y.conv.c1.feedback.more",
+        "x-y.stream.c1",
+        "x-y.conv.c1.feedback.more",
     ],
 )
 def test_other_subjects_are_not_a_conversations(subject: str) -> None:
     with pytest.raises(SubjectError):
-        Subjects("x.y").conversation_of(subject, "feedback")
+        Subjects("x-y").conversation_of(subject, "feedback")

@@ -51,10 +51,11 @@ async def connect(
         approver: bool = False,
     ) -> Bus:
         tenant = prefix or subject_names.prefix
-        creds = nats_server.creds_path(role, name=name, prefix=tenant)
         if fresh or approver:
             text = authority.issue(role, name=name, prefix=tenant, approver=approver)
             creds = write_secret(tmp_path / f"{role}-{new_id()}.creds", text)
+        else:
+            creds = nats_server.creds_path(role, name=name, prefix=tenant)
         bus = await Bus.connect(
             nats_server.url, name=f"security-{role}", subject_names=Subjects(tenant), creds=creds
         )

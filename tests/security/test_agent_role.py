@@ -57,7 +57,7 @@ AGENT_MAY_NOT_PUBLISH: list[
     (
         "turn_approval",
         "approve a pending tool call (credentials without --approver)",
-        lambda s: s.turn_approval(TID),
+        lambda s: s.approval("agent", AGENT, TID),
         lambda s: approval(),
     ),
     (
@@ -97,24 +97,23 @@ async def test_an_agent_cannot_publish_beyond_its_own_subjects(
     assert reached == 0
 
 
-async def test_a_client_and_an_approver_agent_may_send_approvals(connect: Connect) -> None:
-    """Approvals go to the nodes from a client, or from an agent issued with --approver."""
+async def test_a_named_client_and_an_approver_agent_may_send_approvals(connect: Connect) -> None:
+    """Approvals go to the nodes from a client or an agent issued with --approver, each on
+    its own approval subject."""
     node = await connect("node")
-    client = await connect("client")
+    client = await connect("client", name="alice", approver=True)
     approver = await connect("agent", name=AGENT, approver=True)
     s = node.subjects
-    target = s.turn_approval(TID)
-    watcher = await Watcher.on(node, [target], marker=s.deadletter)
-    for n, sender in enumerate((client, approver), start=1):
+    for sender, role, name in ((client, "client", "alice"), (approver, "agent", AGENT)):
+        target = s.approval(role, name, TID)
+        watcher = await Watcher.on(node, [target], marker=s.deadletter)
         local = await local_answer(sender.publish(target, approval()))
-        await until(lambda n=n: watcher.delivered(target) == n, 5.0)
+        await until(lambda w=watcher, t=target: w.delivered(t) == 1, 5.0)
         LEDGER.record(who(sender), "approve a pending tool call", target, local=local,
                       server="delivered")  # fmt: skip
         assert local == ALLOWED
         await sender.flush()
         assert sender.violations == []
-    assert approver.identity is not None
-    assert approver.identity.permissions.may_publish(target)
 
 
 async def test_an_agent_cannot_pull_another_agents_tasks(connect: Connect) -> None:

@@ -105,6 +105,9 @@ def test_keys_and_credentials_are_readable_by_their_owner_only(
     found = {
         "authority folder": (root, mode(root)),
         **{f"seed {p.name}": (p, mode(p)) for p in sorted(root.glob("*.nk"))},
+        "accounts folder": (root / "accounts", mode(root / "accounts")),
+        **{f"account seed {p.name}": (p, mode(p)) for p in sorted(root.glob("accounts/*.nk"))},
+        "issued ledger": (root / "issued.jsonl", mode(root / "issued.jsonl")),
         "client creds": (creds, mode(creds)),
         "agent creds (session server)": (session_creds, mode(session_creds)),
     }
@@ -113,7 +116,8 @@ def test_keys_and_credentials_are_readable_by_their_owner_only(
             "Authority (files)", what, path.name, local=f"mode {found_mode:04o}", server="-"
         )
     assert found["authority folder"][1] == stat.S_IRWXU
-    assert len(found) == 6, "three seeds: operator, system, account"
+    assert found["accounts folder"][1] == stat.S_IRWXU
+    assert len(found) == 8, "seeds: operator, system, the tenant's account"
     for what, (_, found_mode) in found.items():
-        if what != "authority folder":
+        if not what.endswith("folder"):
             assert found_mode == stat.S_IRUSR | stat.S_IWUSR, what

@@ -86,9 +86,10 @@ async def test_a_client_cannot_read_another_tenants_streams_or_results(
 async def test_a_client_cannot_submit_to_another_tenant(
     connect: Connect, other_tenant: Subjects
 ) -> None:
-    client, admin = await connect("client"), await connect("admin")
+    client = await connect("client")
+    their_admin = await connect("admin", prefix=other_tenant.prefix)
     target = other_tenant.turn_submit
-    watcher = await Watcher.on(admin, [target], marker=client.subjects.agents_list)
+    watcher = await Watcher.on(their_admin, [target], marker=other_tenant.agents_list)
     local, server, reached = await forbidden_publish(
         client, watcher, target, turn(), what="submit a turn to another tenant"
     )
@@ -100,12 +101,13 @@ async def test_a_client_cannot_submit_to_another_tenant(
 async def test_a_node_cannot_touch_another_tenants_streams(
     connect: Connect, other_tenant: Subjects, operation: str
 ) -> None:
-    node, admin = await connect("node"), await connect("admin")
+    node = await connect("node")
     their_node = await connect("node", prefix=other_tenant.prefix)
+    their_admin = await connect("admin", prefix=other_tenant.prefix)
     queue = await open_turn_stream(their_node)
     await queue.close()
     target = stream_api(operation, other_tenant.turn_stream)
-    watcher = await Watcher.on(admin, [target], marker=node.subjects.deadletter)
+    watcher = await Watcher.on(their_admin, [target], marker=other_tenant.deadletter)
     local, server, reached = await forbidden_publish_bytes(
         node, watcher, target, b"{}", what=f"{operation.lower()} another tenant's turn stream"
     )

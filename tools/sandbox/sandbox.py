@@ -21,21 +21,27 @@ reported in
 
 The runner then confines itself before the code runs (see ``tools/sandbox/runner.py``):
 
-- Resource limits: address space ``memory_mb``, CPU seconds ``timeout_s + 1``, 256 MB per file,
-  256 open files, no core dumps.
+- Resource limits: address space ``memory_mb``, CPU seconds ``timeout_s + 1``, 256 MB per file
+  (``FILE_SIZE_LIMIT_MB``, never more than the write limit), 256 open files, no core dumps.
 - An audit hook that refuses, with a ``PermissionError`` naming the path or event, writes
   outside the workspace, reads outside the allowed trees, new processes, network calls,
   ctypes, subinterpreters, tracing and ``gc`` introspection; each refusal is reported back in
   ``ExecResult.refused`` even when the code catches the error.
 
+The parent holds the run to its write limit: ``write_limit_mb`` (``WRITE_LIMIT_MB``, 256 MB by
+default) for all the files it adds to the workspace and the temp dir together, measured from
+outside the child (``actline.tools.sandbox.write_limit`` says what counts and how often). A run
+that goes over it is killed with its process group, the files and folders it created are
+removed (what the workspace held before stays), and the result says ``write_limit_exceeded``,
+with a line at the end of ``stderr`` naming the limit and ``write_limit_mb``.
+
 Known limits: the audit hook lives inside the process it guards. It resists the easy ways of
 switching it off (it looks up no global or builtin while it runs, and the interpreter features
 that could reach into it are refused), but C code does file I/O without audit events: SQLite's
 ``ATTACH``, any compiled extension in the environment, ``os.mknod``. Only the kernel layer
-confines those: under ``unconfined`` nothing does. There is no limit on the total disk space
-written into the workspace. UDP is refused by the hook only under Landlock (bubblewrap has no
-network at all). Running as root weakens everything but the kernel layer; bubblewrap also
-drops every capability.
+confines those: under ``unconfined`` nothing does. UDP is refused by the hook only under
+Landlock (bubblewrap has no network at all). Running as root weakens everything but the kernel
+layer; bubblewrap also drops every capability.
 
 Timeouts: after ``timeout_s`` of wall-clock time the whole process group gets SIGKILL and the
 result says ``timed_out``. Output is read concurrently (a chatty child cannot block on a full
@@ -65,6 +71,7 @@ from typing import Any
 from actline.tools.errors import ToolError
 
 from .confinement import Confinement, bwrap_command, choose
+from .write_limit import Unmeasurable, WriteWatch
 
 __all__ = ["ExecResult", "SandboxError", "run_python"]
 
@@ -72,6 +79,8 @@ log = logging.getLogger(__name__)
 
 RUNNER = Path(__file__).resolve().with_name("runner.py")
 FILE_SIZE_LIMIT_MB = 256
+WRITE_LIMIT_MB = 256
+"""The default of ``write_limit_mb``: what one run may add to its workspace and temp dir."""
 OPEN_FILES_LIMIT = 256
 MIN_MEMORY_MB = 64
 MAX_REFUSALS = 50
@@ -83,10 +92,11 @@ _CHILD_PATH = "/usr/local/bin:/usr/bin:/bin"
 class SandboxError(ToolError):
     """The sandbox could not run the code at all (a bad argument or a failed start).
 
-    ``code`` is ``bad_cwd``, ``bad_read_root``, ``bad_limit``, ``start_failed`` or
+    ``code`` is ``bad_cwd``, ``bad_read_root``, ``bad_limit``, ``start_failed``,
     ``sandbox_unavailable`` (no kernel layer as ``ACTLINE_SANDBOX`` asks; the message says what
-    to install or set). Code that runs and fails is not an error: it is an ``ExecResult`` with
-    a non-zero exit code.
+    to install or set) or ``write_limit_unchecked`` (the parent could not measure what the run
+    wrote, so it could not hold it to its write limit; a run is stopped for it). Code that runs
+    and fails is not an error: it is an ``ExecResult`` with a non-zero exit code.
     """
 
     def __init__(self, code: str, message: str) -> None:
@@ -100,9 +110,11 @@ class SandboxError(ToolError):
 
 @dataclass(frozen=True, slots=True)
 class ExecResult:
-    """What one run did. ``exit_code`` is None when the sandbox killed the run (timeout);
-    a negative value is the signal that ended it. ``refused`` lists what the sandbox blocked;
-    ``confinement`` is the kernel layer it ran under (``landlock``, ``bwrap``, ``unconfined``)."""
+    """What one run did. ``exit_code`` is None when the sandbox killed the run (timeout, write
+    limit); a negative value is the signal that ended it. ``refused`` lists what the sandbox
+    blocked; ``write_limit_exceeded`` says it wrote more than ``write_limit_mb`` (the files it
+    created are gone); ``confinement`` is the kernel layer it ran under (``landlock``,
+    ``bwrap``, ``unconfined``)."""
 
     exit_code: int | None
     stdout: str
@@ -110,6 +122,7 @@ class ExecResult:
     duration_s: float
     timed_out: bool = False
     memory_exceeded: bool = False
+    write_limit_exceeded: bool = False
     refused: tuple[str, ...] = ()
     truncated: bool = False
     landlock_abi: int = 0
@@ -118,7 +131,12 @@ class ExecResult:
     @property
     def ok(self) -> bool:
         """The code ran to the end and exited with 0."""
-        return self.exit_code == 0 and not self.timed_out and not self.memory_exceeded
+        return (
+            self.exit_code == 0
+            and not self.timed_out
+            and not self.memory_exceeded
+            and not self.write_limit_exceeded
+        )
 
 
 async def run_python(
@@ -127,6 +145,7 @@ async def run_python(
     cwd: Path,
     timeout_s: float = 30.0,
     memory_mb: int = 512,
+    write_limit_mb: int = WRITE_LIMIT_MB,
     read_roots: Sequence[Path] = (),
     max_output_chars: int = 50_000,
     env: Mapping[str, str] | None = None,
@@ -136,10 +155,11 @@ async def run_python(
     """Run ``code`` as ``__main__`` in a confined child whose working directory is ``cwd``.
 
     ``sandbox`` is an ``ACTLINE_SANDBOX`` mode or a ``Confinement`` already chosen.
+    ``write_limit_mb`` is what the run may add to ``cwd`` and its temp dir together.
     ``audit_hook=False`` leaves the kernel layer alone in charge: tests use it to show what
     that layer stops by itself. Raises ``SandboxError`` when ``cwd`` or a read root is not an
-    existing directory, a limit is out of range, the kernel layer asked for is unavailable, or
-    the interpreter cannot start.
+    existing directory, a limit is out of range, the kernel layer asked for is unavailable, the
+    interpreter cannot start, or what the run writes cannot be measured.
     """
     workspace = _existing_dir(cwd, "bad_cwd", "the workspace")
     roots = [_existing(root) for root in read_roots]
@@ -149,6 +169,8 @@ async def run_python(
         raise SandboxError(
             "bad_limit", f"memory_mb must be at least {MIN_MEMORY_MB}, got {memory_mb}"
         )
+    if write_limit_mb < 1:
+        raise SandboxError("bad_limit", f"write_limit_mb must be at least 1, got {write_limit_mb}")
     if max_output_chars < 0:
         raise SandboxError(
             "bad_limit", f"max_output_chars must not be negative, got {max_output_chars}"
@@ -160,13 +182,18 @@ async def run_python(
         raise SandboxError("sandbox_unavailable", confinement.detail)
     scratch = _new_scratch()
     try:
+        watch = WriteWatch((str(workspace), scratch), write_limit_mb * 1024 * 1024)
+        try:
+            await asyncio.to_thread(watch.start)
+        except Unmeasurable as exc:
+            raise SandboxError("write_limit_unchecked", _unchecked(exc.what, watch)) from None
         config = {
             "cwd": str(workspace),
             "scratch": scratch,
             "read_roots": [str(root) for root in roots],
             "memory_mb": memory_mb,
             "cpu_s": math.ceil(timeout_s) + 1,
-            "file_mb": FILE_SIZE_LIMIT_MB,
+            "file_mb": min(FILE_SIZE_LIMIT_MB, write_limit_mb),
             "nofile": OPEN_FILES_LIMIT,
             "landlock": confinement.mode == "landlock",
             "audit_hook": audit_hook,
@@ -180,7 +207,7 @@ async def run_python(
             **(env or {}),
         }
         return await _run(
-            code, confinement, workspace, config, child_env, timeout_s, max_output_chars
+            code, confinement, workspace, config, child_env, watch, timeout_s, max_output_chars
         )
     finally:
         await asyncio.to_thread(shutil.rmtree, scratch, True)
@@ -215,6 +242,7 @@ async def _run(
     workspace: Path,
     config: dict[str, Any],
     child_env: dict[str, str],
+    watch: WriteWatch,
     timeout_s: float,
     max_chars: int,
 ) -> ExecResult:
@@ -261,11 +289,14 @@ async def _run(
                 group.create_task(_drain_pipe(report, report_pipe)),
             }
             group.create_task(_feed(proc.stdin, code.encode("utf-8", "surrogatepass")))
+            watcher = group.create_task(watch.watch(proc.pid, lambda: _kill_group(proc.pid)))
             try:
                 async with asyncio.timeout(timeout_s):
                     await proc.wait()
             except TimeoutError:
                 timed_out = True
+            watcher.cancel()
+            stopped = watch.exceeded  # the watcher killed the run
             _kill_group(proc.pid)  # the child on timeout; anything it left behind otherwise
             await proc.wait()
             _, pending = await asyncio.wait(readers, timeout=_DRAIN_GRACE_S)
@@ -283,35 +314,76 @@ async def _run(
     refused, memory, abi, failure = _parse_report(bytes(report.data))
     if failure:
         raise SandboxError("sandbox_unavailable", f"{confinement.mode}: {failure}")
+    removed = await asyncio.to_thread(_settle, watch)
+    if watch.problem:
+        raise SandboxError("write_limit_unchecked", _unchecked(watch.problem, watch))
     timed_out = timed_out or returncode == -signal.SIGXCPU
     stdout, out_cut = out.text(max_chars)
     stderr, err_cut = err.text(max_chars)
+    if watch.exceeded:
+        separator = "" if stderr.endswith("\n") or not stderr else "\n"
+        stderr += separator + _over_limit(watch, stopped, removed)
     result = ExecResult(
-        exit_code=None if timed_out else returncode,
+        exit_code=None if timed_out or stopped else returncode,
         stdout=stdout,
         stderr=stderr,
         duration_s=duration,
         timed_out=timed_out,
         memory_exceeded=memory,
+        write_limit_exceeded=watch.exceeded,
         refused=refused,
         truncated=out_cut or err_cut,
         landlock_abi=abi,
         confinement=confinement.mode,
     )
     log.info(
-        "sandbox run (%s): exit %s in %.3fs, timed_out=%s memory_exceeded=%s, %d refusals, "
-        "stdout %d chars, stderr %d chars, landlock %d",
+        "sandbox run (%s): exit %s in %.3fs, timed_out=%s memory_exceeded=%s, wrote %d bytes "
+        "(write_limit_exceeded=%s), %d refusals, stdout %d chars, stderr %d chars, landlock %d",
         confinement.mode,
         result.exit_code,
         duration,
         timed_out,
         memory,
+        watch.written,
+        watch.exceeded,
         len(refused),
         len(stdout),
         len(stderr),
         abi,
     )
     return result
+
+
+def _settle(watch: WriteWatch) -> int:
+    """Measure what the ended run left; when it went over its write limit, remove what it
+    created. How many entries were removed."""
+    try:
+        if watch.problem or not watch.note(watch.measure()):
+            return 0
+        return watch.remove_new()
+    except Unmeasurable as exc:
+        watch.problem = exc.what
+        return 0
+
+
+def _over_limit(watch: WriteWatch, stopped: bool, removed: int) -> str:
+    """The line that tells the code's author which limit ended the run and how to raise it."""
+    limit_mb = watch.limit // (1024 * 1024)
+    seen_mb = watch.written / (1024 * 1024)
+    return (
+        f"sandbox: the run wrote more than its write limit of {limit_mb} MB into its workspace "
+        f"and temp dir (at least {seen_mb:.1f} MB){' and was stopped' if stopped else ''}; the "
+        f"{removed} files and folders it created were removed. Write less, or raise "
+        f"write_limit_mb ({WRITE_LIMIT_MB} MB by default).\n"
+    )
+
+
+def _unchecked(what: str, watch: WriteWatch) -> str:
+    limit_mb = watch.limit // (1024 * 1024)
+    return (
+        f"{what}, so the write limit of {limit_mb} MB (write_limit_mb) cannot be checked; "
+        "the code did not run or was stopped"
+    )
 
 
 async def _feed(stdin: asyncio.StreamWriter, data: bytes) -> None:

@@ -34,7 +34,20 @@ def on_approval(state: DecisionState, event: ev.ApprovalDecided) -> Step:
             f"approval {event.approval_id} is not pending in turn {state.turn_id} (pending: {ids})"
         )
         return state, (ev.ApprovalVerdict(False, "unknown_approval", text),)
+    if not any(_covers(event, a) for a in pending):
+        tools = ", ".join(sorted({a.tool for a in pending}))
+        text = (
+            f"{event.by or 'this approver'} decides calls of {event.tool} only; "
+            f"turn {state.turn_id} waits on {tools}: nothing was approved or denied"
+        )
+        return state, (ev.ApprovalVerdict(False, "not_approver_of_tool", text),)
     return resolve(state, [], event, "approval_denied")
+
+
+def _covers(event: ev.ApprovalDecided, approval: ev.Approval) -> bool:
+    """True when ``event`` decides ``approval``: its id (or none: every pending one), of
+    the event's tool when the approver decides one tool only."""
+    return event.approval_id in (None, approval.approval_id) and event.tool in ("", approval.tool)
 
 
 def await_approvals(state: DecisionState, effects: list[ev.Effect]) -> Step:
@@ -55,7 +68,7 @@ def resolve(
     resolved: list[ev.Approval] = []
     approvals: list[ev.Approval] = []
     for a in state.approvals:
-        if a.status == "pending" and event.approval_id in (None, a.approval_id):
+        if a.status == "pending" and _covers(event, a):
             a = replace(a, status=status, by=event.by, reason=event.reason,
                         code="" if event.approved else code)  # fmt: skip
             resolved.append(a)

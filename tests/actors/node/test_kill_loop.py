@@ -1,7 +1,7 @@
 """Repeated SIGKILLs of a real node process during a batch of multi-turn conversations, compared
 with the same batch run without kills: every conversation's turns are stored in the
 order they were submitted, each turn once and contiguous, and every turn is answered exactly
-once with the answer and status of the run without kills. Nothing is lost.
+once with the answer, status and stored notices of the run without kills. Nothing is lost.
 
 The kill-to-result times are printed (``-s``), never asserted. See ``killloop`` for the batch,
 the pacings and where the kills land, ``killreport`` for the comparison.

@@ -23,7 +23,7 @@ from actline.actors.pools.tool_executor import ToolRegistry
 from actline.bus import Authority, Bus, EmbeddedNats, PermissionDenied
 from actline.bus.auth import write_secret
 from actline.llm import ReplayModel
-from actline.messages import Ack, ErrorReply, ReActProgress, new_id
+from actline.messages import Ack, ApprovalDecision, ErrorReply, ReActProgress, new_id
 from actline.timeline.blocks import NOTICE, TOOL_RESULT
 from actline.tools.registry import ToolContext
 from tests.actors.harness import Scripted, say, start_node
@@ -133,7 +133,8 @@ async def test_a_denied_call_never_runs_and_the_model_sees_the_denial(
         await node.stop()
     assert result.status == "completed", result.error
     assert deploys.calls == []
-    denial = f"{DEPLOY} was not run: the approval was denied by bob (freeze week)"
+    # this client's connection is the node's own: ``by`` names the local approver
+    denial = f"{DEPLOY} was not run: the approval was denied by client bob (freeze week)"
     assert any(denial in text for text in notices), notices
     assert results[DEPLOY]["code"] == "approval_denied", results
     assert results["react.read"]["status"] == "ok", results  # the ungated call ran
@@ -212,11 +213,19 @@ async def test_approvals_for_an_unknown_or_finished_turn_say_no_node_runs_it(
 
 
 async def agent_bus(
-    nats: EmbeddedNats, authority: Authority, bus: Bus, tmp_path: Path, *, approver: bool
+    nats: EmbeddedNats,
+    authority: Authority,
+    bus: Bus,
+    tmp_path: Path,
+    *,
+    approver: bool,
+    approves: tuple[str, ...] = (),
 ) -> Bus:
     prefix = bus.subjects.prefix
-    text = authority.issue("agent", name="reviewer", prefix=prefix, approver=approver)
-    creds = write_secret(tmp_path / f"reviewer-{approver}.creds", text)
+    text = authority.issue(
+        "agent", name="reviewer", prefix=prefix, approver=approver, approves=approves
+    )
+    creds = write_secret(tmp_path / f"reviewer-{approver}-{len(approves)}.creds", text)
     return await Bus.connect(nats.url, subject_names=bus.subjects, creds=creds)
 
 
@@ -248,3 +257,72 @@ async def test_only_an_agent_with_the_right_to_approve_may_approve(
         await node.stop()
     assert result.status == "completed", result.error
     assert deploys.calls == [PARAMS]
+
+
+async def test_the_approver_is_the_credential_not_the_name_it_writes(
+    bus: Bus,
+    client: Client,
+    nats_server: EmbeddedNats,
+    authority: Authority,
+    tmp_path: Path,
+    registry: ToolRegistry,
+    deploys: Deploys,
+) -> None:
+    model = script("c-forged", DECIDE, ANSWER)
+    node = await start_node(bus, tmp_path / "home", model, registry=registry)
+    approver = await agent_bus(nats_server, authority, bus, tmp_path, approver=True)
+    try:
+        handle = await client.submit("ship it", conversation_id="c-forged")
+        [pending] = (await approval_card(handle)).data["approvals"]
+        forged = ApprovalDecision(
+            turn_id=handle.turn_id,
+            approval_id=pending["approval_id"],
+            approved=True,
+            by="alice-the-CISO",
+        )
+        subject = bus.subjects.approval("agent", "reviewer", handle.turn_id)
+        verdict = await approver.request(subject, forged, timeout=10)
+        result = await handle.wait(30)
+        notices = [b.text for b in blocks_of(node, "c-forged", NOTICE)]
+    finally:
+        await approver.close()
+        await node.stop()
+    assert isinstance(verdict, Ack), verdict
+    assert "approved by agent reviewer" in verdict.detail, verdict
+    assert not any("alice-the-CISO" in text for text in notices), notices
+    assert result.status == "completed" and deploys.calls == [PARAMS]
+
+
+async def test_an_approver_of_some_tools_decides_those_only(
+    bus: Bus,
+    client: Client,
+    nats_server: EmbeddedNats,
+    authority: Authority,
+    tmp_path: Path,
+    registry: ToolRegistry,
+    deploys: Deploys,
+) -> None:
+    model = script("c-scoped", DECIDE, ANSWER)
+    node = await start_node(bus, tmp_path / "home", model, registry=registry)
+    others = await agent_bus(
+        nats_server, authority, bus, tmp_path, approver=True, approves=("shell.*",)
+    )
+    ops = await agent_bus(nats_server, authority, bus, tmp_path, approver=True, approves=("ops.*",))
+    try:
+        handle = await client.submit("ship it", conversation_id="c-scoped")
+        await approval_card(handle)
+        with pytest.raises(PermissionDenied):  # every pending call: not for a scoped approver
+            await Client(ops).decide(handle.turn_id, True)
+        with pytest.raises(PermissionDenied):  # a tool outside its patterns
+            await Client(others).decide(handle.turn_id, True, tool=DEPLOY)
+        wrong = await Client(others).decide(handle.turn_id, True, tool="shell.run")
+        assert deploys.calls == []
+        verdict = await Client(ops).decide(handle.turn_id, True, tool=DEPLOY)
+        result = await handle.wait(30)
+    finally:
+        await others.close()
+        await ops.close()
+        await node.stop()
+    assert isinstance(wrong, ErrorReply) and wrong.code == "not_approver_of_tool", wrong
+    assert isinstance(verdict, Ack) and "approved by agent reviewer" in verdict.detail, verdict
+    assert result.status == "completed" and deploys.calls == [PARAMS]

@@ -98,6 +98,18 @@ def test_the_fourth_identical_call_in_a_turn_is_refused() -> None:
     assert ledger.admit(ToolSpec("c1-1", "react.read", {"paths": ["ks:b.md"]})) is None
 
 
+def test_a_ledger_rebuilt_from_its_counts_refuses_the_same_fourth_call() -> None:
+    call = ToolSpec("c1-1", "react.read", {"paths": ["ks:a.md"]})
+    ledger = CallLedger()
+    for _ in range(3):
+        ledger.admit(call)
+    again = CallLedger.of(ledger.counts())  # a resumed turn's, from its checkpoint
+    assert again.counts() == ledger.counts() and len(again.counts()) == 1
+    refused = again.admit(call)
+    assert refused is not None and refused.code == "repeated_call"
+    assert CallLedger.of(None).admit(call) is None
+
+
 def test_canonical_arguments_ignore_key_order() -> None:
     assert canonical("t", {"a": 1, "b": 2}) == canonical("t", {"b": 2, "a": 1})
 

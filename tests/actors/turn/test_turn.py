@@ -460,7 +460,7 @@ def test_the_turn_queue_stream_name_is_a_valid_jetstream_name() -> None:
     from actline.messages import Subjects
 
     assert Subjects("al").turn_stream == "AL_TURNS"
-    assert Subjects("t01abc.x-y").turn_stream == "T01ABC_X_Y_TURNS"
+    assert Subjects("t01abc-x-y").turn_stream == "T01ABC_X_Y_TURNS"
 
 
 async def test_the_replay_model_in_a_node_with_no_conversation_script_fails_cleanly(

@@ -7,11 +7,19 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import msgpack
+
 from actline.actors.client.client import Client
 from actline.actors.configuration.profiles import BUILTINS, resolve
 from actline.actors.node.node import Node
 from actline.actors.turn import events as ev
-from actline.actors.turn.watchdog import COOLDOWN_ROUNDS, WATCHDOG, ContextStats, Watchdog
+from actline.actors.turn.watchdog import (
+    COOLDOWN_ROUNDS,
+    WATCHDOG,
+    ContextStats,
+    Verdict,
+    Watchdog,
+)
 from actline.bus import Bus
 from actline.messages import ReActProgress
 from actline.timeline import Block
@@ -86,20 +94,20 @@ def test_a_crossing_gives_one_notice_and_compacts_only_above_the_floor_and_after
     profile = resolve({**table, "token_drift": 1_000_000})  # rot alone here
     dog = Watchdog(profile)
     dog.rendered(1, ContextStats(tokens=4000, blocks=10, rotten=6))
-    small = dog.check()
+    small = dog.check(2)
     assert small.notices and "context rot 0.6 >= 0.5" in small.notices[0]
     assert not small.compact  # under the floor: a notice only
     dog.rendered(2, ContextStats(tokens=9000, blocks=10, rotten=6))
-    assert dog.check().notices == ()  # still over: said once
+    assert dog.check(3).notices == ()  # still over: said once
     dog.rendered(3, ContextStats(tokens=9000, blocks=10, rotten=1))
-    assert dog.check().notices == ()  # back under
+    assert dog.check(4).notices == ()  # back under
     dog.rendered(4, ContextStats(tokens=9000, blocks=10, rotten=7))
-    big = dog.check()
+    big = dog.check(5)
     assert big.compact and "compacted before this round" in big.notices[0].lower()
     dog.rendered(5, ContextStats(tokens=5000, blocks=10, rotten=1, compacted=True))
-    dog.check()
+    dog.check(6)
     dog.rendered(6, ContextStats(tokens=9000, blocks=10, rotten=8))
-    soon = dog.check()
+    soon = dog.check(7)
     assert soon.notices and not soon.compact  # within COOLDOWN_ROUNDS of the last one
     assert COOLDOWN_ROUNDS >= 2
     telemetry = dog.telemetry()
@@ -107,10 +115,32 @@ def test_a_crossing_gives_one_notice_and_compacts_only_above_the_floor_and_after
     assert telemetry.compactions == 1 and telemetry.peak_tokens == 9000
 
 
+def test_a_watchdog_kept_in_a_checkpoint_goes_on_as_the_one_not_interrupted() -> None:
+    profile = resolve({"extends": "balanced", "watchdog_floor_tokens": 0})
+    going, readings = Watchdog(profile), []
+    for r, tokens in enumerate([1000, 1400, 1800], start=1):
+        going.check(r)
+        going.rendered(r, ContextStats(tokens=tokens, blocks=10, rotten=1))
+        going.decided(decided(read(DOC)))
+    asked = going.check(4)
+    assert asked.notices and asked.compact  # repeated reads: a notice, and a compaction
+    kept = going.snapshot()  # what the checkpoint of round 4 stores, with that notice
+    resumed = Watchdog.resumed(profile, msgpack.unpackb(msgpack.packb(kept)))
+    assert resumed.snapshot() == kept
+    assert resumed.check(4) == Verdict((), compact=True)  # round 4 replayed: said already
+    for dog in (going, resumed):
+        dog.rendered(4, ContextStats(tokens=900, blocks=10, rotten=3, compacted=True))
+        dog.decided(decided(read(DOCS[0])))
+        readings.append((dog.check(5), dog.readings()))
+    assert readings[0] == readings[1]
+    assert readings[1][1]["watchdog_compactions"] == 1
+    assert Watchdog.resumed(profile, None).snapshot() == Watchdog(profile).snapshot()
+
+
 def test_a_profile_without_the_watchdog_never_fires() -> None:
     dog = Watchdog(resolve({"extends": "fast", "watchdog": False}))
     dog.rendered(1, ContextStats(tokens=90_000, blocks=10, rotten=10))
-    assert dog.check().notices == () and dog.telemetry().context_rot == 1.0
+    assert dog.check(2).notices == () and dog.telemetry().context_rot == 1.0
 
 
 # --- scripted turns ---------------------------------------------------------------------------
