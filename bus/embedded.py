@@ -294,6 +294,7 @@ class EmbeddedNats(Service):
             time.sleep(delay)  # polling the log file; the server is usually ready in ~10 ms
             delay = min(delay * 2, 0.02)
         log.info("nats-server ready on port %s (pid %s)", self._port, self.pid)
+        self._announce()
         return self
 
     async def astart(self) -> EmbeddedNats:
@@ -305,10 +306,19 @@ class EmbeddedNats(Service):
             await asyncio.sleep(delay)  # polling the log file, as in start()
             delay = min(delay * 2, 0.02)
         log.info("nats-server ready on port %s (pid %s)", self._port, self.pid)
+        self._announce()
         return self
+
+    def _announce(self) -> None:
+        """Write the URL beside the store while the server runs (``url``): what
+        ``actline creds revoke`` of the same home tells about a revocation."""
+        assert self.store_dir is not None
+        (self.store_dir / "url").write_text(self.url + "\n")
 
     # -- stop --------------------------------------------------------------
     def _kill(self) -> None:
+        if self.store_dir is not None:
+            (self.store_dir / "url").unlink(missing_ok=True)
         proc, self._proc = self._proc, None
         if proc is None:
             return

@@ -252,7 +252,12 @@ def _parser() -> argparse.ArgumentParser:
             "--approval", metavar="ID", default=None, help="one approval (default: all pending)"
         )
         decide.add_argument("--reason", metavar="TEXT", default="", help="why (the model sees it)")
-        decide.add_argument("--by", metavar="NAME", default=None, help="who (default: you)")
+        decide.add_argument(
+            "--by",
+            metavar="NAME",
+            default=None,
+            help="who, on a server without authentication only (else: your credentials)",
+        )
         decide.add_argument(
             "--timeout", metavar="S", type=float, default=5.0, help="wait this long for the node"
         )
@@ -264,15 +269,34 @@ def _parser() -> argparse.ArgumentParser:
     )
     creds.add_argument(
         "role",
-        choices=["client", "agent", "node", "admin", "server"],
-        help="what the holder may do (server: the trust block of a nats-server's config)",
+        choices=["client", "agent", "node", "admin", "server", "list", "renew", "revoke"],
+        help="what the holder may do; server: the trust block of a nats-server's config; "
+        "list, renew FILE, revoke USERKEY: what was issued",
     )
-    creds.add_argument("name", nargs="?", default="", help="the agent's name (role agent)")
+    creds.add_argument(
+        "name",
+        nargs="?",
+        default="",
+        help="the agent's or approver's name; renew: the .creds file; revoke: the user key",
+    )
     creds.add_argument(
         "--approver",
         action="store_true",
-        help="an agent that may approve or deny pending tool calls (actline approve)",
+        help="a named client or an agent that may approve or deny pending tool calls",
     )
+    creds.add_argument(
+        "--tools",
+        metavar="PATTERNS",
+        default=None,
+        help="approve calls of these tools only (comma-separated, NATS wildcards: ops.*,mcp.>)",
+    )
+    creds.add_argument(
+        "--ttl", metavar="TIME", default=None, help="how long they last: 90m, 12h, 30d"
+    )
+    creds.add_argument(
+        "--all", action="store_true", help="revoke: every credential of the tenant so far"
+    )
+    _nats(creds, "revoke: the running server to tell; else NATS_URL or this home's")
     creds.add_argument(
         "--prefix", metavar="P", default=None, help="the tenant (ACTLINE_SUBJECT_PREFIX)"
     )
