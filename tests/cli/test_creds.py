@@ -60,13 +60,18 @@ def test_creds_refuses_what_it_cannot_issue_and_prints_to_a_pipe(tmp_path: Path)
     no_name = creds_cli(tmp_path / "h", "agent")
     assert no_name.returncode == 2 and "need its name" in no_name.stderr
     named = creds_cli(tmp_path / "h", "client", "bob")
-    assert named.returncode == 2 and "takes no name" in named.stderr
+    assert named.returncode == 2 and "a client's name is an approver's" in named.stderr
+    node_named = creds_cli(tmp_path / "h", "node", "bob")
+    assert node_named.returncode == 2 and "takes no name" in node_named.stderr
+    node_approver = creds_cli(tmp_path / "h", "node", "--approver")
+    assert node_approver.returncode == 2 and "for a client or an agent" in node_approver.stderr
     bad = creds_cli(tmp_path / "h", "agent", "a.b")
     assert bad.returncode == 2 and "agent needs a name" in bad.stderr
     piped = creds_cli(tmp_path / "h", "client", "--prefix", "tenant-a")
     assert piped.returncode == 0 and "BEGIN NATS USER JWT" in piped.stdout
     server = creds_cli(tmp_path / "h", "server")
-    assert server.returncode == 0 and "resolver: MEMORY" in server.stdout
+    assert server.returncode == 0 and "type: full" in server.stdout
+    assert "max_control_line: 65536" in server.stdout
     with pytest.raises(RoleUnknown, match="choose one of node, client, agent, admin"):
         Authority.open(tmp_path / "h" / "auth").issue("root")
 
@@ -86,8 +91,12 @@ async def test_insecure_is_explicit_and_says_so(
 async def test_the_runtime_connects_with_its_role_from_the_home_keys(tmp_path: Path) -> None:
     config = Config.load(env={"ACTLINE_HOME": str(tmp_path / "h")})
     async with Runtime(config, node=False) as rt:
-        assert rt.bus.identity is not None and rt.bus.identity.role == "client"
-        assert (tmp_path / "h" / "auth" / "creds" / "client@al.creds").is_file()
+        identity = rt.bus.identity
+        assert identity is not None and identity.role == "client"
+        # the keys' holder at this machine approves as itself (a named client approver)
+        assert identity.approves == (">",) and identity.name
+        made = tmp_path / "h" / "auth" / "creds" / f"client-{identity.name}-approver@al.creds"
+        assert made.is_file()
 
 
 def test_the_ray_job_without_node_credentials_says_what_to_do(
