@@ -55,6 +55,8 @@ class BuiltinConfig:
 
     exec_timeout_s: float = 30.0
     exec_memory_mb: int = 512
+    exec_write_mb: int = 256
+    """What one run may write into its workspace and temp dir, all files together."""
     exec_sandbox: str = "auto"
     """The ``ACTLINE_SANDBOX`` mode: auto, landlock, bwrap or unconfined."""
     http_allowed_hosts: Collection[str] | None = None
@@ -106,6 +108,7 @@ def register_builtins(registry: ToolRegistry, config: BuiltinConfig | None = Non
                 cwd=local.turn_root(files.turn_id),
                 timeout_s=timeout,
                 memory_mb=memory,
+                write_limit_mb=cfg.exec_write_mb,
                 read_roots=[local.root],
                 sandbox=confinement,
             )
@@ -134,6 +137,12 @@ def register_builtins(registry: ToolRegistry, config: BuiltinConfig | None = Non
         if over is not None:
             error = f"{over}. The files this run wrote were not kept."
             data.update(over.as_dict())
+        elif result.write_limit_exceeded:
+            error = (
+                f"the code wrote more than its {cfg.exec_write_mb} MB write limit and was "
+                "stopped; the files it created were removed (ACTLINE_EXEC_WRITE_MB raises it)"
+            )
+            data["code"] = "exec_write_limit"
         elif result.timed_out:
             error = f"the code ran past {timeout:g}s and was killed"
             data["code"] = "exec_timeout"

@@ -279,9 +279,11 @@ async def run_skill_script(
     sandbox: str = "auto",
     timeout_s: float = 30.0,
     memory_mb: int = 512,
+    write_mb: int = 256,
 ) -> ToolOutput:
     """Run ``tool``'s script with ``args`` in the sandbox; its output as a ``ToolOutput``
-    (``error`` set when the sandbox is unavailable or the script failed)."""
+    (``error`` set when the sandbox is unavailable or the script failed); ``write_mb``
+    bounds what the run writes, all files together."""
     confinement = await asyncio.to_thread(choose, sandbox)
     if not confinement.usable:
         return ToolOutput(
@@ -296,6 +298,7 @@ async def run_skill_script(
             cwd=scratch,
             timeout_s=timeout_s,
             memory_mb=memory_mb,
+            write_limit_mb=write_mb,
             read_roots=[tool.script.parent.resolve()],
             sandbox=confinement,
         )
@@ -315,7 +318,10 @@ async def run_skill_script(
     if result.stderr:
         lines.append("stderr:\n" + result.stderr[:MAX_SHOWN])
     error = None
-    if result.timed_out:
+    if result.write_limit_exceeded:
+        error = f"{tool.script.name} wrote more than its {write_mb} MB write limit and was stopped"
+        data["code"] = "exec_write_limit"
+    elif result.timed_out:
         error = f"{tool.script.name} ran past {timeout_s:g}s and was killed"
     elif result.refused:
         error = "the sandbox refused: " + "; ".join(result.refused[:3])
@@ -331,6 +337,7 @@ def register_skill_tools(
     sandbox: str = "auto",
     timeout_s: float = 30.0,
     memory_mb: int = 512,
+    write_mb: int = 256,
 ) -> list[str]:
     """Register every skill's ``tools:`` as external tools; returns the names added."""
     added: list[str] = []
@@ -343,7 +350,12 @@ def register_skill_tools(
                 limit = max(0.1, min(timeout_s, ctx.time_left() - 1.0))
                 args = [str(a) for a in params.get("args") or []]
                 return await run_skill_script(
-                    tool, args, sandbox=sandbox, timeout_s=limit, memory_mb=memory_mb
+                    tool,
+                    args,
+                    sandbox=sandbox,
+                    timeout_s=limit,
+                    memory_mb=memory_mb,
+                    write_mb=write_mb,
                 )
 
             name = tool_name(skill, tool)
@@ -364,6 +376,8 @@ class SkillSettings(Protocol):
     def exec_timeout_s(self) -> float: ...
     @property
     def exec_memory_mb(self) -> int: ...
+    @property
+    def exec_write_mb(self) -> int: ...
 
 
 def node_skills(settings: SkillSettings, registry: ToolRegistry) -> SkillSet | None:
@@ -379,5 +393,6 @@ def node_skills(settings: SkillSettings, registry: ToolRegistry) -> SkillSet | N
         sandbox=settings.sandbox,
         timeout_s=settings.exec_timeout_s,
         memory_mb=settings.exec_memory_mb,
+        write_mb=settings.exec_write_mb,
     )
     return skills

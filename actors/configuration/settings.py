@@ -104,6 +104,9 @@ class NodeSettings:
     """``ACTLINE_EXEC_TIMEOUT``: wall-clock limit of one code.exec_python run."""
     exec_memory_mb: int = 512
     """``ACTLINE_EXEC_MEMORY_MB``: address-space limit of one code.exec_python run."""
+    exec_write_mb: int = 256
+    """``ACTLINE_EXEC_WRITE_MB``: what one code.exec_python or skill run may write into its
+    workspace and temp dir, all files together (the run is stopped past it)."""
     sandbox: str = "auto"
     """``ACTLINE_SANDBOX``: the kernel layer under code.exec_python: ``auto`` (Landlock, else
     bubblewrap, else code.exec_python is refused), ``landlock``, ``bwrap`` (refused when not
@@ -335,6 +338,7 @@ _ENV: dict[str, tuple[str, type]] = {
     "builtin_tools": ("ACTLINE_BUILTIN_TOOLS", bool),
     "exec_timeout_s": ("ACTLINE_EXEC_TIMEOUT", float),
     "exec_memory_mb": ("ACTLINE_EXEC_MEMORY_MB", int),
+    "exec_write_mb": ("ACTLINE_EXEC_WRITE_MB", int),
     "sandbox": ("ACTLINE_SANDBOX", str),
     "http_allowed_hosts": ("ACTLINE_HTTP_ALLOW", str),
     "quota_workspace_bytes": ("ACTLINE_QUOTA_WORKSPACE_BYTES", int),

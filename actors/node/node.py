@@ -184,6 +184,7 @@ class Node:
             config = BuiltinConfig(
                 exec_timeout_s=settings.exec_timeout_s,
                 exec_memory_mb=settings.exec_memory_mb,
+                exec_write_mb=settings.exec_write_mb,
                 exec_sandbox=settings.sandbox,
                 http_allowed_hosts=hosts or None,
             )

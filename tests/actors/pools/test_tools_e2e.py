@@ -162,6 +162,39 @@ async def test_exec_python_failures_come_back_as_errors_the_model_sees(
     assert not (tmp_path / "home" / "escaped.txt").exists()
 
 
+WRITER = """
+for i in range(40):
+    with open(f"part-{i}.bin", "wb") as out:
+        out.write(b"x" * 100_000)
+"""
+
+
+async def test_an_exec_run_past_its_write_limit_is_stopped_and_the_model_sees_why(
+    bus: Bus, client: Client, tmp_path: Path
+) -> None:
+    """40 files of 100 KB, each far under the per-file limit, 4 MB together: over the
+    node's 1 MB write limit (``ACTLINE_EXEC_WRITE_MB``)."""
+    model = Scripted(
+        {
+            "c1": [
+                say("Writing.", calls=[("code.exec_python", {"code": WRITER})]),
+                say("Done.", answer="It was stopped."),
+            ]
+        }
+    )
+    node = await start_node(bus, tmp_path / "home", model, exec_write_mb=1)
+    try:
+        handle = await run_turn(client, "write a lot", "c1")
+        tl = node.conversations["c1"].tl
+    finally:
+        await node.stop()
+    assert handle.result.result().status == "completed"
+    [outcome] = [b.data for b in tl.blocks if b.type == TOOL_RESULT and b.data and b.call_id]
+    assert outcome["status"] == "error" and outcome["data"]["code"] == "exec_write_limit"
+    assert "1 MB write limit" in outcome["error"] and "ACTLINE_EXEC_WRITE_MB" in outcome["error"]
+    assert outcome["data"]["files"] == []
+
+
 async def test_http_fetch_results_join_the_sources_pool_with_stable_sids(
     bus: Bus, client: Client, tmp_path: Path, site: str
 ) -> None:
