@@ -7,7 +7,8 @@ it the answer is 401 "token required". The runtime is started and closed by the 
 (``actline.cli.console``); the app's lifespan starts and stops its ``Hub``.
 
 Approvals: ``POST /api/turns/{tid}/approve|deny {approval_id?, reason?}`` decide a turn's
-pending tool calls (None: every pending one), by ``console``, as ``actline approve`` does.
+pending tool calls (None: every pending one), as ``actline approve`` does: the approver is
+the console's credential (the local user when it shares its node's connection).
 
 Bad input is a 400 with ``{"error": ...}`` naming the field; what the node refuses is a
 409 with its ``ErrorReply`` code and message.
@@ -219,7 +220,7 @@ def make_app(runtime: Runtime, token: str, *, home: Path | None = None) -> Starl
             approval = None if approval is None else _id(approval, "approval_id")
             reason = _text(body, "reason", required=False)
             verdict = runtime.approve if approved else runtime.deny
-            return _reply(await verdict(tid, approval_id=approval, reason=reason, by="console"))
+            return _reply(await verdict(tid, approval_id=approval, reason=reason))
 
         return decide
 

@@ -343,5 +343,5 @@ async def test_a_gated_tool_call_is_approved_from_the_console(console: Console) 
     wrong = await console.post(f"{path}/deny", {"approval_id": "ap-nope"}, status=409)
     assert wrong["code"] == "unknown_approval"
     ok = await console.post(f"{path}/approve", {"approval_id": pending["approval_id"]})
-    assert ok["ok"] is True and "approved by console" in ok["detail"]
+    assert ok["ok"] is True and "approved by client " in ok["detail"], ok
     assert (await handle.wait(30)).status == "completed"
