@@ -67,7 +67,7 @@ RENEW_FRACTION = 0.5
 """``creds_path`` issues anew once less than this part of a kept credential's life is left."""
 MAX_CONTROL_LINE = 65536
 """A node's credentials name the JetStream API of each of its streams: its CONNECT line
-is ~5 KB, over nats-server's default 4 KB ``max_control_line``."""
+is ~7 KB, over nats-server's default 4 KB ``max_control_line``."""
 _UNLIMITED = {"subs": -1, "data": -1, "payload": -1}
 ALL = "*"
 """The revocation key that revokes every user of an account issued until then."""

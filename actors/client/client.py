@@ -13,7 +13,7 @@ Results are durable (``actline.actors.client.results``): besides the core subscr
 connection comes back from a disconnect (whatever was published meanwhile), when
 ``TurnHandle.wait`` runs out of time, and on ``fetch_result``. A result seen twice (on
 the subscription and in the stream, or repeated by a node) is delivered once: a handle's
-result is set once, by turn id, and its result subscription ends at the first copy.
+result is set once, by turn id, and its result subscription is dropped once it has it.
 
 ``watch(conversation_id, on_turn)`` follows the turns other clients submit in a
 conversation (the web console's live view): each gets a handle at its first event, and its

@@ -9,19 +9,20 @@ and hands it back at once when another node owns the conversation (``requeue``, 
 becomes a dead letter and is terminated (never redelivered).
 
 Parking (``actline.actors.services.parking``): a turn waiting on outside input (its state
-machine in the waiting phase) is ``park``ed by its DecisionActor: it holds no slot and
-gets no heartbeat; its message is handed back with a delayed nak (10 s, growing with
-the number parked up to 300 s), stays unacked in the stream, and each redelivery of it
-is parked again (recognised by its stream sequence, not decoded). ``unpark`` (a DONE,
-skip, timeout, approval or cancel moved the turn) marks the same delivery in progress
-again and counts it at once, even past the limit. A request taken while a turn of its
+machine in the waiting phase) is ``park``ed by its DecisionActor: it holds no slot, and its
+message stays with this node, unacked, marked in progress by the same heartbeat (up to
+``PARKED_BEATS_PER_S`` beats a second; past that, parked messages are handed back with a
+delayed nak and parked again when they come back, recognised by their stream sequence).
+``unpark`` (a DONE, skip, timeout, approval or cancel moved the turn) counts the same
+delivery again at once, even past the limit. A request taken while a turn of its
 conversation is parked here is parked too, until its own turn starts. After a crash a
-parked turn resumes when its nak delay runs out, not after ``ack_wait``.
+parked turn comes back after ``ack_wait``, as a running one does.
 
-A redelivered request deferred by its lease (cluster mode: most often a turn parked by
-its owner, which holds the delivery it parked and needs no fetch of it) is handed back
-for ``DEFER_S`` per delivery so far, at most ``ack_wait``, and the pull loop does not
-pause after it: the owner's parked turns do not throttle the other nodes' pulls.
+A redelivered request deferred by its lease (cluster mode: a turn of a conversation whose
+owner died and still holds the lease, or one its owner parked past its beats, which it
+holds and needs no fetch of) is handed back for ``DEFER_S`` per delivery so far, at most
+``ack_wait``, and the pull loop does not pause after it: such turns do not throttle the
+other nodes' pulls.
 
 Order: a conversation's turns run in the order they were submitted, once,
 whatever crashes. The queue is the record of unfinished turns: a message leaves the
@@ -56,7 +57,7 @@ import random
 from collections.abc import Awaitable, Callable
 
 from actline import messages
-from actline.actors.services.parking import ParkedTurns
+from actline.actors.services.parking import ParkedTurns, kept_for
 from actline.bus import Bus, BusError, QueueItem, WorkQueue
 from actline.bus.healing import HealingQueue, dead_letter
 from actline.messages import DecodeError, TurnRequest
@@ -84,9 +85,8 @@ class TurnQueue:
         self._source = HealingQueue(f"turn queue {bus.subjects.turn_stream}", self._open)
         self._inflight: dict[str, list[QueueItem]] = {}
         """The deliveries of each turn that holds a slot here (taken, not parked)."""
-        self.parked = ParkedTurns(park_s)
-        """Turns waiting on outside input: no slot, no heartbeat
-        (``actline.actors.services.parking``)."""
+        self.parked = ParkedTurns(park_s, kept_for(self.beat_s))
+        """Turns waiting on outside input: no slot (``actline.actors.services.parking``)."""
         self._room = asyncio.Event()
         self._loops: list[asyncio.Task[None]] = []
         self._seen: dict[str, dict[int, str]] = {}
@@ -98,10 +98,17 @@ class TurnQueue:
         self._checks = 0
         self.taken = 0
         self.settled = 0
+        self.beats = 0
+        """Heartbeats done (each marks every taken and every kept parked delivery)."""
         self.deferred = 0
         """Turn requests handed back because another node held the conversation's lease."""
         self.ordered = 0
         """Turn requests held back behind an unfinished earlier turn of their conversation."""
+
+    @property
+    def beat_s(self) -> float:
+        """The heartbeat's period: a quarter of the ack wait."""
+        return max(self.ack_wait_s / 4.0, 0.05)
 
     @property
     def active(self) -> int:
@@ -136,6 +143,7 @@ class TurnQueue:
                 subjects.turn_consumer,
             )
             self.ack_wait_s = queue.ack_wait_s  # the heartbeat follows the consumer's
+            self.parked.kept_max = kept_for(self.beat_s)
         return queue
 
     async def start(self, take: Take) -> None:
@@ -183,8 +191,8 @@ class TurnQueue:
         return items if parked is None else [*items, parked]
 
     async def park(self, turn_id: str) -> None:
-        """The turn waits on outside input: it gives its slot back and its message is
-        handed back with a delay (kept unacked; ``actline.actors.services.parking``)."""
+        """The turn waits on outside input: it gives its slot back; its message stays
+        unacked, in progress (``actline.actors.services.parking``)."""
         items = self._inflight.pop(turn_id, None)
         if not items:
             return
@@ -200,7 +208,7 @@ class TurnQueue:
         if item is None:
             return
         self._inflight[turn_id] = [item]
-        with contextlib.suppress(BusError):  # else redelivered after the delay, and joined
+        with contextlib.suppress(BusError):  # else redelivered, and joined
             await item.in_progress()
 
     def running(self) -> list[str]:
@@ -345,10 +353,10 @@ class TurnQueue:
         return None
 
     async def _heartbeat(self) -> None:
-        period = max(self.ack_wait_s / 4.0, 0.05)
         while True:
-            await asyncio.sleep(period)
-            for items in list(self._inflight.values()):
-                for item in items:
-                    with contextlib.suppress(BusError):
-                        await item.in_progress()
+            await asyncio.sleep(self.beat_s)
+            beating = [item for items in self._inflight.values() for item in items]
+            for item in [*beating, *self.parked.kept()]:
+                with contextlib.suppress(BusError):
+                    await item.in_progress()
+            self.beats += 1

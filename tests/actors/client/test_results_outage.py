@@ -29,8 +29,9 @@ from tests.waiting import until
 
 TURNS = 20
 OUTAGE_S = 4 * STORE_TIMEOUT_S
-"""How long the server stays away after the last result was made: longer than a store
-waits for its confirmation, and than the fallbacks that follow."""
+"""How long the server stays away after the last result was made: long enough that a node
+which gave up waiting for a store's confirmation (``STORE_TIMEOUT_S``) and then for a read
+of the stream (5 s) would have sent the result again meanwhile."""
 
 
 class Server:

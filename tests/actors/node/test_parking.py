@@ -1,28 +1,35 @@
 """Waiting turns hold no work slot (``actline.actors.services.parking``), over a real
 nats-server.
 
-A node with ``max_active_turns=2`` and a short park delay (so parked messages come back
-and are parked again during the tests): turns waiting on the outside agent ``reviewer``
-are parked and do not stop new turns; each completes after its DONE (or its skip, or
-its wait timeout); a later turn of a parked conversation waits behind it; and parked
-turns of a killed node process resume after the restart and take the DONE sent while
-no node ran. The offline model (``ExtractiveModel``) puts the agent's summary in its
-answer. Every wait is on a condition, never a sleep.
+A node with ``max_active_turns=2``: turns waiting on the outside agent ``reviewer`` are
+parked and do not stop new turns; their queue messages stay in progress on the node (no
+nak, no redelivery), or past the node's beats come back after a short park delay and are
+parked again; each completes after its DONE (or its skip, or its wait timeout); a later
+turn of a parked conversation waits behind it; and parked turns of a node that died
+come back because their beats stopped (the ack wait: no nak was sent, and the park delay
+is the longest there is), resume on the restarted node and take the DONE sent while no
+node ran. The nak advisories of the turn consumer are watched on an admin connection. The
+offline model (``ExtractiveModel``) puts the agent's summary in its answer. Every wait is
+on a condition, never a sleep.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
+import json
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
+from nats.aio.msg import Msg
 
 from actline import messages
 from actline.actors.client.client import Client, TurnHandle
 from actline.actors.node.node import Node
+from actline.actors.services.parking import PARK_MAX_S
 from actline.bus import Bus, EmbeddedNats, QueueItem, WorkQueue
 from actline.llm import ExtractiveModel
 from actline.messages import Ack, AgentTask, ErrorReply, ReActResult, TurnRequest
@@ -35,7 +42,11 @@ pytestmark = pytest.mark.timeout(180)
 
 TIMEOUT = 30.0
 PARK_S = 0.3
+ACK_WAIT_S = 1.0
 PLAIN = "What are the retention settings?"
+NAKED = "$JS.EVENT.ADVISORY.CONSUMER.MSG_NAKED"
+"""The subject nats-server announces each nak of a consumer's message on (then stream and
+consumer)."""
 
 
 class Agent(Inbox):
@@ -59,8 +70,42 @@ async def agent(bus: Bus) -> AsyncIterator[Agent]:
     await sub.unsubscribe()
 
 
+@asynccontextmanager
+async def naks(nats: EmbeddedNats, bus: Bus) -> AsyncIterator[list[int]]:
+    """The stream sequences of the turn queue's messages naked meanwhile (any node)."""
+    admin = await Bus.connect(nats.url)
+    naked: list[int] = []
+
+    async def on_nak(msg: Msg) -> None:
+        naked.append(int(json.loads(msg.data)["stream_seq"]))
+
+    subject = ".".join((NAKED, bus.subjects.turn_stream, bus.subjects.turn_consumer))
+    await admin.nc.subscribe(subject, cb=on_nak)
+    await admin.nc.flush()
+    try:
+        yield naked
+    finally:
+        await admin.close()
+
+
+async def redelivered(nats: EmbeddedNats, bus: Bus) -> int:
+    """Messages of the turn queue delivered more than once and not settled yet."""
+    admin = await Bus.connect(nats.url)
+    try:
+        js = admin.nc.jetstream()
+        info = await js.consumer_info(bus.subjects.turn_stream, bus.subjects.turn_consumer)
+    finally:
+        await admin.close()
+    return int(info.num_redelivered)
+
+
 async def node_with(bus: Bus, tmp_path: Path, model: object, **changes: Any) -> Node:
-    settings: dict[str, Any] = {"max_active_turns": 2, "park_s": PARK_S, **changes}
+    settings: dict[str, Any] = {
+        "max_active_turns": 2,
+        "park_s": PARK_S,
+        "ack_wait_s": ACK_WAIT_S,
+        **changes,
+    }
     return await start_node(bus, tmp_path / "home", model, **settings)
 
 
@@ -127,31 +172,61 @@ def record(ended: list[str], turn_id: str, _: object) -> None:
     ended.append(turn_id)
 
 
-async def test_five_parked_turns_leave_room_and_each_completes_after_its_done(
-    bus: Bus, tmp_path: Path, client: Client, agent: Agent
+async def test_five_parked_turns_leave_room_stay_in_progress_and_complete_after_their_done(
+    bus: Bus, nats_server: EmbeddedNats, tmp_path: Path, client: Client, agent: Agent
 ) -> None:
     node = await node_with(bus, tmp_path, ExtractiveModel())
     try:
-        handles = [await waiting(client, f"c-park-{i}") for i in range(5)]
-        await until(lambda: len(node.queue.parked) == 5 and node.queue.active == 0, TIMEOUT)
-        # five waiting turns on a node of two slots: a new turn still runs, beside them
-        plain = await client.submit(PLAIN, conversation_id="c-new")
-        result = await plain.wait(TIMEOUT)
-        assert result.status == "completed", result.error
-        await until(lambda: node.queue.parked.reparked >= 5, TIMEOUT)  # came back, parked again
-        assert all(not h.result.done() for h in handles)
+        async with naks(nats_server, bus) as naked:
+            handles = [await waiting(client, f"c-park-{i}") for i in range(5)]
+            await until(lambda: len(node.queue.parked) == 5 and node.queue.active == 0, TIMEOUT)
+            # five waiting turns on a node of two slots: a new turn still runs, beside them
+            plain = await client.submit(PLAIN, conversation_id="c-new")
+            result = await plain.wait(TIMEOUT)
+            assert result.status == "completed", result.error
+            beats = node.queue.beats
+            await until(lambda: node.queue.beats >= beats + 6, TIMEOUT)  # over an ack wait
+            # kept in progress by the beats: nothing handed back, nothing came back
+            assert len(node.queue.parked.kept()) == 5 and node.queue.parked.handed_back == 0
+            assert naked == [] and await redelivered(nats_server, bus) == 0
+            assert node.queue.parked.reparked == 0
+            assert all(not h.result.done() for h in handles)
 
-        for i, handle in enumerate(handles):
-            await done(client, await agent.task_of(handle.turn_id), f"looks right {i}")
-        results = [await h.wait(TIMEOUT) for h in handles]
-        # a turn's result goes out before its queue message is acked: wait for the acks
-        await until(lambda: node.queue.settled == 6, TIMEOUT)
-        assert len(node.queue.parked) == 0 and node.queue.active == 0
+            for i, handle in enumerate(handles):
+                await done(client, await agent.task_of(handle.turn_id), f"looks right {i}")
+            results = [await h.wait(TIMEOUT) for h in handles]
+            # a turn's result goes out before its queue message is acked: wait for the acks
+            await until(lambda: node.queue.settled == 6, TIMEOUT)
+            assert len(node.queue.parked) == 0 and node.queue.active == 0
+            assert naked == []
     finally:
         await node.stop()
     for i, answer in enumerate(results):
         assert answer.status == "completed", answer.error
         assert f"{REVIEWER} reviewed this: looks right {i}" in answer.answer, answer.answer
+
+
+async def test_past_the_beats_parked_messages_come_back_after_the_delay_and_park_again(
+    bus: Bus, nats_server: EmbeddedNats, tmp_path: Path, client: Client, agent: Agent
+) -> None:
+    node = await node_with(bus, tmp_path, ExtractiveModel())
+    node.queue.parked.kept_max = 1  # the beats keep one parked turn, the others go back
+    try:
+        async with naks(nats_server, bus) as naked:
+            handles = [await waiting(client, f"c-over-{i}") for i in range(3)]
+            await until(lambda: len(node.queue.parked) == 3, TIMEOUT)
+            await until(lambda: node.queue.parked.reparked >= 4, TIMEOUT)  # back, parked again
+            assert len(node.queue.parked.kept()) == 1
+            assert all(not h.result.done() for h in handles)
+            for i, handle in enumerate(handles):
+                await done(client, await agent.task_of(handle.turn_id), f"seen {i}")
+            results = [await h.wait(TIMEOUT) for h in handles]
+            await until(lambda: node.queue.settled == 3, TIMEOUT)
+            kept = node.queue.parked.kept()
+    finally:
+        await node.stop()
+    assert [r.status for r in results] == ["completed"] * 3, results
+    assert kept == [] and len(set(naked)) == 2  # the two past the beats, handed back
 
 
 async def test_a_parked_turns_wait_timeout_and_skip_still_move_it(
@@ -209,35 +284,40 @@ async def test_a_later_turn_of_a_parked_conversation_waits_behind_it(
 async def test_parked_turns_of_a_killed_node_resume_and_take_a_done_sent_meanwhile(
     bus: Bus, nats_server: EmbeddedNats, tmp_path: Path, client: Client, agent: Agent
 ) -> None:
+    """The park delay is the longest there is, longer than this test waits for the results:
+    the parked turns come back because the killed node's beats stopped, and no nak was sent."""
     home = tmp_path / "home"
-    env = (("ACTLINE_PARK", "0.5"), ("ACTLINE_MAX_TURNS", "2"))
+    env = (("ACTLINE_PARK", str(PARK_MAX_S)), ("ACTLINE_MAX_TURNS", "2"))
     proc = NodeProcess(
         nats_server.url, bus.subjects.prefix, home, tmp_path / "logs", NodeOptions(0.0, env=env)
     )
     cids = [f"c-kill-{i}" for i in range(3)]
     try:
-        await proc.start()
-        handles = [await waiting(client, cid) for cid in cids]
-        # three waiting turns on two slots: a new turn still completes in the process
-        plain = await client.submit(PLAIN, conversation_id="c-kill-new")
-        assert (await plain.wait(TIMEOUT)).status == "completed"
-        tasks = [await agent.task_of(h.turn_id) for h in handles]
-        await proc.kill()
+        async with naks(nats_server, bus) as naked:
+            await proc.start()
+            handles = [await waiting(client, cid) for cid in cids]
+            # three waiting turns on two slots: a new turn still completes in the process
+            plain = await client.submit(PLAIN, conversation_id="c-kill-new")
+            assert (await plain.wait(TIMEOUT)).status == "completed"
+            tasks = [await agent.task_of(h.turn_id) for h in handles]
+            await proc.kill()
 
-        for i, task in enumerate(tasks):  # while no node runs: stored, applied later
-            verdict = await client.send_done(
-                REVIEWER, f"verdict {i}", task_id=task.task_id, turn_id=task.turn_id
-            )
-            assert not isinstance(verdict, ErrorReply), verdict
-        await proc.start()
-        results = [await asyncio.wait_for(asyncio.shield(h.result), 90) for h in handles]
+            for i, task in enumerate(tasks):  # while no node runs: stored, applied later
+                verdict = await client.send_done(
+                    REVIEWER, f"verdict {i}", task_id=task.task_id, turn_id=task.turn_id
+                )
+                assert not isinstance(verdict, ErrorReply), verdict
+            await proc.start()
+            results = [await asyncio.wait_for(asyncio.shield(h.result), 90) for h in handles]
 
-        # the same turn on a node that was never killed, for comparison
-        reference = await waiting(client, "c-kill-ref")
-        await done(client, await agent.task_of(reference.turn_id), "verdict 0")
-        expected: ReActResult = await reference.wait(TIMEOUT)
+            # the same turn on a node that was never killed, for comparison
+            reference = await waiting(client, "c-kill-ref")
+            await done(client, await agent.task_of(reference.turn_id), "verdict 0")
+            expected: ReActResult = await reference.wait(TIMEOUT)
+            handed_back = list(naked)
     finally:
         await proc.stop()
+    assert handed_back == []  # parked in progress; back after the ack wait, not a nak
     for i, (cid, task, result) in enumerate(zip(cids, tasks, results, strict=True)):
         assert result.status == "completed", result.error
         assert f"{REVIEWER} reviewed this: verdict {i}" in result.answer, result.answer
