@@ -37,9 +37,9 @@ test: $(STAMP) sandbox-deps browser-deps
 # deploy/keys (not synced to the hosts); deploy/ gets what the hosts and the job need.
 deploy-keys: $(STAMP)
 	@test -n "$(HOSTS)" || { echo "usage: make deploy-keys HOSTS=10.0.0.10,10.0.0.11,10.0.0.12"; exit 2; }
-	ACTLINE_HOME=deploy/keys $(BIN)/actline creds server --out deploy/nats-auth.conf
 	ACTLINE_HOME=deploy/keys $(BIN)/actline creds node --out deploy/node.creds
 	ACTLINE_HOME=deploy/keys $(BIN)/actline creds client --out deploy/client.creds
+	ACTLINE_HOME=deploy/keys $(BIN)/actline creds server --out deploy/nats-auth.conf
 	$(BIN)/python -m actline.bus.certs --out deploy/tls --hosts $(HOSTS) --ca-key-dir deploy/keys
 
 # code.exec_python runs under Landlock or bubblewrap (ACTLINE_SANDBOX); the tests run every

@@ -339,8 +339,8 @@ class Subjects:
 
 
 def reply_inbox(subject: str) -> str:
-    """``subject`` when it is a reply inbox (``_INBOX.<token>.<token>…``, no wildcard),
-    else ``SubjectError``.
+    """``subject`` when it is a reply inbox (``_INBOX.<token>…``, no wildcard), else
+    ``SubjectError``.
 
     A request's reply subject and a reply header are written by the sender. Whatever a
     node publishes on a sender's behalf goes to such an inbox only: every role may
@@ -350,7 +350,7 @@ def reply_inbox(subject: str) -> str:
     """
     tokens = subject.split(".")
     if (
-        len(tokens) < 3
+        len(tokens) < 2
         or tokens[0] != INBOX_ROOT
         or not all(_INBOX_TOKEN_RE.match(t) for t in tokens[1:])
     ):

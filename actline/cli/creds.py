@@ -160,6 +160,7 @@ def run_creds(args: argparse.Namespace, console: Console) -> int:
         authority = config.authority()
         match args.role:
             case "server":
+                authority.account(prefix)  # the tenant it is asked for is among the accounts
                 return _server_config(authority, args, console)
             case "list":
                 return _list(authority, console)

@@ -17,14 +17,11 @@ from __future__ import annotations
 
 import asyncio
 import functools
-import json
 from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
 import pytest
-from nats.aio.msg import Msg
 
 from actline import messages
 from actline.actors.client.client import Client, TurnHandle
@@ -35,6 +32,7 @@ from actline.llm import ExtractiveModel
 from actline.messages import Ack, AgentTask, ErrorReply, ReActResult, TurnRequest
 from tests.actors.agents.reviewer import QUESTION, REVIEWER, Inbox, applied
 from tests.actors.harness import Scripted, say, start_node
+from tests.actors.node.queue_watch import naks, redelivered
 from tests.actors.nodeprocs import NodeOptions, NodeProcess
 from tests.waiting import until
 
@@ -44,9 +42,6 @@ TIMEOUT = 30.0
 PARK_S = 0.3
 ACK_WAIT_S = 1.0
 PLAIN = "What are the retention settings?"
-NAKED = "$JS.EVENT.ADVISORY.CONSUMER.MSG_NAKED"
-"""The subject nats-server announces each nak of a consumer's message on (then stream and
-consumer)."""
 
 
 class Agent(Inbox):
@@ -68,35 +63,6 @@ async def agent(bus: Bus) -> AsyncIterator[Agent]:
     sub = await bus.subscribe(bus.subjects.agent_inbox(REVIEWER), inbox.on_task)
     yield inbox
     await sub.unsubscribe()
-
-
-@asynccontextmanager
-async def naks(nats: EmbeddedNats, bus: Bus) -> AsyncIterator[list[int]]:
-    """The stream sequences of the turn queue's messages naked meanwhile (any node)."""
-    admin = await Bus.connect(nats.url)
-    naked: list[int] = []
-
-    async def on_nak(msg: Msg) -> None:
-        naked.append(int(json.loads(msg.data)["stream_seq"]))
-
-    subject = ".".join((NAKED, bus.subjects.turn_stream, bus.subjects.turn_consumer))
-    await admin.nc.subscribe(subject, cb=on_nak)
-    await admin.nc.flush()
-    try:
-        yield naked
-    finally:
-        await admin.close()
-
-
-async def redelivered(nats: EmbeddedNats, bus: Bus) -> int:
-    """Messages of the turn queue delivered more than once and not settled yet."""
-    admin = await Bus.connect(nats.url)
-    try:
-        js = admin.nc.jetstream()
-        info = await js.consumer_info(bus.subjects.turn_stream, bus.subjects.turn_consumer)
-    finally:
-        await admin.close()
-    return int(info.num_redelivered)
 
 
 async def node_with(bus: Bus, tmp_path: Path, model: object, **changes: Any) -> Node:

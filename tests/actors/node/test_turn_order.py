@@ -14,7 +14,7 @@ from actline.bus import Bus, WorkQueue
 from actline.messages import ErrorReply, Subjects, TurnRequest
 from actline.storage import Store
 from tests.actors.harness import Scripted, say, start_node
-from tests.creds import admin_creds
+from tests.creds import creds_env
 from tests.waiting import until
 
 
@@ -88,7 +88,8 @@ async def test_deleted_turn_and_done_streams_are_recreated_and_serve_again(
     client = Client(bus)
     try:
         assert (await (await client.submit("q", conversation_id="c1")).wait(30)).answer == "Before."
-        nc = await nats.connect(bus.url, user_credentials=admin_creds(bus.url))
+        creds = creds_env(bus.url, "admin", prefix=subject_names.prefix)["ACTLINE_NATS_CREDS"]
+        nc = await nats.connect(bus.url, user_credentials=creds)
         js = nc.jetstream()
         await js.delete_stream(subject_names.turn_stream)
         await js.delete_stream(subject_names.done_stream)
