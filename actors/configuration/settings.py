@@ -72,9 +72,10 @@ class NodeSettings:
     """``ACTLINE_MAX_TURNS``: turns (queued or running) one node takes at once; a turn
     waiting on outside agents or approvals is parked and does not count."""
     park_s: float = 10.0
-    """``ACTLINE_PARK``: a parked turn's queue message is handed back with this delay (more
-    when many are parked, up to 300 s: ``actline.actors.services.parking``); after a crash, a parked
-    turn resumes within it."""
+    """``ACTLINE_PARK``: a parked turn's queue message stays in progress on its node while
+    the node's beats allow (1,000 parked turns at the default ack wait); past them it is
+    handed back with this delay (more when many are, up to 300 s:
+    ``actline.actors.services.parking``), and after a crash such a turn resumes within it."""
     trace: bool = True
     """``ACTLINE_TRACE``: write each turn's spans to ``HOME/traces/traces-YYYYMMDD.jsonl``."""
     streamers: int = 32

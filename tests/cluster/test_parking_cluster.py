@@ -44,7 +44,7 @@ async def test_parked_turns_on_two_cluster_nodes_leave_room_and_complete_after_t
     fresh_nats: EmbeddedNats, tmp_path: Path
 ) -> None:
     nodes = [
-        await start(fresh_nats.url, tmp_path, name, max_active_turns=1, ack_wait_s=1.0)
+        await start(fresh_nats.url, tmp_path, name, max_active_turns=1, ack_wait_s=2.0)
         for name in ("a", "b")
     ]
     client_bus = await Bus.connect(fresh_nats.url)

@@ -19,6 +19,7 @@ from typing import Any
 
 import pytest
 
+from actline.actors import Node
 from actline.actors.client.client import Client, TurnHandle
 from actline.actors.client.results import STORE_TIMEOUT_S, open_results
 from actline.bus import Authority, Bus, EmbeddedNats, Envelope
@@ -124,7 +125,9 @@ async def run_batch(server: Server, home: Path, *, outage: bool) -> Batch:
         async with asyncio.timeout(30):
             got = await asyncio.gather(*(h.wait(30) for h in handles))
             await asyncio.gather(*(h.wait(30) for h in seen))
-        await until(lambda: settled(node_bus, names), 30)  # no redelivery can follow
+        await until(lambda: settled(node, node_bus, names), 30)  # no redelivery can follow
+        await node_bus.flush()  # a redelivery sent before the ack was seen is in by now
+        await until(lambda: node.turns_settled == node.turns_taken, 30)
         await node_bus.flush()  # every copy the node sent is on its way to the clients
         await client_bus.flush()
         answers = node.turns_taken
@@ -146,8 +149,10 @@ async def run_batch(server: Server, home: Path, *, outage: bool) -> Batch:
     )
 
 
-async def settled(bus: Bus, names: Subjects) -> bool:
-    """Every turn request acked: nothing pending in the turn queue's consumer."""
+async def settled(node: Node, bus: Bus, names: Subjects) -> bool:
+    """Every turn request the node took is settled and the server holds none unacked."""
+    if node.turns_settled != node.turns_taken:
+        return False
     info = await bus.nc.jetstream().consumer_info(names.turn_stream, names.turn_consumer)
     return info.num_ack_pending == 0 and info.num_pending == 0
 

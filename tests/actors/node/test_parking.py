@@ -40,7 +40,7 @@ pytestmark = pytest.mark.timeout(180)
 
 TIMEOUT = 30.0
 PARK_S = 0.3
-ACK_WAIT_S = 1.0
+ACK_WAIT_S = 2.0
 PLAIN = "What are the retention settings?"
 
 
