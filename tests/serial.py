@@ -18,6 +18,7 @@ SERIAL = (
     "tests/cluster/nats/test_nats_failover.py",  # nats-servers killed under load
     "tests/actors/node/test_kill_loop.py",
     "tests/actors/node/test_parking.py::test_parked_turns_of_a_killed_node_resume",
+    "tests/cluster/test_parking_cluster.py::test_turns_parked_on_a_killed_cluster_node",
     "tests/cli/test_cli.py::test_make_demo_from_the_readme_runs",  # the checkout's ./.actline
 )
 

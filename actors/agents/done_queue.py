@@ -17,8 +17,9 @@ came on, to ``route`` (the node's DONE routing):
   crash, or (cluster mode) another node may hold its task. The sender hears once that
   the signal is stored and waits. A signal nobody takes within ``horizon_s`` (from when
   it was stored, or this node started if later) gets its verdict; a ``Later`` may hold
-  it longer (``hold_s``: a turn known to resume here, whose parked message comes back
-  only when its nak delay runs out, ``actline.actors.services.parking``).
+  it longer (``hold_s``: a turn known to resume here whose parked message was handed
+  back with a delay, past the node's beats, and comes back only when that delay runs
+  out, ``actline.actors.services.parking``).
 
 An undecodable payload is a dead letter and is terminated. A signal being routed is
 kept *in progress*; a node that dies mid-way leaves it to be redelivered.
