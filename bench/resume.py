@@ -12,8 +12,9 @@ for.
 The reference is the batch on one node without kills; cluster mode is also run without
 kills against it. Reported per mode: kills survived (and how many landed while turns ran),
 turns compared, mismatches (turns answered otherwise: lost, another status, answer,
-stored record or stored notices, answered twice differently; plus conversations whose stored turns are out
-of submission order or interleaved: must be 0), lost turns (must be 0), duplicate results,
+stored record or stored notices, answered twice differently; plus conversations whose
+stored turns are out of submission order or interleaved: must be 0), lost turns (must be
+0), duplicate results,
 and the times from a kill to the next ``turn.accepted`` of a turn that ran on the killed
 process (resume), to its result, and from the restarted node's ready line to that result;
 node process start times apart (Python imports, 2 shared cores). Exit status 1 when
