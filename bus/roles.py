@@ -6,9 +6,9 @@ of another, whatever its patterns say.
 
 - ``node``: everything under its prefix; the JetStream API of its own streams and
   buckets only (named in ``Subjects``, each operation spelled out: no pattern where a
-  wildcard could stand for a stream name); replies to anyone. The only role that serves
-  model calls (``llm.``), tool calls (``tools.``), conversations (``conv.``), and
-  publishes results and agent tasks.
+  wildcard could stand for a stream name); replies to reply inboxes. The only role
+  that serves model calls (``llm.``), tool calls (``tools.``), conversations
+  (``conv.``), and publishes results and agent tasks.
 - ``client``: submits turns; sends followups, feedback, skip and cancel; reads its
   prefix's streams and results (and the results stream by direct get); asks for the
   agent list. Nothing under ``agent.``, ``llm.``, ``tools.``; no JetStream management
