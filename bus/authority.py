@@ -399,8 +399,17 @@ class Authority:
 
 
 def _seed(path: Path, prefix: int) -> bytes:
+    """The seed in ``path``, made there first when there is none. Made with ``O_EXCL``:
+    of two processes making one tenant at once, both end with the seed that won."""
     if not path.exists():
-        write_secret(path, new_seed(prefix).decode() + "\n")
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            pass
+        else:
+            with os.fdopen(fd, "w") as out:
+                out.write(new_seed(prefix).decode() + "\n")
     seed = path.read_bytes().strip()
     try:
         public_key(seed)
