@@ -125,6 +125,7 @@ async def test_a_skill_script_runs_in_the_sandbox_as_an_external_tool(skills_dir
         sandbox = "auto"
         exec_timeout_s = 20.0
         exec_memory_mb = 512
+        exec_write_mb = 256
 
     registry = ToolRegistry()
     skills = node_skills(Settings(), registry)
