@@ -9,6 +9,7 @@ import asyncio
 import logging
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 from nats.js.api import StreamConfig
@@ -22,6 +23,7 @@ from actline.bus import (
     EmbeddedCluster,
     EmbeddedNats,
     EventLog,
+    JetStreamUnavailable,
     KvBucket,
     ReplicasUnavailable,
     cluster_size,
@@ -129,7 +131,11 @@ async def test_an_explicit_count_and_a_stream_with_fewer_replicas_raised_to_it(
     try:
         prefix = bus.subjects.prefix
         queue = f"{prefix.upper()}_Q"  # (a work queue's consumer takes ~10 s to follow)
-        await EventLog.open(bus, name=queue, subjects=f"{prefix}.q", max_msg_size=1024, replicas=1)
+        # the tenant's account is new to the cluster: its first stream waits, as a node
+        # does, while the meta layer cannot answer for it yet
+        await first_stream(
+            EventLog.open, bus, name=queue, subjects=f"{prefix}.q", max_msg_size=1024, replicas=1
+        )
         await KvBucket.open(bus, name=f"{prefix}_kv", replicas=1)
         assert await _replicas(bus, queue) == 1
         assert await _replicas(bus, f"KV_{prefix}_kv") == 1
@@ -151,6 +157,18 @@ async def test_an_explicit_count_and_a_stream_with_fewer_replicas_raised_to_it(
         assert await _replicas(bus, f"{prefix.upper()}_E") == 3
     finally:
         await bus.close()
+
+
+async def first_stream(open_it: Any, *args: Any, **kwargs: Any) -> Any:
+    """``open_it(*args, **kwargs)``, retried while JetStream is unavailable (at most 20 s)."""
+    deadline = asyncio.get_running_loop().time() + 20.0
+    while True:
+        try:
+            return await open_it(*args, **kwargs)
+        except JetStreamUnavailable:
+            if asyncio.get_running_loop().time() > deadline:
+                raise
+            await asyncio.sleep(0.2)  # a retry interval, as the node's own
 
 
 async def js_add(bus: Bus, config: StreamConfig) -> None:
