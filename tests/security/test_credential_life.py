@@ -8,6 +8,7 @@ keeps working through a revocation, and a renewed or newly issued credential con
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import subprocess
@@ -167,3 +168,21 @@ def test_creds_list_shows_what_was_issued_and_revoke_marks_it(tmp_path: Path) ->
     assert identity.public_key in stored["al"]
     bad = _cli(home, "client", "--ttl", "forever")
     assert bad.returncode == 2 and "--ttl 'forever'" in bad.stderr, bad.stderr
+
+
+async def test_creds_revoke_tells_the_server_this_home_runs(tmp_path: Path) -> None:
+    """`actline creds revoke` from another process: the embedded server of the same home
+    (as `actline serve` starts it) gets the revocation and closes the connection."""
+    home = tmp_path / "home"
+    authority = Authority.open(home / "auth")
+    async with EmbeddedNats(store_dir=home / "nats", authority=authority) as running:
+        leaked = _creds(authority, tmp_path, "leaked", role="client", prefix="al")
+        victim = await nats.connect(
+            running.url, user_credentials=str(leaked), allow_reconnect=False
+        )
+        revoked = await asyncio.to_thread(_cli, home, "revoke", read_identity(leaked).public_key)
+        assert revoked.returncode == 0, revoked.stderr
+        assert f"{running.url} has it" in revoked.stdout, revoked.stdout
+        await until(lambda: victim.is_closed or not victim.is_connected, WAIT_S)
+        with pytest.raises(nats.errors.Error):
+            await _raw(running.url, leaked)
