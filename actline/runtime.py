@@ -59,6 +59,9 @@ __all__ = ["Runtime", "follow"]
 
 log = logging.getLogger(__name__)
 DEFAULT_TIMEOUT = 300.0
+CREDS_CHECK_S = 3600.0
+"""How often a runtime looks at the credentials its home keeps (renewed past half their
+life: 15 days for a node's, 6 h for an agent's)."""
 ChannelCallback = Callable[[StreamDelta], object]
 """A ``Runtime.subscribe`` callback: a function or coroutine function of one delta."""
 
@@ -124,6 +127,7 @@ class Runtime:
         self._channel_subs: dict[str, list[ChannelCallback]] = {}
         self._dispatching: dict[str, asyncio.Task[None]] = {}
         """Turn id -> the task handing its deltas to the channel subscribers."""
+        self._renewing: asyncio.Task[None] | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------------
     async def __aenter__(self) -> Runtime:
@@ -170,6 +174,10 @@ class Runtime:
             if self._knowledge is None and settings.knowledge_dir is not None:
                 self._knowledge = await asyncio.to_thread(_open_knowledge, settings.knowledge_dir)
         creds = config.creds_for(self.role, self.agent_name)
+        if creds is not None and config.nats_creds is None:
+            # credentials this home keeps: renewed in place before they expire (the
+            # connection reads the file again when it reconnects)
+            self._renewing = asyncio.create_task(self._renew_creds(), name="runtime:creds")
         if config.insecure:
             log.warning("running WITHOUT authentication (--insecure / ACTLINE_INSECURE)")
         if config.nats_url is None:
@@ -196,7 +204,23 @@ class Runtime:
             await self.node.start()
         self._client = Client(self._bus)
 
+    async def _renew_creds(self) -> None:
+        """Every ``CREDS_CHECK_S``: the kept credentials, renewed once half their life is
+        gone (``Authority.creds_path``); a failure is logged and tried again next time."""
+        while True:
+            await asyncio.sleep(CREDS_CHECK_S)
+            try:
+                await asyncio.to_thread(self.config.creds_for, self.role, self.agent_name)
+                if self._bus is not None:
+                    await self._bus.take_renewed_creds()
+            except (ConfigError, BusError) as exc:
+                log.warning("could not renew this runtime's credentials: %s", exc)
+
     async def close(self) -> None:
+        if self._renewing is not None:
+            self._renewing.cancel()
+            await asyncio.gather(self._renewing, return_exceptions=True)
+            self._renewing = None
         for task in list(self._dispatching.values()):
             task.cancel()
         if self._client is not None:

@@ -64,7 +64,7 @@ DEFAULT_TTL_S: dict[str, int] = {
 """How long a credential of each role lasts unless ``ttl_s`` says otherwise (an agent or
 client with the right to approve counts as ``approver``)."""
 RENEW_FRACTION = 0.5
-"""``creds_path`` issues anew once less than this part of a kept credential's life is left."""
+"""``creds_path`` renews a kept credential once less than this part of its life is left."""
 MAX_CONTROL_LINE = 65536
 """A node's credentials name the JetStream API of each of its streams: its CONNECT line
 is ~7 KB, over nats-server's default 4 KB ``max_control_line``."""
@@ -304,36 +304,44 @@ class Authority:
     def creds_path(
         self, role: str, *, name: str = "", prefix: str = "al", approver: bool = False
     ) -> Path:
-        """Where the authority keeps the credentials of ``role`` (made on first ask, made
-        again once they are expired, revoked or past ``RENEW_FRACTION`` of their life)."""
+        """Where the authority keeps the credentials of ``role``: made on first ask; past
+        ``RENEW_FRACTION`` of their life, renewed for the same key (a connection that
+        reconnects with the file keeps its reply inbox); expired or revoked, made anew."""
         if role not in ROLES or approver:
             # raises the error that names it
             permissions(role, name=name, prefix=prefix, approves=(">",) if approver else ())
         stem = f"{role}-{name}" if name else role
         stem += "-approver" if approver else ""
         path = self.root / "creds" / f"{stem}@{prefix}.creds"
-        if not path.exists() or self._stale(path, prefix):
+        state = self._state(path, prefix) if path.exists() else "dead"
+        if state == "aging":
+            write_secret(path, self.renew(path.read_text()))
+        elif state == "dead":
             write_secret(path, self.issue(role, name=name, prefix=prefix, approver=approver))
         return path
 
-    def _stale(self, path: Path, tenant: str) -> bool:
+    def _state(self, path: Path, tenant: str) -> str:
+        """``fresh``, ``aging`` (past ``RENEW_FRACTION`` of its life) or ``dead`` (expired,
+        revoked, unreadable, or without an expiry)."""
         try:
             token, _ = parse_creds(path.read_text(), str(path))
         except CredsInvalid:
-            return True
+            return "dead"
         claims = jwt_claims(token)
         issued, expires = int(claims.get("iat", 0)), claims.get("exp")
-        if not isinstance(expires, int):
-            return True
+        if not isinstance(expires, int) or expires <= time.time():
+            return "dead"
         revoked = self.revocations().get(tenant, {})
         if claims.get("sub") in revoked or issued <= revoked.get(ALL, -1):
-            return True
-        return time.time() > issued + (expires - issued) * RENEW_FRACTION
+            return "dead"
+        if time.time() > issued + (expires - issued) * RENEW_FRACTION:
+            return "aging"
+        return "fresh"
 
     def system_creds(self) -> Path:
         """Credentials of a system-account user: what pushes account updates to a server."""
         path = self.root / "creds" / "system.creds"
-        if path.exists() and not self._stale(path, ""):
+        if path.exists() and self._state(path, "") == "fresh":
             return path
         seed = new_seed(nkeys.PREFIX_BYTE_USER)
         now = int(time.time())

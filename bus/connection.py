@@ -21,6 +21,7 @@ import os
 import ssl
 from collections import Counter
 from collections.abc import Callable
+from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
 from urllib.parse import urlsplit
@@ -100,6 +101,8 @@ class Connection:
         self.authenticated = False
         """True when connected with credentials: the server enforces roles."""
         self.identity: Identity | None = None
+        self.creds_path: Path | None = None
+        """The credentials file this connection authenticates with (read again on reconnect)."""
         """Who the credentials say this connection is (None without credentials)."""
         self._verdicts: dict[tuple[str, str], bool] = {}
         self.js_replicas: int | None = None
@@ -161,6 +164,7 @@ class Connection:
             auth["tls_hostname"] = urlsplit(target.split(",")[0]).hostname
         if path:
             bus.identity = read_identity(path)
+            bus.creds_path = Path(path)
             bus.authenticated = True
             auth |= {"user_credentials": str(path), "inbox_prefix": bus.identity.inbox_prefix}
         for attempt in range(max(1, connect_attempts)):
@@ -316,6 +320,22 @@ class Connection:
     async def jetstream_account(self, *, timeout: float = 2.0) -> JetStreamAccount:
         """What this account holds in JetStream; ``JetStreamUnavailable`` when it has none."""
         return await account(self, timeout=timeout)
+
+    async def take_renewed_creds(self) -> bool:
+        """When the credentials file now holds the same key with a later expiry (it was
+        renewed), reconnect with it before the one in use expires: nats-server closes a
+        connection whose credentials expire, and nats-py does not come back from that.
+        True when it reconnected."""
+        if self.creds_path is None or self.identity is None:
+            return False
+        renewed = read_identity(self.creds_path)
+        current = self.identity.expires or 0
+        if renewed.public_key != self.identity.public_key or (renewed.expires or 0) <= current:
+            return False
+        self.identity = renewed
+        log.info("credentials renewed until %s: reconnecting with them", renewed.expires)
+        await self._nc.force_reconnect()
+        return True
 
     async def flush(self, timeout: float = 2.0) -> None:
         """Wait until the server has processed everything sent so far.

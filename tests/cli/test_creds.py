@@ -6,13 +6,18 @@ import os
 import stat
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
 
 from actline import Config, Runtime
+from actline import runtime as runtime_module
 from actline.actors.cluster.ray_job import main as ray_job_main
 from actline.bus import Authority, AuthRefused, Bus, EmbeddedNats, RoleUnknown, read_identity
+from actline.bus.auth import write_secret
+from actline.config import local_user
+from tests.waiting import until
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -105,3 +110,26 @@ def test_the_ray_job_without_node_credentials_says_what_to_do(
     monkeypatch.delenv("ACTLINE_NATS_CREDS", raising=False)
     assert ray_job_main(["--nats", "nats://127.0.0.1:9", "--nodes", "1"]) == 2
     assert "actline creds node" in capsys.readouterr().err
+
+
+async def test_a_runtime_renews_the_credentials_its_home_keeps_and_outlives_their_expiry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The kept credential has 4 s of life: past half of it the runtime renews it for the
+    same key and reconnects with it before the first one expires (nats-server closes a
+    connection whose credentials expire, and nats-py does not come back from that): the
+    connection lives on past that expiry, on the same reply inbox."""
+    monkeypatch.setattr(runtime_module, "CREDS_CHECK_S", 0.2)
+    config = Config.load(env={"ACTLINE_HOME": str(tmp_path / "h")})
+    authority = config.authority()
+    path = authority.creds_path("client", name=local_user(), approver=True)
+    write_secret(path, authority.issue("client", name=local_user(), approver=True, ttl_s=4))
+    first = read_identity(path)
+    assert first.expires is not None
+    async with Runtime(config, node=False) as rt:
+        await until(lambda: (read_identity(path).expires or 0) > first.expires + 60, 10)
+        await until(lambda: time.time() > first.expires + 1, 10)
+        await until(lambda: rt.bus.is_connected, 10)
+        await rt.bus.flush()
+        assert not rt.bus.nc.is_closed
+        assert read_identity(path).public_key == first.public_key
