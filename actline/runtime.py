@@ -174,9 +174,9 @@ class Runtime:
             if self._knowledge is None and settings.knowledge_dir is not None:
                 self._knowledge = await asyncio.to_thread(_open_knowledge, settings.knowledge_dir)
         creds = config.creds_for(self.role, self.agent_name)
-        if creds is not None and config.nats_creds is None:
-            # credentials this home keeps: renewed in place before they expire (the
-            # connection reads the file again when it reconnects)
+        if creds is not None:
+            # kept by this home: renewed here; given (--creds): renewed by whoever holds
+            # the keys (actline creds renew FILE). Either way taken before they expire.
             self._renewing = asyncio.create_task(self._renew_creds(), name="runtime:creds")
         if config.insecure:
             log.warning("running WITHOUT authentication (--insecure / ACTLINE_INSECURE)")
@@ -205,12 +205,15 @@ class Runtime:
         self._client = Client(self._bus)
 
     async def _renew_creds(self) -> None:
-        """Every ``CREDS_CHECK_S``: the kept credentials, renewed once half their life is
-        gone (``Authority.creds_path``); a failure is logged and tried again next time."""
+        """Every ``CREDS_CHECK_S``: credentials this home keeps are renewed once half their
+        life is gone (``Authority.creds_path``), and a renewed file (here or by
+        ``actline creds renew``) is reconnected with; a failure is logged and tried again
+        next time."""
         while True:
             await asyncio.sleep(CREDS_CHECK_S)
             try:
-                await asyncio.to_thread(self.config.creds_for, self.role, self.agent_name)
+                if self.config.nats_creds is None:
+                    await asyncio.to_thread(self.config.creds_for, self.role, self.agent_name)
                 if self._bus is not None:
                     await self._bus.take_renewed_creds()
             except (ConfigError, BusError) as exc:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 import stat
 import subprocess
@@ -133,3 +134,27 @@ async def test_a_runtime_renews_the_credentials_its_home_keeps_and_outlives_thei
         await rt.bus.flush()
         assert not rt.bus.nc.is_closed
         assert read_identity(path).public_key == first.public_key
+
+
+async def test_a_runtime_takes_a_file_renewed_by_actline_creds_renew(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Given credentials (--creds FILE) are the holder's: renewed where the keys are
+    (`actline creds renew FILE`), the running runtime reconnects with them in time."""
+    monkeypatch.setattr(runtime_module, "CREDS_CHECK_S", 0.2)
+    keys = tmp_path / "keys"
+    authority = Authority.open(keys / "auth")
+    path = write_secret(tmp_path / "c.creds", authority.issue("client", ttl_s=4))
+    first = read_identity(path)
+    assert first.expires is not None
+    async with EmbeddedNats(authority=authority) as server:
+        env = {"ACTLINE_HOME": str(tmp_path / "h"), "NATS_URL": server.url}
+        config = Config.load(env=env | {"ACTLINE_NATS_CREDS": str(path)})
+        async with Runtime(config, node=False) as rt:
+            renewed = await asyncio.to_thread(creds_cli, keys, "renew", str(path), "--ttl", "1h")
+            assert renewed.returncode == 0 and "renewed until" in renewed.stdout, renewed.stderr
+            await until(lambda: rt.bus.identity is not None and rt.bus.identity.expires
+                        != first.expires, 10)  # fmt: skip
+            await until(lambda: time.time() > first.expires + 1, 10)
+            await rt.bus.flush()
+            assert rt.bus.is_connected and not rt.bus.nc.is_closed
