@@ -116,7 +116,7 @@ def _renew(authority: Authority, args: argparse.Namespace, console: Console) -> 
     return 0
 
 
-def _server_url(config: Config, args: argparse.Namespace) -> str | None:
+def _server_url(config: Config) -> str | None:
     """Where to push a revocation: --nats / NATS_URL, else the embedded server this home
     runs (it writes its URL beside its store while it runs)."""
     if config.nats_url:
@@ -140,7 +140,7 @@ def _revoke(
             "revoke what? actline creds revoke USERKEY (see actline creds list), or "
             "actline creds revoke --all --prefix TENANT"
         )
-    url = _server_url(config, args)
+    url = _server_url(config)
     if url is None:
         console.print(
             "[yellow]no running server named (--nats URL or NATS_URL): servers take the "
