@@ -12,8 +12,9 @@ a DONE for a turn a killed node left mid-way waits here for that turn to resume
 (``Later`` hands it back to the DONE stream while it has not). In cluster mode a
 verdict that says "not here" is ``Later`` too: another node may hold the task.
 
-``route_approval`` does the same for a ``turn.approval`` request on
-``<prefix>.turn.<tid>.approval``, which every node hears: the running turn's DecisionActor
+``route_approval`` does the same for a ``turn.approval`` request on an approver's
+``<prefix>.approve.<role>.<name>.<tid>[.<tool>]``, which every node hears (who decided and
+of which tool are taken from that subject): the running turn's DecisionActor
 answers (applied, unknown approval, not waiting); a turn left mid-way here is waited for
 while it resumes; a node that does not run the turn stays silent, so the one that does
 answers, and a requester that hears nothing knows that no node runs it.

@@ -13,8 +13,9 @@ in
 ``start``: ``LocalOwnership``, or ``ClusterOwnership`` (``ACTLINE_CLUSTER``: leases in
 JetStream KV, the durable copy, every node hearing inputs and the owner answering).
 
-Approvals (``turn.approval`` on ``<prefix>.turn.<tid>.approval``) go to the running turn
-the same way (``done_routing.route_approval``); only the node that runs it answers.
+Approvals (``turn.approval`` on an approver's ``<prefix>.approve.<role>.<name>.<tid>…``)
+go to the running turn the same way (``done_routing.route_approval``); only the node that
+runs it answers.
 
 ``python -m actline.cli.node --nats URL`` runs one node until SIGINT/SIGTERM.
 """

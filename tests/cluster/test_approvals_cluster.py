@@ -1,4 +1,4 @@
-"""Approvals in cluster mode: every node hears ``al.turn.*.approval``; only the
+"""Approvals in cluster mode: every node hears ``al.approve.>``; only the
 node that runs the turn answers, so the approval is applied whichever node took the turn,
 and an approval for a turn no node runs gets no answer (``no_node``)."""
 
