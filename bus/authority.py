@@ -199,7 +199,9 @@ class Authority:
         write_secret(path, token + "\n")
         return token
 
-    def server_config(self, jwt_dir: str | os.PathLike[str] = "./jwt") -> str:
+    def server_config(
+        self, jwt_dir: str | os.PathLike[str] = "./jwt", *, max_control_line: int = MAX_CONTROL_LINE
+    ) -> str:
         """The trust block of a nats-server configuration: operator, system account, the
         ``full`` resolver keeping pushed account JWTs in ``jwt_dir``, every tenant's
         account preloaded, and ``max_control_line``."""
@@ -214,7 +216,7 @@ class Authority:
             f'resolver: {{\n  type: full\n  dir: "{jwt_dir}"\n  allow_delete: false\n'
             '  interval: "2m"\n}\n'
             f"resolver_preload: {{\n{preload}\n}}\n"
-            f"max_control_line: {MAX_CONTROL_LINE}\n"
+            f"max_control_line: {max_control_line}\n"
         )
 
     # -- users -----------------------------------------------------------------------------

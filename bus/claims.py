@@ -20,26 +20,10 @@ import nats
 import nats.errors
 
 from .authority import Authority
-from .errors import AuthError
+from .errors import PushFailed
 
 UPDATE = "$SYS.REQ.CLAIMS.UPDATE"
 TIMEOUT_S = 5.0
-
-
-class PushFailed(AuthError):
-    """The server did not take a pushed account (``url``, ``tenant``, ``reason``)."""
-
-    def __init__(self, url: str, tenant: str, reason: str) -> None:
-        self.url = url
-        self.tenant = tenant
-        self.reason = reason
-        super().__init__(
-            f"could not push tenant {tenant!r}'s account to {url}: {reason} (is the server "
-            "started with `actline creds server`'s trust block, its `full` resolver?)"
-        )
-
-    def __reduce__(self) -> tuple[object, ...]:
-        return (type(self), (self.url, self.tenant, self.reason))
 
 
 async def push_account(

@@ -121,6 +121,7 @@ class EmbeddedNats(Service):
         server_name: str | None = None,
         routes: Routes | None = None,
         http_port: int | None = None,
+        max_control_line: int = MAX_CONTROL_LINE,
     ) -> None:
         self._requested_port = port
         self._store_dir_arg = Path(store_dir) if store_dir is not None else None
@@ -137,6 +138,8 @@ class EmbeddedNats(Service):
         self.server_name = server_name
         """The server's name (JetStream clustering needs a unique one per member)."""
         self.routes = routes
+        self.max_control_line = max_control_line
+        """The longest protocol line the server takes (a node's CONNECT line is ~7 KB)."""
         self.http_port = http_port
         """The monitoring port (``/jsz``, ``/healthz``) on 127.0.0.1; None: no monitoring."""
         self._proc: subprocess.Popen[bytes] | None = None
@@ -220,7 +223,9 @@ class EmbeddedNats(Service):
         port = self._requested_port if self._requested_port is not None else -1
         text = ""
         if self.authority is not None:
-            text = self.authority.server_config(jwt_dir=self.store_dir / "jwt")
+            text = self.authority.server_config(
+                jwt_dir=self.store_dir / "jwt", max_control_line=self.max_control_line
+            )
         if self.tls is not None:
             tls = self.tls
             text += (
@@ -238,7 +243,7 @@ class EmbeddedNats(Service):
                 f"  listen: 127.0.0.1:{self.routes.port}\n  routes: [{routes}]\n}}\n"
             )
         if self.authority is None:  # the trust block sets it for an authenticated server
-            text += f"max_control_line: {MAX_CONTROL_LINE}\n"
+            text += f"max_control_line: {self.max_control_line}\n"
         return text + (
             "host: 127.0.0.1\n"
             f"port: {port}\n"

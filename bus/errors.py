@@ -15,6 +15,7 @@ Hierarchy::
     │   ├── CredsInvalid      a credentials or key file is unreadable or malformed (path, reason)
     │   ├── RoleUnknown       no such role, or a role without what it needs (role, hint)
     │   ├── TenantRefused     a tenant name like another's, or no such tenant (tenant, other)
+    │   ├── PushFailed        a running server did not take a tenant's account (url, tenant)
     │   └── PermissionDenied  this connection's role may not use the subject (action, subject,
     │                         who)
     ├── NatsServerError       the embedded server could not start
@@ -167,6 +168,22 @@ class TenantRefused(AuthError):
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.tenant, self.other, self.reason))
+
+
+class PushFailed(AuthError):
+    """The server did not take a pushed account (``url``, ``tenant``, ``reason``)."""
+
+    def __init__(self, url: str, tenant: str, reason: str) -> None:
+        self.url = url
+        self.tenant = tenant
+        self.reason = reason
+        super().__init__(
+            f"could not push tenant {tenant!r}'s account to {url}: {reason} (is the server "
+            "started with `actline creds server`'s trust block, its `full` resolver?)"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.url, self.tenant, self.reason))
 
 
 class PermissionDenied(AuthError):

@@ -28,8 +28,7 @@ from .errors import SubjectError
 from .ids import is_valid_id, is_valid_name
 
 DEFAULT_PREFIX = "al"
-INBOX_ROOT = "_INBOX"
-_INBOX_TOKEN_RE = re.compile(r"^[A-Za-z0-9_\-]+$")
+_INBOX_RE = re.compile(r"^_INBOX(\.[A-Za-z0-9_\-]+)+\Z")
 TENANT_MAX = 40
 _PREFIX_RE = re.compile(r"^[a-z][a-z0-9]*(-[a-z0-9]+)*$")
 _TOOL_RE = re.compile(r"^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$")
@@ -348,12 +347,7 @@ def reply_inbox(subject: str) -> str:
     no stream or bucket captures an inbox, so a reply aimed anywhere else (a KV key, a
     result, a conversation's stream, another role's subject) is refused, never sent.
     """
-    tokens = subject.split(".")
-    if (
-        len(tokens) < 2
-        or tokens[0] != INBOX_ROOT
-        or not all(_INBOX_TOKEN_RE.match(t) for t in tokens[1:])
-    ):
+    if not _INBOX_RE.match(subject):
         raise SubjectError(
             "reply inbox", subject, "replies go to the sender's own _INBOX.<id>.… only"
         )

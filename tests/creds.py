@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 from actline.bus.embedded import running_authority
 
 
@@ -20,3 +25,23 @@ def creds_env(
 def admin_creds(url: str) -> str:
     """The admin credentials file of the embedded server this process runs at ``url``."""
     return creds_env(url, "admin")["ACTLINE_NATS_CREDS"]
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def creds_cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    """``actline creds ARGS`` in a child with the keys of ``home`` and nothing of this
+    process's actline settings or NATS_URL (wide columns: the list's table stays whole)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACTLINE_")}
+    env.pop("NATS_URL", None)
+    env.update(ACTLINE_HOME=str(home), PYTHONPATH=str(ROOT), COLUMNS="250")
+    return subprocess.run(
+        [sys.executable, "-m", "actline", "creds", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )

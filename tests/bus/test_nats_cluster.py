@@ -159,16 +159,17 @@ async def test_an_explicit_count_and_a_stream_with_fewer_replicas_raised_to_it(
         await bus.close()
 
 
-async def first_stream(open_it: Any, *args: Any, **kwargs: Any) -> Any:
-    """``open_it(*args, **kwargs)``, retried while JetStream is unavailable (at most 20 s)."""
-    deadline = asyncio.get_running_loop().time() + 20.0
-    while True:
+async def first_stream(open_it: Any, *args: Any, **kwargs: Any) -> None:
+    """``open_it(*args, **kwargs)``, tried again while JetStream is unavailable (20 s)."""
+
+    async def opened() -> bool:
         try:
-            return await open_it(*args, **kwargs)
+            await open_it(*args, **kwargs)
         except JetStreamUnavailable:
-            if asyncio.get_running_loop().time() > deadline:
-                raise
-            await asyncio.sleep(0.2)  # a retry interval, as the node's own
+            return False
+        return True
+
+    await until(opened, 20.0)
 
 
 async def js_add(bus: Bus, config: StreamConfig) -> None:

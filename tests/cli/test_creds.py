@@ -3,10 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import stat
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -18,23 +15,8 @@ from actline.actors.cluster.ray_job import main as ray_job_main
 from actline.bus import Authority, AuthRefused, Bus, EmbeddedNats, RoleUnknown, read_identity
 from actline.bus.auth import write_secret
 from actline.config import local_user
+from tests.creds import creds_cli
 from tests.waiting import until
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def creds_cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ACTLINE_")}
-    env.update(ACTLINE_HOME=str(home), PYTHONPATH=str(ROOT), COLUMNS="200")
-    return subprocess.run(
-        [sys.executable, "-m", "actline", "creds", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
 
 
 async def test_issued_credentials_connect_to_a_server_of_the_same_keys_only(

@@ -10,9 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -23,10 +20,10 @@ import pytest
 from actline.bus import Authority, Bus, CredsInvalid, EmbeddedNats, read_identity
 from actline.bus.auth import write_secret
 from actline.messages import Subjects
+from tests.creds import creds_cli
 from tests.security.attempts import LEDGER
 from tests.waiting import until
 
-ROOT = Path(__file__).resolve().parents[2]
 WAIT_S = 15.0
 
 
@@ -133,40 +130,25 @@ async def test_a_renewed_credential_keeps_its_key_and_reaches_a_running_client(
     await bus.close()
 
 
-def _cli(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ACTLINE_")}
-    env.update(ACTLINE_HOME=str(home), PYTHONPATH=str(ROOT), COLUMNS="250")
-    env.pop("NATS_URL", None)
-    return subprocess.run(
-        [sys.executable, "-m", "actline", "creds", *args],
-        cwd=ROOT,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-
-
 def test_creds_list_shows_what_was_issued_and_revoke_marks_it(tmp_path: Path) -> None:
     home = tmp_path / "home"
     out = tmp_path / "ops.creds"
-    made = _cli(home, "client", "ops", "--approver", "--tools", "ops.*", "--ttl", "2h",
+    made = creds_cli(home, "client", "ops", "--approver", "--tools", "ops.*", "--ttl", "2h",
                 "--out", str(out))  # fmt: skip
     assert made.returncode == 0, made.stderr
     identity = read_identity(out)
     assert identity.approves == ("ops.*",)
     assert identity.expires is not None and 7000 < identity.expires - time.time() <= 7200
-    listed = _cli(home, "list")
+    listed = creds_cli(home, "list")
     assert identity.public_key in listed.stdout and "valid" in listed.stdout, listed.stdout
-    revoked = _cli(home, "revoke", identity.public_key)
+    revoked = creds_cli(home, "revoke", identity.public_key)
     assert revoked.returncode == 0, revoked.stderr
     assert "no running server named" in revoked.stdout
-    listed = _cli(home, "list")
+    listed = creds_cli(home, "list")
     assert "revoked" in listed.stdout, listed.stdout
     stored = json.loads((home / "auth" / "revocations.json").read_text())
     assert identity.public_key in stored["al"]
-    bad = _cli(home, "client", "--ttl", "forever")
+    bad = creds_cli(home, "client", "--ttl", "forever")
     assert bad.returncode == 2 and "--ttl 'forever'" in bad.stderr, bad.stderr
 
 
@@ -180,7 +162,9 @@ async def test_creds_revoke_tells_the_server_this_home_runs(tmp_path: Path) -> N
         victim = await nats.connect(
             running.url, user_credentials=str(leaked), allow_reconnect=False
         )
-        revoked = await asyncio.to_thread(_cli, home, "revoke", read_identity(leaked).public_key)
+        revoked = await asyncio.to_thread(
+            creds_cli, home, "revoke", read_identity(leaked).public_key
+        )
         assert revoked.returncode == 0, revoked.stderr
         assert f"{running.url} has it" in revoked.stdout, revoked.stdout
         await until(lambda: victim.is_closed or not victim.is_connected, WAIT_S)

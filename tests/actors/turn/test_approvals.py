@@ -12,6 +12,7 @@ right to approve (refused by the server), and an approver agent that may.
 from __future__ import annotations
 
 import json
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -212,36 +213,44 @@ async def test_approvals_for_an_unknown_or_finished_turn_say_no_node_runs_it(
         assert "no node runs turn" in reply.message
 
 
-async def agent_bus(
-    nats: EmbeddedNats,
-    authority: Authority,
-    bus: Bus,
-    tmp_path: Path,
-    *,
-    approver: bool,
-    approves: tuple[str, ...] = (),
-) -> Bus:
-    prefix = bus.subjects.prefix
-    text = authority.issue(
-        "agent", name="reviewer", prefix=prefix, approver=approver, approves=approves
-    )
-    creds = write_secret(tmp_path / f"reviewer-{approver}-{len(approves)}.creds", text)
-    return await Bus.connect(nats.url, subject_names=bus.subjects, creds=creds)
+Reviewer = Callable[..., Awaitable[Bus]]
+"""Opens a connection of agent ``reviewer`` (``approver=``, ``approves=`` as issued)."""
+
+
+@pytest.fixture
+async def reviewer(
+    nats_server: EmbeddedNats, authority: Authority, bus: Bus, tmp_path: Path
+) -> AsyncIterator[Reviewer]:
+    """Connections of agent ``reviewer`` with credentials issued as asked, closed after
+    the test."""
+    opened: list[Bus] = []
+
+    async def connect(*, approver: bool, approves: tuple[str, ...] = ()) -> Bus:
+        text = authority.issue(
+            "agent", name="reviewer", prefix=bus.subjects.prefix, approver=approver,
+            approves=approves,
+        )  # fmt: skip
+        creds = write_secret(tmp_path / f"reviewer-{len(opened)}.creds", text)
+        opened.append(await Bus.connect(nats_server.url, subject_names=bus.subjects, creds=creds))
+        return opened[-1]
+
+    yield connect
+    for connection in opened:
+        await connection.close()
 
 
 async def test_only_an_agent_with_the_right_to_approve_may_approve(
     bus: Bus,
     client: Client,
-    nats_server: EmbeddedNats,
-    authority: Authority,
+    reviewer: Reviewer,
     tmp_path: Path,
     registry: ToolRegistry,
     deploys: Deploys,
 ) -> None:
     model = script("c-agent", DECIDE, ANSWER)
     node = await start_node(bus, tmp_path / "home", model, registry=registry)
-    plain = await agent_bus(nats_server, authority, bus, tmp_path, approver=False)
-    approver = await agent_bus(nats_server, authority, bus, tmp_path, approver=True)
+    plain = await reviewer(approver=False)
+    approver = await reviewer(approver=True)
     try:
         handle = await client.submit("ship it", conversation_id="c-agent")
         await approval_card(handle)
@@ -252,8 +261,6 @@ async def test_only_an_agent_with_the_right_to_approve_may_approve(
         assert isinstance(verdict, Ack), verdict
         result = await handle.wait(30)
     finally:
-        await plain.close()
-        await approver.close()
         await node.stop()
     assert result.status == "completed", result.error
     assert deploys.calls == [PARAMS]
@@ -262,15 +269,14 @@ async def test_only_an_agent_with_the_right_to_approve_may_approve(
 async def test_the_approver_is_the_credential_not_the_name_it_writes(
     bus: Bus,
     client: Client,
-    nats_server: EmbeddedNats,
-    authority: Authority,
+    reviewer: Reviewer,
     tmp_path: Path,
     registry: ToolRegistry,
     deploys: Deploys,
 ) -> None:
     model = script("c-forged", DECIDE, ANSWER)
     node = await start_node(bus, tmp_path / "home", model, registry=registry)
-    approver = await agent_bus(nats_server, authority, bus, tmp_path, approver=True)
+    approver = await reviewer(approver=True)
     try:
         handle = await client.submit("ship it", conversation_id="c-forged")
         [pending] = (await approval_card(handle)).data["approvals"]
@@ -285,7 +291,6 @@ async def test_the_approver_is_the_credential_not_the_name_it_writes(
         result = await handle.wait(30)
         notices = [b.text for b in blocks_of(node, "c-forged", NOTICE)]
     finally:
-        await approver.close()
         await node.stop()
     assert isinstance(verdict, Ack), verdict
     assert "approved by agent reviewer" in verdict.detail, verdict
@@ -296,18 +301,15 @@ async def test_the_approver_is_the_credential_not_the_name_it_writes(
 async def test_an_approver_of_some_tools_decides_those_only(
     bus: Bus,
     client: Client,
-    nats_server: EmbeddedNats,
-    authority: Authority,
+    reviewer: Reviewer,
     tmp_path: Path,
     registry: ToolRegistry,
     deploys: Deploys,
 ) -> None:
     model = script("c-scoped", DECIDE, ANSWER)
     node = await start_node(bus, tmp_path / "home", model, registry=registry)
-    others = await agent_bus(
-        nats_server, authority, bus, tmp_path, approver=True, approves=("shell.*",)
-    )
-    ops = await agent_bus(nats_server, authority, bus, tmp_path, approver=True, approves=("ops.*",))
+    others = await reviewer(approver=True, approves=("shell.*",))
+    ops = await reviewer(approver=True, approves=("ops.*",))
     try:
         handle = await client.submit("ship it", conversation_id="c-scoped")
         await approval_card(handle)
@@ -320,8 +322,6 @@ async def test_an_approver_of_some_tools_decides_those_only(
         verdict = await Client(ops).decide(handle.turn_id, True, tool=DEPLOY)
         result = await handle.wait(30)
     finally:
-        await others.close()
-        await ops.close()
         await node.stop()
     assert isinstance(wrong, ErrorReply) and wrong.code == "not_approver_of_tool", wrong
     assert isinstance(verdict, Ack) and "approved by agent reviewer" in verdict.detail, verdict
