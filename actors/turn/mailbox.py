@@ -107,6 +107,9 @@ class Rendered:
     """The rendered context as the watchdog reads it."""
     usage: messages.Usage | None = None
     """What the compaction summaries written for this render cost (the turn counts it)."""
+    edits: tuple[Mapping[str, Any], ...] = ()
+    """The context policy's decisions in this render (``actline.timeline.editing.cost``): one
+    plain mapping per decision, recorded as a ``context.edit`` event on the render span."""
 
     def counted(self, result: messages.GenerateResult) -> messages.GenerateResult:
         """``result`` with the summaries' usage added to its own."""
