@@ -255,13 +255,17 @@ async def compact(
     now: float,
     system_tokens: int = 0,
     force: bool = False,
+    boundary: bool | None = None,
 ) -> Compacted | None:
-    """Compact ``renderer``'s timeline with model summaries when due (or ``force``).
+    """Compact ``renderer``'s timeline with model summaries when due (or ``force``;
+    ``boundary``: the round is its turn's first, ``Renderer.plan_compaction``).
 
     None when no compaction is due or possible; otherwise a ``Compacted`` whose
     ``outcome`` is None when the summary would not have made the context smaller.
     """
-    chosen = renderer.plan_compaction(now=now, system_tokens=system_tokens, force=force)
+    chosen = renderer.plan_compaction(
+        now=now, system_tokens=system_tokens, force=force, boundary=boundary
+    )
     if chosen is None:
         return None
     budget = max(1, renderer.config.max_tokens - system_tokens)

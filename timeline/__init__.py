@@ -8,7 +8,7 @@ cache marks and the uncached SOURCES POOL and ANNOUNCE at the tail.
 
 from .blocks import Block, iso
 from .cache import CachePoints, round_key
-from .config import RETENTION_POLICIES, TimelineConfig
+from .config import CONTEXT_POLICIES, RETENTION_POLICIES, TimelineConfig
 from .editing.compaction import CompactionOutcome, CompactionPlan
 from .editing.hide import HideResult
 from .editing.retention import RetentionOutcome
@@ -34,6 +34,7 @@ from .turn_index import turn_index
 
 __all__ = [
     "DEFAULT_COUNTER",
+    "CONTEXT_POLICIES",
     "RETENTION_POLICIES",
     "AckUpdate",
     "AnnounceContext",

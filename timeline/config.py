@@ -8,6 +8,10 @@ from typing import Any
 from .errors import TimelineError
 
 RETENTION_POLICIES = ("keep_full", "keep_structured", "summarize_archive", "drop")
+CONTEXT_POLICIES = ("cost", "append")
+"""How view edits are placed (``actline.timeline.rendering.policy``): ``cost`` (each edit at a
+moment where it is cheap, when the cost model says it pays) or ``append`` (the smart layer
+off: each edit when its own rule says, compaction only at the context's ceiling)."""
 """What retention does with a tool result outside the recency window
 (``actline.timeline.editing.retention``)."""
 
@@ -68,11 +72,20 @@ class TimelineConfig:
     a retention rewrites only the prefix after the oldest changed result, so waiting for a
     batch moves that change further back and costs more (batches of 4: +3 to +6 %)."""
 
+    context_policy: str = "cost"
+    """One of ``CONTEXT_POLICIES``."""
+
     def __post_init__(self) -> None:
         for f in fields(self):
             value = getattr(self, f.name)
             kind = str(f.type)
-            if kind in ("int", "float"):
+            if f.name == "context_policy":
+                if value not in CONTEXT_POLICIES:
+                    raise TimelineError(
+                        f"TimelineConfig.context_policy must be one of "
+                        f"{', '.join(CONTEXT_POLICIES)}, got {value!r}"
+                    )
+            elif kind in ("int", "float"):
                 _number(f.name, value, kind)
             elif kind == "bool":
                 if not isinstance(value, bool):

@@ -31,7 +31,7 @@ from dataclasses import dataclass, fields, replace
 from typing import Any
 
 from actline.actors.errors import InputRefused
-from actline.timeline import RETENTION_POLICIES, TimelineConfig
+from actline.timeline import CONTEXT_POLICIES, RETENTION_POLICIES, TimelineConfig
 
 BUILTIN = ("fast", "balanced", "deep", "research")
 DEFAULT_PROFILE = "balanced"
@@ -165,6 +165,9 @@ class Profile:
     max_output_tokens: int = 4096
     wait_timeout_s: float = 600.0
     # -- context: compaction, TTL pruning, cache points, hiding ---------------------------
+    context_policy: str = "cost"
+    """Where and when view edits go: ``cost`` (where they are cheap, when they pay) or
+    ``append`` (the smart layer off: each edit by its own rule, compaction at the ceiling)."""
     context_tokens: int = 200_000
     """The render budget compaction keeps the context under."""
     compaction_ratio: float = 0.9
@@ -236,6 +239,7 @@ class Profile:
             retention_critical_tools=self.critical_tools,
             retention_by_tool=self.tool_policies,
             retention_recent_results=self.recent_results,
+            context_policy=self.context_policy,
         )
 
 
@@ -245,6 +249,7 @@ KEYS: Mapping[str, Bound] = {
     "max_tool_calls_per_decision": _int(1, 50),
     "max_output_tokens": _int(1, 128_000),
     "wait_timeout_s": _float(0.001, 86_400),
+    "context_policy": Bound("choice", choices=CONTEXT_POLICIES),
     "context_tokens": _int(256, 2_000_000),
     "compaction_ratio": _float(0.3, 1.0),
     "keep_turns": _int(0, 1000),

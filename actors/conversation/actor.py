@@ -342,15 +342,17 @@ class ConversationActor(Actor):
             )
         before = self.compactor.compactions
         began = self.services.clock()
+        if message.ask_compaction:
+            self.renderer.ask_compaction(message.ask_compaction)
         usage, forced = await self.compactor.before_render(
-            message.model, force=message.force_compaction
+            message.model, force=message.force_compaction, boundary=message.round == 1
         )
-        request, stats = self._render_request(
+        request, stats, edits = self._render_request(
             message, message.force_compaction and not forced, self.compactor.compactions > before
         )
         if stats.compacted and self.current is not None:  # the turn's trace: how long it took
             self.current.trace.compaction(message.round, began, usage)
-        return Rendered(request, self.followups, committing, stats, usage)
+        return Rendered(request, self.followups, committing, stats, usage, edits)
 
     async def _durable(self, started: commits.Started, round_: int) -> None:
         """Await a round's commit, then tell the running turn how it went."""
@@ -375,8 +377,9 @@ class ConversationActor(Actor):
 
     def _render_request(
         self, message: Render, force: bool, compacted: bool
-    ) -> tuple[messages.GenerateRequest, ContextStats]:
-        """The model request of a round (``compacted``: the model compacted before it)."""
+    ) -> tuple[messages.GenerateRequest, ContextStats, tuple[dict[str, Any], ...]]:
+        """The model request of a round (``compacted``: the model compacted before it), its
+        context as the watchdog reads it, and the context policy's decisions (trace events)."""
         services = self.services
         announce = self.compactor.announce(message.announce)
         if announce.timezone != self.timezone:
@@ -389,8 +392,10 @@ class ConversationActor(Actor):
             system_tokens=self.system_tokens,
             announce=announce,
             force_compaction=force,
+            boundary=message.round == 1,
         )
         compacted = compacted or result.events.compaction is not None
+        edits = tuple(verdict.event() for verdict in result.events.edits)
         stats = ContextStats(result.stable_tokens, *self.renderer.rot_counts, compacted)
         # Built from our own render: construct without re-validating thousands of parts.
         request = messages.GenerateRequest.model_construct(
@@ -407,7 +412,7 @@ class ConversationActor(Actor):
             seq_start=message.seq_start,
             ts=messages.utcnow(),  # every field given: no default factory to inspect
         )
-        return request, stats
+        return request, stats, edits
 
     async def _run_tools(self, message: RunTools) -> tuple[ReactOutcome, ...]:
         outcomes = []

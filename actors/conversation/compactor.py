@@ -34,11 +34,19 @@ from actline.llm import ModelConfigError, ModelSummarizer, compact, writes_summa
 from actline.llm.config import OFFLINE_MODELS, model_spec
 from actline.messages import TurnRequest, Usage
 from actline.timeline import Renderer, Timeline
+from actline.timeline.editing.cost import Prices
 from actline.timeline.editing.summary import record_of
 from actline.timeline.facts import FactBook
 from actline.timeline.rendering.announce import AnnounceContext
 
 log = logging.getLogger(__name__)
+
+
+def prices_of(model_name: str) -> Prices:
+    """The cost model's prices for ``model_name`` by its price table (5-minute cache writes,
+    the lifetime the timeline's marks ask for)."""
+    spec = model_spec(model_name)
+    return Prices(write=1.25, output=spec.output_price / spec.input_price)
 
 
 class Compactor:
@@ -125,14 +133,20 @@ class Compactor:
         return replace(announce, hotset=[*announce.hotset, *lines]) if lines else announce
 
     # -- compaction ------------------------------------------------------------------------------
-    async def before_render(self, model_name: str, *, force: bool) -> tuple[Usage | None, bool]:
+    async def before_render(
+        self, model_name: str, *, force: bool, boundary: bool | None = None
+    ) -> tuple[Usage | None, bool]:
         """Compact with model summaries when due (or ``force``) and the model is real.
 
+        ``boundary``: the round is its turn's first (the context policy's cheap moment).
         Returns the summaries' usage (None: no model call) and whether a forced
-        compaction was handled here (the render must not compact again).
+        compaction was handled here (the render must not compact again). Either way the
+        renderer's context policy is priced by the model's price table first.
         """
         self.harvest()  # a summary the last render wrote offline
         await self.flush()
+        self.renderer.policy.prices = prices_of(model_name)
+        self.renderer.policy.summaries_cost_a_call = False
         streamer = self.services.streamer
         try:
             model = streamer.models(model_name) if streamer is not None else None
@@ -148,6 +162,7 @@ class Compactor:
             return None, False
         if not writes_summaries(model):
             return None, False
+        self.renderer.policy.summaries_cost_a_call = True
         assert streamer is not None
         summarizer = ModelSummarizer(
             model,
@@ -162,6 +177,7 @@ class Compactor:
                 now=self.services.clock(),
                 system_tokens=self.system_tokens,
                 force=force,
+                boundary=boundary,
             )
         except Exception as exc:  # the render still compacts, with the offline digest
             log.exception("model compaction of %s failed", self.tl.conversation_id)

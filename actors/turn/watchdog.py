@@ -16,11 +16,14 @@ Three signals, each against its profile threshold (``actline.actors.configuratio
   shown by its digest by design: not rot).
 
 A signal that crosses its threshold gives the model a notice (once, until it falls back
-under) and, when the context is at least ``watchdog_floor_tokens`` large, asks for a
-compaction before the next round (at most once per ``COOLDOWN_ROUNDS`` rounds, so the
-cached prefix is rewritten at most that often). Below the floor there is little to compact:
-the notice alone is given. The readings go on progress cards and into the turn result's
-``usage.context``.
+under). Over-tooling, repeated reads and context rot also ask for a compaction when the
+context is at least ``watchdog_floor_tokens`` large (at most once per ``COOLDOWN_ROUNDS``
+rounds); token drift alone never does: a context that grows is what a working turn looks
+like, and the context policy compacts before the budget is reached anyway. An ask is not a
+compaction: the conversation's context policy (``actline.timeline.rendering.policy``) weighs
+it with the cost model at the next moment a rewrite is cheap (a turn boundary), so the
+cached prefix is not rewritten in the middle of a turn for it. The readings go on progress
+cards and into the turn result's ``usage.context``.
 
 A turn's checkpoint keeps the watchdog (``snapshot``), so that a turn resumed after a crash
 goes on from the same rounds, reads and signals (``resumed``) and says what the turn not
@@ -85,10 +88,12 @@ NO_STATS = ContextStats()
 
 @dataclass(frozen=True, slots=True)
 class Verdict:
-    """What the watchdog asks before a model call: a notice, and whether to compact."""
+    """What the watchdog asks before a model call: a notice, and whether to ask for a
+    compaction (``reason``: the signals that ask)."""
 
     notices: tuple[str, ...] = ()
     compact: bool = False
+    reason: str = ""
 
 
 @dataclass(slots=True)
@@ -217,7 +222,7 @@ class Watchdog:
         if not p.watchdog:
             return Verdict()
         if round_ <= self._checked:
-            return Verdict((), self._asked)
+            return Verdict((), self._asked, "replayed round" if self._asked else "")
         self._checked = round_
         values = {
             "token_drift": (self.token_drift, p.token_drift, "tokens per round"),
@@ -232,7 +237,8 @@ class Watchdog:
         if not new:
             return Verdict()
         cooled = self._round - self._last_compaction_round >= COOLDOWN_ROUNDS
-        compact = cooled and self.stats.tokens >= p.watchdog_floor_tokens
+        asking = [name for name in new if name != "token_drift"]
+        compact = bool(asking) and cooled and self.stats.tokens >= p.watchdog_floor_tokens
         what = "; ".join(
             f"{name.replace('_', ' ')} {_show(values[name][0])} >= {_show(values[name][1])} "
             f"{values[name][2]}"
@@ -242,8 +248,9 @@ class Watchdog:
             self._asked = True
             self._last_compaction_round = self._round + 1
             action = (
-                "the older context is compacted before this round; what it held reopens by "
-                "path (su:, tc:, ar:) with react.read"
+                "the older context is compacted at the next turn boundary, or sooner if the "
+                "context budget needs it; what it held reopens by path (su:, tc:, ar:) with "
+                "react.read"
             )
         else:
             action = (
@@ -253,7 +260,8 @@ class Watchdog:
             top = [path for path, n in self.reads.most_common(3) if n > 1]
             if top:
                 action += "; read more than once: " + ", ".join(top)
-        return Verdict((f"context watchdog: {what}. {action}.",), compact)
+        reason = "watchdog: " + ", ".join(asking) if compact else ""
+        return Verdict((f"context watchdog: {what}. {action}.",), compact, reason)
 
     def telemetry(self) -> ContextTelemetry:
         """The readings as the turn result's ``usage.context`` carries them."""

@@ -135,11 +135,14 @@ def plan(
     counter: TokenCounter,
     force: bool = False,
     cost: Callable[[Block], int] | None = None,
+    keep_limit: int | None = None,
 ) -> CompactionPlan | None:
     """Choose the cut, or None when nothing can be compacted.
 
     ``force`` (after a context-limit error: the estimate was wrong) keeps at most
     half of what is there, so that something is always compacted when it can be.
+    ``keep_limit`` caps the raw tokens kept after the cut (the context policy leaves room
+    for the turn ahead).
     ``cost`` measures a block as the trigger did (the renderer passes its rendered
     entry sizes); by default a block costs its visible content.
     """
@@ -155,6 +158,8 @@ def plan(
     roomy = int((cfg.compaction_ratio + cfg.compaction_keep_ratio) / 2 * budget)
     if recent is not None and recent <= roomy:
         keep = max(keep, recent)
+    if keep_limit is not None:
+        keep = max(1, min(keep, keep_limit))
     if force:
         keep = min(keep, max(1, sum(tokens) // 2))
     inside = _inside_rounds(blocks, start)
@@ -395,6 +400,22 @@ def compact(
     chosen = plan(tl, cfg, system_tokens=system_tokens, counter=counter, force=force, cost=cost)
     if chosen is None:
         return None
+    return summarize(
+        tl, cfg, summarizer, chosen, system_tokens=system_tokens, now=now, counter=counter
+    )
+
+
+def summarize(
+    tl: Timeline,
+    cfg: TimelineConfig,
+    summarizer: Summarizer,
+    chosen: CompactionPlan,
+    *,
+    system_tokens: int,
+    now: float,
+    counter: TokenCounter,
+) -> CompactionOutcome | None:
+    """Summarise a plan with a synchronous ``summarizer`` and apply it (see ``compact``)."""
     requests = chosen.requests(cfg, max(1, cfg.max_tokens - system_tokens))
     texts = [summarizer.summarize(r) if needs_summary(r) else "" for r in requests]
     record, report = offline_record(requests[0], chosen.previous_record)

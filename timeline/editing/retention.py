@@ -210,7 +210,9 @@ DISABLED = RetentionOutcome("disabled")
 
 
 @dataclass(slots=True)
-class _Pending:
+class Pending:
+    """A result outside the recency window, with the view that would show it."""
+
     block: Block
     text: str
     saved: int
@@ -233,7 +235,7 @@ class RetentionState:
         self._scanned: Block | None = None
         self.results: list[Block] = []
         self.decided = 0
-        self.pending: list[_Pending] = []
+        self.pending: list[Pending] = []
 
     def refresh(self) -> None:
         tl = self.timeline
@@ -258,14 +260,19 @@ class RetentionState:
         self._scanned = blocks[-1] if blocks else None
 
 
-def _boundary(results: Sequence[Block], recent: int, fresh_since: float | None) -> int:
-    """Index of the first result inside the recency window (results before it may go)."""
+def _boundary(
+    results: Sequence[Block], recent: int, fresh_since: float | None, turn_id: str | None = None
+) -> int:
+    """Index of the first result inside the recency window (results before it may go).
+    With ``turn_id``, the window holds only that turn's results (and fresh ones)."""
     keys: set[str] = set()
     i = len(results)
     while i > 0:
         block = results[i - 1]
         key = round_key(block) or block.id
         fresh = fresh_since is not None and block.ts >= fresh_since
+        if turn_id is not None and block.turn_id != turn_id and not fresh:
+            break
         if key not in keys:
             if len(keys) >= max(1, recent) and not fresh:
                 break
@@ -292,10 +299,29 @@ def apply(
     """
     if not cfg.retention:
         return DISABLED
+    waiting = collect(tl, cfg, counter=counter, state=state, fresh_since=fresh_since)
+    if not waiting:
+        return RetentionOutcome("none")
+    if not force and len(waiting) < max(1, cfg.retention_batch):
+        return RetentionOutcome("waiting", pending=len(waiting))
+    return retain(tl, waiting, state)
+
+
+def collect(
+    tl: Timeline,
+    cfg: TimelineConfig,
+    *,
+    counter: TokenCounter,
+    state: RetentionState | None = None,
+    fresh_since: float | None = None,
+    turn_id: str | None = None,
+) -> list[Pending]:
+    """The results outside the recency window that wait to be retained, oldest first (see
+    ``apply``; with ``turn_id`` the window holds only that turn's results)."""
     state = state if state is not None else RetentionState(tl)
     state.refresh()
     results = state.results
-    end = _boundary(results, cfg.retention_recent_results, fresh_since)
+    end = _boundary(results, cfg.retention_recent_results, fresh_since, turn_id)
     for block in results[state.decided : end]:
         pending = _decide(tl, block, cfg, counter)
         if pending is not None:
@@ -303,29 +329,34 @@ def apply(
     state.decided = max(state.decided, end)
     waiting = [p for p in state.pending if not (p.block.hidden or p.block.replacement)]
     state.pending = waiting
-    if not waiting:
-        return RetentionOutcome("none")
-    if not force and len(waiting) < max(1, cfg.retention_batch):
-        return RetentionOutcome("waiting", pending=len(waiting))
+    return list(waiting)
+
+
+def retain(
+    tl: Timeline, items: Sequence[Pending], state: RetentionState | None = None
+) -> RetentionOutcome:
+    """Show each of ``items`` by its short view (hidden, kept whole by path)."""
     counts: dict[str, int] = {}
-    for item in waiting:
+    for item in items:
         item.block.meta[META_KEY] = item.meta
         tl.set_hidden([item.block], item.text)
         policy = str(item.meta["policy"])
         counts[policy] = counts.get(policy, 0) + 1
-    state.pending = []
+    if state is not None:
+        done = {id(item) for item in items}
+        state.pending = [p for p in state.pending if id(p) not in done]
     return RetentionOutcome(
         "retained",
-        tuple(p.block.path for p in waiting),
-        sum(p.saved for p in waiting),
-        0,
+        tuple(p.block.path for p in items),
+        sum(p.saved for p in items),
+        0 if state is None else len(state.pending),
         tuple(sorted(counts.items())),
     )
 
 
 def _decide(
     tl: Timeline, block: Block, cfg: TimelineConfig, counter: TokenCounter
-) -> _Pending | None:
+) -> Pending | None:
     """The pending retention of one result outside the window, or None to keep it."""
     if block.hidden or block.replacement or block.base64 or META_KEY in block.meta:
         return None
@@ -341,7 +372,7 @@ def _decide(
     if saved <= 0:
         return None
     meta = {"class": kind, "policy": policy, "tokens": tokens, "tool": tool}
-    return _Pending(block, view, saved, meta)
+    return Pending(block, view, saved, meta)
 
 
 def retained_info(block: Block) -> dict[str, Any] | None:

@@ -3,6 +3,8 @@ stream."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 from actline.timeline import Renderer, TimelineConfig
 from actline.timeline.blocks import NOTE_PRESERVED, PLAN, SUMMARY, TOOL_RESULT
 from actline.timeline.paths import fi_path, su_path
@@ -51,9 +53,12 @@ def test_a_render_over_the_ceiling_compacts() -> None:
 
 
 def test_system_tokens_count_towards_the_ceiling() -> None:
+    """At the ceiling alone (the ``append`` policy: under ``cost`` a first render, with
+    nothing cached, may compact below it when that pays)."""
+    cfg = replace(CFG, context_policy="append")
     b = history(4)
-    assert Renderer(b.tl, CFG).render(now=NOW).events.compaction is None
-    result = Renderer(b.tl, CFG).render(now=NOW, system_tokens=3000)
+    assert Renderer(b.tl, cfg).render(now=NOW).events.compaction is None
+    result = Renderer(b.tl, cfg).render(now=NOW, system_tokens=3000)
     assert result.events.compaction is not None
 
 

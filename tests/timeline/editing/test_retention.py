@@ -1,5 +1,9 @@
 """Tool-response retention: classes, policies, the recency window, batching, reopening by path,
-persistence across a store reload, and no double handling of hidden or pruned results."""
+persistence across a store reload, and no double handling of hidden or pruned results.
+
+These are retention's own rules, run as the ``append`` context policy runs them (each pass
+when its rule says); where and when the ``cost`` policy lets a pass change the rendered
+prefix is tests/timeline/rendering/test_policy.py."""
 
 from __future__ import annotations
 
@@ -30,7 +34,7 @@ from actline.timeline.tokens import DEFAULT_COUNTER
 from actline.tools.react.core import ReactContext, ReactTools
 from tests.timeline.builders import Build, texts, words
 
-CFG = TimelineConfig(cache_ttl_seconds=0)
+CFG = TimelineConfig(cache_ttl_seconds=0, context_policy="append")
 BIG = words(900)  # ~1,350 tokens, 5,400 characters: verbose under the defaults
 
 
@@ -272,7 +276,9 @@ def test_a_model_hidden_result_is_left_alone() -> None:
 
 
 def test_ttl_pruned_results_are_left_alone_and_a_cold_cache_retains_without_a_batch() -> None:
-    cfg = TimelineConfig(cache_ttl_seconds=300, keep_recent_turns=2, retention_batch=100)
+    cfg = TimelineConfig(
+        cache_ttl_seconds=300, keep_recent_turns=2, retention_batch=100, context_policy="append"
+    )
     b = Build()
     renderer = Renderer(b.tl, cfg)
     for turn in ("t1", "t2", "t3"):
