@@ -30,6 +30,9 @@ class TimelineConfig:
     """Keep whole recent turns when they fit under the trigger (never above it)."""
     summary_max_tokens: int = 800
     split_turn_summary_max_tokens: int = 400
+    compaction_floor_tokens: int = 17_000
+    """Under the ``cost`` context policy, a context at least this large may be compacted at a
+    turn boundary when the cost model says it pays (below it only the ceiling compacts)."""
 
     cache_point_offset_rounds: int = 4
     cache_point_min_rounds: int = 2

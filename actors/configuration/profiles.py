@@ -196,8 +196,9 @@ class Profile:
     context_rot: float = 0.55
     repeated_reads: int = 3
     watchdog_floor_tokens: int = 17_000
-    """The watchdog compacts only a context at least this large (the original's
-    summary trigger); below it a crossing is a notice only."""
+    """A context at least this large may be compacted before the ceiling: when the watchdog
+    asks, or at a turn boundary when the cost model says it pays (the original's summary
+    trigger); below it a watchdog crossing is a notice only."""
     # -- memory ---------------------------------------------------------------------------
     memory_scope: str = "conversation"
     memory_hotset: int = 5
@@ -224,6 +225,7 @@ class Profile:
             compaction_keep_ratio=min(0.7, self.compaction_ratio - 0.05),
             compaction_keep_turns=self.keep_turns,
             summary_max_tokens=self.summary_max_tokens,
+            compaction_floor_tokens=self.watchdog_floor_tokens,
             cache_point_offset_rounds=self.cache_point_offset_rounds,
             hide_max_tail_tokens=self.hide_max_tail_tokens,
             cache_ttl_seconds=_TIMELINE.cache_ttl_seconds if self.ttl_pruning else 0,

@@ -720,8 +720,14 @@ class Renderer:
                 why = f"{BUDGET} within the next turn"
                 self.policy.record(self.policy.judge(edit, current.moment, forced=why))
             return chosen
-        chosen = self._plan(system_tokens)
+        if self.stable_tokens < cfg.compaction_floor_tokens:
+            return None  # too small to compact for cost (the watchdog asks only above it too)
+        chosen = self._plan(system_tokens, keep_limit=self._last_turns())
         if chosen is None:
+            if asked:  # nothing older than the turn that just ended to compact
+                rounds = self.policy.rounds_in_view(self.stable_tokens, ceiling)
+                nothing = self.policy.judge(Edit("compaction", 0, 0, rounds), current.moment)
+                self.policy.record(replace(nothing, reason=f"{nothing.reason}; asked: {asked}"))
             return None
         edit = self._compaction_edit(chosen, system_tokens, current.moment)
         verdict = self.policy.judge(edit, current.moment)
