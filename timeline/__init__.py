@@ -33,8 +33,8 @@ from .tokens import DEFAULT_COUNTER, EstimateCounter, TokenCounter
 from .turn_index import turn_index
 
 __all__ = [
-    "DEFAULT_COUNTER",
     "CONTEXT_POLICIES",
+    "DEFAULT_COUNTER",
     "RETENTION_POLICIES",
     "AckUpdate",
     "AnnounceContext",

@@ -222,7 +222,9 @@ class Profile:
         return TimelineConfig(
             max_tokens=min(self.context_tokens, max_context_tokens),
             compaction_ratio=self.compaction_ratio,
-            compaction_keep_ratio=min(0.7, self.compaction_ratio - 0.05),
+            # keep well under the trigger: a page or two of headroom, or the next round
+            # compacts again (fast's 0.75 trigger once kept 0.70: one compaction a round)
+            compaction_keep_ratio=min(0.7, self.compaction_ratio - 0.15),
             compaction_keep_turns=self.keep_turns,
             summary_max_tokens=self.summary_max_tokens,
             compaction_floor_tokens=self.watchdog_floor_tokens,

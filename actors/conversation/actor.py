@@ -396,7 +396,11 @@ class ConversationActor(Actor):
         )
         compacted = compacted or result.events.compaction is not None
         edits = tuple(verdict.event() for verdict in result.events.edits)
-        stats = ContextStats(result.stable_tokens, *self.renderer.rot_counts, compacted)
+        asked = any(
+            v.take and v.edit.kind == "compaction" and "asked:" in v.reason
+            for v in result.events.edits
+        )
+        stats = ContextStats(result.stable_tokens, *self.renderer.rot_counts, compacted, asked)
         # Built from our own render: construct without re-validating thousands of parts.
         request = messages.GenerateRequest.model_construct(
             conversation_id=self.cid,

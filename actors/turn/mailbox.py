@@ -131,6 +131,10 @@ class Render(Request[Rendered]):
     max_output_tokens: int = 4096
     seq_start: int = 0
     force_compaction: bool = False
+    """Compact now: the model refused the context as too long."""
+    ask_compaction: str = ""
+    """A compaction the context watchdog asks for (its reason), weighed by the conversation's
+    context policy where a rewrite is cheap (``actline.timeline.rendering.policy``)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -70,6 +70,8 @@ class ContextStats:
     """Of them, weighted: 2 per summary, 1 per block shown by a replacement."""
     compacted: bool = False
     """A compaction ran in this render."""
+    for_ask: bool = False
+    """That compaction weighed a watchdog's ask (at the turn boundary after it)."""
 
     @classmethod
     def of(cls, visible: Iterable[Block], tokens: int, compacted: bool) -> ContextStats:
@@ -113,8 +115,8 @@ class Watchdog:
     fired: Counter[str] = field(default_factory=Counter)
     """How many times each signal crossed its threshold."""
     _over: frozenset[str] = frozenset()
-    _asked: bool = False
-    """A compaction was asked for the next render."""
+    _asked: str = ""
+    """The reason of a compaction asked for the next render ("" for none)."""
     _last_compaction_round: int = -COOLDOWN_ROUNDS
     _round: int = 0
     _checked: int = 0
@@ -156,7 +158,8 @@ class Watchdog:
         dog.watchdog_compactions = int(snapshot.get("watchdog_compactions", 0))
         dog.fired = Counter({str(k): int(n) for k, n in (snapshot.get("fired") or {}).items()})
         dog._over = frozenset(str(name) for name in snapshot.get("over", ()))
-        dog._asked = bool(snapshot.get("asked", False))
+        asked = snapshot.get("asked", "")
+        dog._asked = asked if isinstance(asked, str) else ("watchdog" if asked else "")
         dog._last_compaction_round = int(snapshot.get("last_compaction_round", -COOLDOWN_ROUNDS))
         dog._round = int(snapshot.get("round", 0))
         dog._checked = int(snapshot.get("checked", 0))
@@ -170,10 +173,10 @@ class Watchdog:
         self.peak_tokens = max(self.peak_tokens, stats.tokens)
         if stats.compacted:
             self.compactions += 1
-            self.watchdog_compactions += self._asked  # asked, and something was compacted
+            self.watchdog_compactions += stats.for_ask  # asked, and something was compacted
             self._last_compaction_round = round_
             self.tokens = []
-        self._asked = False
+        self._asked = ""
         self.tokens = [*self.tokens, stats.tokens][-(DRIFT_ROUNDS + 1) :]
 
     def decided(self, event: ev.ModelEvent) -> None:
@@ -222,7 +225,7 @@ class Watchdog:
         if not p.watchdog:
             return Verdict()
         if round_ <= self._checked:
-            return Verdict((), self._asked, "replayed round" if self._asked else "")
+            return Verdict((), bool(self._asked), self._asked)
         self._checked = round_
         values = {
             "token_drift": (self.token_drift, p.token_drift, "tokens per round"),
@@ -244,8 +247,9 @@ class Watchdog:
             f"{values[name][2]}"
             for name in new
         )
+        reason = "watchdog: " + ", ".join(asking) if compact else ""
         if compact:
-            self._asked = True
+            self._asked = reason
             self._last_compaction_round = self._round + 1
             action = (
                 "the older context is compacted at the next turn boundary, or sooner if the "
@@ -260,7 +264,6 @@ class Watchdog:
             top = [path for path, n in self.reads.most_common(3) if n > 1]
             if top:
                 action += "; read more than once: " + ", ".join(top)
-        reason = "watchdog: " + ", ".join(asking) if compact else ""
         return Verdict((f"context watchdog: {what}. {action}.",), compact, reason)
 
     def telemetry(self) -> ContextTelemetry:

@@ -121,7 +121,9 @@ class ContextPolicy:
         """The cost model's verdict on ``edit`` at ``where`` (queued mid-turn unless forced)."""
         verdict = decide(edit, self.prices, forced=forced, where=where)
         if where == "round" and verdict.take and not forced:
-            verdict = Verdict(edit, False, verdict.gain, verdict.cost, "waits for a boundary", where)
+            verdict = Verdict(
+                edit, False, verdict.gain, verdict.cost, "waits for a boundary", where
+            )
         return verdict
 
     def record(self, verdict: Verdict) -> None:

@@ -1,10 +1,11 @@
 """The render pipeline: timeline -> the ordered content parts a model sees, with cache marks.
 
-Order: TTL pruning -> tool-response retention (``actline.timeline.editing.retention``:
-a batch of old results by policy, at once when the cache is cold) -> compaction
-when over the ceiling (retaining what waits first, which may be enough) -> slice
-after the latest summary -> hidden replacements -> cache marks -> SOURCES POOL
-and ANNOUNCE appended as the uncached tail.
+Order: the round's view edits (``actline.timeline.rendering.editor``: TTL pruning,
+tool-response retention and compaction, each placed by the context policy of
+``actline.timeline.rendering.policy`` and decided by the cost model of
+``actline.timeline.editing.cost``) -> slice after the latest summary -> hidden
+replacements -> cache marks -> SOURCES POOL and ANNOUNCE appended as the uncached tail.
+The policy's decisions come back with the render (``RenderEvents.edits``), for the trace.
 
 Incremental: the ``Renderer`` keeps the visible stream it built last time (one
 entry per shown block: part, path, tokens, round) and, through a ``DirtyMark``
@@ -35,16 +36,14 @@ from actline.timeline.tokens import DEFAULT_COUNTER, IMAGE_TOKENS, TokenCounter
 from actline.timeline.view import PASS_THROUGH, block_text, to_part
 
 from .announce import AnnounceContext, announce_text
-from .policy import ContextPolicy, Moment
+from .editor import Editor
+from .policy import ContextPolicy
 
 T = TypeVar("T")
 
 DEFAULT_CACHE_SECONDS = 300
 """The provider cache lifetime assumed for restore points when TTL pruning is off."""
 MAX_REMEMBERED_MARKS = 64
-COLD_TTL = frozenset({"no_effect", "pruned", "pruned_light"})
-"""TTL pass results that mean the provider cache expired."""
-BUDGET = "context budget"
 
 
 class PrefixView(Sequence[T]):
@@ -95,16 +94,6 @@ class RenderEvents:
     """The context policy's decisions since the last render (``Verdict.event`` for a trace)."""
     moment: str = ""
     """``cold``, ``boundary`` or ``round`` (``actline.timeline.rendering.policy``)."""
-
-
-@dataclass(slots=True)
-class _Round:
-    """The round being rendered: its TTL pass, its moment, what its passes did."""
-
-    ttl: ttl.TtlOutcome
-    moment: Moment
-    retained: retention.RetentionOutcome = retention.DISABLED
-    compaction_decided: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,17 +187,12 @@ class Renderer:
         self._rounds: dict[str, list[int]] = {}
         self._ends: list[int] = []
         self._pool_cache: tuple[int, str, int] = (-1, "", 0)
-        self._retention = retention.RetentionState(timeline)
-        self._rendered_at: float | None = None
-        """The time of the previous ``render``: results stamped since are new to the model."""
         self._changed: int | None = None
         """The lowest entry rebuilt because content changed (not appended) since the last render."""
         self._marked: dict[str, tuple[Block, float]] = {}
         """Blocks that carried a mark in recent renders, with the time of the last one."""
-        self.policy = ContextPolicy()
-        """Where and when view edits go (``actline.timeline.rendering.policy``)."""
-        self._round: _Round | None = None
-        """The round in progress between ``plan_compaction`` and ``render``."""
+        self.editor = Editor(self)
+        """The passes that edit the view each round (``actline.timeline.rendering.editor``)."""
 
     # -- the visible stream ---------------------------------------------------------------------
 
@@ -376,7 +360,12 @@ class Renderer:
             del self._marked[next(iter(self._marked))]
         self._changed = None
 
-    def _cost(self, block: Block) -> int:
+    @property
+    def policy(self) -> ContextPolicy:
+        """Where and when view edits go (``actline.timeline.rendering.policy``)."""
+        return self.editor.policy
+
+    def block_cost(self, block: Block) -> int:
         """What ``block`` costs in the stream as last synced (0 when not shown)."""
         entry = self.entry_of(block)
         return 0 if entry is None else self.block_entry_tokens(entry)
@@ -384,6 +373,10 @@ class Renderer:
     def block_entry_tokens(self, entry: int) -> int:
         """Tokens of one entry of the visible stream."""
         return self._cum[entry] - (self._cum[entry - 1] if entry else 0)
+
+    def tokens_before(self, entry: int) -> int:
+        """Tokens of the stable stream before ``entry``."""
+        return self._cum[entry - 1] if entry > 0 else 0
 
     def tail_tokens_after(self, entry: int) -> int:
         """Tokens of the stable stream after ``entry`` (its distance from the tail)."""
@@ -402,7 +395,7 @@ class Renderer:
                 "hide",
                 result.tokens_hidden,
                 result.tail_tokens + view,
-                self.policy.rounds_in_view(self.stable_tokens, self._ceiling()),
+                self.policy.rounds_in_view(self.stable_tokens, self.editor.ceiling()),
                 paths=(result.path,),
             )
             self.policy.record(self.policy.judge(edit, "tail", forced="asked by the model"))
@@ -431,9 +424,10 @@ class Renderer:
         context as too long).
         """
         tl = self.timeline
-        current = self._begin(now, boundary)
+        editor = self.editor
+        current = editor.begin(now, boundary)
         compacted = None
-        chosen = self._compaction_plan(system_tokens, force_compaction, current)
+        chosen = editor.compaction_plan(system_tokens, force_compaction, current)
         if chosen is not None:
             compacted = compaction.summarize(
                 tl,
@@ -446,7 +440,7 @@ class Renderer:
             )
             self.sync()
             if compacted is not None:
-                self._after_compaction(current)
+                editor.after_compaction(current)
                 compacted = replace(compacted, after_tokens=self.stable_tokens)
         points = self.points(now)
         self._remember_marks(points, now)
@@ -468,11 +462,9 @@ class Renderer:
             labels.append("announce")
             tail_tokens += self.counter.count(text)
         n = len(self._bi)
-        self._rendered_at = now
         tl.mark_rendered()
         last = max(points.marks, default=-1)
-        self.policy.end(self.stable_tokens, points, self._cum[last] if last >= 0 else 0)
-        self._round = None
+        editor.end(now, self.stable_tokens, points, self.tokens_before(last + 1))
         events = RenderEvents(
             ttl=current.ttl,
             compaction=compacted,
@@ -507,8 +499,8 @@ class Renderer:
         ``finish_compaction``; the ``render`` of the same round does not compact again
         unless the context is still over its ceiling.
         """
-        current = self._begin(now, boundary)
-        return self._compaction_plan(system_tokens, force, current)
+        current = self.editor.begin(now, boundary)
+        return self.editor.compaction_plan(system_tokens, force, current)
 
     def finish_compaction(
         self, chosen: compaction.CompactionPlan, texts: Sequence[str], *, now: float
@@ -516,290 +508,9 @@ class Renderer:
         """Apply a plan from ``plan_compaction`` with its summary texts (see there)."""
         outcome = compaction.finish(self.timeline, chosen, texts, now=now, counter=self.counter)
         self.sync()
-        if outcome is not None and self._round is not None:
-            self._after_compaction(self._round)
+        if outcome is not None and self.editor.round is not None:
+            self.editor.after_compaction(self.editor.round)
         return None if outcome is None else replace(outcome, after_tokens=self.stable_tokens)
-
-    # -- the context policy ---------------------------------------------------------------------
-
-    def _begin(self, now: float, boundary: bool | None) -> _Round:
-        """The round's first pass (``plan_compaction`` or ``render``, whichever comes first):
-        TTL pruning, the round's moment, and the retention the policy allows now."""
-        if self._round is not None:
-            return self._round
-        tl = self.timeline
-        if self._rendered_at is None:  # a new renderer (e.g. after a restart): the stored time
-            self._rendered_at = tl.cache.last_touch_at
-        nothing_cached = tl.cache.last_touch_at is None
-        self.sync()
-        new_turn = self.policy.begin(tl.current_turn_id, self.stable_tokens)
-        before = self.stable_tokens
-        pruned = ttl.apply(tl, self.config, now=now, counter=self.counter)
-        self.sync()
-        moment: Moment = "round"
-        if nothing_cached or pruned.status in COLD_TTL:
-            moment = "cold"
-        elif new_turn if boundary is None else boundary:
-            moment = "boundary"
-        if pruned.hidden_paths:
-            edit = Edit(
-                "ttl",
-                before - self.stable_tokens,
-                0,
-                self.policy.rounds_in_view(self.stable_tokens, self._ceiling()),
-                cold=True,
-                paths=pruned.hidden_paths,
-            )
-            self.policy.record(self.policy.judge(edit, "cold", forced="the cache expired"))
-        current = self._round = _Round(pruned, moment)
-        current.retained = self._retain_pass(current)
-        return current
-
-    def _retain_pass(self, current: _Round) -> retention.RetentionOutcome:
-        """Tool-response retention this round: under the ``cost`` policy, the batch of waiting
-        results the cost model finds most worth it where an edit may go now."""
-        cfg = self.config
-        if not cfg.retention:
-            return retention.DISABLED
-        if cfg.context_policy == "append":
-            outcome = retention.apply(
-                self.timeline,
-                cfg,
-                counter=self.counter,
-                state=self._retention,
-                fresh_since=self._rendered_at,
-                force=current.ttl.status in COLD_TTL,
-            )
-            self.sync()
-            return outcome
-        waiting = self._waiting()
-        if not waiting:
-            return retention.RetentionOutcome("none")
-        chosen = self._best_batch(waiting, current.moment)
-        if not chosen:
-            return retention.RetentionOutcome("waiting", pending=len(waiting))
-        outcome = retention.retain(self.timeline, chosen, self._retention)
-        self.sync()
-        return outcome
-
-    def _waiting(self) -> list[retention.Pending]:
-        return retention.collect(
-            self.timeline,
-            self.config,
-            counter=self.counter,
-            state=self._retention,
-            fresh_since=self._rendered_at,
-            turn_id=self.timeline.current_turn_id,
-        )
-
-    def _best_batch(
-        self, waiting: Sequence[retention.Pending], moment: Moment
-    ) -> list[retention.Pending]:
-        """The waiting results to retain now: the batch (every result from some position on,
-        one rewrite) the cost model values most where an edit may go; none when no batch
-        pays there. A batch that waits or does not pay is reported once."""
-        located = sorted(
-            ((e, p) for p in waiting if (e := self.entry_of(p.block)) is not None),
-            key=lambda pair: pair[0],
-        )
-        rounds = self.policy.rounds_in_view(self.stable_tokens, self._ceiling())
-        best: tuple[float, int, Verdict] | None = None
-        widest: Verdict | None = None
-        saved = 0
-        for k in range(len(located) - 1, -1, -1):
-            entry, item = located[k]
-            saved += item.saved
-            before = self._cum[entry - 1] if entry else 0
-            edit = Edit(
-                "retention",
-                saved,
-                max(0, self.policy.cached_tokens - before - saved),
-                rounds,
-                cold=moment == "cold",
-                paths=tuple(p.block.path for _, p in located[k:]),
-            )
-            widest = self.policy.judge(edit, self.policy.where(moment, entry))
-            net = widest.gain - widest.cost
-            if widest.take and (best is None or net > best[0]):
-                best = (net, k, widest)
-        if best is None:
-            if widest is not None and len(located) > self.policy.queued:
-                self.policy.record(widest)
-                self.policy.queued = len(located)
-            return []
-        self.policy.record(best[2])
-        self.policy.queued = best[1]
-        return [p for _, p in located[best[1] :]]
-
-    def _retain_all(self, why: str, *, cold: bool = False) -> retention.RetentionOutcome:
-        """Retain every waiting result now (the budget needs it, or the prefix is rewritten
-        anyway after a compaction)."""
-        if not self.config.retention:
-            return retention.DISABLED
-        waiting = self._waiting()
-        if not waiting:
-            return retention.RetentionOutcome("none")
-        first = min((e for p in waiting if (e := self.entry_of(p.block)) is not None), default=0)
-        saved = sum(p.saved for p in waiting)
-        before = self._cum[first - 1] if first else 0
-        edit = Edit(
-            "retention",
-            saved,
-            0 if cold else max(0, self.policy.cached_tokens - before - saved),
-            self.policy.rounds_in_view(self.stable_tokens, self._ceiling()),
-            cold=cold,
-            paths=tuple(p.block.path for p in waiting),
-        )
-        verdict = self.policy.judge(edit, "cold" if cold else "budget", forced=why)
-        self.policy.record(verdict)
-        if not verdict.take:
-            return retention.RetentionOutcome("waiting", pending=len(waiting))
-        outcome = retention.retain(self.timeline, waiting, self._retention)
-        self.policy.queued = 0
-        self.sync()
-        return outcome
-
-    def _after_compaction(self, current: _Round) -> None:
-        """A compaction rewrote the prefix from its summary: what waits goes with it."""
-        if self.config.context_policy == "append":
-            current.retained = current.retained.merge(self._retain(force=True))
-        else:
-            more = self._retain_all("the prefix is rewritten by the compaction", cold=True)
-            current.retained = current.retained.merge(more)
-
-    def _compaction_plan(
-        self, system_tokens: int, force: bool, current: _Round
-    ) -> compaction.CompactionPlan | None:
-        """The compaction due this round, or None.
-
-        Always at the ceiling (or ``force``): first what retention waits with, then a
-        compaction if that is not enough. Under the ``cost`` policy, also at a boundary
-        or a cold cache: when the next turn is expected to pass the ceiling (it keeps
-        what leaves room for that turn), or when the cost model says a compaction pays.
-        """
-        cfg = self.config
-        if not cfg.max_tokens:
-            return None
-        ceiling = self._ceiling()
-        if force or system_tokens + self.stable_tokens > ceiling:
-            if cfg.context_policy == "append":
-                more = self._retain(force=True)
-                self.sync()
-            else:
-                more = self._retain_all(BUDGET)
-            current.retained = current.retained.merge(more)
-            if not force and system_tokens + self.stable_tokens <= ceiling:
-                return None
-            current.compaction_decided = True
-            limit = None
-            if cfg.context_policy == "cost" and not force:
-                room = ceiling - system_tokens - self.policy.remaining_growth()
-                limit = max(1, int(room) - self._summary_allowance(system_tokens))
-            chosen = self._plan(system_tokens, force=force, keep_limit=limit)
-            if chosen is not None:
-                why = "the model refused the context as too long" if force else BUDGET
-                edit = self._compaction_edit(chosen, system_tokens, current.moment)
-                self.policy.record(self.policy.judge(edit, "budget", forced=why))
-            return chosen
-        if cfg.context_policy != "cost" or current.moment == "round":
-            return None
-        if current.compaction_decided:
-            return None
-        current.compaction_decided = True
-        asked, self.policy.asked = self.policy.asked, ""
-        growth = self.policy.expected_growth
-        if growth and system_tokens + self.stable_tokens + growth > ceiling:
-            more = self._retain_all(f"{BUDGET} within the next turn")
-            current.retained = current.retained.merge(more)
-            if system_tokens + self.stable_tokens + growth <= ceiling:
-                return None
-            room = int(ceiling - system_tokens - growth) - self._summary_allowance(system_tokens)
-            chosen = self._plan(system_tokens, keep_limit=max(1, min(room, self._last_turns())))
-            if chosen is not None:
-                edit = self._compaction_edit(chosen, system_tokens, current.moment)
-                why = f"{BUDGET} within the next turn"
-                self.policy.record(self.policy.judge(edit, current.moment, forced=why))
-            return chosen
-        if self.stable_tokens < cfg.compaction_floor_tokens:
-            return None  # too small to compact for cost (the watchdog asks only above it too)
-        chosen = self._plan(system_tokens, keep_limit=self._last_turns())
-        if chosen is None:
-            if asked:  # nothing older than the turn that just ended to compact
-                rounds = self.policy.rounds_in_view(self.stable_tokens, ceiling)
-                nothing = self.policy.judge(Edit("compaction", 0, 0, rounds), current.moment)
-                self.policy.record(replace(nothing, reason=f"{nothing.reason}; asked: {asked}"))
-            return None
-        edit = self._compaction_edit(chosen, system_tokens, current.moment)
-        verdict = self.policy.judge(edit, current.moment)
-        if asked:
-            verdict = replace(verdict, reason=f"{verdict.reason}; asked: {asked}")
-        self.policy.record(verdict)
-        return chosen if verdict.take else None
-
-    def _plan(
-        self, system_tokens: int, *, force: bool = False, keep_limit: int | None = None
-    ) -> compaction.CompactionPlan | None:
-        return compaction.plan(
-            self.timeline,
-            self.config,
-            system_tokens=system_tokens,
-            counter=self.counter,
-            force=force,
-            cost=self._cost,
-            keep_limit=keep_limit,
-        )
-
-    def _compaction_edit(
-        self, chosen: compaction.CompactionPlan, system_tokens: int, moment: Moment
-    ) -> Edit:
-        """What ``chosen`` would do, for the cost model: the summary replaces the range, and
-        the stream is written again from the summary on."""
-        summary = self._summary_allowance(system_tokens)
-        call = self.policy.summaries_cost_a_call
-        return Edit(
-            "compaction",
-            chosen.saved_tokens - summary,
-            chosen.before_tokens - chosen.saved_tokens + summary,
-            self.policy.rounds_in_view(self.stable_tokens, self._ceiling()),
-            work_input=chosen.saved_tokens if call else 0,
-            work_output=summary if call else 0,
-            cold=moment == "cold",
-            paths=(chosen.cut.path,),
-        )
-
-    def _last_turns(self, turns: int = 2) -> int:
-        """Stream tokens from the header of the ``turns``-th newest turn to the end: what a
-        compaction at a boundary keeps at most (the turn that just ended and the new one;
-        keeping more raw costs its rewrite now and its reads until the next compaction)."""
-        tl = self.timeline
-        ids = tl.turn_ids()
-        if len(ids) < turns:
-            return self.stable_tokens
-        header = tl.header(ids[-turns])
-        entry = None if header is None else self.entry_of(header)
-        if entry is None:
-            return self.stable_tokens
-        return self.stable_tokens - (self._cum[entry - 1] if entry else 0)
-
-    def _summary_allowance(self, system_tokens: int) -> int:
-        """The tokens a compaction summary may take (``CompactionPlan.requests``)."""
-        cfg = self.config
-        budget = max(1, cfg.max_tokens - system_tokens)
-        return max(32, min(cfg.summary_max_tokens, budget // 10))
-
-    def _ceiling(self) -> int:
-        cfg = self.config
-        return int(cfg.compaction_ratio * cfg.max_tokens)
-
-    def _retain(self, *, force: bool) -> retention.RetentionOutcome:
-        return retention.apply(
-            self.timeline,
-            self.config,
-            counter=self.counter,
-            state=self._retention,
-            fresh_since=self._rendered_at,
-            force=force,
-        )
 
     def _pool_text(self) -> tuple[str, int]:
         pool = self.timeline.sources

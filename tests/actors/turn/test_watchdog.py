@@ -1,6 +1,7 @@
 """The context watchdog: its signals (pure), and scripted turns over a real nats-server that
-drive each signal over its threshold and show the compaction it triggers, and one that
-stays under."""
+drive each signal over its threshold — a notice to the model, and an ask for a compaction
+that the context policy weighs at the next turn boundary (never on token drift alone, never
+in the middle of the turn) — and one that stays under."""
 
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ from actline.actors.client.client import Client
 from actline.actors.configuration.profiles import BUILTINS, resolve
 from actline.actors.node.node import Node
 from actline.actors.turn import events as ev
+from actline.actors.tracing import sinks as trace_sinks
 from actline.actors.turn.watchdog import (
     COOLDOWN_ROUNDS,
     WATCHDOG,
@@ -25,6 +27,7 @@ from actline.messages import ReActProgress
 from actline.timeline import Block
 from actline.timeline.blocks import NOTE, NOTICE, SUMMARY, TOOL_RESULT, TURN_HEADER
 from tests.actors.harness import Scripted, run_turn, say, start_node
+from tests.waiting import until
 
 DOC = "ks:pricing/tiers.md"
 DOCS = [
@@ -89,7 +92,7 @@ def test_context_rot_weighs_summaries_twice_and_leaves_headers_out() -> None:
     assert ContextStats().rot == 0.0
 
 
-def test_a_crossing_gives_one_notice_and_compacts_only_above_the_floor_and_after_cooldown() -> None:
+def test_a_crossing_gives_one_notice_and_asks_only_above_the_floor_and_after_cooldown() -> None:
     table = {"extends": "balanced", "context_rot": 0.5, "watchdog_floor_tokens": 5000}
     profile = resolve({**table, "token_drift": 1_000_000})  # rot alone here
     dog = Watchdog(profile)
@@ -103,8 +106,9 @@ def test_a_crossing_gives_one_notice_and_compacts_only_above_the_floor_and_after
     assert dog.check(4).notices == ()  # back under
     dog.rendered(4, ContextStats(tokens=9000, blocks=10, rotten=7))
     big = dog.check(5)
-    assert big.compact and "compacted before this round" in big.notices[0].lower()
-    dog.rendered(5, ContextStats(tokens=5000, blocks=10, rotten=1, compacted=True))
+    assert big.compact and big.reason == "watchdog: context_rot"
+    assert "compacted at the next turn boundary" in big.notices[0].lower()
+    dog.rendered(5, ContextStats(tokens=5000, blocks=10, rotten=1, compacted=True, for_ask=True))
     dog.check(6)
     dog.rendered(6, ContextStats(tokens=9000, blocks=10, rotten=8))
     soon = dog.check(7)
@@ -127,9 +131,10 @@ def test_a_watchdog_kept_in_a_checkpoint_goes_on_as_the_one_not_interrupted() ->
     kept = going.snapshot()  # what the checkpoint of round 4 stores, with that notice
     resumed = Watchdog.resumed(profile, msgpack.unpackb(msgpack.packb(kept)))
     assert resumed.snapshot() == kept
-    assert resumed.check(4) == Verdict((), compact=True)  # round 4 replayed: said already
+    assert asked.reason == "watchdog: over_tooling, repeated_reads"
+    assert resumed.check(4) == Verdict((), True, asked.reason)  # replayed: said already
     for dog in (going, resumed):
-        dog.rendered(4, ContextStats(tokens=900, blocks=10, rotten=3, compacted=True))
+        dog.rendered(4, ContextStats(tokens=900, blocks=10, rotten=3, compacted=True, for_ask=True))
         dog.decided(decided(read(DOCS[0])))
         readings.append((dog.check(5), dog.readings()))
     assert readings[0] == readings[1]
@@ -155,46 +160,86 @@ def summaries(node: Node, cid: str) -> list[Block]:
     return [b for b in node.conversations[cid].tl.blocks if b.type == SUMMARY]
 
 
-async def test_repeated_reads_and_over_tooling_fire_and_compact_before_the_next_round(
+def context_edits(home: Path, turn_id: str) -> list[dict[str, Any]]:
+    """The ``context.edit`` events on the render spans of a turn's trace."""
+    records = [r for r in trace_sinks.read(home) if r.get("type") == "span"]
+    return [
+        e["attrs"]
+        for r in records
+        if r["turn_id"] == turn_id and r["name"] == "render"
+        for e in r.get("events", ())
+        if e["name"] == "context.edit"
+    ]
+
+
+async def traced(home: Path, turn_id: str) -> None:
+    def done() -> bool:
+        records = trace_sinks.read(home)
+        return any(r["type"] == "session" and r["turn_id"] == turn_id for r in records)
+
+    await until(done, 30)
+
+
+async def test_repeated_reads_and_over_tooling_ask_and_the_next_boundary_weighs_it(
     bus: Bus, client: Client, tmp_path: Path
 ) -> None:
     model = Scripted(
         {
             "w1": [
+                say("Looking around.", calls=[read(*DOCS[:3])]),
+                say("Enough.", answer="Read three documents."),
                 say("Reading.", calls=[read(DOC)]),
                 say("Again.", calls=[read(DOC)]),
                 say("Once more.", calls=[read(DOC)]),
                 say("Enough.", answer="The Team plan is the middle tier."),
+                say("From what I have.", answer="The Team plan, as said."),
             ]
         }
     )
     node = await start_node(bus, tmp_path, model)
     try:
         config = {"profile": {"extends": "balanced", "watchdog_floor_tokens": 0}}
+        await run_turn(client, "What is in the docs?", "w1", config=config)
         handle = await run_turn(client, "What are the tiers?", "w1", config=config)
         result = handle.result.result()
         assert result.status == "completed"
         context = result.usage.context
         assert context is not None
         assert {"repeated_reads", "over_tooling"} <= set(context.signals)
-        assert context.repeated_reads == 3 and context.watchdog_compactions == 1
-        assert context.compactions >= 1
+        assert context.repeated_reads == 3
+        assert context.compactions == 0 and not summaries(node, "w1")  # not mid-turn
+        renderer = node.conversations["w1"].renderer
+        assert renderer.policy.asked == "watchdog: over_tooling, repeated_reads"
         [notice] = watchdog_notices(node, "w1")
         assert "repeated reads 3 >= 3" in notice and DOC in notice
-        assert summaries(node, "w1"), "the watchdog's compaction wrote a su: block"
+        assert "compacted at the next turn boundary" in notice
         # the model saw the notice: it is in the request of the round after it
         prompts = [r.blocks for r in model.models["w1"].requests]
-        assert any("context watchdog" in str(p) for p in prompts[3]) and not any(
-            "context watchdog" in str(p) for p in prompts[2]
+        assert any("context watchdog" in str(p) for p in prompts[5]) and not any(
+            "context watchdog" in str(p) for p in prompts[4]
         )
         cards = [e for e in handle.events if isinstance(e, ReActProgress)]
         assert cards and all("context" in c.data for c in cards)
         assert cards[-1].data["context"]["repeated_reads"] == 3
+        third = await run_turn(client, "And the cheapest?", "w1", config=config)
+        assert third.result.result().status == "completed"
+        assert renderer.policy.asked == ""  # weighed at this turn's first round
+        await traced(tmp_path, third.turn_id)
+        [weighed] = [
+            e for e in context_edits(tmp_path, third.turn_id) if e["kind"] == "compaction"
+        ]
+        assert weighed["where"] == "boundary"
+        assert "asked: watchdog: over_tooling, repeated_reads" in weighed["reason"]
+        assert (weighed["verdict"] == "take") == (weighed["gain"] > weighed["cost"])
+        assert bool(summaries(node, "w1")) == (weighed["verdict"] == "take")
+        third_context = third.result.result().usage.context
+        assert third_context is not None
+        assert third_context.watchdog_compactions == (weighed["verdict"] == "take")
     finally:
         await node.stop()
 
 
-async def test_token_drift_fires_when_rounds_add_more_than_the_threshold(
+async def test_token_drift_gives_a_notice_and_never_asks_for_a_compaction(
     bus: Bus, client: Client, tmp_path: Path
 ) -> None:
     model = Scripted(
@@ -213,14 +258,16 @@ async def test_token_drift_fires_when_rounds_add_more_than_the_threshold(
         handle = await run_turn(client, "Read the docs.", "w2", config=config)
         context = handle.result.result().usage.context
         assert context is not None and context.signals.get("token_drift") == 1
-        assert context.watchdog_compactions == 1 and summaries(node, "w2")
+        assert context.watchdog_compactions == 0 and not summaries(node, "w2")
+        assert node.conversations["w2"].renderer.policy.asked == ""
         [notice] = watchdog_notices(node, "w2")
         assert "token drift" in notice and ">= 300 tokens per round" in notice
+        assert "work from what you have" in notice
     finally:
         await node.stop()
 
 
-async def test_context_rot_from_archived_results_fires(
+async def test_context_rot_from_archived_results_fires_and_asks(
     bus: Bus, client: Client, tmp_path: Path
 ) -> None:
     searches = ["pricing tiers", "signing keys", "system requirements", "service level"]
@@ -244,10 +291,15 @@ async def test_context_rot_from_archived_results_fires(
         assert conversation.renderer.rot_counts == (counted.blocks, counted.rotten) != (0, 0)
         blocks = conversation.tl.blocks
         archived = [b for b in blocks if b.hidden and "ARCHIVED" in b.replacement]
-        assert len(archived) >= 2  # results that left the recency window
+        assert len(archived) >= 2  # results that left the window, archived in the tail
         [notice] = watchdog_notices(node, "w3")
         assert "context rot" in notice and ">= 0.1 of the visible blocks" in notice
-        assert context.watchdog_compactions == 1 and summaries(node, "w3")
+        assert conversation.renderer.policy.asked == "watchdog: context_rot"
+        assert context.watchdog_compactions == 0 and not summaries(node, "w3")
+        await traced(tmp_path, handle.turn_id)
+        edits = context_edits(tmp_path, handle.turn_id)
+        assert edits and {e["kind"] for e in edits} == {"retention"}
+        assert all(e["verdict"] != "take" or e["where"] == "tail" for e in edits)
     finally:
         await node.stop()
 

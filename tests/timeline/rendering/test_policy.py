@@ -9,6 +9,7 @@ a verdict with its arithmetic (the trace's ``context.edit`` events).
 
 from __future__ import annotations
 
+import itertools
 from typing import Any
 
 from actline.timeline import Renderer, RenderResult, TimelineConfig, resolve
@@ -17,9 +18,7 @@ from actline.timeline.paths import tc_path
 from tests.timeline.builders import Build, texts, words
 
 BIG = words(2_400)  # ~3,600 tokens: verbose, archived by summarize_archive
-CFG = TimelineConfig(
-    cache_ttl_seconds=300, retention_recent_results=3, cache_point_offset_rounds=1
-)
+CFG = TimelineConfig(cache_ttl_seconds=300, retention_recent_results=3, cache_point_offset_rounds=1)
 """A window of three results and the pre-tail mark one round back: a result that leaves the
 window is in the cached prefix, before the editable tail."""
 
@@ -59,7 +58,7 @@ def test_mid_turn_results_wait_and_the_cached_prefix_stays_byte_identical() -> N
     renderer = Renderer(b.tl, CFG)
     results = one_turn_of_rounds(renderer, b, "t1", 7)
     assert hidden(b) == []  # c0..c3 left the window of 3, mid-turn: they wait
-    for before, after in zip(results[1:], results[2:], strict=False):
+    for before, after in itertools.pairwise(results[1:]):
         assert marked_prefix(after)[: len(marked_prefix(before))] == marked_prefix(before)
     queued = [e for r in results for e in r.events.edits if e.edit.kind == "retention"]
     assert queued and all(not v.take and v.where == "round" for v in queued)
@@ -102,9 +101,7 @@ def test_in_the_editable_tail_an_edit_that_pays_goes_mid_turn() -> None:
     assert taken and all(v.where == "tail" for v in taken), result.events.edits
     floor = results[-1].points.hide_floor
     changed = next(
-        i
-        for i, (x, y) in enumerate(zip(results[-1].stable, result.stable, strict=False))
-        if x != y
+        i for i, (x, y) in enumerate(zip(results[-1].stable, result.stable, strict=False)) if x != y
     )
     assert changed > floor  # nothing at or before the previous request's pre-tail mark
 
