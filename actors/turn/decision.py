@@ -227,7 +227,7 @@ class DecisionActor(Actor):
                 for text in verdict.notices:
                     self.pending.append(self._notice(WATCHDOG, text))
                     await self._progress("notice", r, text)
-                render = self._render_message(r, record=self._checkpoint(), force=verdict.compact)
+                render = self._render_message(r, record=self._checkpoint(), ask=verdict.reason)
                 self._model_job = self.spawn(self._model_round(render), f"model-{r}")
             case ev.CancelModel():
                 await self._cancel_model()
@@ -287,6 +287,7 @@ class DecisionActor(Actor):
         *,
         record: dict[str, object] | None = None,
         force: bool = False,
+        ask: str = "",
         notices: tuple[str, ...] = (),
     ) -> mb.Render:
         limits = self.turn.limits
@@ -307,6 +308,7 @@ class DecisionActor(Actor):
             max_output_tokens=self.turn.profile.max_output_tokens,
             seq_start=self.out.seq,
             force_compaction=force,
+            ask_compaction=ask,
         )
 
     async def _model_round(self, render: mb.Render) -> None:
@@ -505,6 +507,7 @@ class DecisionActor(Actor):
             turn_id=self.tid,
             status="failed",
             usage=self.out.usage.model_copy(update={"context": self.watchdog.telemetry()}),
+            cost=self.out.cost,
             rounds=self.state.round,
             error=f"the runtime failed: {error}",
         )
