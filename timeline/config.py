@@ -30,9 +30,11 @@ class TimelineConfig:
     """Keep whole recent turns when they fit under the trigger (never above it)."""
     summary_max_tokens: int = 800
     split_turn_summary_max_tokens: int = 400
-    compaction_floor_tokens: int = 17_000
+    compaction_floor_tokens: int = 0
     """Under the ``cost`` context policy, a context at least this large may be compacted at a
-    turn boundary when the cost model says it pays (below it only the ceiling compacts)."""
+    turn boundary when the cost model says it pays or the watchdog asked; 0 (the default, as
+    compaction itself is off by default) for never: only the ceiling compacts. A runtime
+    profile sets it (``watchdog_floor_tokens``)."""
 
     cache_point_offset_rounds: int = 4
     cache_point_min_rounds: int = 2

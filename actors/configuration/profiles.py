@@ -227,7 +227,7 @@ class Profile:
             compaction_keep_ratio=min(0.7, self.compaction_ratio - 0.15),
             compaction_keep_turns=self.keep_turns,
             summary_max_tokens=self.summary_max_tokens,
-            compaction_floor_tokens=self.watchdog_floor_tokens,
+            compaction_floor_tokens=max(1, self.watchdog_floor_tokens),  # 0 there: any size
             cache_point_offset_rounds=self.cache_point_offset_rounds,
             hide_max_tail_tokens=self.hide_max_tail_tokens,
             cache_ttl_seconds=_TIMELINE.cache_ttl_seconds if self.ttl_pruning else 0,

@@ -295,7 +295,8 @@ class Editor:
                 why = f"{BUDGET} within the next turn"
                 self.policy.record(self.policy.judge(edit, current.moment, forced=why))
             return chosen
-        if self.stream.stable_tokens < cfg.compaction_floor_tokens:
+        floor = cfg.compaction_floor_tokens
+        if not floor or self.stream.stable_tokens < floor:
             return None  # too small to compact for cost (the watchdog asks only above it too)
         chosen = self._plan(system_tokens, keep_limit=self._last_turns())
         if chosen is None:

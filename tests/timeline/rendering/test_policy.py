@@ -153,7 +153,9 @@ def test_a_boundary_compacts_when_the_next_turn_would_pass_the_ceiling() -> None
 
 
 def test_a_watchdog_ask_is_weighed_at_the_next_boundary_not_mid_turn() -> None:
-    cfg = TimelineConfig(cache_ttl_seconds=300, max_tokens=200_000, retention=False)
+    cfg = TimelineConfig(
+        cache_ttl_seconds=300, max_tokens=200_000, retention=False, compaction_floor_tokens=1
+    )
     b = Build()
     renderer = Renderer(b.tl, cfg)
     one_turn_of_rounds(renderer, b, "t1", 4)
@@ -179,6 +181,21 @@ def test_react_hide_is_recorded_with_what_it_cost() -> None:
     verdicts = [v for v in render(renderer, b).events.edits if v.edit.kind == "hide"]
     assert len(verdicts) == 1 and verdicts[0].take and verdicts[0].where == "tail"
     assert verdicts[0].reason in ("pays", "asked by the model")
+
+
+def test_without_a_floor_a_boundary_never_compacts_for_cost_alone() -> None:
+    """The default ``compaction_floor_tokens`` (0): below the ceiling nothing compacts."""
+    cfg = TimelineConfig(cache_ttl_seconds=300, max_tokens=200_000, retention=False)
+    b = Build()
+    renderer = Renderer(b.tl, cfg)
+    for t in range(1, 4):
+        one_turn_of_rounds(renderer, b, f"t{t}", 4)
+        b.completion()
+    renderer.ask_compaction("watchdog: context_rot")
+    b.turn("t4")
+    result = render(renderer, b)
+    assert b.tl.latest_summary is None and result.stable_tokens > 40_000
+    assert not [v for v in result.events.edits if v.edit.kind == "compaction"]
 
 
 def test_the_append_policy_archives_mid_turn_as_results_leave_the_window() -> None:

@@ -40,7 +40,7 @@ CONFIGS = st.builds(
     retention_recent_results=st.sampled_from([1, 3, 6]),
     cache_point_offset_rounds=st.sampled_from([1, 2, 4]),
     cache_ttl_seconds=st.sampled_from([0, 300]),
-    compaction_floor_tokens=st.sampled_from([5_000, 17_000]),
+    compaction_floor_tokens=st.sampled_from([0, 5_000, 17_000]),
 )
 
 
