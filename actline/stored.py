@@ -1,5 +1,8 @@
 """Stored conversations read straight from a node's LMDB, with no NATS: the list of
-conversations and their blocks as text. ``actline timeline`` and the web console read them.
+conversations, their blocks as text, and what their turns cost (the final turn records,
+each holding its ``turn.result``: its usage and, since turns are priced, its cost; an
+older record's usage is priced when read). ``actline timeline`` and the web console read
+them.
 
 The store at ``ACTLINE_HOME`` is opened read-mostly next to any node using it (LMDB
 readers never block the writer).
@@ -8,12 +11,17 @@ readers never block the writer).
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import lmdb
+from pydantic import ValidationError
 
 from actline.config import ConfigError
+from actline.llm.pricing import price
+from actline.messages import Cost, Usage
 from actline.storage import StorageError, Store
 from actline.storage.layout import unpack
 from actline.timeline import Block
@@ -62,6 +70,89 @@ def stored_conversations(store: Store) -> list[dict[str, Any]]:
             }
         )
     return rows
+
+
+@dataclass(frozen=True, slots=True)
+class TurnCost:
+    """What one finished turn used and cost, from its stored result."""
+
+    turn_id: str
+    status: str
+    rounds: int
+    usage: Usage
+    cost: Cost
+    ts: str
+    """When the result was made (ISO 8601, UTC)."""
+
+    def as_json(self) -> dict[str, Any]:
+        return {
+            "turn_id": self.turn_id,
+            "status": self.status,
+            "rounds": self.rounds,
+            "usage": self.usage.model_dump(mode="json", exclude={"context"}),
+            "cost": self.cost.model_dump(mode="json"),
+            "saved_usd": self.cost.saved_usd,
+            "ts": self.ts,
+        }
+
+
+def turn_cost(turn_id: str, record: Any) -> TurnCost | None:
+    """The cost of a stored turn record; None for a turn still running (a checkpoint) or a
+    record that does not read as a result."""
+    result = record.get("result") if isinstance(record, dict) else None
+    if not isinstance(result, dict):
+        return None
+    try:
+        usage = Usage.model_validate(result.get("usage") or {}, strict=False)
+        stored = result.get("cost")
+        cost = price(usage) if stored is None else Cost.model_validate(stored, strict=False)
+    except ValidationError:
+        return None
+    ts = result.get("ts")
+    return TurnCost(
+        turn_id=str(result.get("turn_id") or turn_id),
+        status=str(result.get("status") or record.get("status") or ""),
+        rounds=int(result.get("rounds") or 0),
+        usage=usage,
+        cost=cost,
+        ts=ts.isoformat() if isinstance(ts, datetime) else str(ts or ""),
+    )
+
+
+def _records(store: Store, prefix: bytes = b"") -> list[tuple[str, str, Any]]:
+    """``(conversation id, turn id, record)`` of the turn records under ``prefix``."""
+
+    def scan(txn: lmdb.Transaction) -> list[tuple[str, str, Any]]:
+        cursor = txn.cursor(db=store.db["turns"])
+        out: list[tuple[str, str, Any]] = []
+        if not cursor.set_range(prefix):
+            return out
+        for key, raw in cursor:
+            name = bytes(key)
+            if not name.startswith(prefix):
+                break
+            cid, _, tid = name.decode(errors="replace").rpartition("/")
+            out.append((cid, tid, unpack(raw)))
+        return out
+
+    return store.read(scan)
+
+
+def turn_costs(store: Store, cid: str) -> list[TurnCost]:
+    """The finished turns of ``cid`` with their usage and cost, oldest first."""
+    found = [turn_cost(tid, record) for _, tid, record in _records(store, f"{cid}/".encode())]
+    return sorted((t for t in found if t is not None), key=lambda t: t.ts)
+
+
+def conversation_costs(store: Store) -> dict[str, tuple[Cost, int]]:
+    """Conversation id -> what its finished turns cost together, and how many there are."""
+    totals: dict[str, tuple[Cost, int]] = {}
+    for cid, tid, record in _records(store):
+        turn = turn_cost(tid, record)
+        if turn is not None:
+            cost, n = totals.get(cid, (Cost(), 0))
+            totals[cid] = (cost + turn.cost, n + 1)
+    return totals
 
 
 def first_line(text: str, width: int = TEXT_WIDTH) -> str:

@@ -1,5 +1,6 @@
 """A turn's trace read back from the JSONL trace sink: its session and spans as one tree.
-``actline trace`` and the web console show it.
+``actline trace`` and the web console show it. The cost attributes are named here for the
+displays (``actline.actors.tracing.attributes``).
 """
 
 from __future__ import annotations
@@ -7,7 +8,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from actline.actors.tracing.attributes import COST, ESTIMATED, UNCACHED
 from actline.config import ConfigError
+
+__all__ = ["COST", "ESTIMATED", "UNCACHED", "turn_trace"]
 
 
 def turn_trace(records: Sequence[dict[str, Any]], turn_id: str | None) -> dict[str, Any]:

@@ -94,6 +94,51 @@ class Usage(WireModel):
         )
 
 
+class Cost(WireModel):
+    """What a usage cost in USD, part by part (``actline.llm.pricing.price`` builds it).
+
+    Kept as unrounded floats; displays format them. ``uncached_usd`` is what the same
+    tokens would have cost with no prompt caching (every input token, read or written, at
+    the input price, plus the output). ``priced_as`` names the entry of the model table
+    whose prices were used; ``estimated`` is true when the model is not in the table and
+    conservative prices stood in.
+    """
+
+    input_usd: float = 0.0
+    """Uncached input tokens at the input price."""
+    cache_write_5m_usd: float = 0.0
+    """Tokens written to the 5-minute cache, at 1.25x the input price."""
+    cache_write_1h_usd: float = 0.0
+    """Tokens written to the 1-hour cache, at 2x the input price."""
+    cache_read_usd: float = 0.0
+    """Tokens read from the cache, at 0.1x the input price."""
+    output_usd: float = 0.0
+    total_usd: float = 0.0
+    uncached_usd: float = 0.0
+    priced_as: str = ""
+    estimated: bool = False
+
+    @property
+    def saved_usd(self) -> float:
+        """What caching saved: ``uncached_usd - total_usd`` (negative when the cache
+        writes cost more than the reads saved)."""
+        return self.uncached_usd - self.total_usd
+
+    def __add__(self, other: Cost) -> Cost:
+        names = [n for n in dict.fromkeys((self.priced_as, other.priced_as)) if n]
+        return Cost(
+            input_usd=self.input_usd + other.input_usd,
+            cache_write_5m_usd=self.cache_write_5m_usd + other.cache_write_5m_usd,
+            cache_write_1h_usd=self.cache_write_1h_usd + other.cache_write_1h_usd,
+            cache_read_usd=self.cache_read_usd + other.cache_read_usd,
+            output_usd=self.output_usd + other.output_usd,
+            total_usd=self.total_usd + other.total_usd,
+            uncached_usd=self.uncached_usd + other.uncached_usd,
+            priced_as=",".join(names),
+            estimated=self.estimated or other.estimated,
+        )
+
+
 class Attachment(WireModel):
     """A user attachment: inline bytes for small files, or a storage reference."""
 

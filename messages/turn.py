@@ -6,7 +6,7 @@ from typing import Any, Literal
 
 from pydantic import Field
 
-from .base import Attachment, Usage, UtcDatetime, WireModel, utcnow
+from .base import Attachment, Cost, Usage, UtcDatetime, WireModel, utcnow
 from .ids import Id
 
 TurnStatus = Literal["completed", "cancelled", "budget_exhausted", "failed"]
@@ -48,6 +48,9 @@ class ReActResult(WireModel):
     sources_used: list[int] = Field(default_factory=list)
     """The SIDs the final answer and canvas cite that resolved against the pool."""
     usage: Usage = Field(default_factory=Usage)
+    cost: Cost | None = None
+    """What ``usage`` cost in USD (``actline.llm.pricing``); None from senders that do not
+    price, and in results stored before turns were priced."""
     rounds: int = 0
     error: str | None = None
     ts: UtcDatetime = Field(default_factory=utcnow)

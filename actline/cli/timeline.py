@@ -3,8 +3,10 @@
 No NATS is needed: the store at ``ACTLINE_HOME`` (or ``--home``) is opened read-mostly next to
 any node using it (LMDB readers never block the writer). Views: the stored blocks as a table
 (default) or as JSON lines (``--json``), the context the model would see next with its cache
-marks (``--rendered``), and the stored conversations (``--list``). Below the table, what the
-conversation holds against its quotas (``actline.storage.quota``).
+marks (``--rendered``), and the stored conversations with what their turns cost in USD
+(``--list``). Below the table, each finished turn's tokens, cost and what caching saved
+(read from the stored turn results), and what the conversation holds against its quotas
+(``actline.storage.quota``).
 """
 
 from __future__ import annotations
@@ -20,8 +22,19 @@ from rich.table import Table
 from rich.text import Text
 
 from actline.config import ConfigError
+from actline.llm.pricing import format_usd
+from actline.messages import Cost
 from actline.storage import NotStored, Store, quota
-from actline.stored import TEXT_WIDTH, block_text, first_line, open_existing, stored_conversations
+from actline.stored import (
+    TEXT_WIDTH,
+    TurnCost,
+    block_text,
+    conversation_costs,
+    first_line,
+    open_existing,
+    stored_conversations,
+    turn_costs,
+)
 from actline.timeline import Block, Renderer, TimelineConfig
 
 from .turns import check_conversation_id, load_config
@@ -38,8 +51,21 @@ def _print_wide(console: Console, renderable: Any) -> None:
     console.print(renderable, crop=False)
 
 
+def _usd(cost: Cost, value: float | None = None) -> str:
+    return format_usd(cost.total_usd if value is None else value, estimated=cost.estimated)
+
+
 def _list(console: Console, store: Store, home: Path, as_json: bool) -> int:
     rows = stored_conversations(store)
+    costs = conversation_costs(store)
+    for row in rows:
+        cost, turns = costs.get(row["conversation_id"], (Cost(), 0))
+        row.update(
+            turns=turns,
+            cost_usd=cost.total_usd,
+            saved_usd=cost.saved_usd,
+            cost_estimated=cost.estimated,
+        )
     if as_json:
         for row in rows:
             print(json.dumps(row), flush=True)
@@ -48,14 +74,58 @@ def _list(console: Console, store: Store, home: Path, as_json: bool) -> int:
         console.print(Text(f"no conversations stored in {home}", "dim"))
         return 0
     table = Table(title=f"conversations in {home}", header_style="bold")
-    for name in ("conversation", "revision", "blocks", "last active"):
-        table.add_column(name, no_wrap=True)
+    table.add_column("conversation", no_wrap=True)
+    for name in ("revision", "blocks", "turns", "cost", "caching saved"):
+        table.add_column(name, no_wrap=True, justify="right")
+    table.add_column("last active", no_wrap=True)
     for row in rows:
         stamp = row["last_active"]
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(stamp)) if stamp else ""
-        table.add_row(row["conversation_id"], str(row["revision"]), str(row["blocks"]), when)
+        cost = costs.get(row["conversation_id"], (Cost(), 0))[0]
+        table.add_row(
+            row["conversation_id"],
+            str(row["revision"]),
+            str(row["blocks"]),
+            str(row["turns"]),
+            _usd(cost),
+            _usd(cost, cost.saved_usd),
+            when,
+        )
     _print_wide(console, table)
     return 0
+
+
+def _turns(console: Console, turns: list[TurnCost]) -> None:
+    """Each finished turn's tokens, cost and what caching saved, and their total."""
+    if not turns:
+        return
+    table = Table(title="turns", header_style="bold")
+    table.add_column("turn", no_wrap=True)
+    table.add_column("status", no_wrap=True)
+    for name in ("rounds", "tokens in", "tokens out", "cache read", "cost", "caching saved"):
+        table.add_column(name, justify="right", no_wrap=True)
+    total = Cost()
+    for t in turns:
+        u = t.usage
+        prompt = u.total_input_tokens
+        share = f"{100.0 * u.cache_read_tokens / prompt:.0f}%" if prompt else "-"
+        table.add_row(
+            t.turn_id,
+            t.status,
+            str(t.rounds),
+            f"{prompt:,}",
+            f"{u.output_tokens:,}",
+            share,
+            _usd(t.cost),
+            _usd(t.cost, t.cost.saved_usd),
+        )
+        total = total + t.cost
+    table.add_row("all", "", "", "", "", "", _usd(total), _usd(total, total.saved_usd))
+    if total.priced_as or total.estimated:
+        named = f" as {total.priced_as}" if total.priced_as else ""
+        guess = "; ~ estimated: the model is not in the price table" if total.estimated else ""
+        table.caption = f"priced{named}{guess}"
+    _print_wide(console, table)
 
 
 def _blocks(store: Store, cid: str) -> list[Block]:
@@ -131,7 +201,9 @@ async def run_timeline(args: argparse.Namespace, console: Console) -> int:
                 print(json.dumps(block.to_dict(), ensure_ascii=False, default=str), flush=True)
         else:
             stored = "stored: " + quota.summary(store.usage(cid), config.node.quota)
-            _table(console, cid, _blocks(store, cid), stored)
+            _table(console, cid, _blocks(store, cid))
+            _turns(console, turn_costs(store, cid))
+            console.print(Text(stored, "dim"), soft_wrap=True)
             hint = "where a turn's time and tokens went: actline trace TURN_ID (or --last)"
             console.print(Text(hint, "dim"), soft_wrap=True)
     except NotStored:

@@ -2,10 +2,12 @@
 
 The tree shows each span's duration, tokens in (every prompt token: uncached, cache reads
 and writes) and out, the cache-read share of the input
-(cache read / (input + cache read + cache write)), tools, waits and status; spans served on
-other nodes join it when their home's traces are merged in (``--home`` is repeatable).
-``--json`` prints the session and its spans as one JSON object; ``--last`` picks the latest
-turn traced. No NATS is needed.
+(cache read / (input + cache read + cache write)), what its model calls cost in USD (the
+turn's line also what caching saved), tools, waits and status, and under a span its events
+(``context.edit``: name and attributes on one line); spans served on other nodes join it
+when their home's traces are merged in (``--home`` is repeatable). ``--json`` prints the
+session and its spans as one JSON object; ``--last`` picks the latest turn traced. No NATS
+is needed.
 """
 
 from __future__ import annotations
@@ -16,17 +18,21 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.tree import Tree
 
 from actline.actors.tracing import sinks as trace_sinks
 from actline.config import ConfigError
-from actline.traces import turn_trace
+from actline.llm.pricing import format_usd
+from actline.traces import COST, ESTIMATED, UNCACHED, turn_trace
 
 from .turns import load_config
 
-__all__ = ["label", "run_trace"]
+__all__ = ["event_label", "label", "run_trace"]
 
 WIDE = 200
+EVENT_ATTRS = 160
+"""Characters of an event's attributes the tree shows."""
 
 
 def cache_share(attrs: dict[str, Any]) -> float | None:
@@ -51,6 +57,12 @@ def label(span: dict[str, Any]) -> str:
         share = cache_share(a)
         if share is not None:
             parts.append(f"cache read {share:.0%}")
+    if COST in a:
+        estimated = bool(a.get(ESTIMATED))
+        parts.append(f"cost {format_usd(float(a[COST]), estimated=estimated)}")
+        if UNCACHED in a:
+            saved = float(a[UNCACHED]) - float(a[COST])
+            parts.append(f"caching saved {format_usd(saved, estimated=estimated)}")
     if "context_tokens" in a:
         parts.append(f"context {a['context_tokens']} tokens")
     if "result_bytes" in a:
@@ -58,6 +70,16 @@ def label(span: dict[str, Any]) -> str:
     if span.get("status") not in (None, "ok"):
         parts.append(f"[red]{span['status']}[/red]")
     return "  ".join(parts)
+
+
+def event_label(event: dict[str, Any]) -> str:
+    """One line of an event under its span: its name and its attributes as ``key=value``."""
+    attrs = event.get("attrs") or {}
+    shown = " ".join(f"{k}={v}" for k, v in attrs.items())
+    if len(shown) > EVENT_ATTRS:
+        shown = shown[: EVENT_ATTRS - 1] + "…"
+    name = escape(str(event.get("name", "")))
+    return f"[dim]event[/dim] [italic]{name}[/italic]  {escape(shown)}"
 
 
 def tree(found: dict[str, Any]) -> Tree:
@@ -70,7 +92,9 @@ def tree(found: dict[str, Any]) -> Tree:
     for span in spans:  # parents start before their children
         parent = span.get("parent_id")
         under = nodes.get(parent, root) if parent in ids else root
-        nodes[span["span_id"]] = under.add(label(span))
+        node = nodes[span["span_id"]] = under.add(label(span))
+        for event in span.get("events") or ():
+            node.add(event_label(event))
     return root
 
 

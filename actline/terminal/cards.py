@@ -3,7 +3,8 @@
 ``TurnPrinter.show(event)`` takes the events of ``actline.runtime.follow`` in order. Cards:
 thinking (gold), tool call (purple), tool result (blue), waiting (orange), complete (green),
 notice (red). Thinking streams dim gold under its card; the answer streams in plain text under
-an "answer" rule; follow-ups are listed at the end. ``summary_table`` totals turns.
+an "answer" rule; follow-ups are listed at the end, then what the turn cost in USD and what
+prompt caching saved (``cost_line``). ``summary_table`` totals turns.
 
 Canvas: every ``stream.delta`` with a ``key`` (a key of the model's canvas JSON, or a file
 written for display) is one titled panel, rendered by the delta's ``format`` (markdown, json
@@ -31,7 +32,8 @@ from rich.syntax import Syntax
 from rich.table import Table
 from rich.text import Text
 
-from actline.messages import ReActProgress, ReActResult, StreamDelta, TurnAccepted
+from actline.llm.pricing import format_usd, price
+from actline.messages import Cost, ReActProgress, ReActResult, StreamDelta, TurnAccepted
 
 __all__ = [
     "CARD_STYLES",
@@ -39,6 +41,7 @@ __all__ = [
     "TurnPrinter",
     "TurnStats",
     "canvas_panel",
+    "cost_line",
     "summary_table",
 ]
 
@@ -110,6 +113,7 @@ class TurnStats:
     cache_write_tokens: int = 0
     seconds: float = 0.0
     status: str = ""
+    cost: Cost = field(default_factory=Cost)
 
     @property
     def prompt_tokens(self) -> int:
@@ -243,6 +247,27 @@ class TurnPrinter:
             self.console.print(Text("follow-ups:", "bold cyan"))
             for item in followups:
                 self.console.print(Text(f"  • {item}", "cyan"))
+        line = cost_line(result)
+        if line is not None:
+            self.console.print(line)
+
+
+def cost_line(result: ReActResult) -> Text | None:
+    """``cost $0.0123 · caching saved $0.0310 · priced as claude-sonnet-4-6`` for a turn
+    that used tokens (a result without a cost is priced from its usage); None otherwise."""
+    u = result.usage
+    if u.total_input_tokens + u.output_tokens == 0:
+        return None
+    cost = result.cost or price(u)
+    parts = [
+        f"cost {format_usd(cost.total_usd, estimated=cost.estimated)}",
+        f"caching saved {format_usd(cost.saved_usd, estimated=cost.estimated)}",
+    ]
+    if cost.priced_as:
+        parts.append(f"priced as {cost.priced_as}")
+    if cost.estimated:
+        parts.append("estimated: the model is not in the price table")
+    return Text(" · ".join(parts), "dim")
 
 
 def canvas_panel(title: str, text: str, fmt: str, unresolved: Sequence[int] = ()) -> Panel:
@@ -269,7 +294,8 @@ def _parse_followups(text: str) -> list[str]:
 
 
 def summary_table(stats: Sequence[TurnStats], *, where: str, inspect: str, wall_s: float) -> Table:
-    """Rounds, tokens in/out, cache read %, wall time, where the timeline is, how to see it."""
+    """Rounds, tokens in/out, cache read %, cost and what caching saved, wall time, where the
+    timeline is, how to see it."""
     total = TurnStats()
     for s in stats:
         total.rounds += s.rounds
@@ -277,6 +303,7 @@ def summary_table(stats: Sequence[TurnStats], *, where: str, inspect: str, wall_
         total.output_tokens += s.output_tokens
         total.cache_read_tokens += s.cache_read_tokens
         total.cache_write_tokens += s.cache_write_tokens
+        total.cost = total.cost + s.cost
     table = Table(title="summary", show_header=True, header_style="bold")
     table.add_column("turn", justify="right")
     table.add_column("status")
@@ -284,6 +311,8 @@ def summary_table(stats: Sequence[TurnStats], *, where: str, inspect: str, wall_
     table.add_column("tokens in", justify="right")
     table.add_column("tokens out", justify="right")
     table.add_column("cache read", justify="right")
+    table.add_column("cost", justify="right")
+    table.add_column("caching saved", justify="right")
     table.add_column("wall time", justify="right")
     for i, s in enumerate(stats, 1):
         table.add_row(
@@ -293,6 +322,8 @@ def summary_table(stats: Sequence[TurnStats], *, where: str, inspect: str, wall_
             f"{s.prompt_tokens:,}",
             f"{s.output_tokens:,}",
             f"{s.cache_read_pct:.0f}%",
+            format_usd(s.cost.total_usd, estimated=s.cost.estimated),
+            format_usd(s.cost.saved_usd, estimated=s.cost.estimated),
             f"{s.seconds:.1f} s",
         )
     table.add_row(
@@ -302,6 +333,8 @@ def summary_table(stats: Sequence[TurnStats], *, where: str, inspect: str, wall_
         f"{total.prompt_tokens:,}",
         f"{total.output_tokens:,}",
         f"{total.cache_read_pct:.0f}%",
+        format_usd(total.cost.total_usd, estimated=total.cost.estimated),
+        format_usd(total.cost.saved_usd, estimated=total.cost.estimated),
         f"{wall_s:.1f} s",
         style="bold",
     )
@@ -319,4 +352,5 @@ def stats_of(result: ReActResult, seconds: float) -> TurnStats:
         cache_write_tokens=usage.cache_write_5m_tokens + usage.cache_write_1h_tokens,
         seconds=seconds,
         status=result.status,
+        cost=result.cost or price(usage),
     )

@@ -28,6 +28,7 @@ from typing import Any
 
 from actline.actors.client.client import Client, TurnHandle
 from actline.bus import BusError
+from actline.llm.pricing import price
 from actline.messages import ReActProgress, ReActResult, StreamDelta, TurnAccepted
 
 from ..runtime import follow
@@ -55,7 +56,9 @@ def card_kind(card: ReActProgress) -> str:
 
 
 def event_json(event: Any) -> dict[str, Any] | None:
-    """One wire message as the page's event (None for anything else)."""
+    """One wire message as the page's event (None for anything else). A ``result`` also
+    has ``prompt_tokens``, ``cache_read_pct`` and ``cost`` (the result's, or its usage
+    priced, with ``saved_usd``: what caching saved)."""
     if isinstance(event, ReActProgress):
         out = event.model_dump(mode="json")
         out.update(type="card", card_kind=card_kind(event))
@@ -75,6 +78,8 @@ def event_json(event: Any) -> dict[str, Any] | None:
         )
         out["cache_read_pct"] = round(100.0 * usage.cache_read_tokens / prompt) if prompt else 0
         out["prompt_tokens"] = prompt
+        cost = event.cost or price(usage)
+        out["cost"] = {**cost.model_dump(mode="json"), "saved_usd": cost.saved_usd}
         return out
     return None
 

@@ -7,8 +7,9 @@ retention, ``summarised``: before the latest summary) and the rendered view with
 marks (the renderer's marks, up to 3, padded to 3 so the page always shows the three
 breakpoints: a missing one is labelled ``unused`` at the end of the cached parts);
 ``read`` resolves a logical path as ``react.read`` does (``actline.timeline.read.resolve``);
-``turns`` each turn's prompt and answer; ``round_calls`` the tool calls of one round
-(arguments, result paths and previews);
+``turns`` each turn's prompt and answer, and for a finished turn its cost in USD and what
+caching saved (from its stored result, ``actline.stored.turn_costs``); ``round_calls`` the
+tool calls of one round (arguments, result paths and previews);
 ``sources`` the pool rows a result cites; ``trace`` a turn's spans (``actline.cli.trace``).
 """
 
@@ -21,7 +22,7 @@ from typing import Any
 
 from actline.actors.tracing import sinks as trace_sinks
 from actline.storage import Store
-from actline.stored import block_text
+from actline.stored import block_text, turn_costs
 from actline.timeline import Block, Renderer, TimelineConfig
 from actline.timeline.read import resolve
 from actline.traces import turn_trace
@@ -76,11 +77,17 @@ def conversations(
 
 def turns(store: Store, cid: str) -> list[dict[str, Any]]:
     """Each stored turn of a conversation: its prompt and its answer (the latest completion),
-    read turn by turn (``Store.turn_briefs``), not block by block."""
-    return [
-        {"turn_id": t.turn_id, "prompt": t.prompt, "answer": t.answer}
-        for t in store.turn_briefs(cid)
-    ]
+    read turn by turn (``Store.turn_briefs``), not block by block; and ``cost`` (with
+    ``saved_usd``) once the turn has a result."""
+    costs = {t.turn_id: t.cost for t in turn_costs(store, cid)}
+    rows: list[dict[str, Any]] = []
+    for t in store.turn_briefs(cid):
+        row: dict[str, Any] = {"turn_id": t.turn_id, "prompt": t.prompt, "answer": t.answer}
+        cost = costs.get(t.turn_id)
+        if cost is not None:
+            row["cost"] = {**cost.model_dump(), "saved_usd": cost.saved_usd}
+        rows.append(row)
+    return rows
 
 
 def _state(block: Block, visible: set[str]) -> str:

@@ -8,7 +8,13 @@ day, and ``traces-YYYYMMDD.N.jsonl`` once a file passes ``max_bytes``. On by def
 ``OtelSink``: the official OpenTelemetry SDK's OTLP/HTTP exporter, on when
 ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` or ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set (the
 exporter reads the standard ``OTEL_EXPORTER_OTLP_*`` variables itself). Set without the
-``otel`` extra installed is a ``SettingsError`` naming the fix.
+``otel`` extra installed is a ``SettingsError`` naming the fix. A span attribute whose key
+has no namespace (``input_tokens``) goes out as ``actline.<key>``; a namespaced one
+(``gen_ai.usage.input_tokens``, ``actline.cost.usd``, ``error.type``) as it is. Span
+events go out as OpenTelemetry span events, their attributes as they are. OpenTelemetry
+takes scalars and lists of scalars only: any other value goes out as its string, a None
+not at all. A span with ``gen_ai.operation.name`` (a model call) is of kind ``CLIENT``,
+the others ``INTERNAL``.
 """
 
 from __future__ import annotations
@@ -26,7 +32,16 @@ from actline.actors.errors import SettingsError
 
 from .spans import Sink, Span, Tracer
 
-__all__ = ["JsonlSink", "OtelSink", "Tracer", "read", "sinks", "tracer"]
+__all__ = [
+    "JsonlSink",
+    "OtelSink",
+    "Tracer",
+    "otel_attributes",
+    "otel_value",
+    "read",
+    "sinks",
+    "tracer",
+]
 
 MAX_BYTES = 64 * 1024 * 1024
 _JSON = json.JSONEncoder(default=str, ensure_ascii=False)
@@ -95,7 +110,7 @@ class OtelSink:
         self.resource = Resource.create({"service.name": "actline", "actline.node": node})
 
     def export(self, spans: Sequence[Span]) -> None:
-        from opentelemetry.sdk.trace import ReadableSpan
+        from opentelemetry.sdk.trace import Event, ReadableSpan
         from opentelemetry.sdk.trace.export import SpanExportResult
         from opentelemetry.trace import SpanContext, SpanKind, Status, StatusCode, TraceFlags
 
@@ -104,11 +119,15 @@ class OtelSink:
 
         out = []
         for s in spans:
-            attrs: dict[str, Any] = {"actline.turn_id": s.turn_id, "actline.node": s.node}
-            for key, value in s.attrs.items():
-                ok = isinstance(value, str | bool | int | float)
-                attrs[f"actline.{key}"] = value if ok else str(value)
+            attrs = otel_attributes(
+                {"turn_id": s.turn_id, "node": s.node, **s.attrs}, namespace="actline."
+            )
+            events = [
+                Event(e["name"], otel_attributes(e.get("attrs") or {}), int(e["ts"] * 1e9))
+                for e in s.events
+            ]
             end = s.start if s.end is None else s.end
+            client = "gen_ai.operation.name" in s.attrs
             out.append(
                 ReadableSpan(
                     name=s.name,
@@ -116,7 +135,8 @@ class OtelSink:
                     parent=None if s.parent_id is None else ctx(s.trace_id, s.parent_id),
                     resource=self.resource,
                     attributes=attrs,
-                    kind=SpanKind.INTERNAL,
+                    events=events,
+                    kind=SpanKind.CLIENT if client else SpanKind.INTERNAL,
                     status=Status(StatusCode.OK if s.status == "ok" else StatusCode.ERROR),
                     start_time=int(s.start * 1e9),
                     end_time=int(end * 1e9),
@@ -128,6 +148,29 @@ class OtelSink:
 
     def session(self, record: Mapping[str, Any]) -> None:
         """OTLP has no session record: the status is on the root span."""
+
+
+def otel_value(value: Any) -> Any:
+    """``value`` as OpenTelemetry takes it: a scalar or a list of scalars of one type as
+    they are, anything else as its string (None: None, left out by ``otel_attributes``)."""
+    if value is None or isinstance(value, str | bool | int | float):
+        return value
+    if isinstance(value, list | tuple):
+        kinds = {type(v) for v in value}
+        if len(kinds) == 1 and kinds <= {str, bool, int, float}:
+            return list(value)
+    return str(value)
+
+
+def otel_attributes(attrs: Mapping[str, Any], namespace: str = "") -> dict[str, Any]:
+    """``attrs`` as OpenTelemetry attributes: ``namespace`` put before keys without a dot,
+    values by ``otel_value``, Nones left out."""
+    out: dict[str, Any] = {}
+    for key, value in attrs.items():
+        shown = otel_value(value)
+        if shown is not None:
+            out[key if "." in key else f"{namespace}{key}"] = shown
+    return out
 
 
 def sinks(settings: NodeSettings, env: Mapping[str, str] | None = None) -> list[Sink]:

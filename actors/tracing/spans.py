@@ -1,7 +1,8 @@
 """Trace sessions: one per turn, a tree of timed spans, exported to sinks when it ends.
 
 A ``Span`` has W3C ids (a 32-hex trace id, a 16-hex span id), a parent, a start and an
-end from the tracer's clock, attributes and a status. A ``TraceSession`` is one turn's
+end from the tracer's clock, attributes, a status and events (named moments with
+attributes of their own, timed by the same clock). A ``TraceSession`` is one turn's
 spans under its root ``turn`` span; ``TurnTrace`` is what the DecisionActor calls (a
 round, the render, the model call, each tool call, a wait for outside agents, the
 persist of a round). The span of the code running now is in a context variable, so a
@@ -53,10 +54,22 @@ class Span:
     attrs: dict[str, Any] = field(default_factory=dict)
     node: str = ""
     turn_id: str = ""
+    events: list[dict[str, Any]] = field(default_factory=list)
+    """Things that happened at one moment of the span: ``{"name", "ts", "attrs"}`` each,
+    ``ts`` from the tracer's clock (``add_event``)."""
+    clock: Callable[[], float] | None = field(default=None, repr=False, compare=False)
+    """The tracer's clock, for the time of an event (None: ``time.time``)."""
 
     @property
     def traceparent(self) -> str:
         return f"00-{self.trace_id}-{self.span_id}-01"
+
+    def add_event(self, name: str, attrs: Mapping[str, Any], ts: float | None = None) -> None:
+        """Record that ``name`` happened now (or at ``ts``, on the tracer's clock), with
+        ``attrs`` (kept as given; the OpenTelemetry sink turns non-scalars into strings)."""
+        if ts is None:
+            ts = (self.clock or time.time)()
+        self.events.append({"name": name, "ts": ts, "attrs": dict(attrs)})
 
     def record(self) -> dict[str, Any]:
         """The span as one JSON object (a JSONL line)."""
@@ -74,6 +87,7 @@ class Span:
             "duration_ms": round((end - self.start) * 1000.0, 3),
             "status": self.status,
             "attrs": self.attrs,
+            "events": self.events,
         }
 
 
@@ -167,7 +181,7 @@ class Tracer:
     ) -> Span:
         return Span(
             trace_id, new_span_id(), parent_id, name, self.clock(), None, "ok", attrs,
-            self.node, turn_id,
+            self.node, turn_id, clock=self.clock,
         )  # fmt: skip
 
     @contextlib.contextmanager

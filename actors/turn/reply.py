@@ -15,8 +15,10 @@ from dataclasses import dataclass, field
 from typing import Literal, TypeVar
 
 from actline.channels import strip_fence
+from actline.llm.pricing import price
 from actline.messages import (
     ContextTelemetry,
+    Cost,
     GenerateResult,
     ReActResult,
     TurnStatus,
@@ -123,6 +125,11 @@ class TurnOutput:
         self.seq = max(self.seq, result.seq_end)
         return result.usage.total_input_tokens + result.usage.output_tokens
 
+    @property
+    def cost(self) -> Cost:
+        """What the turn's model calls (their compaction summaries included) cost so far."""
+        return price(self.usage)
+
     def answered(self, result: GenerateResult, answer: str) -> None:
         """The answer of ``result`` is the turn's: its followups, citations, client text."""
         self.followups = parse_followups(result.channels.get("followup", ""))
@@ -145,6 +152,7 @@ class TurnOutput:
             followups=list(self.followups),
             sources_used=list(self.sources_used),
             usage=self.usage.model_copy(update={"context": context}) if context else self.usage,
+            cost=self.cost,
             rounds=rounds,
             error=error,
         )

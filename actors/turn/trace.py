@@ -1,10 +1,18 @@
 """What a turn's trace records, called from the DecisionActor (``actline.actors.tracing.spans``).
 
-Spans under the root ``turn``: ``round`` (one per model round) and under it ``render``
-(context tokens, blocks; a ``compaction`` child when one ran in the render), ``model``
-(model, tokens in and out, cache read and write, the error code), ``persist`` (the round's
-commit until it is durable), ``tool`` (tool, status, result bytes), ``commit`` (the commit
-before a wait) and ``wait`` (the agents, how it ended: done, skip, timeout, cancel).
+Spans under the root ``turn`` (rounds, the turn's tokens, ``actline.cost.usd``): ``round``
+(one per model round) and under it ``render`` (context tokens, blocks; a ``context.edit``
+event per decision of the context policy; a ``compaction`` child when one ran in the
+render), ``model`` (model, tokens in and out, cache read and write, the error code,
+``actline.cost.usd``, and the OpenTelemetry GenAI attributes:
+``actline.actors.tracing.attributes``),
+``persist`` (the round's commit until it is durable), ``tool`` (tool, status, result
+bytes), ``commit`` (the commit before a wait) and ``wait`` (the agents, how it ended: done,
+skip, timeout, cancel).
+
+A model span's own token attributes and its ``actline.cost.usd`` count the compaction
+summaries written in the round's render (so the model spans add up to the turn's usage and
+cost); its ``gen_ai.usage.*`` attributes are the model call's alone.
 """
 
 from __future__ import annotations
@@ -14,7 +22,15 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 from actline.actors.tracing import diag
+from actline.actors.tracing.attributes import (
+    CONTEXT_EDIT,
+    COST,
+    ESTIMATED,
+    UNCACHED,
+    gen_ai_attributes,
+)
 from actline.actors.tracing.spans import TRACEPARENT, Span, TraceSession, result_size, using
+from actline.llm.pricing import price
 from actline.messages import GenerateResult, ReActResult, Usage
 
 from . import events as ev
@@ -27,6 +43,21 @@ _WAIT_ENDS: dict[type, str] = {
     ev.WaitTimeout: "timeout",
     ev.CancelReAct: "cancel",
 }
+_TOKENS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_5m_tokens",
+    "cache_write_1h_tokens",
+)
+
+
+def _less(usage: Usage, summaries: Usage | None) -> Usage:
+    """``usage`` without the ``summaries``' tokens (the model call's own)."""
+    if summaries is None:
+        return usage
+    update = {k: max(getattr(usage, k) - getattr(summaries, k), 0) for k in _TOKENS}
+    return usage.model_copy(update=update)
 
 
 class TurnTrace:
@@ -41,6 +72,8 @@ class TurnTrace:
         self.tool_spans: dict[str, Span] = {}
         self.wait_span: Span | None = None
         self.renders: dict[int, Span] = {}
+        self.requests: dict[Any, tuple[str, Usage | None]] = {}
+        """Round -> the model its render asked for and the summaries' usage it counted."""
 
     def round(self, round_: int) -> None:
         self.session.end(self.round_span)
@@ -60,12 +93,16 @@ class TurnTrace:
         finally:
             self.session.end(span, status)
 
-    @staticmethod
-    def rendered(span: Span, rendered: Rendered) -> None:
+    def rendered(self, span: Span, rendered: Rendered) -> None:
+        """The render's figures on its span, and a ``context.edit`` event per decision the
+        context policy took in it."""
         stats = rendered.stats
         span.attrs.update(context_tokens=stats.tokens, blocks=stats.blocks)
         if stats.compacted:
             span.attrs["compacted"] = True
+        for edit in rendered.edits:
+            span.add_event(CONTEXT_EDIT, dict(edit))
+        self.requests[span.attrs.get("round")] = (rendered.request.model, rendered.usage)
 
     def persisting(self, round_: int) -> None:
         """The conversation started the round's commit (``durable`` ends it)."""
@@ -82,9 +119,11 @@ class TurnTrace:
             output_tokens=usage.output_tokens if usage else 0,
         )
 
-    @staticmethod
-    def generated(span: Span, result: GenerateResult) -> None:
+    def generated(self, span: Span, result: GenerateResult) -> None:
+        """The model call's figures, its cost and its GenAI attributes on its span."""
         u = result.usage
+        round_ = span.attrs.get("round")
+        requested, summaries = self.requests.pop(round_, ("", None))
         span.attrs.update(
             model=u.model,
             input_tokens=u.input_tokens,
@@ -92,9 +131,15 @@ class TurnTrace:
             cache_read_tokens=u.cache_read_tokens,
             cache_write_tokens=u.cache_write_5m_tokens + u.cache_write_1h_tokens,
         )
+        cost = price(u)
+        span.attrs[COST] = cost.total_usd
+        if cost.estimated:
+            span.attrs[ESTIMATED] = True
+        span.attrs.update(gen_ai_attributes(requested, _less(u, summaries), self.conversation_id))
         if result.error_code:
             span.status = "error"
             span.attrs["error_code"] = result.error_code
+            span.attrs["error.type"] = result.error_code
 
     def durable(self, round_: int, error: str = "") -> None:
         span = self.persist.pop(round_, None)
@@ -145,6 +190,7 @@ class TurnTrace:
             self.session.finish("error", ended=how)
             return
         u = result.usage
+        cost = result.cost or price(u)
         self.session.finish(
             "ok" if result.status == "completed" else "error",
             ended=result.status,
@@ -153,4 +199,6 @@ class TurnTrace:
             output_tokens=u.output_tokens,
             cache_read_tokens=u.cache_read_tokens,
             cache_write_tokens=u.cache_write_5m_tokens + u.cache_write_1h_tokens,
+            **{COST: cost.total_usd, UNCACHED: cost.uncached_usd},
+            **({ESTIMATED: True} if cost.estimated else {}),
         )

@@ -45,6 +45,10 @@ from bench.loop.model import (
     tail_summary,
 )
 
+NO_EDITS = {"profile": {"extends": "balanced", "context_policy": "append"}}
+"""The turns' profile: compaction is not measured here, and under the ``cost`` context policy
+a turn boundary of a conversation of thousands of blocks would compact it for cost."""
+
 TARGET_RATIO = 3.0
 TARGET_P50_MS = 5.0
 TARGET_DURABLE_RATIO = 2.0
@@ -159,7 +163,7 @@ async def run_turn(
     model.plans[tid] = Plan(rounds)
     submitted = time.time()
     t0 = time.perf_counter()
-    handle = await client.submit(QUESTION, conversation_id=cid, turn_id=tid)
+    handle = await client.submit(QUESTION, conversation_id=cid, turn_id=tid, config=NO_EDITS)
     result = await handle.wait(TURN_TIMEOUT_S)
     elapsed = time.perf_counter() - t0
     _check_result(result, rounds, cid)

@@ -71,8 +71,11 @@ class ContextPolicy:
 
     def begin(self, turn: str | None, stable_tokens: int) -> bool:
         """A round's first pass: account the growth since the last render; True when
-        ``turn`` is not the turn of the last render (a boundary, unless told otherwise)."""
+        ``turn`` is not the turn of the last render (a boundary, unless told otherwise). A
+        new policy's first render is not one: it cannot tell where the turn stands (a
+        renderer made after a restart may be in the middle of one)."""
         delta = 0 if self.last_stable is None else max(0, stable_tokens - self.last_stable)
+        first = self.last_stable is None
         new_turn = turn != self.turn
         if new_turn:
             if self.turn is not None:
@@ -82,7 +85,7 @@ class ContextPolicy:
         else:
             self.grown += delta
             self.rounds += 1
-        return new_turn
+        return new_turn and not first
 
     def end(self, stable_tokens: int, points: CachePoints, cached_tokens: int) -> None:
         """The render is done: what the next one starts from."""

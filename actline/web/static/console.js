@@ -31,6 +31,23 @@ async function api(method, path, body) {
   return data;
 }
 
+// -- money: USD as the terminal shows it (four decimals, "~" for an estimate) -----------------
+function formatUsd(value, estimated) {
+  const v = Number(value || 0), size = Math.abs(v), sign = v < 0 ? "-" : "";
+  const text = size === 0 ? "$0" : size < 0.00005 ? `${sign}<$0.0001` : `${sign}$${size.toFixed(4)}`;
+  return estimated ? `~${text}` : text;
+}
+
+function costText(cost) {
+  // "cost $0.0123 · caching saved $0.0310" from a result's (or a stored turn's) cost
+  if (!cost) return "";
+  const est = !!cost.estimated;
+  let text = `cost ${formatUsd(cost.total_usd, est)} · caching saved ${formatUsd(cost.saved_usd, est)}`;
+  if (cost.priced_as) text += ` · priced as ${cost.priced_as}`;
+  if (est) text += " · estimated: the model is not in the price table";
+  return text;
+}
+
 // -- markdown (a small subset: headings, lists, code, emphasis, links) -------------------------
 function escapeHtml(s) {
   return s.replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" })[c]);
@@ -136,7 +153,8 @@ async function loadHistory(cid) {
     answer.innerHTML = markdown(t.answer, []);
     for (const a of answer.querySelectorAll("[data-testid]")) a.removeAttribute("data-testid");
     return el("div", { cls: "turn past", "data-turn": t.turn_id },
-      el("div", { cls: "muted", text: `turn ${t.turn_id}` }), el("div", { cls: "prompt", text: t.prompt }), answer);
+      el("div", { cls: "muted", text: `turn ${t.turn_id}` }), el("div", { cls: "prompt", text: t.prompt }), answer,
+      el("div", { cls: "usage cost", "data-testid": "past-cost", text: costText(t.cost) }));
   });
   $("#history").prepend(...past);
 }
@@ -286,6 +304,7 @@ function result(view, ev) {
   view.followups.replaceChildren(...(ev.followups || []).map((q) => el("button", { type: "button", "data-testid": "followup-button", text: q, onclick: () => send(q) })));
   const u = ev.usage || {};
   view.usage.replaceChildren(el("span", { "data-testid": "usage", text: `tokens ${ev.prompt_tokens || 0} in / ${u.output_tokens || 0} out · cache read ${ev.cache_read_pct || 0}% · ${ev.rounds} round(s)` }));
+  if (ev.cost) view.usage.append(el("div", { "data-testid": "cost", cls: "cost", text: costText(ev.cost) }));
   loadConversations();
 }
 
@@ -416,6 +435,16 @@ async function sendDone(event) {
   } catch (e) { out.className = "error"; out.textContent = `refused: ${e.message}`; }
 }
 
+function spanText(s) {
+  // name, duration, the model calls' cost, and how many events the span has
+  const a = s.attrs || {};
+  let text = `${s.name} ${Number(s.duration_ms || 0).toFixed(1)} ms`;
+  if ("actline.cost.usd" in a) text += ` ${formatUsd(a["actline.cost.usd"], !!a["actline.cost.estimated"])}`;
+  const events = (s.events || []).length;
+  if (events) text += ` · ${events} event(s)`;
+  return text;
+}
+
 async function loadTrace() {
   const tid = $("#trace-turn").value.trim() || state.lastTurn;
   const chart = $("#trace");
@@ -425,11 +454,15 @@ async function loadTrace() {
   catch (e) { $("#trace-note").textContent = e.message; chart.replaceChildren(); return; }
   const spans = data.spans;
   const total = Math.max(1, ...spans.map((s) => s.offset_ms + (s.duration_ms || 0)));
-  $("#trace-note").textContent = `${spans.length} spans, ${total.toFixed(0)} ms, status ${data.session.status}`;
+  const root = spans.find((s) => !s.parent_id) || {};
+  const ra = root.attrs || {}, est = !!ra["actline.cost.estimated"];
+  const cost = "actline.cost.usd" in ra ? `, cost ${formatUsd(ra["actline.cost.usd"], est)}` : "";
+  const saved = "actline.cost.uncached_usd" in ra ? `, caching saved ${formatUsd(ra["actline.cost.uncached_usd"] - ra["actline.cost.usd"], est)}` : "";
+  $("#trace-note").textContent = `${spans.length} spans, ${total.toFixed(0)} ms, status ${data.session.status}${cost}${saved}`;
   chart.replaceChildren(...spans.map((s) => {
     const left = (100 * s.offset_ms) / total, width = Math.max(0.2, (100 * (s.duration_ms || 0)) / total);
     return el("div", { "data-testid": "span", "data-name": s.name, cls: "span" },
-      el("div", { cls: s.status && s.status !== "ok" ? "bar error" : "bar", style: `left:${left}%;width:${width}%`, title: JSON.stringify(s.attrs || {}), text: `${s.name} ${Number(s.duration_ms || 0).toFixed(1)} ms` }));
+      el("div", { cls: s.status && s.status !== "ok" ? "bar error" : "bar", style: `left:${left}%;width:${width}%`, title: JSON.stringify({ ...(s.attrs || {}), events: s.events || [] }), text: spanText(s) }));
   }));
 }
 
