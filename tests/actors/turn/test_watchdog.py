@@ -13,8 +13,8 @@ import msgpack
 from actline.actors.client.client import Client
 from actline.actors.configuration.profiles import BUILTINS, resolve
 from actline.actors.node.node import Node
-from actline.actors.turn import events as ev
 from actline.actors.tracing import sinks as trace_sinks
+from actline.actors.turn import events as ev
 from actline.actors.turn.watchdog import (
     COOLDOWN_ROUNDS,
     WATCHDOG,
@@ -225,9 +225,7 @@ async def test_repeated_reads_and_over_tooling_ask_and_the_next_boundary_weighs_
         assert third.result.result().status == "completed"
         assert renderer.policy.asked == ""  # weighed at this turn's first round
         await traced(tmp_path, third.turn_id)
-        [weighed] = [
-            e for e in context_edits(tmp_path, third.turn_id) if e["kind"] == "compaction"
-        ]
+        [weighed] = [e for e in context_edits(tmp_path, third.turn_id) if e["kind"] == "compaction"]
         assert weighed["where"] == "boundary"
         assert "asked: watchdog: over_tooling, repeated_reads" in weighed["reason"]
         assert (weighed["verdict"] == "take") == (weighed["gain"] > weighed["cost"])
