@@ -155,6 +155,19 @@ def conversation_costs(store: Store) -> dict[str, tuple[Cost, int]]:
     return totals
 
 
+def daily_costs(store: Store) -> list[tuple[str, Cost, int]]:
+    """``(day, cost, turns)`` of every finished turn in the store, by the UTC day its result
+    was made (``YYYY-MM-DD``), oldest day first."""
+    days: dict[str, tuple[Cost, int]] = {}
+    for _, tid, record in _records(store):
+        turn = turn_cost(tid, record)
+        if turn is not None:
+            day = turn.ts[:10] or "unknown"
+            cost, n = days.get(day, (Cost(), 0))
+            days[day] = (cost + turn.cost, n + 1)
+    return [(day, cost, n) for day, (cost, n) in sorted(days.items())]
+
+
 def first_line(text: str, width: int = TEXT_WIDTH) -> str:
     line = text.strip().split("\n", 1)[0]
     return line if len(line) <= width else line[: width - 1] + "…"

@@ -30,6 +30,7 @@ from actline.stored import (
     TurnCost,
     block_text,
     conversation_costs,
+    daily_costs,
     first_line,
     open_existing,
     stored_conversations,
@@ -92,6 +93,14 @@ def _list(console: Console, store: Store, home: Path, as_json: bool) -> int:
             when,
         )
     _print_wide(console, table)
+    days = Table(title="cost by day (UTC)", header_style="bold")
+    days.add_column("day", no_wrap=True)
+    for name in ("turns", "cost", "caching saved"):
+        days.add_column(name, no_wrap=True, justify="right")
+    for day, cost, turns in daily_costs(store):
+        days.add_row(day, str(turns), _usd(cost), _usd(cost, cost.saved_usd))
+    if days.row_count:
+        _print_wide(console, days)
     return 0
 
 

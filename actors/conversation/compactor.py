@@ -32,6 +32,7 @@ from actline.actors.configuration.turn_settings import TurnSettings
 from actline.actors.services.shared import Services
 from actline.llm import ModelConfigError, ModelSummarizer, compact, writes_summaries
 from actline.llm.config import OFFLINE_MODELS, model_spec
+from actline.llm.pricing import CACHE_READ, CACHE_WRITE_5M
 from actline.messages import TurnRequest, Usage
 from actline.timeline import Renderer, Timeline
 from actline.timeline.editing.cost import Prices
@@ -46,7 +47,9 @@ def prices_of(model_name: str) -> Prices:
     """The cost model's prices for ``model_name`` by its price table (5-minute cache writes,
     the lifetime the timeline's marks ask for)."""
     spec = model_spec(model_name)
-    return Prices(write=1.25, output=spec.output_price / spec.input_price)
+    return Prices(
+        read=CACHE_READ, write=CACHE_WRITE_5M, output=spec.output_price / spec.input_price
+    )
 
 
 class Compactor:

@@ -62,6 +62,17 @@ def test_timeline_list_shows_each_conversations_cost(
     assert "cost" in table.stdout and "caching saved" in table.stdout
     [row] = [line for line in table.stdout.splitlines() if cid in line]
     assert format_usd(total.total_usd) in row and format_usd(total.saved_usd) in row
+    assert "cost by day (UTC)" in table.stdout
+    store = open_existing(home)
+    try:
+        turns = turn_costs(store, cid)
+    finally:
+        store.close()
+    for day in {t.ts[:10] for t in turns}:
+        that_day = [t.cost for t in turns if t.ts.startswith(day)]
+        [line] = [x for x in table.stdout.splitlines() if x.strip("│ ").startswith(day)]
+        assert format_usd(sum(that_day, Cost()).total_usd) in line
+        assert f" {len(that_day)} " in line
     listed = actline("timeline", "--list", "--json", env=clean_env(home))
     [data] = [r for r in map(json.loads, listed.stdout.splitlines()) if r["conversation_id"] == cid]
     assert data["turns"] == 2 and not data["cost_estimated"]

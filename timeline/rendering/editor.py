@@ -29,11 +29,9 @@ from typing import Protocol
 
 from actline.timeline.blocks import Block
 from actline.timeline.cache import CachePoints
-from actline.timeline.config import TimelineConfig
 from actline.timeline.editing import compaction, retention, ttl
 from actline.timeline.editing.cost import Edit, Verdict
-from actline.timeline.timeline import Timeline
-from actline.timeline.tokens import TokenCounter
+from actline.timeline.editing.hide import HideView
 
 from .policy import ContextPolicy, Moment
 
@@ -42,24 +40,14 @@ COLD_TTL = frozenset({"no_effect", "pruned", "pruned_light"})
 BUDGET = "context budget"
 
 
-class Stream(Protocol):
-    """What the passes read of the renderer's visible stream (``Renderer`` is one)."""
-
-    @property
-    def timeline(self) -> Timeline: ...
-
-    @property
-    def config(self) -> TimelineConfig: ...
-
-    @property
-    def counter(self) -> TokenCounter: ...
+class Stream(HideView, Protocol):
+    """What the passes read of the renderer's visible stream (``Renderer`` is one): what a
+    hide reads, and more."""
 
     @property
     def stable_tokens(self) -> int: ...
 
     def sync(self) -> int: ...
-
-    def entry_of(self, block: Block) -> int | None: ...
 
     def tokens_before(self, entry: int) -> int: ...
 
@@ -189,7 +177,6 @@ class Editor:
                 max(0, self.policy.cached_tokens - before - saved),
                 rounds,
                 cold=moment == "cold",
-                paths=tuple(p.block.path for _, p in located[k:]),
             )
             widest = self.policy.judge(edit, self.policy.where(moment, entry))
             net = widest.gain - widest.cost
@@ -197,12 +184,13 @@ class Editor:
                 best = (net, k, widest)
         if best is None:
             if widest is not None and len(located) > self.policy.queued:
-                self.policy.record(widest)
+                self.policy.record(_naming(widest, located))
                 self.policy.queued = len(located)
             return []
-        self.policy.record(best[2])
-        self.policy.queued = best[1]
-        return [p for _, p in located[best[1] :]]
+        net, k, verdict = best
+        self.policy.record(_naming(verdict, located[k:]))
+        self.policy.queued = k
+        return [p for _, p in located[k:]]
 
     def _retain_all(self, why: str, *, cold: bool = False) -> retention.RetentionOutcome:
         """Retain every waiting result now (the budget needs it, or the prefix is rewritten
@@ -376,3 +364,9 @@ class Editor:
             fresh_since=self.rendered_at,
             force=force,
         )
+
+
+def _naming(verdict: Verdict, located: Sequence[tuple[int, retention.Pending]]) -> Verdict:
+    """``verdict`` with the paths of the results it is about (for the trace)."""
+    paths = tuple(p.block.path for _, p in located)
+    return replace(verdict, edit=replace(verdict.edit, paths=paths))

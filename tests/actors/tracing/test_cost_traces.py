@@ -5,9 +5,7 @@ carry ``gen_ai.*`` and ``actline.cost.usd`` in the JSONL trace, the render span'
 
 from __future__ import annotations
 
-import http.server
-import threading
-from collections.abc import AsyncIterator, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -29,7 +27,7 @@ from actline.messages import GenerateRequest, GenerateResult, ReActResult, Usage
 from actline.traces import turn_trace
 from tests.actors.claude import MODEL, Policy
 from tests.actors.harness import Scripted, run_turn, say, settings
-from tests.actors.tracing.test_traces import Receiver, adder, named, otlp_spans, traced
+from tests.actors.tracing.test_traces import adder, named, otlp_spans, traced
 
 TIMEOUT = 30.0
 HAIKU = "claude-haiku-4-5"
@@ -206,23 +204,6 @@ async def test_context_edits_are_events_of_the_render_span_in_the_jsonl_and_actl
     assert f"cost ${total:.4f}" in text and f"caching saved ${saved:.4f}" in text
     assert "event context.edit  kind=retention verdict=take saved_tokens=3100" in text
     assert "paths=['a', 'b']" in text
-
-
-@pytest.fixture
-def otlp(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[ExportTraceServiceRequest]]:
-    """A local OTLP/HTTP receiver the OpenTelemetry sink exports to."""
-    received: list[ExportTraceServiceRequest] = []
-    handler = type("Handler", (Receiver,), {"received": received})
-    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    url = f"http://127.0.0.1:{server.server_address[1]}/v1/traces"
-    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", url)
-    try:
-        yield received
-    finally:
-        server.shutdown()
-        server.server_close()
 
 
 def values(attributes: Any) -> dict[str, Any]:
