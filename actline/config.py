@@ -1,16 +1,18 @@
 """One settings object for the CLI and the Python API.
 
 ``Config.load()`` reads, lowest precedence first: the defaults, a TOML file, the environment
-(``ACTLINE_*``, ``NATS_URL``, ``ANTHROPIC_API_KEY``, ``ANTHROPIC_BASE_URL``) and explicit
-overrides (command-line flags). Credentials: ``ACTLINE_NATS_CREDS`` (or ``--creds``, TOML
-``nats_creds``) names a ``.creds`` file; ``ACTLINE_INSECURE=1`` (``--insecure``, TOML
-``insecure = true``) runs without authentication. The TOML file is ``--config PATH``, else
-``$ACTLINE_CONFIG``, else ``./actline.toml`` when it exists. Its keys are the node settings by
-name (``home``, ``model``, ``docs``, ``workspace``, ``max_iterations``, ``profile``, ...),
-``nats_url``, an ``[llm]`` table (``max_retries``, ``timeout``, ``cache_ttl``, ...) and
-``[profiles.NAME]`` tables (custom runtime profiles: ``extends`` a built-in or custom one and
-any keys of ``actline.actors.configuration.profiles.KEYS``). API keys are never read from the file:
-they belong in the environment.
+(``ACTLINE_*``, ``NATS_URL``, ``ANTHROPIC_API_KEY``, ``OPENAI_API_KEY``, ``ANTHROPIC_BASE_URL``)
+and explicit overrides (command-line flags; ``api`` and ``base_url`` among them).
+Credentials: ``ACTLINE_NATS_CREDS`` (or ``--creds``, TOML ``nats_creds``) names a ``.creds``
+file; ``ACTLINE_INSECURE=1`` (``--insecure``, TOML ``insecure = true``) runs without
+authentication. The TOML file is ``--config PATH``, else ``$ACTLINE_CONFIG``, else
+``./actline.toml`` when it exists. Its keys are the node settings by name (``home``,
+``model``, ``docs``, ``workspace``, ``max_iterations``, ``profile``, ...), ``nats_url``, an
+``[llm]`` table (``api``, ``base_url``, ``max_retries``, ``timeout``, ...), ``[models.NAME]``
+tables (a model by name and endpoint) and ``[profiles.NAME]`` tables (custom runtime
+profiles: ``extends`` a built-in or custom one and any keys of
+``actline.actors.configuration.profiles.KEYS``). API keys are never read from the file: they
+belong in the environment.
 
 Every problem is a ``ConfigError`` whose message names the setting and the fix.
 """

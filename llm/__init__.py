@@ -1,4 +1,6 @@
-"""Model clients behind one protocol: Anthropic (prompt caching), extractive and replay.
+"""Model clients behind one protocol: Anthropic Messages (prompt caching), OpenAI Chat
+Completions (``actline.llm.openai``; its ``openai`` package is imported at the first call),
+extractive and replay.
 
 ``Model.stream(GenerateRequest)`` yields text chunks then one ``Usage``. The
 ``anthropic`` package is imported only when an ``AnthropicModel`` makes its
@@ -6,7 +8,18 @@ first call (the import alone takes over a second).
 """
 
 from .anthropic import AnthropicModel
-from .config import MODELS, OFFLINE_MODELS, LLMSettings, ModelSpec, check_servable, model_spec
+from .config import (
+    APIS,
+    CACHE_MODES,
+    MODELS,
+    OFFLINE_MODELS,
+    LLMSettings,
+    ModelSpec,
+    check_servable,
+    configured_models,
+    model_spec,
+    register_models,
+)
 from .errors import (
     ContextWindowExceeded,
     ModelConfigError,
@@ -17,6 +30,7 @@ from .errors import (
     ScriptExhausted,
 )
 from .extractive import ExtractiveModel
+from .openai import OpenAIChatModel
 from .prompt import DECISION_PROTOCOL, system_prompt
 from .protocol import Chunk, Completion, Model, close_stream, complete, opened
 from .replay import Recorded, ReplayModel
@@ -26,11 +40,17 @@ from .wire import from_messages_params, to_messages_params
 
 
 def make_model(settings: LLMSettings) -> Model:
-    """The model ``settings.model`` names: extractive (default), or a claude model."""
+    """The model ``settings.model`` names: extractive (offline), else a client of
+    ``settings.api``: ``AnthropicModel`` (messages) or ``OpenAIChatModel`` (openai)."""
     if settings.model == "extractive":
         return ExtractiveModel()
     if settings.model == "replay":
         raise ModelConfigError("model", "a replay model needs a script: use ReplayModel.from_file")
+    if settings.api == "openai":
+        from .openai import OpenAIChatModel  # lazy: only a node that serves one needs it
+
+        model: Model = OpenAIChatModel(settings)
+        return model
     return AnthropicModel(settings)
 
 
@@ -48,6 +68,8 @@ def writes_summaries(model: Model) -> bool:
 
 
 __all__ = [
+    "APIS",
+    "CACHE_MODES",
     "DECISION_PROTOCOL",
     "MODELS",
     "AnthropicModel",
@@ -65,6 +87,7 @@ __all__ = [
     "ModelStreamError",
     "ModelSummarizer",
     "ModelUnavailable",
+    "OpenAIChatModel",
     "Recorded",
     "ReplayModel",
     "ScriptExhausted",
@@ -73,10 +96,12 @@ __all__ = [
     "close_stream",
     "compact",
     "complete",
+    "configured_models",
     "from_messages_params",
     "make_model",
     "model_spec",
     "opened",
+    "register_models",
     "stream_with_compaction",
     "system_prompt",
     "to_messages_params",

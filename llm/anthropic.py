@@ -1,11 +1,12 @@
 """AnthropicModel: the Messages API through the official client, streaming, with prompt caching.
 
 The rendered context becomes a request whose system prompt and timeline marks
-carry ``cache_control`` (``actline.llm.wire``). The client is created lazily (importing
-``anthropic`` takes over a second) with ``max_retries=0``: retries are ours, with
-exponential backoff and jitter on 429, 529, 5xx, mid-stream overload errors and
-connection errors, honouring ``retry-after``; when the budget is spent the call
-raises ``ModelUnavailable``. A prompt longer than the window raises
+carry ``cache_control`` (``actline.llm.wire``), unless the model's ``cache`` is not
+``anthropic`` (a server that caches prefixes itself, or none): then no marks are sent.
+The client is created lazily (importing ``anthropic`` takes over a second) with
+``max_retries=0``: retries are ours, with exponential backoff and jitter on 429, 529,
+5xx, mid-stream overload errors and connection errors, honouring ``retry-after``; when
+the budget is spent the call raises ``ModelUnavailable``. A prompt longer than the window raises
 ``ContextWindowExceeded`` (``actline.llm.retry.stream_with_compaction`` compacts and
 retries once). A failure after text was delivered raises ``ModelStreamError``
 instead of retrying, so a consumer never sees text twice.
@@ -50,6 +51,8 @@ _TOO_LONG = re.compile(
     r"exceeds? the (?:model's )?(?:maximum|context)",
     re.IGNORECASE,
 )
+NO_KEY = "no-key"
+"""The key sent to a server at a base URL when none is set (local servers check none)."""
 _TOKENS = re.compile(r"(\d[\d,]*)\s*tokens?\s*>\s*(\d[\d,]*)")
 
 
@@ -106,7 +109,7 @@ class AnthropicModel:
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         rng: random.Random | None = None,
     ) -> None:
-        if client is None and not settings.api_key:
+        if client is None and not settings.api_key and not settings.base_url:
             raise ModelConfigError(
                 "ANTHROPIC_API_KEY",
                 f"model {settings.model!r} needs an API key: export ANTHROPIC_API_KEY "
@@ -127,7 +130,8 @@ class AnthropicModel:
             from anthropic import AsyncAnthropic  # lazy: the import costs over a second
 
             self._client = AsyncAnthropic(
-                api_key=self.settings.api_key,
+                # a server at a base URL may check no key; the client insists on one
+                api_key=self.settings.api_key or NO_KEY,
                 base_url=self.settings.base_url,
                 max_retries=0,
                 timeout=self.settings.timeout,
@@ -153,6 +157,7 @@ class AnthropicModel:
             system_cache_ttl=s.system_cache_ttl,
             temperature=s.temperature,
             cache_system=s.cache_system,
+            marks=self.spec.cache == "anthropic",
         )
 
     def backoff(self, attempt: int, retry_after: float | None = None) -> float:

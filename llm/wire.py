@@ -63,28 +63,34 @@ def to_messages_params(
     system_cache_ttl: str = "5m",
     temperature: float | None = None,
     cache_system: bool = True,
+    marks: bool = True,
 ) -> dict[str, Any]:
     """The keyword arguments of ``messages.create``/``messages.stream`` for ``request``.
 
     ``cache_system=False`` leaves the system prompt without a breakpoint (the
     timeline marks are whatever ``request.cache_marks`` says, possibly none).
+    ``marks=False`` sends no ``cache_control`` at all: for a server that caches
+    prefixes itself (llama.cpp, vLLM) or not at all.
     """
-    marks = sorted(set(request.cache_marks))
-    if any(m < 0 or m >= len(request.blocks) for m in marks):
-        raise ModelRequestError(400, "invalid_request_error", f"cache marks {marks} out of range")
+    cache_system = cache_system and marks
+    marked = sorted(set(request.cache_marks)) if marks else []
+    if any(m < 0 or m >= len(request.blocks) for m in marked):
+        raise ModelRequestError(400, "invalid_request_error", f"cache marks {marked} out of range")
     budget = MAX_MARKS - (1 if request.system and cache_system else 0)
-    if len(marks) > budget:
+    if len(marked) > budget:
         raise ModelRequestError(
             400,
             "invalid_request_error",
-            f"{len(marks)} timeline cache marks plus the system mark exceed {MAX_MARKS}",
+            f"{len(marked)} timeline cache marks plus the system mark exceed {MAX_MARKS}",
         )
     if not request.blocks:
         raise ModelRequestError(400, "invalid_request_error", "the rendered context is empty")
     params: dict[str, Any] = {
         "model": model,
         "max_tokens": max_tokens,
-        "messages": [{"role": "user", "content": content_blocks(request.blocks, marks, cache_ttl)}],
+        "messages": [
+            {"role": "user", "content": content_blocks(request.blocks, marked, cache_ttl)}
+        ],
     }
     if request.system:
         block: dict[str, Any] = {"type": "text", "text": request.system}

@@ -70,6 +70,10 @@ class Usage(WireModel):
     request_id: str = ""
     context: ContextTelemetry | None = None
     """A turn's context telemetry (a turn result's usage only)."""
+    unknown: list[str] = Field(default_factory=list)
+    """The token fields the server did not report (their 0 means "not known", not none):
+    the cache fields on an API without cache accounting, every field when a stream ended
+    without usage. Summing keeps the union."""
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
@@ -81,6 +85,7 @@ class Usage(WireModel):
             model=self.model or other.model,
             request_id=other.request_id or self.request_id,
             context=other.context or self.context,
+            unknown=sorted({*self.unknown, *other.unknown}),
         )
 
     @property

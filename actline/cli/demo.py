@@ -12,7 +12,8 @@ real ``anthropic`` client), and an outside agent process, ``examples/reviewer.py
 3. A pricing question with a followup that lands while the turn runs and joins it.
 
 It ends with a summary table: rounds, tokens, cache reads, wall time, where the timeline is
-stored and the command that shows it.
+stored and the command that shows it. ``--model``, ``--api`` and ``--base-url`` run the same
+turns on that model instead (read with the environment's key, as ``actline ask`` does).
 """
 
 from __future__ import annotations
@@ -29,8 +30,16 @@ from rich.panel import Panel
 from rich.text import Text
 
 from actline.config import Config, ConfigError
-from actline.llm import AnthropicModel, ExtractiveModel, LLMSettings
+from actline.llm import (
+    AnthropicModel,
+    ExtractiveModel,
+    LLMSettings,
+    ModelConfigError,
+    check_servable,
+    make_model,
+)
 from actline.llm.fake_anthropic import FakeAnthropicServer
+from actline.llm.protocol import Model
 from actline.messages import ReActProgress, ReActResult, new_id
 from actline.runtime import Runtime, follow
 from actline.terminal.cards import TurnPrinter, TurnStats, stats_of, summary_table
@@ -88,17 +97,42 @@ async def _reviewer(url: str, config: Config, console: Console) -> asyncio.subpr
     return process
 
 
+def chosen_model(model: str | None, api: str | None, base_url: str | None) -> LLMSettings | None:
+    """The settings of the model the flags name (None: none named, the offline demo model);
+    ``ModelConfigError`` when it cannot run here."""
+    if model is None and api is None and base_url is None:
+        return None
+    settings = LLMSettings.from_env(model=model, api=api, base_url=base_url)
+    check_servable(settings)
+    return settings
+
+
 async def run_demo(
-    nats_url: str | None = None, console: Console | None = None, home: Path | None = None
+    nats_url: str | None = None,
+    console: Console | None = None,
+    home: Path | None = None,
+    *,
+    model: str | None = None,
+    api: str | None = None,
+    base_url: str | None = None,
 ) -> int:
     """Run the demo; returns the exit code (0 when every turn completed)."""
     out = console or Console()
     started = time.perf_counter()
     where = (home or Path(".actline")).resolve()
+    try:
+        chosen = chosen_model(model, api, base_url)
+    except ModelConfigError as exc:
+        out.print(f"[red]{exc}[/red]")
+        return 2
+    serving = "offline model behind a local Messages API"
+    if chosen is not None:
+        at = f" at {chosen.base_url}" if chosen.base_url else ""
+        serving = f"model {chosen.model} ({chosen.api} API{at})"
     out.print(
         Panel.fit(
             "[bold]actline demo[/bold]: a ReAct agent over the Lumen Relay docs (examples/kb)\n"
-            "offline model behind a local Messages API · embedded NATS · LMDB in "
+            f"{serving} · embedded NATS · LMDB in "
             f"{where}\noutside agent: examples/reviewer.py",
             border_style="cyan",
         )
@@ -109,6 +143,7 @@ async def run_demo(
             nats_url=nats_url,
             home=where,
             knowledge_dir=KB,
+            model=chosen.model if chosen is not None else None,
             nats_creds=os.environ.get("ACTLINE_NATS_CREDS"),
             insecure=os.environ.get("ACTLINE_INSECURE", "") in ("1", "true", "yes", "on"),
         )
@@ -119,14 +154,19 @@ async def run_demo(
     reviewer: asyncio.subprocess.Process | None = None
     stats: list[TurnStats] = []
     cid = new_id("demo-")
-    async with FakeAnthropicServer(policy) as api:
-        settings = LLMSettings(
-            model="extractive", api_key="local", base_url=api.base_url, max_retries=0
-        )
-        model = AnthropicModel(settings)
+    async with contextlib.AsyncExitStack() as stack:
+        served: Model
+        if chosen is None:
+            local = await stack.enter_async_context(FakeAnthropicServer(policy))
+            settings = LLMSettings(
+                model="extractive", api_key="local", base_url=local.base_url, max_retries=0
+            )
+            served = AnthropicModel(settings)
+        else:
+            served = make_model(chosen)
         try:
             with out.status("starting nats-server, the node and the reviewer agent..."):
-                runtime = await Runtime(config, model=model).start()
+                runtime = await Runtime(config, model=served).start()
             out.print(Text(f"nats-server ready at {runtime.nats_url} (JetStream on)", "dim"))
             reviewer = await _reviewer(runtime.nats_url, config, out)
         except ConfigError as exc:
@@ -164,7 +204,9 @@ async def run_demo(
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(reviewer.wait(), 5)
             await runtime.close()
-            await model.aclose()
+            close = getattr(served, "aclose", None)
+            if close is not None:
+                await close()
     out.print()
     out.print(
         summary_table(

@@ -25,7 +25,17 @@ from rich.table import Table
 from actline import __version__
 
 OK, WARN, FAIL = "ok", "warn", "fail"
-PACKAGES = ("nats-py", "lmdb", "anthropic", "pydantic", "ray", "numpy", "tokenizers", "mcp")
+PACKAGES = (
+    "nats-py",
+    "lmdb",
+    "anthropic",
+    "openai",
+    "pydantic",
+    "ray",
+    "numpy",
+    "tokenizers",
+    "mcp",
+)
 
 
 @dataclass(frozen=True, slots=True)

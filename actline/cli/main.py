@@ -23,7 +23,7 @@ from actline import __version__
 from actline.actors.errors import DoneNotStored
 from actline.bus import BusError
 from actline.config import ConfigError
-from actline.llm import ModelConfigError
+from actline.llm import APIS, ModelConfigError
 from actline.messages import diag
 from actline.messages.errors import LogConfigError
 from actline.storage import StorageError
@@ -92,6 +92,30 @@ def _nats(parser: argparse.ArgumentParser, what: str) -> None:
     )
 
 
+def model_options(parser: argparse.ArgumentParser) -> None:
+    """``--model``, ``--api`` and ``--base-url``: the node's model and where it is served."""
+    parser.add_argument(
+        "--model",
+        metavar="NAME",
+        default=None,
+        help="extractive (offline), a claude-* model, a [models.NAME] of actline.toml, or any "
+        "name the server at --base-url serves (ACTLINE_MODEL)",
+    )
+    parser.add_argument(
+        "--api",
+        choices=APIS,
+        default=None,
+        help="how the model is reached: messages (the Anthropic Messages API, default) or "
+        "openai (Chat Completions); ACTLINE_API",
+    )
+    parser.add_argument(
+        "--base-url",
+        metavar="URL",
+        default=None,
+        help="the model server, e.g. http://127.0.0.1:8080 for llama.cpp (ACTLINE_BASE_URL)",
+    )
+
+
 def _node_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--docs",
@@ -100,9 +124,7 @@ def _node_options(parser: argparse.ArgumentParser) -> None:
         default=None,
         help="knowledge folder (default: ACTLINE_DOCS, else ./examples/kb when it exists)",
     )
-    parser.add_argument(
-        "--model", metavar="NAME", default=None, help="extractive (offline) or a claude-* model"
-    )
+    model_options(parser)
     parser.add_argument(
         "--home", metavar="DIR", type=Path, default=None, help="the node's store (ACTLINE_HOME)"
     )
@@ -157,6 +179,7 @@ def _parser() -> argparse.ArgumentParser:
 
     demo = command("demo", "start an embedded nats-server and show a turn going through it")
     _nats(demo, "default: an embedded one")
+    model_options(demo)
     command(
         "doctor",
         "check NATS, JetStream, LMDB, the model, memsearch ranking and the exec sandbox",
@@ -354,7 +377,9 @@ def _dispatch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
         case "demo":
             from actline.cli.demo import run_demo
 
-            return run_until_signal(run_demo(nats_url=args.nats))
+            return run_until_signal(
+                run_demo(nats_url=args.nats, model=args.model, api=args.api, base_url=args.base_url)
+            )
         case "doctor":
             from actline.cli.doctor import run_doctor
 

@@ -18,6 +18,7 @@ from actline.actors.configuration.settings_file import load_settings
 from actline.actors.errors import SettingsFileError
 from actline.actors.node.node import Node
 from actline.bus import Bus
+from actline.cli.main import model_options
 from actline.llm.config import check_servable
 from actline.llm.errors import ModelConfigError
 from actline.llm.protocol import Model
@@ -32,7 +33,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--creds", default=None, help="node credentials (ACTLINE_NATS_CREDS)")
     parser.add_argument("--home", type=Path, default=None, help="LMDB folder (ACTLINE_HOME)")
     parser.add_argument("--docs", type=Path, default=None, help="knowledge space folder")
-    parser.add_argument("--model", default=None, help="model name (default: extractive)")
+    model_options(parser)
     parser.add_argument("--model-delay", type=float, default=0.0, help="offline model delay")
     parser.add_argument("--node-id", default=None)
     parser.add_argument("--ack-wait", type=float, default=None)
@@ -42,6 +43,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 
 async def _serve(args: argparse.Namespace) -> int:
     given = {"home": args.home, "knowledge_dir": args.docs, "model": args.model}
+    given |= {"api": args.api, "base_url": args.base_url}
     given |= {"node_id": args.node_id, "ack_wait_s": args.ack_wait, "followup_grace_s": args.grace}
     overrides: dict[str, Any] = {k: v for k, v in given.items() if v is not None}
     loaded = load_settings(overrides=overrides)  # as `actline serve`: actline.toml, [llm]
@@ -52,7 +54,7 @@ async def _serve(args: argparse.Namespace) -> int:
 
         model = ExtractiveModel(delay=args.model_delay)
     else:
-        check_servable(loaded.llm)  # the fix before connecting (a claude model needs its key)
+        check_servable(loaded.llm)  # the fix before connecting (a key, or a base URL)
     bus = await Bus.connect(args.nats, name=f"actline-node-{settings.node_id}", creds=args.creds)
     node = Node(bus, settings, model=model, llm=loaded.llm)
     stop = asyncio.Event()

@@ -46,6 +46,8 @@ def load_config(args: argparse.Namespace) -> Config:
         nats_url=getattr(args, "nats", None),
         home=getattr(args, "home", None),
         model=getattr(args, "model", None),
+        api=getattr(args, "api", None),
+        base_url=getattr(args, "base_url", None),
         profile=getattr(args, "profile", None),
         knowledge_dir=docs,
         nats_creds=getattr(args, "creds", None),

@@ -23,7 +23,8 @@ until SIGINT/SIGTERM. ``ray.init()`` joins the cluster named by ``RAY_ADDRESS`` 
 The model: the node actors build it from the same settings as ``actline serve``
 (``actline.actors.configuration.settings_file.load_settings``: defaults < ``--config`` /
 ``ACTLINE_CONFIG`` /
-``./actline.toml`` < ``ACTLINE_*`` < ``--model``; the ``[llm]`` table). The driver resolves
+``./actline.toml`` < ``ACTLINE_*`` < ``--model``, ``--api``, ``--base-url``; the ``[llm]``
+and ``[models.NAME]`` tables, which travel to every actor). The driver resolves
 them once and refuses to start what cannot run (a claude model without
 ``ANTHROPIC_API_KEY``) with the fix, before any actor starts; every actor gets the node
 settings and the ``[llm]`` settings without the key. The key reaches the actors through
@@ -63,7 +64,7 @@ from actline.actors.configuration.settings import NodeSettings
 from actline.actors.configuration.settings_file import load_settings
 from actline.actors.errors import RequestsFileError, SettingsFileError
 from actline.bus import Bus
-from actline.llm import LLMSettings, ModelConfigError, check_servable
+from actline.llm import APIS, LLMSettings, ModelConfigError, check_servable
 from actline.messages import ReActResult, TurnRequest, diag
 
 __all__ = ["NodeActor", "load_requests", "main", "run_requests"]
@@ -97,14 +98,20 @@ class NodeActor:
         """``LLMSettings`` fields but the key (None: ``LLMSettings.from_env``)."""
 
     def llm_settings(self) -> LLMSettings:
-        """The model settings: the driver's, with this process's ``ANTHROPIC_API_KEY``."""
+        """The model settings: the driver's (with its configured models, registered here),
+        with this process's key of their API (``ANTHROPIC_API_KEY`` or ``OPENAI_API_KEY``)."""
+        from actline.llm import register_models
+
         if self.llm is None:
             return LLMSettings.from_env(model=self.settings.model)
         env = os.environ
         values = {**self.llm, "model": self.settings.model}
-        values["api_key"] = env.get("ANTHROPIC_API_KEY") or None
-        values["base_url"] = values.get("base_url") or env.get("ANTHROPIC_BASE_URL") or None
-        return LLMSettings(**values)
+        values["api_key"] = env.get(key_variable(values.get("api", "messages"))) or None
+        if values.get("api", "messages") == "messages":
+            values["base_url"] = values.get("base_url") or env.get("ANTHROPIC_BASE_URL") or None
+        settings = LLMSettings(**values)
+        register_models(settings.models)
+        return settings
 
     async def start(self) -> str:
         """Connect and serve; returns the node id once the node pulls turns."""
@@ -250,6 +257,15 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         "--model", default=None, help="the nodes' model (ACTLINE_MODEL; default extractive)"
     )
     parser.add_argument(
+        "--api",
+        choices=APIS,
+        default=None,
+        help="the model's API: messages (Anthropic) or openai (Chat Completions); ACTLINE_API",
+    )
+    parser.add_argument(
+        "--base-url", metavar="URL", default=None, help="the model server (ACTLINE_BASE_URL)"
+    )
+    parser.add_argument(
         "--config",
         type=Path,
         default=None,
@@ -299,11 +315,17 @@ async def _drive(args: argparse.Namespace, actors: list[Any], console: Console) 
     return 1 if failed else 0
 
 
+def key_variable(api: str) -> str:
+    """The environment variable that holds the key of ``api``."""
+    return "OPENAI_API_KEY" if api == "openai" else "ANTHROPIC_API_KEY"
+
+
 def job_settings(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any], str | None]:
     """The node settings, the model settings without the key, and the key: resolved as
     ``actline serve`` does and checked (``ModelConfigError``: a claude model without a key)."""
     overrides = {"model": args.model, "knowledge_dir": args.docs}
     overrides["ack_wait_s"] = args.ack_wait
+    overrides |= {"api": args.api, "base_url": args.base_url}
     loaded = load_settings(args.config, overrides=overrides)
     check_servable(loaded.llm)
     llm = {f.name: getattr(loaded.llm, f.name) for f in fields(loaded.llm) if f.name != "api_key"}
@@ -348,7 +370,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     actors = []
     options: dict[str, Any] = {}
     if key:  # the key the driver read, to every actor (merged with the job's runtime env)
-        options["runtime_env"] = {"env_vars": {"ANTHROPIC_API_KEY": key}}
+        options["runtime_env"] = {"env_vars": {key_variable(llm["api"]): key}}
     for i in range(args.nodes):
         node_id = f"ray-node-{i}"
         settings = {**nodes, "home": args.home / node_id, "node_id": node_id}

@@ -6,8 +6,13 @@ model object it was given). A turn may name another: ``NodeModels`` serves
 - the default under its configured name (``NodeSettings.model``), its own name or ``""``;
 - a model the node was given by name (``Node(models={...})``);
 - ``extractive`` (offline, always);
+- a configured model (``[models.NAME]`` of ``actline.toml``, ``actline.llm.configured_models``)
+  through its own API and base URL (``LLMSettings.for_model``), when it can be served there
+  (``check_servable``: a base URL, or a claude model with the key);
 - a ``claude-*`` model when the node has an Anthropic API key: an ``AnthropicModel`` built
-  for that name with the node's ``LLMSettings`` (base URL, retries, cache TTL), once.
+  for that name with the node's ``LLMSettings`` (base URL, retries, cache TTL).
+
+Each is built once (``make_model``).
 
 Anything else raises ``llm.ModelConfigError`` naming the model, what this node serves and
 what to do; the streamer turns it into a ``model_config`` failure and the turn ends
@@ -17,14 +22,13 @@ what to do; the streamer turns it into a ``model_config`` failure and the turn e
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import replace
 
 from actline.llm import (
-    AnthropicModel,
     ExtractiveModel,
     LLMSettings,
     ModelConfigError,
     check_servable,
+    configured_models,
     make_model,
 )
 from actline.llm.protocol import Model
@@ -71,12 +75,26 @@ class NodeModels:
 
     @property
     def claude(self) -> bool:
-        """True when this node can serve ``claude-*`` models (it has an API key)."""
-        return self.llm is not None and bool(self.llm.api_key)
+        """True when this node can serve ``claude-*`` models (an Anthropic API key)."""
+        return self.llm is not None and self.llm.api == "messages" and bool(self.llm.api_key)
+
+    def configured(self) -> list[str]:
+        """The configured models this node can serve (``[models.NAME]``)."""
+        if self.llm is None:
+            return []
+        names = []
+        for name in configured_models():
+            try:
+                check_servable(self.llm.for_model(name))
+            except ModelConfigError:
+                continue
+            names.append(name)
+        return names
 
     def served(self) -> str:
         """What this node serves, for messages."""
-        names = dict.fromkeys(n for n in (self.default_name, *self._models, "extractive") if n)
+        given = (self.default_name, *self._models, "extractive", *self.configured())
+        names = dict.fromkeys(n for n in given if n)
         if self.claude:
             names["claude-* (it has an Anthropic API key)"] = None
         return ", ".join(names)
@@ -87,8 +105,17 @@ class NodeModels:
             return model
         if name == "extractive":
             model = ExtractiveModel()
-        elif name.startswith("claude") and self.llm is not None and self.llm.api_key:
-            model = AnthropicModel(replace(self.llm, model=name))
+        elif self.llm is not None and name in configured_models():
+            settings = self.llm.for_model(name)
+            try:
+                check_servable(settings)
+            except ModelConfigError as exc:
+                raise ModelConfigError(
+                    f"model {name!r}", f"{exc.detail}; this node serves {self.served()}"
+                ) from None
+            model = make_model(settings)
+        elif name.startswith("claude") and self.claude and self.llm is not None:
+            model = make_model(self.llm.for_model(name))
         else:
             raise ModelConfigError(f"model {name!r}", self._refusal(name))
         self._models[name] = model

@@ -9,9 +9,16 @@ settings
 
 The TOML file is ``path``, else ``$ACTLINE_CONFIG``, else ``./actline.toml`` when it exists.
 Its keys are the node settings by name (``home``, ``model``, ``docs``, ``workspace``, ...),
-``nats_url``, ``nats_creds``, ``insecure``, an ``[llm]`` table (``max_retries``,
-``timeout``, ``cache_ttl``, ...) and ``[profiles.NAME]`` tables. API keys are never read from
-the file: they belong in the environment (``ANTHROPIC_API_KEY``).
+``nats_url``, ``nats_creds``, ``insecure``, an ``[llm]`` table (``api``, ``base_url``,
+``max_retries``, ``timeout``, ``cache_ttl``, ...), ``[models.NAME]`` tables (a model by name:
+its API, base URL, window, prices and caching; ``actline.actors.configuration.model_tables``)
+and ``[profiles.NAME]`` tables. API keys are never read from the file: they belong in the
+environment (``ANTHROPIC_API_KEY``, ``OPENAI_API_KEY``).
+
+The model settings: the ``[llm]`` table, then the default model's ``[models.NAME]`` ``api``
+and ``base_url``, then the environment (``ACTLINE_API``, ``ACTLINE_BASE_URL``, ...), then the
+flags (``api``, ``base_url`` among the overrides). The configured models are registered
+(``actline.llm.register_models``) and carried in ``LLMSettings.models``.
 
 Every problem is a ``SettingsFileError`` whose message names the setting and the fix.
 """
@@ -26,19 +33,29 @@ from pathlib import Path
 from typing import Any
 
 from actline.actors.errors import SettingsFileError
-from actline.llm import LLMSettings, ModelConfigError
+from actline.llm import LLMSettings, ModelConfigError, register_models
 
+from .model_tables import model_table_specs
 from .settings import ENV_VARS, NodeSettings
 
-__all__ = ["ALIASES", "LLM_KEYS", "PATH_SETTINGS", "LoadedSettings", "load_settings"]
+__all__ = [
+    "ALIASES",
+    "LLM_FLAGS",
+    "LLM_KEYS",
+    "PATH_SETTINGS",
+    "LoadedSettings",
+    "load_settings",
+]
 
 ALIASES = {"docs": "knowledge_dir", "workspace": "workspace_mode", "sync": "storage_sync"}
 """Short TOML names of node settings."""
 PATH_SETTINGS = frozenset({"home", "knowledge_dir", "mcp_config", "skills"})
 LLM_KEYS = frozenset(
     {"max_retries", "backoff_base", "backoff_max", "timeout", "max_output_tokens"}
-    | {"temperature", "cache_ttl", "system_cache_ttl", "cache_system", "base_url"}
+    | {"temperature", "cache_ttl", "system_cache_ttl", "cache_system", "base_url", "api"}
 )
+LLM_FLAGS = ("api", "base_url")
+"""Overrides of ``load_settings`` that are model settings, not node settings."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -87,7 +104,7 @@ def node_values(table: Mapping[str, Any], path: Path) -> dict[str, Any]:
     for key, value in table.items():
         name = ALIASES.get(key, key)
         if name not in names:
-            known = ", ".join(sorted({*names, *ALIASES, "nats_url", "llm"}))
+            known = ", ".join(sorted({*names, *ALIASES, "nats_url", "llm", "models"}))
             raise SettingsFileError(f"config file {path}: unknown setting {key!r}; known: {known}")
         default = getattr(NodeSettings(), name)
         if name in PATH_SETTINGS:
@@ -113,8 +130,11 @@ def load_settings(
     env: Mapping[str, str] | None = None,
     overrides: Mapping[str, Any] | None = None,
 ) -> LoadedSettings:
-    """Defaults < TOML file < environment < ``overrides`` (node setting names; None skipped)."""
+    """Defaults < TOML file < environment < ``overrides`` (node setting names, and ``api``
+    and ``base_url``; None skipped)."""
     source_env = os.environ if env is None else env
+    overrides = dict(overrides or {})
+    llm_flags = {k: overrides.pop(k) for k in LLM_FLAGS if overrides.get(k) is not None}
     file = config_path(path, source_env)
     table = read_table(file) if file is not None else {}
     keys = ("nats_url", "nats_creds", "insecure")
@@ -128,6 +148,7 @@ def load_settings(
             f"config file {file}: [llm] takes {', '.join(sorted(LLM_KEYS))}; got {bad}"
             " (API keys belong in the environment: ANTHROPIC_API_KEY)"
         )
+    models = model_table_specs(table.pop("models", {}), file)
     profiles = table.pop("profiles", {})
     if not isinstance(profiles, dict):
         raise SettingsFileError(f"config file {file}: [profiles.NAME] must be tables")
@@ -136,7 +157,7 @@ def load_settings(
         from_file["profiles"] = profiles
     in_env = {name for name, (var, _) in ENV_VARS.items() if source_env.get(var)}
     values = {k: v for k, v in from_file.items() if k not in in_env}
-    for key, value in (overrides or {}).items():
+    for key, value in overrides.items():
         if value is None:
             continue
         name = ALIASES.get(key, key)
@@ -148,8 +169,15 @@ def load_settings(
     except ValueError as exc:
         where = f"config file {file}: " if file is not None and profiles else ""
         raise SettingsFileError(f"{where}{exc}") from None
+    defaults: dict[str, Any] = dict(llm_table)
+    own = next((spec for spec in models if spec.name == node.model), None)
+    if own is not None:
+        defaults.update({k: getattr(own, k) for k in LLM_FLAGS if getattr(own, k) is not None})
     try:
-        llm = LLMSettings.from_env(source_env, model=node.model, **llm_table)
+        llm = LLMSettings.from_env(
+            source_env, defaults=defaults, model=node.model, models=models, **llm_flags
+        )
     except ModelConfigError as exc:
         raise SettingsFileError(f"model setting {exc}") from None
+    register_models(models)
     return LoadedSettings(node, llm, file, connection)

@@ -42,7 +42,8 @@ def price(usage: Usage, model: str = "") -> Cost:
     """What ``usage`` cost, priced as ``model`` (default: the model the usage names).
 
     A model the table does not know is priced with ``model_spec``'s conservative prices
-    and the cost says ``estimated``; no tokens at all cost exactly nothing.
+    and the cost says ``estimated``, as it does when the usage has fields the server did
+    not report (``Usage.unknown``); no tokens at all cost exactly nothing.
     """
     spec = model_spec(model or usage.model)
     unit_in = spec.input_price * PER_TOKEN
@@ -61,7 +62,7 @@ def price(usage: Usage, model: str = "") -> Cost:
         total_usd=input_usd + read_usd + write_5m_usd + write_1h_usd + output_usd,
         uncached_usd=usage.total_input_tokens * unit_in + output_usd,
         priced_as=priced_entry(spec),
-        estimated=not spec.known and tokens > 0,
+        estimated=bool(usage.unknown) or (not spec.known and tokens > 0),
     )
 
 

@@ -11,6 +11,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import nats.js.errors
 import pytest
 from nats.js.api import StreamConfig
 
@@ -84,7 +85,19 @@ async def test_every_stream_and_bucket_of_a_node_has_three_replicas_on_the_clust
 
 
 async def _streams(bus: Bus):  # type: ignore[no-untyped-def]
-    for info in await bus.nc.jetstream().streams_info():
+    infos: list[Any] = []
+
+    async def listed() -> bool:
+        """The account's JetStream answers on this server: right after a cluster starts,
+        the server a connection lands on may not have the account's limits yet (503)."""
+        try:
+            infos[:] = await bus.nc.jetstream().streams_info()
+        except nats.js.errors.ServiceUnavailableError:
+            return False
+        return True
+
+    await until(listed, timeout=30)
+    for info in infos:
         yield info.config
 
 

@@ -136,3 +136,15 @@ def test_usd_is_shown_with_four_decimals_and_estimates_with_a_tilde() -> None:
     assert format_usd(0.00001) == "<$0.0001"
     assert format_usd(-0.0075) == "-$0.0075"
     assert format_usd(0.5, estimated=True) == "~$0.5000"
+
+
+def test_usage_with_fields_the_server_did_not_report_is_an_estimate() -> None:
+    unknown = ["cache_read_tokens", "cache_write_1h_tokens", "cache_write_5m_tokens"]
+    partial = Usage(input_tokens=1_000, model="claude-sonnet-4-6", unknown=unknown)
+    cost = price(partial)
+    assert cost.estimated and cost.priced_as == "claude-sonnet-4-6"
+    assert cost.total_usd == pytest.approx(0.003)
+    assert not price(Usage(input_tokens=1_000, model="claude-sonnet-4-6")).estimated
+    total = Usage(input_tokens=1, unknown=["output_tokens", "cache_read_tokens"]) + partial
+    assert total.unknown == sorted({*unknown, "output_tokens"})
+    assert (Usage() + Usage()).unknown == []

@@ -122,5 +122,5 @@ def test_a_node_process_refuses_a_model_it_cannot_run_before_connecting(
     assert main([*nowhere, "--model", "claude-sonnet-4-6"]) == 2
     assert "model claude-sonnet-4-6: needs an Anthropic API key" in capsys.readouterr().err
     assert main([*nowhere, "--model", "gpt-9"]) == 2
-    assert "model 'gpt-9': is unknown: use extractive" in capsys.readouterr().err
+    assert "model 'gpt-9': is not a built-in model and has no base URL" in capsys.readouterr().err
     assert not (tmp_path / "home").exists()
