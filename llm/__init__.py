@@ -47,10 +47,7 @@ def make_model(settings: LLMSettings) -> Model:
     if settings.model == "replay":
         raise ModelConfigError("model", "a replay model needs a script: use ReplayModel.from_file")
     if settings.api == "openai":
-        from .openai import OpenAIChatModel  # lazy: only a node that serves one needs it
-
-        model: Model = OpenAIChatModel(settings)
-        return model
+        return OpenAIChatModel(settings)
     return AnthropicModel(settings)
 
 
@@ -58,11 +55,11 @@ def writes_summaries(model: Model) -> bool:
     """True for a real model: compaction summaries are then written by it (structured).
 
     The offline models (``extractive``, ``replay``) and scripted test models keep the
-    offline digest: a real model is an ``AnthropicModel`` or one named after a known
-    claude model.
+    offline digest: a real model is a client of a model server (``AnthropicModel``,
+    ``OpenAIChatModel``) or one named after a known model.
     """
     name = getattr(model, "name", "")
-    if isinstance(model, AnthropicModel):
+    if isinstance(model, AnthropicModel | OpenAIChatModel):
         return True
     return name not in OFFLINE_MODELS and model_spec(name).known
 

@@ -160,17 +160,21 @@ def takeover(
         try:
             asyncio.run(batch(server, requests(tmp, warmup * 2, "wk")))
             victim: dict[str, Any] = {}
+            measured = requests(tmp, conversations, "k")
+            ids = {r.turn_id for r in measured}
 
             async def kill() -> None:
-                while True:  # until the victim runs a few turns (the batch is being submitted)
+                while True:  # until the victim runs a few turns of this batch (a warm-up
+                    # turn whose ack is still on its way is running too: not counted)
                     usage = (await usages(actors[:1]))[0]
-                    if usage.get("active", 0) >= 3:
+                    running = [t for t in usage.get("running", ()) if t in ids]
+                    if len(running) >= 3:
                         break
                     await asyncio.sleep(0.005)
                 ray.kill(actors[0], no_restart=True)
-                victim.update(killed_at=time.time(), running=usage["running"])
+                victim.update(killed_at=time.time(), running=running)
 
-            seconds, results = asyncio.run(batch(server, requests(tmp, conversations, "k"), kill))
+            seconds, results = asyncio.run(batch(server, measured, kill))
             finished = time.time()
         finally:
             stop_nodes(ray, actors[1:])

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import replace
 
 import pytest
 
@@ -315,8 +316,12 @@ async def test_a_refused_key_is_a_request_error_and_not_retried(server: FakeOpen
 
 
 def test_make_model_builds_a_chat_completions_model_for_the_openai_api() -> None:
-    from actline.llm import make_model
+    from actline.llm import make_model, writes_summaries
 
     settings = LLMSettings(model=MODEL, api="openai", base_url="http://127.0.0.1:9/v1")
     model = make_model(settings)
     assert isinstance(model, OpenAIChatModel) and model.name == MODEL
+    # a model the table does not know, served by a real server: it writes the summaries
+    unknown = make_model(replace(settings, model="my-local-model"))
+    assert writes_summaries(unknown)
+    assert not writes_summaries(ReplayModel([]))
