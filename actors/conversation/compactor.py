@@ -45,8 +45,11 @@ log = logging.getLogger(__name__)
 
 def prices_of(model_name: str) -> Prices:
     """The cost model's prices for ``model_name`` by its price table (5-minute cache writes,
-    the lifetime the timeline's marks ask for)."""
+    the lifetime the timeline's marks ask for). A model priced at nothing (a local server
+    configured without prices) weighs output as the default table does."""
     spec = model_spec(model_name)
+    if spec.input_price <= 0:
+        return Prices(read=CACHE_READ, write=CACHE_WRITE_5M)
     return Prices(
         read=CACHE_READ, write=CACHE_WRITE_5M, output=spec.output_price / spec.input_price
     )
