@@ -18,12 +18,11 @@ stream context, which closes the HTTP response before the call returns.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import random
 import re
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from actline.messages import GenerateRequest, Usage
@@ -34,10 +33,9 @@ from .errors import (
     ModelConfigError,
     ModelError,
     ModelRequestError,
-    ModelStreamError,
-    ModelUnavailable,
 )
 from .protocol import Chunk
+from .retry import Retry, Retrying, retry_after
 from .wire import to_messages_params
 
 if TYPE_CHECKING:
@@ -54,16 +52,6 @@ _TOO_LONG = re.compile(
 NO_KEY = "no-key"
 """The key sent to a server at a base URL when none is set (local servers check none)."""
 _TOKENS = re.compile(r"(\d[\d,]*)\s*tokens?\s*>\s*(\d[\d,]*)")
-
-
-class _Retry(Exception):
-    """Internal: one failed attempt that may be retried."""
-
-    def __init__(self, status: int | None, detail: str, retry_after: float | None) -> None:
-        super().__init__(detail)
-        self.status = status
-        self.detail = detail
-        self.retry_after = retry_after
 
 
 def context_window_error(detail: str) -> ContextWindowExceeded | None:
@@ -98,7 +86,7 @@ def usage_from(raw: Any, *, model: str, request_id: str, ttl: str = "5m") -> Usa
     )
 
 
-class AnthropicModel:
+class AnthropicModel(Retrying):
     """A ``Model`` backed by the Messages API (or anything that speaks it)."""
 
     def __init__(
@@ -160,42 +148,6 @@ class AnthropicModel:
             marks=self.spec.cache == "anthropic",
         )
 
-    def backoff(self, attempt: int, retry_after: float | None = None) -> float:
-        """Seconds to wait before attempt ``attempt + 1``: exponential, jittered, capped."""
-        s = self.settings
-        ceiling = min(s.backoff_max, s.backoff_base * float(2 ** max(0, attempt - 1)))
-        delay = ceiling / 2 + self._rng.random() * ceiling / 2
-        if retry_after:
-            delay = max(delay, min(retry_after, s.backoff_max))
-        return delay
-
-    async def stream(self, request: GenerateRequest) -> AsyncIterator[Chunk]:
-        params = self.params(request)
-        budget = self.settings.max_retries + 1
-        self.attempts = 0
-        while True:
-            self.attempts += 1
-            delivered = [0]
-            try:
-                async with contextlib.aclosing(self._attempt(params, delivered)) as attempt:
-                    async for chunk in attempt:
-                        yield chunk
-                return
-            except _Retry as failure:
-                if delivered[0]:
-                    raise ModelStreamError(failure.detail, delivered[0]) from None
-                if self.attempts >= budget:
-                    raise ModelUnavailable(failure.status, self.attempts, failure.detail) from None
-                delay = self.backoff(self.attempts, failure.retry_after)
-                log.info(
-                    "model %s attempt %d failed (%s); retrying in %.2fs",
-                    params["model"],
-                    self.attempts,
-                    failure.status or "connection",
-                    delay,
-                )
-                await self._sleep(delay)
-
     async def _attempt(
         self, params: dict[str, Any], delivered: list[int]
     ) -> AsyncGenerator[Chunk, None]:
@@ -213,7 +165,7 @@ class AnthropicModel:
         except anthropic.APIStatusError as exc:
             raise self._classify(exc) from None
         except anthropic.APIConnectionError as exc:
-            raise _Retry(None, str(exc), None) from None
+            raise Retry(None, str(exc), None) from None
         usage = usage_from(
             final.usage,
             model=final.model or params["model"],
@@ -232,20 +184,15 @@ class AnthropicModel:
         )
         yield usage
 
-    def _classify(self, exc: Any) -> ModelError | _Retry:
+    def _classify(self, exc: Any) -> ModelError | Retry:
         status = int(getattr(exc, "status_code", 0) or 0)
         kind = str(getattr(exc, "type", None) or "")
         detail = str(getattr(exc, "api_message", None) or getattr(exc, "message", exc))
         if status in (429, 529) or status >= 500 or kind in RETRYABLE_TYPES:
-            retry_after: float | None = None
-            header = exc.response.headers.get("retry-after") if exc.response is not None else None
-            if header:
-                try:
-                    retry_after = float(header)
-                except ValueError:
-                    retry_after = None
-            return _Retry(
-                status if status >= 400 else 529, f"{kind or 'error'}: {detail}", retry_after
+            return Retry(
+                status if status >= 400 else 529,
+                f"{kind or 'error'}: {detail}",
+                retry_after(exc.response),
             )
         too_long = context_window_error(detail)
         if too_long is not None and status in (400, 413):

@@ -10,6 +10,7 @@ mid-stream overload. ``python -m actline.llm.fake_anthropic --port N`` runs it b
 
 Modules: ``server`` (the server and its request records), ``api`` (validation,
 error and event shapes), ``policy`` (the policy protocol, the echo policy),
+``serving`` (listening and connections, shared with ``actline.llm.fake_openai``),
 ``thread`` (running it in a daemon thread), ``_http`` (the HTTP/1.1 framing).
 """
 

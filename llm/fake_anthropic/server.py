@@ -14,16 +14,13 @@ cancels and closes the policy's iterator) before ``disconnects`` grows and
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import logging
-import socket
 import time
 import uuid
 from collections import deque
 from collections.abc import AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass, field
-from types import TracebackType
 from typing import Any, Literal
 
 from actline.messages import GenerateRequest, Usage
@@ -35,9 +32,9 @@ from ..errors import ModelRequestError
 from ..protocol import Chunk
 from ..wire import from_messages_params
 from . import api
-from ._http import LAST_CHUNK, BadHttp, Connection, HttpRequest, read_request, response_head
+from ._http import LAST_CHUNK, Connection, HttpRequest, response_head
 from .policy import EchoPolicy, Policy
-from .thread import ServerThread
+from .serving import LocalServer
 
 logger = logging.getLogger("actline.llm.fake_anthropic")
 
@@ -114,12 +111,14 @@ async def _close_iterator(iterator: AsyncIterator[Chunk]) -> None:
         await aclose()
 
 
-class FakeAnthropicServer:
+class FakeAnthropicServer(LocalServer):
     """The local Messages API; use ``async with`` or ``run_in_thread()``.
 
     ``min_cache_tokens`` and ``context_window`` override the per-model constants
     of ``actline.llm.config``; ``clock`` gives the times the cache is accounted at.
     """
+
+    name = "fake anthropic server"
 
     def __init__(
         self,
@@ -131,39 +130,17 @@ class FakeAnthropicServer:
         min_cache_tokens: int | None = None,
         context_window: int | None = None,
     ) -> None:
+        super().__init__(host, port)
         self.policy: Policy = policy or EchoPolicy()
         self.sim = CacheSim(min_cache_tokens=min_cache_tokens)
         self.requests: list[RequestRecord] = []
-        self.connections = 0
-        """TCP connections accepted (a keep-alive client reuses one)."""
         self.disconnects = 0
         """Replies abandoned because the client closed the connection."""
         self.disconnected = asyncio.Event()
         """Set at each disconnect, once the policy's iterator is closed."""
         self._clock = clock
-        self._host = host
-        self._port = port
         self._context_window = context_window
         self._failures: deque[str] = deque()
-        self._server: asyncio.Server | None = None
-        self._connection_tasks: set[asyncio.Task[None]] = set()
-
-    @property
-    def port(self) -> int:
-        return self._port
-
-    @property
-    def base_url(self) -> str:
-        return f"http://{self._host}:{self._port}"
-
-    @property
-    def usage_totals(self) -> Usage:
-        """The sum of the usage of every answered request."""
-        total = Usage()
-        for record in self.requests:
-            if record.usage is not None:
-                total += record.usage
-        return total
 
     def fail_next(self, kind: FailureKind, times: int = 1) -> None:
         """Fail the next ``times`` valid requests with ``kind``; queued kinds run in order."""
@@ -171,73 +148,8 @@ class FakeAnthropicServer:
             raise ValueError(f"unknown failure kind {kind!r}; expected one of {sorted(FAILURES)}")
         self._failures.extend([kind] * times)
 
-    async def start(self) -> None:
-        self._server = await asyncio.start_server(self._on_connection, self._host, self._port)
-        self._port = self._server.sockets[0].getsockname()[1]
-        logger.info("fake anthropic server listening on %s", self.base_url)
-
-    async def stop(self) -> None:
-        if self._server is None:
-            return
-        self._server.close()
-        tasks = list(self._connection_tasks)
-        for task in tasks:
-            task.cancel()
-        if tasks:
-            await asyncio.wait(tasks)
-        await self._server.wait_closed()
-        self._server = None
-
-    async def __aenter__(self) -> FakeAnthropicServer:
-        await self.start()
-        return self
-
-    async def __aexit__(
-        self,
-        exc_type: type[BaseException] | None,
-        exc: BaseException | None,
-        tb: TracebackType | None,
-    ) -> None:
-        await self.stop()
-
-    def run_in_thread(self) -> ServerThread:
-        """Serve from a daemon thread with its own loop (for sync clients); stop it to end."""
-        return ServerThread(self).start()
-
-    def _on_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        # A plain callback spawning a task of ours: asyncio 3.11 reports a cancelled
-        # coroutine callback as an error, and stop() must be able to cancel connections.
-        self.connections += 1
-        task = asyncio.create_task(self._serve(reader, writer))
-        self._connection_tasks.add(task)
-        task.add_done_callback(self._connection_done)
-
-    def _connection_done(self, task: asyncio.Task[None]) -> None:
-        self._connection_tasks.discard(task)
-        if not task.cancelled() and (exc := task.exception()) is not None:
-            logger.error("connection handler failed", exc_info=exc)
-
-    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        sock = writer.get_extra_info("socket")
-        if sock is not None:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        conn = Connection(reader, writer)
-        try:
-            while (request := await read_request(conn)) is not None:
-                conn.keep_alive = request.keep_alive
-                if not await self._handle(conn, request) or not request.keep_alive:
-                    break
-        except BadHttp as exc:
-            logger.info("bad HTTP from client: %s", exc)
-            conn.keep_alive = False
-            with contextlib.suppress(ConnectionError):
-                await self._send_error(conn, _new_id("req"), 400, "invalid_request_error", str(exc))
-        except ConnectionError:
-            pass
-        finally:
-            writer.close()
-            with contextlib.suppress(ConnectionError):
-                await writer.wait_closed()
+    async def _refuse(self, conn: Connection, message: str) -> None:
+        await self._send_error(conn, _new_id("req"), 400, "invalid_request_error", message)
 
     async def _send_json(
         self,
@@ -360,29 +272,6 @@ class FakeAnthropicServer:
             exchange.error_type,
             disconnected,
         )
-
-    async def _race_peer(
-        self, conn: Connection, work: Coroutine[Any, Any, None], exchange: _Exchange
-    ) -> bool:
-        """Run ``work`` while watching the connection; True when the client left before
-        the whole reply was written."""
-        task = asyncio.create_task(work)
-        watcher = asyncio.create_task(conn.wait_peer_closed())
-        try:
-            await asyncio.wait({task, watcher}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            watcher.cancel()
-            if not task.done():
-                task.cancel()
-            await asyncio.wait({task, watcher})
-        if task.cancelled():
-            return not exchange.sent_all
-        exc = task.exception()
-        if isinstance(exc, ConnectionError):
-            return not exchange.sent_all
-        if exc is not None:
-            raise exc
-        return False
 
     async def _policy_text(
         self, exchange: _Exchange, emit: Callable[[str], Coroutine[Any, Any, None]] | None

@@ -29,7 +29,7 @@ import os
 import random
 import re
 import time
-from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from actline.messages import GenerateRequest, Usage
@@ -41,10 +41,9 @@ from ..errors import (
     ModelConfigError,
     ModelError,
     ModelRequestError,
-    ModelStreamError,
-    ModelUnavailable,
 )
 from ..protocol import Chunk
+from ..retry import Retry, Retrying, retry_after
 from .wire import to_chat_params
 
 if TYPE_CHECKING:
@@ -67,16 +66,6 @@ _OPENAI_WINDOW = re.compile(
     r"maximum context length is (\d[\d,]*) tokens.*?(?:resulted in|requested) (\d[\d,]*) tokens",
     re.IGNORECASE | re.DOTALL,
 )
-
-
-class _Retry(Exception):
-    """Internal: one failed attempt that may be retried."""
-
-    def __init__(self, status: int | None, detail: str, retry_after: float | None) -> None:
-        super().__init__(detail)
-        self.status = status
-        self.detail = detail
-        self.retry_after = retry_after
 
 
 def chat_context_error(code: str, kind: str, detail: str) -> ContextWindowExceeded | None:
@@ -127,7 +116,7 @@ def _transport_errors() -> tuple[type[Exception], ...]:
     return tuple(found)
 
 
-class OpenAIChatModel:
+class OpenAIChatModel(Retrying):
     """A ``Model`` backed by the Chat Completions API (or anything that speaks it)."""
 
     def __init__(
@@ -193,42 +182,12 @@ class OpenAIChatModel:
             temperature=s.temperature,
         )
 
-    def backoff(self, attempt: int, retry_after: float | None = None) -> float:
-        """Seconds to wait before attempt ``attempt + 1``: exponential, jittered, capped."""
-        s = self.settings
-        ceiling = min(s.backoff_max, s.backoff_base * float(2 ** max(0, attempt - 1)))
-        delay = ceiling / 2 + self._rng.random() * ceiling / 2
-        if retry_after:
-            delay = max(delay, min(retry_after, s.backoff_max))
-        return delay
-
-    async def stream(self, request: GenerateRequest) -> AsyncIterator[Chunk]:
-        params = self.params(request)
-        budget = self.settings.max_retries + 1
-        self.attempts = 0
+    async def stream(self, request: GenerateRequest) -> AsyncGenerator[Chunk, None]:
+        """``Retrying.stream``, with ``finish_reason`` cleared first."""
         self.finish_reason = None
-        while True:
-            self.attempts += 1
-            delivered = [0]
-            try:
-                async with contextlib.aclosing(self._attempt(params, delivered)) as attempt:
-                    async for chunk in attempt:
-                        yield chunk
-                return
-            except _Retry as failure:
-                if delivered[0]:
-                    raise ModelStreamError(failure.detail, delivered[0]) from None
-                if self.attempts >= budget:
-                    raise ModelUnavailable(failure.status, self.attempts, failure.detail) from None
-                delay = self.backoff(self.attempts, failure.retry_after)
-                log.info(
-                    "model %s attempt %d failed (%s); retrying in %.2fs",
-                    params["model"],
-                    self.attempts,
-                    failure.status or "connection",
-                    delay,
-                )
-                await self._sleep(delay)
+        async with contextlib.aclosing(super().stream(request)) as chunks:
+            async for chunk in chunks:
+                yield chunk
 
     async def _attempt(
         self, params: dict[str, Any], delivered: list[int]
@@ -257,13 +216,13 @@ class OpenAIChatModel:
         except openai.APIStatusError as exc:
             raise self._classify(exc) from None
         except openai.APIConnectionError as exc:
-            raise _Retry(None, str(exc), None) from None
+            raise Retry(None, str(exc), None) from None
         except openai.APIError as exc:  # an error event inside the stream
-            raise _Retry(None, f"{exc.type or 'error'}: {exc.message}", None) from None
+            raise Retry(None, f"{exc.type or 'error'}: {exc.message}", None) from None
         except _transport_errors() as exc:
-            raise _Retry(None, f"the stream broke: {exc}", None) from None
+            raise Retry(None, f"the stream broke: {exc}", None) from None
         if finish is None:
-            raise _Retry(None, "the stream ended before its finish_reason", None)
+            raise Retry(None, "the stream ended before its finish_reason", None)
         self.finish_reason = finish
         usage = usage_from(raw_usage, model=model, request_id=request_id)
         log.info(
@@ -279,21 +238,14 @@ class OpenAIChatModel:
         )
         yield usage
 
-    def _classify(self, exc: Any) -> ModelError | _Retry:
+    def _classify(self, exc: Any) -> ModelError | Retry:
         status = int(getattr(exc, "status_code", 0) or 0)
         body = exc.body if isinstance(getattr(exc, "body", None), dict) else {}
         kind = str(getattr(exc, "type", None) or "")
         code = str(getattr(exc, "code", None) or "")
         detail = str(body.get("message") or getattr(exc, "message", exc))
         if status == 429 or status >= 500:
-            retry_after: float | None = None
-            header = exc.response.headers.get("retry-after") if exc.response is not None else None
-            if header:
-                try:
-                    retry_after = float(header)
-                except ValueError:
-                    retry_after = None
-            return _Retry(status, f"{kind or code or 'error'}: {detail}", retry_after)
+            return Retry(status, f"{kind or code or 'error'}: {detail}", retry_after(exc.response))
         if status in (400, 413):
             too_long = chat_context_error(code, kind, detail)
             if too_long is not None:
