@@ -12,7 +12,11 @@ from __future__ import annotations
 import itertools
 from typing import Any
 
-from actline.timeline import Renderer, RenderResult, TimelineConfig, resolve
+import pytest
+
+from actline.actors.configuration.profiles import resolve as resolve_profile
+from actline.actors.errors import InputRefused
+from actline.timeline import Renderer, RenderResult, TimelineConfig, TimelineError, resolve
 from actline.timeline.blocks import TOOL_CALL, TOOL_RESULT
 from actline.timeline.paths import tc_path
 from tests.timeline.builders import Build, texts, words
@@ -206,3 +210,10 @@ def test_the_append_policy_archives_mid_turn_as_results_leave_the_window() -> No
     results = one_turn_of_rounds(renderer, b, "t1", 6)
     assert hidden(b) == [tc_path("t1", f"c{i}", "result") for i in range(3)]
     assert not [v for r in results for v in r.events.edits]
+
+
+def test_an_unknown_context_policy_is_refused_by_name() -> None:
+    with pytest.raises(TimelineError, match="context_policy must be one of cost, append"):
+        TimelineConfig(context_policy="eager")
+    with pytest.raises(InputRefused, match="context_policy"):
+        resolve_profile({"extends": "fast", "context_policy": "eager"})
