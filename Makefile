@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test bench soak fuzz lint clean cluster-demo sandbox-deps browser-deps deploy-keys
+.PHONY: demo test interop bench soak fuzz lint clean cluster-demo sandbox-deps browser-deps deploy-keys
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -32,6 +32,15 @@ test: $(STAMP) sandbox-deps browser-deps
 	$(BIN)/python -m pytest --timeout=120 --durations=15 -m "not serial" -n 2 --dist loadfile || rc=$$?; \
 	$(BIN)/python -m pytest --timeout=120 --durations=15 -m serial $$($(BIN)/python -m tests.serial) || rc=$$?; \
 	exit $$rc
+
+# The interop suite against a model server nobody here wrote: llama.cpp's llama-server (built
+# once into .venv/bin by scripts/llama-server.sh, with SmolLM2-135M-Instruct) through both model
+# APIs, one test at a time (marker interop, which `make test` leaves out); then its bench
+# (bench/results/interop.json).
+interop: $(STAMP)
+	sh scripts/llama-server.sh
+	$(BIN)/python -m pytest tests/interop -m interop --timeout=600 --durations=0
+	$(BIN)/python -m bench.interop
 
 # The keys, certificates and credentials of a cluster (cluster.yaml): secrets stay in
 # deploy/keys (not synced to the hosts); deploy/ gets what the hosts and the job need.

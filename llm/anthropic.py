@@ -146,6 +146,7 @@ class AnthropicModel(Retrying):
             temperature=s.temperature,
             cache_system=s.cache_system,
             marks=self.spec.cache == "anthropic",
+            stop=self.spec.stop_sequences,
         )
 
     async def _attempt(
@@ -172,6 +173,7 @@ class AnthropicModel(Retrying):
             request_id=request_id,
             ttl=self.settings.cache_ttl,
         )
+        usage = usage.model_copy(update={"stop_reason": final.stop_reason or ""})
         log.info(
             "model %s request %s: in=%d read=%d write=%d out=%d in %.0f ms",
             usage.model,

@@ -51,6 +51,8 @@ class ModelSpec:
     """The API a configured model is served through (None: the node's)."""
     base_url: str | None = None
     """Where a configured model is served (None: the node's base URL)."""
+    stop_sequences: tuple[str, ...] = ()
+    """Where the server stops a reply (the text of the sequence is not sent)."""
 
     def cost(
         self,

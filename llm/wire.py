@@ -64,6 +64,7 @@ def to_messages_params(
     temperature: float | None = None,
     cache_system: bool = True,
     marks: bool = True,
+    stop: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The keyword arguments of ``messages.create``/``messages.stream`` for ``request``.
 
@@ -99,6 +100,8 @@ def to_messages_params(
         params["system"] = [block]
     if temperature is not None:
         params["temperature"] = temperature
+    if stop:
+        params["stop_sequences"] = list(stop)
     return params
 
 

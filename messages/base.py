@@ -58,6 +58,16 @@ class ContextTelemetry(WireModel):
     """Signal -> times it crossed its threshold."""
 
 
+TOKEN_FIELDS = (
+    "input_tokens",
+    "output_tokens",
+    "cache_read_tokens",
+    "cache_write_5m_tokens",
+    "cache_write_1h_tokens",
+)
+"""The token fields of ``Usage``: all unknown when a call ended without its usage."""
+
+
 class Usage(WireModel):
     """Token usage of one model call or, summed, of a turn."""
 
@@ -74,6 +84,10 @@ class Usage(WireModel):
     """The token fields the server did not report (their 0 means "not known", not none):
     the cache fields on an API without cache accounting, every field when a stream ended
     without usage. Summing keeps the union."""
+    stop_reason: str = ""
+    """Why the model stopped (one call): ``end_turn``, ``max_tokens``, ``stop_sequence``,
+    ``repetition`` (the runtime stopped a reply that kept repeating itself) or what the
+    server said; empty when it did not say. A sum keeps the last call's."""
 
     def __add__(self, other: Usage) -> Usage:
         return Usage(
@@ -86,6 +100,7 @@ class Usage(WireModel):
             request_id=other.request_id or self.request_id,
             context=other.context or self.context,
             unknown=sorted({*self.unknown, *other.unknown}),
+            stop_reason=other.stop_reason or self.stop_reason,
         )
 
     @property

@@ -9,7 +9,7 @@ from pydantic import Field
 from .base import Attachment, Cost, Usage, UtcDatetime, WireModel, utcnow
 from .ids import Id
 
-TurnStatus = Literal["completed", "cancelled", "budget_exhausted", "failed"]
+TurnStatus = Literal["completed", "cancelled", "budget_exhausted", "protocol_failed", "failed"]
 
 
 class TurnRequest(WireModel):

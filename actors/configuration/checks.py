@@ -154,6 +154,7 @@ CONFIG: Mapping[str, Number | Name | ProfileChoice] = {
     "max_iterations": Number(True, 1, 1000),
     "max_tokens": Number(True, 0, 100_000_000),
     "max_consecutive_refusals": Number(True, 1, 50),
+    "max_repair_rounds": Number(True, 0, 20),
     "max_tool_calls_per_decision": Number(True, 1, 50),
     "wait_timeout_s": Number(False, 0.001, 86_400, unit="of seconds"),  # a profile's bound
     "followup_grace_s": Number(False, 0, 60, unit="of seconds"),
@@ -185,6 +186,7 @@ class TurnConfig:
     max_iterations: int | None = None
     max_tokens: int | None = None
     max_consecutive_refusals: int | None = None
+    max_repair_rounds: int | None = None
     max_tool_calls_per_decision: int | None = None
     wait_timeout_s: float | None = None
     followup_grace_s: float | None = None

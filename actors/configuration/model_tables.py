@@ -10,6 +10,7 @@
     input_price = 0.0               # USD per million tokens
     output_price = 0.0
     cache = "automatic"             # anthropic (cache_control marks), automatic, none
+    stop_sequences = ["<|im_end|>"] # where the server stops a reply (at most 4)
 
 Each table becomes a ``ModelSpec`` (``model_table_specs``) that ``actline.llm.model_spec``
 returns once registered. Unset keys take the built-in model's values when the name is one
@@ -33,11 +34,13 @@ __all__ = ["MODEL_KEYS", "model_table_specs"]
 
 MODEL_KEYS = frozenset(
     {"api", "base_url", "context_window", "max_output_tokens", "input_price", "output_price"}
-    | {"cache"}
+    | {"cache", "stop_sequences"}
 )
 _CHOICES: Mapping[str, tuple[str, ...]] = {"api": APIS, "cache": CACHE_MODES}
 _COUNTS = ("context_window", "max_output_tokens")
 _PRICES = ("input_price", "output_price")
+MAX_STOP_SEQUENCES = 4
+"""The most stop sequences the APIs take (Chat Completions' limit)."""
 
 
 def _base(name: str) -> ModelSpec:
@@ -66,6 +69,17 @@ def _checked(name: str, key: str, value: Any, where: str) -> Any:
         if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
             raise SettingsFileError(f"{setting} must be a number >= 0 (USD per million tokens)")
         value = float(value)
+    elif key == "stop_sequences":
+        if (
+            not isinstance(value, list)
+            or len(value) > MAX_STOP_SEQUENCES
+            or not all(isinstance(s, str) and s.strip() for s in value)
+        ):
+            raise SettingsFileError(
+                f"{setting} must be a list of at most {MAX_STOP_SEQUENCES} non-blank strings, "
+                f"got {value!r}"
+            )
+        value = tuple(value)
     return value
 
 

@@ -33,6 +33,9 @@ class Limits:
     max_iterations: int = 15
     token_budget: int | None = None
     max_consecutive_refusals: int = 3
+    max_repair_rounds: int = 3
+    """Model calls a turn makes after replies that broke the decision protocol, in a row;
+    the next broken reply ends it with a best-effort answer (``protocol_failed``)."""
     wait_timeout_s: float = 600.0
 
 
@@ -54,6 +57,10 @@ MAX_CALLS = 5
 
 MAX_REFUSALS = 3
 """Refused decisions in a row that fail a turn unless its config says otherwise."""
+
+
+MAX_REPAIRS = 3
+"""Repair rounds after broken replies in a row unless a turn's config says otherwise."""
 
 
 class TurnDefaults(Protocol):
@@ -142,6 +149,7 @@ class TurnSettings:
             max_iterations=profile.max_iterations,
             token_budget=budget if budget > 0 else None,
             max_consecutive_refusals=_pick(given.max_consecutive_refusals, MAX_REFUSALS),
+            max_repair_rounds=_pick(given.max_repair_rounds, MAX_REPAIRS),
             wait_timeout_s=profile.wait_timeout_s,
         )
         return cls(

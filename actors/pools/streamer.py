@@ -67,6 +67,7 @@ from actline.llm.errors import (
     ModelUnavailable,
 )
 from actline.llm.protocol import Completion, Model, complete, opened
+from actline.llm.repetition import RepetitionGuard
 from actline.messages import (
     CancelReAct,
     ErrorReply,
@@ -76,6 +77,7 @@ from actline.messages import (
     StreamDelta,
     Usage,
 )
+from actline.messages.base import TOKEN_FIELDS
 
 log = logging.getLogger(__name__)
 
@@ -268,14 +270,18 @@ class StreamerActor:
                 )
                 seq += 1
 
+        guard = RepetitionGuard()
         try:
             async with asyncio.timeout(self.timeout_s):
                 async with opened(model.stream(request)) as stream:
                     async for piece in stream:
                         if isinstance(piece, Usage):
                             usage = piece
-                        else:
-                            await emit(parser.feed(piece))
+                            continue
+                        await emit(parser.feed(piece))
+                        if guard.feed(piece):  # closing the stream stops the server
+                            usage = looped(model.name, guard)
+                            break
         except ContextWindowExceeded as exc:
             return self._failed(request, "context_window", str(exc), seq)
         except ModelUnavailable as exc:
@@ -328,6 +334,12 @@ class StreamerActor:
             request.round,
         )
         return failed_result(request, code, message, seq)
+
+
+def looped(model: str, guard: RepetitionGuard) -> Usage:
+    """The usage of a reply stopped in a loop: the server never reported its tokens."""
+    log.warning("model %s repeated a %d-character unit: its reply was stopped", model, guard.period)
+    return Usage(model=model, unknown=sorted(TOKEN_FIELDS), stop_reason="repetition")
 
 
 def failed_result(

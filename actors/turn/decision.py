@@ -40,6 +40,7 @@ from .blocks import call_block, final_blocks, notes_block, notice_block, signal_
 from .displays import publish_displays, unresolved_notices
 from .protocol import CallLedger, Notice
 from .reply import AGENT_ABSENT, AGENT_SEND, TurnOutput, classify_reply
+from .salvage import answer_from_replies, salvage
 from .state import DecisionState, TurnPhase, transition
 from .state.checkpoint import checkpoint, resume_event
 from .tool_round import BlockBudget, ToolRound
@@ -87,6 +88,9 @@ class DecisionActor(Actor):
         self.followups_arrived = 0
         self.followups_rendered = 0
         self.best_effort: str | None = None
+        self.salvaged = ""
+        """The prose of the latest reply that broke the decision protocol (the answer of a
+        turn that ends ``protocol_failed``)."""
         self._model_job: asyncio.Task[None] | None = None
         self._tools_job: asyncio.Task[None] | None = None
         self._round_tools: ToolRound | None = None
@@ -261,6 +265,8 @@ class DecisionActor(Actor):
                 self.pending.extend(denied_writes(self.tid, effect, self._now()))
             case ev.FinalizeBestEffort(reason=reason):
                 self.best_effort = await self._best_effort(reason)
+            case ev.FinalizeFromReplies(reason=reason):
+                self.best_effort = answer_from_replies(self.salvaged, reason)
             case ev.Finish():
                 await self._finish(effect)
             case ev.Ignored(reason=reason) | ev.ApprovalVerdict(text=reason):
@@ -367,6 +373,10 @@ class DecisionActor(Actor):
             render = self._render_message(reply.round, force=True)
             self._model_job = self.spawn(self._model_round(render), f"model-{reply.round}-c")
             return
+        if result.error_code == "model_stream":  # cut mid-way: a repair round, not the end
+            text = f"the reply was cut off mid-way ({result.error}); write it again"
+            await self.feed(ev.ProtocolViolation(reply.round, "stream_dropped", text, tokens))
+            return
         if result.error_code:
             error = f"{result.error_code}: {result.error}"
             await self.feed(ev.ModelFailed(reply.round, error, tokens))
@@ -380,7 +390,10 @@ class DecisionActor(Actor):
             max_calls=self.turn.max_calls,
             tokens=tokens,
             approval_tools=self.turn.approval_tools + tuple(self.services.approval_tools()),
+            stop_reason=result.usage.stop_reason,
         )
+        if isinstance(classified.event, ev.ProtocolViolation):
+            self.salvaged = salvage(channels) or self.salvaged
         now = self._now()
         notes = notes_block(
             self.tid, reply.round, channels.get("thinking", ""), classified.notes, now

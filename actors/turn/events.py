@@ -103,6 +103,7 @@ class ResumeReAct:
     round: int = 0
     tokens_used: int = 0
     consecutive_refusals: int = 0
+    consecutive_violations: int = 0
     tasks: tuple[TaskRecord, ...] = ()
     seen_signals: tuple[str, ...] = ()
     held: tuple[ToolSpec, ...] = ()
@@ -374,8 +375,17 @@ class FinalizeBestEffort:
 
 
 @dataclass(frozen=True, slots=True)
+class FinalizeFromReplies:
+    """The model kept breaking the decision protocol: the best-effort answer is what its
+    broken replies said (no further model call), for the ``Finish`` that follows."""
+
+    reason: str
+
+
+@dataclass(frozen=True, slots=True)
 class Finish:
-    """Publish the turn result. ``answer`` is None after ``FinalizeBestEffort`` (use that one)."""
+    """Publish the turn result. ``answer`` is None after ``FinalizeBestEffort`` or
+    ``FinalizeFromReplies`` (use that one)."""
 
     status: TurnStatus
     answer: str | None
@@ -404,6 +414,7 @@ Effect = (
     | RecordNotice
     | EmitProgress
     | FinalizeBestEffort
+    | FinalizeFromReplies
     | Finish
     | DenyCall
     | ApprovalVerdict

@@ -64,9 +64,13 @@ def classify_reply(
     max_calls: int,
     tokens: int,
     approval_tools: tuple[str, ...] = (),
+    stop_reason: str = "",
 ) -> Classified:
     """What round ``round_``'s reply means; ``ledger`` counts the calls it admits. A call
-    whose tool matches ``approval_tools`` gets an approval id (it waits for approval)."""
+    whose tool matches ``approval_tools`` gets an approval id (it waits for approval).
+    A reply that broke the protocol because it was empty, hit the output limit
+    (``stop_reason`` ``max_tokens``) or was stopped repeating itself (``repetition``) is
+    named so, with what it broke."""
     answer = channels.get("answer", "")
     checked = check_decision(
         channels.get("decision", ""),
@@ -101,6 +105,7 @@ def classify_reply(
         notices += refused[1:]
     else:
         first = notices.pop(0) if notices else Notice("empty_decision", "no usable call")
+        first = why_broken(first, channels, stop_reason)
         event = ev.ProtocolViolation(round_, first.code, first.message, tokens)
     return Classified("event", checked.notes, tuple(notices), event=event)
 
@@ -167,6 +172,35 @@ def parse_followups(raw: str) -> list[str]:
     if not isinstance(data, list):
         return []
     return [str(item) for item in data if isinstance(item, str | int | float)][:MAX_FOLLOWUPS]
+
+
+STOPPED = {
+    "max_tokens": (
+        "truncated",
+        "The reply reached the output limit (max_tokens) before it was complete",
+    ),
+    "repetition": ("repetition", "The reply kept repeating itself and was stopped"),
+}
+"""Stop reasons that explain a broken reply -> its notice code and first words."""
+
+
+def why_broken(first: Notice, channels: Mapping[str, str], stop_reason: str) -> Notice:
+    """The notice of a reply that gave no usable decision: ``first`` (what it broke), named
+    by its cause when the reply was empty or was stopped."""
+    if not any(text.strip() for text in channels.values()):
+        return Notice(
+            "empty_reply",
+            "The reply was empty. Write the thinking channel, then one JSON decision.",
+        )
+    stopped = STOPPED.get(stop_reason)
+    if stopped is None:
+        return first
+    code, words = stopped
+    return Notice(
+        code,
+        f"{words} ({first.code}: {first.message}) Write less: one short thinking line, "
+        "then the decision.",
+    )
 
 
 def _agent_problem(call: ev.ToolSpec) -> Notice | None:

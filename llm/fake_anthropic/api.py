@@ -63,6 +63,11 @@ def validate_body(body: Any) -> None:
         raise _invalid("max_tokens: Input should be greater than or equal to 1")
     if "stream" in body and not isinstance(body["stream"], bool):
         raise _invalid("stream: Input should be a valid boolean")
+    stop = body.get("stop_sequences")
+    if stop is not None and not (
+        isinstance(stop, list) and all(isinstance(s, str) and s for s in stop)
+    ):
+        raise _invalid("stop_sequences: Input should be a valid list of non-empty strings")
     marks = 0
     tools = body.get("tools")
     if tools is not None:
@@ -127,17 +132,22 @@ def api_usage(cache: CacheUsage, output_tokens: int) -> dict[str, Any]:
 
 
 def message(
-    message_id: str, model: str, text: str | None, usage: Mapping[str, Any]
+    message_id: str,
+    model: str,
+    text: str | None,
+    usage: Mapping[str, Any],
+    stop: tuple[str, str | None] = ("end_turn", None),
 ) -> dict[str, Any]:
-    """A Message; ``text=None`` gives the empty one that opens a stream."""
+    """A Message; ``text=None`` gives the empty one that opens a stream. ``stop``: its
+    ``stop_reason`` and ``stop_sequence``."""
     return {
         "id": message_id,
         "type": "message",
         "role": "assistant",
         "model": model,
         "content": [] if text is None else [{"type": "text", "text": text}],
-        "stop_reason": None if text is None else "end_turn",
-        "stop_sequence": None,
+        "stop_reason": None if text is None else stop[0],
+        "stop_sequence": None if text is None else stop[1],
         "usage": usage,
     }
 
@@ -175,11 +185,14 @@ def text_delta(text: str) -> bytes:
     return sse("content_block_delta", delta)
 
 
-def stream_tail(cache: CacheUsage, output_tokens: int) -> bytes:
-    """content_block_stop, message_delta (cumulative usage), message_stop."""
+def stream_tail(
+    cache: CacheUsage, output_tokens: int, stop: tuple[str, str | None] = ("end_turn", None)
+) -> bytes:
+    """content_block_stop, message_delta (cumulative usage, ``stop``: its stop reason and
+    stop sequence), message_stop."""
     final = {
         "type": "message_delta",
-        "delta": {"stop_reason": "end_turn", "stop_sequence": None},
+        "delta": {"stop_reason": stop[0], "stop_sequence": stop[1]},
         "usage": {
             "input_tokens": cache.input_tokens,
             "cache_creation_input_tokens": cache.cache_creation_input_tokens,

@@ -33,6 +33,7 @@ from ..protocol import Chunk
 from ..wire import from_messages_params
 from . import api
 from ._http import LAST_CHUNK, Connection, HttpRequest, response_head
+from .limits import ReplyLimit
 from .policy import EchoPolicy, Policy
 from .serving import LocalServer
 
@@ -87,6 +88,12 @@ class _Exchange:
     sent_all: bool = False
     recorded: bool = False
     error_type: str | None = None
+    limit: ReplyLimit = field(default_factory=ReplyLimit)
+
+    @property
+    def stop(self) -> tuple[str, str | None]:
+        """The reply's ``stop_reason`` and ``stop_sequence``."""
+        return (self.limit.cut or "end_turn", self.limit.matched)
 
     @property
     def model(self) -> str:
@@ -218,6 +225,7 @@ class FakeAnthropicServer(LocalServer):
         exchange = _Exchange(
             request_id, http, path, body, plan, from_messages_params(body), failure
         )
+        exchange.limit = ReplyLimit(body["max_tokens"], tuple(body.get("stop_sequences") or ()))
         produce = self._produce_stream if exchange.stream else self._produce_json
         disconnected = await self._race_peer(conn, produce(conn, exchange), exchange)
         if disconnected:
@@ -278,17 +286,29 @@ class FakeAnthropicServer(LocalServer):
     ) -> None:
         """Run the policy, collecting its text (and emitting each chunk when streaming)."""
         iterator = self.policy.stream(exchange.request)
+        limit = exchange.limit
         try:
             async for chunk in iterator:
                 if isinstance(chunk, Usage) or not chunk:
                     continue
-                exchange.parts.append(chunk)
-                if emit is not None:
-                    await emit(chunk)
+                await self._add(exchange, limit.feed(chunk), emit)
+                if limit.cut is not None:
+                    break
                 if exchange.failure and len(exchange.parts) >= MIDSTREAM_DELTAS:
                     break
+            else:
+                await self._add(exchange, limit.finish(), emit)
         finally:
             await _close_iterator(iterator)
+
+    @staticmethod
+    async def _add(
+        exchange: _Exchange, text: str, emit: Callable[[str], Coroutine[Any, Any, None]] | None
+    ) -> None:
+        if text:
+            exchange.parts.append(text)
+            if emit is not None:
+                await emit(text)
 
     async def _produce_json(self, conn: Connection, exchange: _Exchange) -> None:
         self.sim.commit(exchange.plan, self._clock())
@@ -305,7 +325,8 @@ class FakeAnthropicServer(LocalServer):
             exchange.sent_all = True
             return
         usage = api.api_usage(exchange.plan.usage, exchange.output_tokens)
-        message = api.message(_new_id("msg"), exchange.model, "".join(exchange.parts), usage)
+        text = "".join(exchange.parts)
+        message = api.message(_new_id("msg"), exchange.model, text, usage, exchange.stop)
         self._record(exchange)
         await self._send_json(conn, exchange.request_id, 200, message)
         exchange.sent_all = True
@@ -339,7 +360,7 @@ class FakeAnthropicServer(LocalServer):
             exchange.error_type = error[0]
             tail = api.sse("error", api.error_body(*error))
         else:
-            tail = api.stream_tail(exchange.plan.usage, exchange.output_tokens)
+            tail = api.stream_tail(exchange.plan.usage, exchange.output_tokens, exchange.stop)
         self._record(exchange)
         conn.writer.write(tail + LAST_CHUNK)
         exchange.sent_all = True

@@ -181,6 +181,18 @@ def validate_body(body: Any) -> None:
                 param=name,
                 code="integer_below_min_value",
             )
+    stop = body.get("stop")
+    if stop is not None and not isinstance(stop, str):
+        if not isinstance(stop, list) or not all(isinstance(s, str) for s in stop):
+            raise _wrong_type("stop", "a string or an array of strings", stop)
+        if len(stop) > 4:
+            raise ApiError(
+                400,
+                f"Invalid 'stop': array too long. Expected an array with maximum length 4, "
+                f"but got an array with length {len(stop)} instead.",
+                param="stop",
+                code="array_above_max_length",
+            )
     stream = body.get("stream")
     if stream is not None and not isinstance(stream, bool):
         raise _wrong_type("stream", "a boolean", stream)

@@ -40,6 +40,7 @@ from ..fake_anthropic._http import (
     HttpRequest,
     response_head,
 )
+from ..fake_anthropic.limits import ReplyLimit
 from ..fake_anthropic.policy import EchoPolicy, Policy
 from ..fake_anthropic.serving import LocalServer
 from ..openai.wire import from_chat_params
@@ -128,24 +129,18 @@ class _Exchange:
         return int(limit) if limit is not None else None
 
     @property
+    def stop(self) -> tuple[str, ...]:
+        """The request's stop sequences (``stop``: a string or a list)."""
+        stop = self.body.get("stop")
+        return (stop,) if isinstance(stop, str) else tuple(stop or ())
+
+    @property
     def output_tokens(self) -> int:
         return DEFAULT_COUNTER.count("".join(self.parts))
 
 
 def _new_id(prefix: str) -> str:
     return f"{prefix}-{uuid.uuid4().hex[:24]}"
-
-
-def fit(done: str, text: str, limit: int) -> str:
-    """The longest head of ``text`` such that ``done + head`` counts at most ``limit`` tokens."""
-    lo, hi = 0, len(text)
-    while lo < hi:
-        mid = (lo + hi + 1) // 2
-        if DEFAULT_COUNTER.count(done + text[:mid]) <= limit:
-            lo = mid
-        else:
-            hi = mid - 1
-    return text[:lo]
 
 
 async def _close_iterator(iterator: AsyncIterator[Any]) -> None:
@@ -345,25 +340,31 @@ class FakeOpenAIServer(LocalServer):
         """Run the policy, collecting its text up to ``max_tokens`` (and emitting each
         chunk when streaming); a cut sets ``finish_reason`` to ``length``."""
         iterator = self.policy.stream(exchange.request)
-        limit = exchange.max_tokens
+        limit = ReplyLimit(exchange.max_tokens, exchange.stop)
         try:
             async for chunk in iterator:
                 if isinstance(chunk, Usage) or not chunk:
                     continue
-                done = "".join(exchange.parts)
-                if limit is not None and DEFAULT_COUNTER.count(done + chunk) > limit:
-                    chunk = fit(done, chunk, limit)
-                    exchange.finish_reason = "length"
-                if chunk:
-                    exchange.parts.append(chunk)
-                    if emit is not None:
-                        await emit(chunk)
-                if exchange.finish_reason == "length":
+                await self._add(exchange, limit.feed(chunk), emit)
+                if limit.cut is not None:
                     break
                 if exchange.failure == "dropped" and len(exchange.parts) >= MIDSTREAM_DELTAS:
                     break
+            else:
+                await self._add(exchange, limit.finish(), emit)
         finally:
             await _close_iterator(iterator)
+        if limit.cut == "max_tokens":
+            exchange.finish_reason = "length"
+
+    @staticmethod
+    async def _add(
+        exchange: _Exchange, text: str, emit: Callable[[str], Coroutine[Any, Any, None]] | None
+    ) -> None:
+        if text:
+            exchange.parts.append(text)
+            if emit is not None:
+                await emit(text)
 
     async def _produce_json(self, conn: Connection, exchange: _Exchange) -> None:
         try:

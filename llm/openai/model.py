@@ -22,7 +22,6 @@ context, which closes the HTTP response before the call returns.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import importlib
 import logging
 import os
@@ -33,6 +32,7 @@ from collections.abc import AsyncGenerator, Awaitable, Callable
 from typing import TYPE_CHECKING, Any
 
 from actline.messages import GenerateRequest, Usage
+from actline.messages.base import TOKEN_FIELDS
 
 from ..anthropic import context_window_error
 from ..config import LLMSettings
@@ -51,14 +51,6 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("actline.llm.openai")
 
-TOKEN_FIELDS = (
-    "input_tokens",
-    "output_tokens",
-    "cache_read_tokens",
-    "cache_write_5m_tokens",
-    "cache_write_1h_tokens",
-)
-"""The token fields of ``Usage``: all unknown when a stream ends without usage."""
 NO_KEY = "sk-no-key-required"
 """The key sent to a local server when none is configured (the client requires one)."""
 CONTEXT_CODES = frozenset({"context_length_exceeded", "exceed_context_size_error"})
@@ -81,6 +73,16 @@ def chat_context_error(code: str, kind: str, detail: str) -> ContextWindowExceed
     if code in CONTEXT_CODES or kind in CONTEXT_CODES:
         return ContextWindowExceeded(detail)
     return None
+
+
+STOP_REASONS = {
+    "stop": "end_turn",
+    "length": "max_tokens",
+    "content_filter": "refusal",
+    "tool_calls": "tool_use",
+}
+"""A Chat Completions ``finish_reason`` -> the stop reason ``Usage`` names (the Messages
+API's words; ``stop`` is also what a matched stop sequence gives)."""
 
 
 def usage_from(raw: Any, *, model: str, request_id: str) -> Usage:
@@ -148,8 +150,6 @@ class OpenAIChatModel(Retrying):
         self._rng = rng or random.Random()
         self.attempts = 0
         """Attempts made by the last call (1 when the first one succeeded)."""
-        self.finish_reason: str | None = None
-        """Why the last call's completion ended: ``stop``, ``length`` (cut at max_tokens)..."""
 
     @property
     def client(self) -> AsyncOpenAI:
@@ -180,14 +180,8 @@ class OpenAIChatModel(Retrying):
                 request.max_output_tokens or s.max_output_tokens, self.spec.max_output_tokens
             ),
             temperature=s.temperature,
+            stop=self.spec.stop_sequences,
         )
-
-    async def stream(self, request: GenerateRequest) -> AsyncGenerator[Chunk, None]:
-        """``Retrying.stream``, with ``finish_reason`` cleared first."""
-        self.finish_reason = None
-        async with contextlib.aclosing(super().stream(request)) as chunks:
-            async for chunk in chunks:
-                yield chunk
 
     async def _attempt(
         self, params: dict[str, Any], delivered: list[int]
@@ -223,8 +217,9 @@ class OpenAIChatModel(Retrying):
             raise Retry(None, f"the stream broke: {exc}", None) from None
         if finish is None:
             raise Retry(None, "the stream ended before its finish_reason", None)
-        self.finish_reason = finish
-        usage = usage_from(raw_usage, model=model, request_id=request_id)
+        usage = usage_from(raw_usage, model=model, request_id=request_id).model_copy(
+            update={"stop_reason": STOP_REASONS.get(finish, finish)}
+        )
         log.info(
             "model %s request %s: in=%d read=%d out=%d finish=%s unknown=%s in %.0f ms",
             usage.model,

@@ -67,6 +67,7 @@ def to_chat_params(
     model: str,
     max_tokens: int,
     temperature: float | None = None,
+    stop: Sequence[str] = (),
 ) -> dict[str, Any]:
     """The keyword arguments of ``chat.completions.create`` for ``request`` (streaming,
     with the usage chunk asked for)."""
@@ -85,6 +86,8 @@ def to_chat_params(
     }
     if temperature is not None:
         params["temperature"] = temperature
+    if stop:
+        params["stop"] = list(stop)
     return params
 
 

@@ -232,7 +232,7 @@ function addCard(view, ev) {
       el("button", { type: "button", "data-testid": "skip", text: "Skip waiting", onclick: () => control(view, "skip") }),
       el("button", { type: "button", "data-testid": "cancel", text: "Cancel turn", onclick: () => control(view, "cancel") })));
     view.status.textContent = "waiting";
-  } else if (kind !== "complete" && !["completed", "failed", "cancelled"].includes(view.status.textContent)) {
+  } else if (kind !== "complete" && !["completed", "failed", "cancelled", "budget_exhausted", "protocol_failed"].includes(view.status.textContent)) {
     view.status.textContent = "running";
   }
   view.cards.append(card);

@@ -47,14 +47,19 @@ ResumeReAct(t)     idle              the checkpoint's round, tokens, tasks and s
                                      then completes it, spent); complete(cancelled) if
                                      CancelReAct(t) came first
 ResumeReAct        other             ignored
-ModelDecided(r)    thinking, r       no calls: notice ``protocol_violation.empty_decision``,
-                                     model checkpoint; else refusals = 0, ``SendAgentTask``
+ModelDecided(r)    thinking, r       no calls: a broken reply (``empty_decision``, as
+                                     ProtocolViolation); else refusals = violations = 0,
+                                     ``SendAgentTask``
                                      per agent call, then a call needing approval -> approval
                                      wait; other ordinary calls -> acting with ``RunTools``,
                                      agent calls only -> wait checkpoint
 ModelAnswered(r)   thinking, r       complete(completed)
 AnswerDeferred(r)  thinking, r       notice card (user input landed unseen), model checkpoint
-ProtocolViolation  thinking, r       notice ``protocol_violation.<code>``, model checkpoint
+ProtocolViolation  thinking, r       notice ``protocol_violation.<code>``, violations + 1;
+                                     past ``max_repair_rounds`` in a row ->
+                                     complete(protocol_failed) with ``FinalizeFromReplies``
+                                     (the answer salvaged from the broken replies), else
+                                     model checkpoint
 CallRefused(r)     thinking, r       notice ``protocol_violation.<code>``, refusals + 1; the
                                      ``max_consecutive_refusals``-th -> complete(failed), else
                                      model checkpoint

@@ -24,6 +24,7 @@ def checkpoint(state: DecisionState) -> dict[str, object]:
         "round": max(done, 0),
         "tokens_used": state.tokens_used,
         "consecutive_refusals": state.consecutive_refusals,
+        "consecutive_violations": state.consecutive_violations,
         "tasks": [[t.task_id, t.agent, t.round, t.answered, t.awaited] for t in state.tasks],
         "seen_signals": sorted(state.seen_signals),
         "held": [
@@ -51,6 +52,7 @@ def resume_event(record: Mapping[str, Any], limits: ev.Limits) -> ev.ResumeReAct
         round=int(record.get("round", 0)),
         tokens_used=int(record.get("tokens_used", 0)),
         consecutive_refusals=int(record.get("consecutive_refusals", 0)),
+        consecutive_violations=int(record.get("consecutive_violations", 0)),
         tasks=tasks,
         seen_signals=tuple(str(s) for s in record.get("seen_signals", ())),
         held=tuple(

@@ -48,6 +48,7 @@ def on_resume(state: DecisionState, event: ev.ResumeReAct) -> Step:
         round=done,
         tokens_used=max(event.tokens_used, 0),
         consecutive_refusals=max(event.consecutive_refusals, 0),
+        consecutive_violations=max(event.consecutive_violations, 0),
         tasks=event.tasks,
         seen_signals=state.seen_signals | frozenset(event.seen_signals),
         wait_generation=state.wait_generation,

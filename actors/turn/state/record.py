@@ -70,6 +70,8 @@ class DecisionState:
     round: int = 0
     tokens_used: int = 0
     consecutive_refusals: int = 0
+    consecutive_violations: int = 0
+    """Replies in a row that broke the decision protocol (a usable decision resets it)."""
     tasks: tuple[TaskRecord, ...] = ()
     pending: tuple[Pending, ...] = ()
     applied_signals: frozenset[str] = frozenset()

@@ -31,8 +31,7 @@ def on_model_event(state: DecisionState, event: ev.ModelEvent) -> Step:
             effects.append(ev.EmitProgress("notice", state.round, detail))
             return model_checkpoint(state, effects)
         case ev.ProtocolViolation():
-            notice(state, effects, f"protocol_violation.{event.code}", event.detail or event.code)
-            return model_checkpoint(state, effects)
+            return violated(state, effects, event.code, event.detail or event.code)
         case ev.CallRefused():
             count = state.consecutive_refusals + 1
             state = replace(state, consecutive_refusals=count)
@@ -48,9 +47,9 @@ def on_model_event(state: DecisionState, event: ev.ModelEvent) -> Step:
 
 def _decided(state: DecisionState, event: ev.ModelDecided, effects: list[ev.Effect]) -> Step:
     if not event.calls and not event.agent_calls:
-        text = "the decision had no tool call and no answer"
-        notice(state, effects, "protocol_violation.empty_decision", text)
-        return model_checkpoint(state, effects)
+        return violated(
+            state, effects, "empty_decision", "the decision had no tool call and no answer"
+        )
     known = {t.task_id for t in state.tasks}
     sends: list[ev.Effect] = []
     new_tasks: list[TaskRecord] = []
@@ -64,7 +63,12 @@ def _decided(state: DecisionState, event: ev.ModelDecided, effects: list[ev.Effe
     names = [c.tool for c in event.calls] + [f"agent.send -> {c.agent}" for c in event.agent_calls]
     effects.append(ev.EmitProgress("tool_call", state.round, ", ".join(names)))
     effects.extend(sends)
-    state = replace(state, consecutive_refusals=0, tasks=state.tasks + tuple(new_tasks))
+    state = replace(
+        state,
+        consecutive_refusals=0,
+        consecutive_violations=0,
+        tasks=state.tasks + tuple(new_tasks),
+    )
     if not event.calls:
         return wait_checkpoint(state, effects)
     if any(c.approval_id is not None for c in event.calls):
@@ -72,6 +76,23 @@ def _decided(state: DecisionState, event: ev.ModelDecided, effects: list[ev.Effe
         return await_approvals(state, effects)
     effects.append(ev.RunTools(state.round, event.calls))
     return replace(state, phase=TurnPhase.ACTING), tuple(effects)
+
+
+def violated(state: DecisionState, effects: list[ev.Effect], code: str, text: str) -> Step:
+    """A reply broke the decision protocol: a notice, and a repair round while the turn has
+    one left; past ``max_repair_rounds`` in a row the turn ends ``protocol_failed`` with an
+    answer salvaged from what the model said."""
+    count = state.consecutive_violations + 1
+    state = replace(state, consecutive_violations=count)
+    notice(state, effects, f"protocol_violation.{code}", text)
+    repairs = state.limits.max_repair_rounds
+    if count > repairs:
+        error = (
+            f"the model broke the decision protocol {count} times in a row "
+            f"({repairs} repair round{'s' if repairs != 1 else ''}; last: {code}: {text})"
+        )
+        return complete(state, effects, "protocol_failed", error=error, from_replies=True)
+    return model_checkpoint(state, effects)
 
 
 def on_tools_finished(state: DecisionState, event: ev.ToolsFinished) -> Step:

@@ -55,8 +55,11 @@ def complete(
     answer: str | None = None,
     error: str | None = None,
     best_effort: bool = False,
+    from_replies: bool = False,
 ) -> Step:
-    """End the turn: queued signals are recorded (DONEs as late), never dropped."""
+    """End the turn: queued signals are recorded (DONEs as late), never dropped.
+    ``best_effort``: a tool-free model call writes the answer; ``from_replies``: the answer
+    is salvaged from the model's broken replies."""
     for item in state.pending:
         if isinstance(item, QueuedDone):
             effects.append(ev.RecordLateSignal(item.signal, "the turn ended before it was used"))
@@ -66,6 +69,8 @@ def complete(
             effects.append(ev.Ignored("queued SkipWaiting unused: the turn ended"))
     if best_effort:
         effects.append(ev.FinalizeBestEffort(error or status))
+    elif from_replies:
+        effects.append(ev.FinalizeFromReplies(error or status))
     state = replace(
         state,
         phase=TurnPhase.COMPLETE,

@@ -57,6 +57,7 @@ max_output_tokens = 2048
 input_price = 0.5
 output_price = 1.5
 cache = "automatic"
+stop_sequences = ["<|im_end|>"]
 """
 
 
@@ -67,6 +68,7 @@ def test_a_models_table_builds_the_spec_model_spec_returns(tmp_path: Path) -> No
     assert (spec.context_window, spec.max_output_tokens) == (32_768, 2048)
     assert (spec.input_price, spec.output_price, spec.cache) == (0.5, 1.5, "automatic")
     assert (spec.api, spec.base_url, spec.known) == ("messages", "http://127.0.0.1:8080", True)
+    assert spec.stop_sequences == ("<|im_end|>",)
     assert loaded.llm.models == (spec,)
     assert (loaded.llm.model, loaded.llm.base_url) == ("my-local", "http://127.0.0.1:8080")
 
@@ -117,6 +119,9 @@ def test_the_llm_table_names_the_api_and_an_unknown_one_is_refused(tmp_path: Pat
         ("max_output_tokens = 1.5", "[models.m] max_output_tokens must be a whole number >= 1"),
         ('input_price = "free"', "[models.m] input_price must be a number >= 0"),
         ("output_price = -1", "[models.m] output_price must be a number >= 0"),
+        ('stop_sequences = "END"', "[models.m] stop_sequences must be a list of at most 4"),
+        ('stop_sequences = ["a", " "]', "[models.m] stop_sequences must be a list of at most 4"),
+        ("stop_sequences = ['1', '2', '3', '4', '5']", "[models.m] stop_sequences must be a list"),
     ],
 )
 def test_each_models_key_is_checked_and_named(tmp_path: Path, line: str, message: str) -> None:

@@ -118,6 +118,7 @@ def test_parse_takes_every_key_at_its_bounds() -> None:
         "max_iterations": 1,
         "max_tokens": 0,
         "max_consecutive_refusals": 1,
+        "max_repair_rounds": 0,
         "max_tool_calls_per_decision": 1,
         "wait_timeout_s": 0.001,
         "followup_grace_s": 0,
@@ -129,6 +130,7 @@ def test_parse_takes_every_key_at_its_bounds() -> None:
         "max_iterations": 1000,
         "max_tokens": 100_000_000,
         "max_consecutive_refusals": 50,
+        "max_repair_rounds": 20,
         "max_tool_calls_per_decision": 50,
         "wait_timeout_s": 86_400,
         "followup_grace_s": 60.0,
@@ -143,6 +145,7 @@ def test_parse_takes_every_key_at_its_bounds() -> None:
     assert first.max_calls == 1 and first.tool_timeout_s == 1.0 and first.model == "m"
     last = TurnSettings.parse(high, NodeSettings())
     assert last.limits.token_budget == 100_000_000 and last.limits.max_consecutive_refusals == 50
+    assert (first.limits.max_repair_rounds, last.limits.max_repair_rounds) == (0, 20)
     assert last.limits.wait_timeout_s == 86_400.0 and isinstance(last.grace_s, float)
     assert first.profile.name == "fast" and last.profile.extends == "research"
     assert last.profile.context_rot == 1.0 and last.profile.max_iterations == 1000

@@ -18,12 +18,13 @@ from actline.llm.errors import (
     ModelUnavailable,
 )
 from actline.llm.fake_openai import FakeOpenAIServer
-from actline.llm.openai.model import NO_KEY, TOKEN_FIELDS, chat_context_error, usage_from
+from actline.llm.openai.model import NO_KEY, chat_context_error, usage_from
 from actline.llm.pricing import price
 from actline.llm.prompt import DECISION_PROTOCOL
 from actline.llm.protocol import complete
 from actline.llm.replay import ReplayModel
 from actline.messages import GenerateRequest, Usage
+from actline.messages.base import TOKEN_FIELDS
 from tests.timeline.builders import words
 
 MODEL = "gpt-4o-mini"
@@ -97,7 +98,7 @@ async def test_text_streams_in_order_then_one_usage_naming_the_cache_fields_unkn
     assert usage.output_tokens == reported.output_tokens > 0
     assert usage.cache_read_tokens == 0 and usage.unknown == CACHE_FIELDS
     assert usage.model == MODEL and usage.request_id == server.requests[-1].request_id
-    assert model.finish_reason == "stop" and model.attempts == 1
+    assert usage.stop_reason == "end_turn" and model.attempts == 1
     assert price(usage).estimated
 
 
@@ -207,7 +208,7 @@ async def test_a_completion_cut_at_max_tokens_ends_with_finish_reason_length() -
         finally:
             await model.aclose()
     assert srv.requests[-1].body["max_tokens"] == 10
-    assert model.finish_reason == "length" and srv.requests[-1].finish_reason == "length"
+    assert result.usage.stop_reason == "max_tokens" and srv.requests[-1].finish_reason == "length"
     assert long.startswith(result.text) and 30 <= len(result.text) <= 40
     assert result.usage.output_tokens == 10
 
@@ -221,7 +222,7 @@ async def test_an_empty_completion_yields_only_its_usage() -> None:
             await model.aclose()
     assert len(chunks) == 1 and isinstance(chunks[0], Usage)
     assert chunks[0].output_tokens == 0 and chunks[0].input_tokens > 0
-    assert model.finish_reason == "stop"
+    assert chunks[0].stop_reason == "end_turn"
 
 
 async def test_closing_the_stream_mid_way_closes_the_connection() -> None:

@@ -88,3 +88,13 @@ def test_a_turn_resumed_under_a_lowered_limit_ends_spent_and_says_why() -> None:
     state, out = transition(state, done("sig-1"))
     assert state.status == "budget_exhausted" and not of(out, CallModel)
     assert of(out, RecordSignal) and of(out, Finish)[0].rounds == 3
+
+
+def test_a_resumed_turn_keeps_counting_its_broken_replies() -> None:
+    state = run(thinking(), ProtocolViolation(1, "x"), ProtocolViolation(2, "x"))[0]
+    record = checkpoint(state)
+    assert record["consecutive_violations"] == 2
+    resumed, _ = transition(DecisionState(), resume_event(record, Limits()))
+    assert resumed.consecutive_violations == 2
+    resumed, _ = run(resumed, ProtocolViolation(3, "x"), ProtocolViolation(4, "x"))
+    assert resumed.status == "protocol_failed"

@@ -23,6 +23,7 @@ from actline.actors.turn.events import (
     Effect,
     EmitProgress,
     FinalizeBestEffort,
+    FinalizeFromReplies,
     Finish,
     Ignored,
     ModelAnswered,
@@ -178,6 +179,63 @@ def test_a_successful_decision_resets_the_refusal_count() -> None:
 def test_a_protocol_violation_neither_counts_nor_resets_refusals() -> None:
     state, _ = run(thinking(), CallRefused(1, "repeat"), ProtocolViolation(2, "bad_json"))
     assert state.consecutive_refusals == 1
+
+
+def test_a_model_that_keeps_breaking_the_protocol_gets_three_repair_rounds_then_a_best_effort() -> (
+    None
+):
+    state, effects = run(
+        thinking(),
+        ProtocolViolation(1, "missing_decision", "no decision"),
+        ModelDecided(2),
+        ProtocolViolation(3, "schema_error", "not JSON"),
+        ProtocolViolation(4, "repetition", "looped"),
+    )
+    assert (state.phase, state.status, state.round) == (TurnPhase.COMPLETE, "protocol_failed", 4)
+    assert of(effects, CallModel) == [CallModel(2), CallModel(3), CallModel(4)]
+    assert [n.code for n in of(effects, RecordNotice)] == [
+        "protocol_violation.missing_decision",
+        "protocol_violation.empty_decision",
+        "protocol_violation.schema_error",
+        "protocol_violation.repetition",
+    ]
+    assert kinds(effects)[-3:] == ["FinalizeFromReplies", "EmitProgress", "Finish"]
+    assert state.error is not None and "4 times in a row" in state.error
+    assert "3 repair rounds" in state.error and "last: repetition: looped" in state.error
+    assert of(effects, FinalizeFromReplies)[0].reason == state.error
+    assert (
+        of(effects, Finish)[0].answer is None and of(effects, Finish)[0].status == "protocol_failed"
+    )
+    assert not of(effects, FinalizeBestEffort)  # no further model call
+
+
+def test_a_usable_decision_resets_the_repair_count() -> None:
+    state, _ = run(
+        thinking(),
+        ProtocolViolation(1, "missing_decision"),
+        ProtocolViolation(2, "missing_decision"),
+        ProtocolViolation(3, "missing_decision"),
+        ModelDecided(4, (SEARCH,)),
+        ToolsFinished(4),
+        ProtocolViolation(5, "missing_decision"),
+    )
+    assert (state.phase, state.round, state.consecutive_violations) == (TurnPhase.THINKING, 6, 1)
+
+
+def test_no_repair_rounds_end_the_turn_at_the_first_broken_reply() -> None:
+    state, effects = run(thinking(Limits(max_repair_rounds=0)), ProtocolViolation(1, "bad_json"))
+    assert (state.status, state.round) == ("protocol_failed", 1)
+    assert of(effects, CallModel) == []
+
+
+def test_refusals_and_broken_replies_are_counted_apart() -> None:
+    state, _ = run(
+        thinking(),
+        ProtocolViolation(1, "bad_json"),
+        CallRefused(2, "repeat"),
+        ProtocolViolation(3, "bad_json"),
+    )
+    assert (state.consecutive_violations, state.consecutive_refusals) == (2, 1)
 
 
 def test_max_iterations_ends_the_turn_with_a_best_effort_answer() -> None:
