@@ -154,7 +154,10 @@ def builtin_spec(name: str) -> ModelSpec:
     ]
     if matches:
         return replace(MODELS[max(matches, key=len)], name=name)
-    return ModelSpec(name, 200_000, UNKNOWN_MIN_CACHE_TOKENS, 3.0, 15.0, 8192, known=False)
+    cache: CacheMode = "anthropic" if name.startswith("claude") else "automatic"
+    return ModelSpec(
+        name, 200_000, UNKNOWN_MIN_CACHE_TOKENS, 3.0, 15.0, 8192, known=False, cache=cache
+    )
 
 
 @dataclass(frozen=True, slots=True)

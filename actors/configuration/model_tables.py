@@ -15,7 +15,7 @@
 Each table becomes a ``ModelSpec`` (``model_table_specs``) that ``actline.llm.model_spec``
 returns once registered. Unset keys take the built-in model's values when the name is one
 (a claude model behind a gateway), else a 200,000-token window, 8,192 output tokens, price 0
-(a local server) and ``cache = "anthropic"``. Every key is checked; a wrong or unknown one is a
+(a local server) and ``cache = "automatic"`` (``anthropic`` for a ``claude*`` name). Every key is checked; a wrong or unknown one is a
 ``SettingsFileError`` naming it.
 """
 
@@ -28,7 +28,7 @@ from typing import Any
 
 from actline.actors.errors import SettingsFileError
 from actline.llm import APIS, CACHE_MODES, ModelSpec
-from actline.llm.config import MODELS, UNKNOWN_MIN_CACHE_TOKENS, builtin_spec
+from actline.llm.config import MODELS, UNKNOWN_MIN_CACHE_TOKENS, CacheMode, builtin_spec
 
 __all__ = ["MODEL_KEYS", "model_table_specs"]
 
@@ -49,7 +49,8 @@ def _base(name: str) -> ModelSpec:
         spec = replace(builtin_spec(name), name=name)
         if spec.known:
             return spec
-    return ModelSpec(name, 200_000, UNKNOWN_MIN_CACHE_TOKENS, 0.0, 0.0, 8192)
+    cache: CacheMode = "anthropic" if name.startswith("claude") else "automatic"
+    return ModelSpec(name, 200_000, UNKNOWN_MIN_CACHE_TOKENS, 0.0, 0.0, 8192, cache=cache)
 
 
 def _checked(name: str, key: str, value: Any, where: str) -> Any:

@@ -25,13 +25,14 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 from actline.actors.configuration.turn_settings import TurnSettings
 from actline.actors.services.shared import Services
 from actline.llm import ModelConfigError, ModelSummarizer, compact, writes_summaries
-from actline.llm.config import OFFLINE_MODELS, model_spec
+from actline.llm.config import OFFLINE_MODELS, CacheMode, model_spec
 from actline.llm.pricing import CACHE_READ, CACHE_WRITE_5M
 from actline.messages import TurnRequest, Usage
 from actline.timeline import Renderer, Timeline
@@ -43,16 +44,27 @@ from actline.timeline.rendering.announce import AnnounceContext
 log = logging.getLogger(__name__)
 
 
+CACHE_WEIGHTS: Mapping[CacheMode, tuple[float, float]] = {
+    "anthropic": (CACHE_READ, CACHE_WRITE_5M),
+    "automatic": (CACHE_READ, 1.0),
+    "none": (1.0, 1.0),
+}
+"""How a server caches -> what a cached token read and a token written cost, in input
+prices: marks (reads at 0.1x, 5-minute writes at 1.25x, the lifetime the timeline's marks
+ask for); a server that caches prefixes itself (a read is almost free, a write costs what
+any input token does); no cache (every token is read in full, so an edit never costs a
+rewrite and saves every token it removes)."""
+
+
 def prices_of(model_name: str) -> Prices:
-    """The cost model's prices for ``model_name`` by its price table (5-minute cache writes,
-    the lifetime the timeline's marks ask for). A model priced at nothing (a local server
-    configured without prices) weighs output as the default table does."""
+    """The cost model's prices for ``model_name``: its cache mode's weights and its price
+    table's output ratio. A model priced at nothing (a local server configured without
+    prices) weighs output as the default table does."""
     spec = model_spec(model_name)
+    read, write = CACHE_WEIGHTS[spec.cache]
     if spec.input_price <= 0:
-        return Prices(read=CACHE_READ, write=CACHE_WRITE_5M)
-    return Prices(
-        read=CACHE_READ, write=CACHE_WRITE_5M, output=spec.output_price / spec.input_price
-    )
+        return Prices(read=read, write=write)
+    return Prices(read=read, write=write, output=spec.output_price / spec.input_price)
 
 
 class Compactor:

@@ -49,8 +49,8 @@ class Prices:
     """The output price over the input price (a summary call's output)."""
 
     def __post_init__(self) -> None:
-        if not 0 <= self.read < self.write or self.output < 0:
-            raise ValueError(f"prices need 0 <= read < write and output >= 0, got {self}")
+        if not 0 <= self.read <= self.write or self.output < 0:
+            raise ValueError(f"prices need 0 <= read <= write and output >= 0, got {self}")
 
 
 DEFAULT_PRICES = Prices()

@@ -26,5 +26,19 @@ def test_a_claude_model_weighs_output_by_its_prices() -> None:
     assert (prices.read, prices.write, prices.output) == (0.1, 1.25, 5.0)
 
 
-def test_a_model_priced_at_nothing_gets_the_default_weights(local_model: str) -> None:
-    assert prices_of(local_model) == DEFAULT_PRICES
+def test_a_model_priced_at_nothing_gets_the_default_output_weight(local_model: str) -> None:
+    assert prices_of(local_model).output == DEFAULT_PRICES.output
+
+
+def test_the_cache_mode_sets_what_reads_and_writes_cost() -> None:
+    specs = [
+        ModelSpec(f"m-{mode}", 32_768, 0, 1.0, 4.0, 4096, cache=mode)
+        for mode in ("anthropic", "automatic", "none")
+    ]
+    register_models(specs)
+    try:
+        weights = [(prices_of(s.name).read, prices_of(s.name).write) for s in specs]
+        assert weights == [(0.1, 1.25), (0.1, 1.0), (1.0, 1.0)]
+        assert prices_of("m-none").output == 4.0
+    finally:
+        register_models(())

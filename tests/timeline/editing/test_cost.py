@@ -80,8 +80,14 @@ def test_one_hour_writes_cost_more_than_five_minute_ones() -> None:
 
 
 def test_prices_are_checked() -> None:
-    with pytest.raises(ValueError, match="read < write"):
+    with pytest.raises(ValueError, match="read <= write"):
         Prices(read=1.5, write=1.25)
+
+
+def test_without_a_cache_an_edit_costs_no_rewrite_and_saves_every_token() -> None:
+    uncached = Prices(read=1.0, write=1.0)
+    verdict = decide(Edit("retention", 5_000, 500, 2), uncached)
+    assert verdict.take and verdict.cost == 0 and verdict.gain == 10_000
 
 
 def test_the_horizon_counts_requests_until_the_ceiling() -> None:
