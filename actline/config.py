@@ -32,6 +32,7 @@ from actline.actors.configuration.settings_file import load_settings
 from actline.actors.errors import SettingsFileError
 from actline.bus import AuthError, Authority, CredsInvalid, read_identity
 from actline.llm import LLMSettings, ModelConfigError, check_servable
+from actline.llm.reachable import check_reachable
 from actline.messages import SubjectError, subjects
 
 from .errors import ConfigError
@@ -180,5 +181,15 @@ class Config:
         """``ConfigError`` when the model cannot run here (a claude model without a key)."""
         try:
             check_servable(self.llm)
+        except ModelConfigError as exc:
+            raise ConfigError(str(exc)) from None
+
+    async def check_model_server(self) -> None:
+        """``ConfigError`` naming the base URL when the node's model is served there and the
+        server does not answer (``actline.llm.reachable``)."""
+        if self.llm.offline:
+            return
+        try:
+            await check_reachable(self.llm.for_model(self.llm.model))
         except ModelConfigError as exc:
             raise ConfigError(str(exc)) from None

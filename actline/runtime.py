@@ -170,6 +170,7 @@ class Runtime:
         if self.run_node:
             if self._model is None:
                 config.check_model()
+                await config.check_model_server()
             self.store = await asyncio.to_thread(_open_store, settings.home, settings.storage_sync)
             if self._knowledge is None and settings.knowledge_dir is not None:
                 self._knowledge = await asyncio.to_thread(_open_knowledge, settings.knowledge_dir)

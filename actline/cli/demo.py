@@ -40,6 +40,7 @@ from actline.llm import (
 )
 from actline.llm.fake_anthropic import FakeAnthropicServer
 from actline.llm.protocol import Model
+from actline.llm.reachable import check_reachable
 from actline.messages import ReActProgress, ReActResult, new_id
 from actline.runtime import Runtime, follow
 from actline.terminal.cards import TurnPrinter, TurnStats, stats_of, summary_table
@@ -122,6 +123,8 @@ async def run_demo(
     where = (home or Path(".actline")).resolve()
     try:
         chosen = chosen_model(model, api, base_url)
+        if chosen is not None and not chosen.offline:
+            await check_reachable(chosen)
     except ModelConfigError as exc:
         out.print(f"[red]{exc}[/red]")
         return 2

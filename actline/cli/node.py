@@ -22,6 +22,7 @@ from actline.cli.main import model_options
 from actline.llm.config import check_servable
 from actline.llm.errors import ModelConfigError
 from actline.llm.protocol import Model
+from actline.llm.reachable import check_reachable
 from actline.messages import diag
 
 
@@ -55,6 +56,7 @@ async def _serve(args: argparse.Namespace) -> int:
         model = ExtractiveModel(delay=args.model_delay)
     else:
         check_servable(loaded.llm)  # the fix before connecting (a key, or a base URL)
+        await check_reachable(loaded.llm.for_model(settings.model))
     bus = await Bus.connect(args.nats, name=f"actline-node-{settings.node_id}", creds=args.creds)
     node = Node(bus, settings, model=model, llm=loaded.llm)
     stop = asyncio.Event()

@@ -65,6 +65,7 @@ from actline.actors.configuration.settings_file import load_settings
 from actline.actors.errors import RequestsFileError, SettingsFileError
 from actline.bus import Bus
 from actline.llm import APIS, LLMSettings, ModelConfigError, check_servable
+from actline.llm.reachable import check_reachable
 from actline.messages import ReActResult, TurnRequest, diag
 
 __all__ = ["NodeActor", "load_requests", "main", "run_requests"]
@@ -322,12 +323,15 @@ def key_variable(api: str) -> str:
 
 def job_settings(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any], str | None]:
     """The node settings, the model settings without the key, and the key: resolved as
-    ``actline serve`` does and checked (``ModelConfigError``: a claude model without a key)."""
+    ``actline serve`` does and checked (``ModelConfigError``: a claude model without a key,
+    a model server that does not answer the driver)."""
     overrides = {"model": args.model, "knowledge_dir": args.docs}
     overrides["ack_wait_s"] = args.ack_wait
     overrides |= {"api": args.api, "base_url": args.base_url}
     loaded = load_settings(args.config, overrides=overrides)
     check_servable(loaded.llm)
+    if not loaded.llm.offline:
+        asyncio.run(check_reachable(loaded.llm.for_model(loaded.llm.model)))
     llm = {f.name: getattr(loaded.llm, f.name) for f in fields(loaded.llm) if f.name != "api_key"}
     return {**loaded.node.as_dict(), "cluster": True}, llm, loaded.llm.api_key
 

@@ -15,8 +15,8 @@
 Each table becomes a ``ModelSpec`` (``model_table_specs``) that ``actline.llm.model_spec``
 returns once registered. Unset keys take the built-in model's values when the name is one
 (a claude model behind a gateway), else a 200,000-token window, 8,192 output tokens, price 0
-(a local server) and ``cache = "automatic"`` (``anthropic`` for a ``claude*`` name). Every key is checked; a wrong or unknown one is a
-``SettingsFileError`` naming it.
+(a local server) and ``cache = "automatic"`` (``anthropic`` for a ``claude*`` name). Every
+key is checked; a wrong or unknown one is a ``SettingsFileError`` naming it.
 """
 
 from __future__ import annotations

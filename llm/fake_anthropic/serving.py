@@ -50,6 +50,12 @@ class LocalServer:
         return f"http://{self._host}:{self._port}"
 
     @property
+    def calls(self) -> list[Any]:
+        """The records of the model calls (POST requests) among ``requests``: without the
+        probe a node makes of its server at start (a GET)."""
+        return [record for record in self.requests if record.method == "POST"]
+
+    @property
     def usage_totals(self) -> Usage:
         """The sum of the usage of every answered request."""
         total = Usage()

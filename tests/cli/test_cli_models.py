@@ -7,6 +7,7 @@ settings) against the local Messages API server, serving a model of any name the
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
 import sys
 from collections.abc import Iterator
@@ -71,7 +72,7 @@ def test_ask_serves_any_model_name_at_a_base_url_without_a_key(
     )
     assert result.returncode == 0, result.stderr
     assert '"status":"completed"' in result.stdout.replace(" ", "")
-    bodies = [r.body for r in local_api.server.requests]
+    bodies = [r.body for r in local_api.server.calls]
     assert bodies and all(body["model"] == "my-local" for body in bodies)
 
 
@@ -82,6 +83,21 @@ def test_ask_refuses_a_model_it_cannot_reach_naming_the_fix(tmp_path: Path) -> N
     assert result.returncode == 2
     assert "model 'my-local': is not a built-in model and has no base URL" in result.stderr
     assert "--base-url URL" in result.stderr
+
+
+def test_ask_refuses_a_model_server_that_does_not_answer_before_any_turn(tmp_path: Path) -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        url = f"http://127.0.0.1:{s.getsockname()[1]}"  # closed once the block ends
+    home = tmp_path / "home"
+    result = actline(
+        "ask", "--model", "my-local", "--base-url", url, "hi", env=clean_env(home), cwd=tmp_path
+    )
+    assert result.returncode == 2
+    assert f"base URL {url}: the model server for 'my-local' (messages API) does not answer" in (
+        result.stderr
+    )
+    assert "accepted" not in result.stdout  # no turn was taken
 
 
 @pytest.mark.parametrize("command", NODE_COMMANDS)
@@ -127,7 +143,7 @@ def test_the_demo_runs_its_turns_on_a_named_model_at_a_base_url(tmp_path: Path) 
             env={**clean_env(tmp_path / "home"), "COLUMNS": "200"},
             cwd=tmp_path,  # the demo keeps its LMDB under ./.actline
         )
-        models = {r.body["model"] for r in local_api.server.requests}
+        models = {r.body["model"] for r in local_api.server.calls}
     assert result.returncode == 0, result.stdout + result.stderr
     assert f"model my-local (messages API at {local_api.base_url})" in result.stdout
     assert result.stdout.count("complete  completed") == 3

@@ -156,5 +156,5 @@ async def test_a_claude_node_takes_its_llm_table_and_serves_the_claude_model_a_t
             named = await rt.ask("again", config={"model": "claude-haiku-4-5"})
             unknown = await rt.ask("and?", config={"model": "gpt-9"})
     assert own.status == named.status == "completed" and own.answer == "Answered by Claude."
-    assert [r.body["model"] for r in srv.requests] == ["claude-sonnet-4-6", "claude-haiku-4-5"]
+    assert [r.body["model"] for r in srv.calls] == ["claude-sonnet-4-6", "claude-haiku-4-5"]
     assert unknown.status == "failed" and "model 'gpt-9': unknown model" in (unknown.error or "")

@@ -89,7 +89,7 @@ def test_node_actors_answer_with_the_claude_model_and_an_unknown_model_fails_wit
     assert failed["status"] == "failed"
     assert failed["error"].startswith("model call failed: model_config: model 'gpt-9': ")
     assert f"this node serves {MODEL}, extractive, claude-*" in failed["error"]
-    seen = messages_api.server.requests
+    seen = messages_api.server.calls
     models = [r.body["model"] for r in seen]
     # only the claude turns called it, each at least once (a call tried again on a loaded
     # machine adds one)

@@ -192,7 +192,7 @@ def test_the_readme_job_command_runs_on_a_local_head(
     assert [r["turn_id"] for r in results] == [r["turn_id"] for r in rows]
     assert {r["status"] for r in results} == {"completed"}, [r["error"] for r in results]
     assert {r["answer"] for r in results} == {"Answered by Claude."}
-    models = [r.body["model"] for r in messages_api.server.requests]
+    models = [r.body["model"] for r in messages_api.server.calls]
     # one call per turn at least (a call tried again on a loaded machine adds one)
     assert set(models) == {"claude-sonnet-4-6"} and len(models) >= 6, models
     (upload,) = ray_head.uploads()  # the job ran the uploaded copy of this checkout
