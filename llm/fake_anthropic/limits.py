@@ -7,13 +7,15 @@ servers (the Messages API and Chat Completions) cut replies with ``ReplyLimit``.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 from actline.timeline.tokens import DEFAULT_COUNTER
 
 Cut = Literal["max_tokens", "stop_sequence"]
+Emit = Callable[[str], Coroutine[Any, Any, None]]
+"""Streams one piece of a reply to the client."""
 
 
 def fit(done: str, text: str, limit: int) -> str:
@@ -62,6 +64,14 @@ class ReplyLimit:
             return ""
         text, self.held = self.held, ""
         return self._within(text)
+
+    @staticmethod
+    async def send(parts: list[str], text: str, emit: Emit | None) -> None:
+        """Keep ``text`` (what ``feed`` or ``finish`` gave) in ``parts``, and stream it."""
+        if text:
+            parts.append(text)
+            if emit is not None:
+                await emit(text)
 
     def _within(self, text: str) -> str:
         if self.max_tokens is not None and DEFAULT_COUNTER.count(self.sent + text) > (

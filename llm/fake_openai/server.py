@@ -345,26 +345,17 @@ class FakeOpenAIServer(LocalServer):
             async for chunk in iterator:
                 if isinstance(chunk, Usage) or not chunk:
                     continue
-                await self._add(exchange, limit.feed(chunk), emit)
+                await limit.send(exchange.parts, limit.feed(chunk), emit)
                 if limit.cut is not None:
                     break
                 if exchange.failure == "dropped" and len(exchange.parts) >= MIDSTREAM_DELTAS:
                     break
             else:
-                await self._add(exchange, limit.finish(), emit)
+                await limit.send(exchange.parts, limit.finish(), emit)
         finally:
             await _close_iterator(iterator)
         if limit.cut == "max_tokens":
             exchange.finish_reason = "length"
-
-    @staticmethod
-    async def _add(
-        exchange: _Exchange, text: str, emit: Callable[[str], Coroutine[Any, Any, None]] | None
-    ) -> None:
-        if text:
-            exchange.parts.append(text)
-            if emit is not None:
-                await emit(text)
 
     async def _produce_json(self, conn: Connection, exchange: _Exchange) -> None:
         try:
