@@ -8,6 +8,7 @@ first call (the import alone takes over a second).
 """
 
 from .anthropic import AnthropicModel
+from .anthropic.wire import from_messages_params, to_messages_params
 from .config import (
     APIS,
     CACHE_MODES,
@@ -36,7 +37,6 @@ from .protocol import Chunk, Completion, Model, close_stream, complete, opened
 from .replay import Recorded, ReplayModel
 from .retry import stream_with_compaction
 from .summarizer import Compacted, ModelSummarizer, SummaryOutcome, compact
-from .wire import from_messages_params, to_messages_params
 
 
 def make_model(settings: LLMSettings) -> Model:

@@ -323,15 +323,12 @@ def key_variable(api: str) -> str:
 
 def job_settings(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any], str | None]:
     """The node settings, the model settings without the key, and the key: resolved as
-    ``actline serve`` does and checked (``ModelConfigError``: a claude model without a key,
-    a model server that does not answer the driver)."""
+    ``actline serve`` does and checked (``ModelConfigError``: a claude model without a key)."""
     overrides = {"model": args.model, "knowledge_dir": args.docs}
     overrides["ack_wait_s"] = args.ack_wait
     overrides |= {"api": args.api, "base_url": args.base_url}
     loaded = load_settings(args.config, overrides=overrides)
     check_servable(loaded.llm)
-    if not loaded.llm.offline:
-        asyncio.run(check_reachable(loaded.llm.for_model(loaded.llm.model)))
     llm = {f.name: getattr(loaded.llm, f.name) for f in fields(loaded.llm) if f.name != "api_key"}
     return {**loaded.node.as_dict(), "cluster": True}, llm, loaded.llm.api_key
 
@@ -352,6 +349,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     try:
         nodes, llm, key = job_settings(args)
+        served = LLMSettings(**llm)
+        if not served.offline:  # a server that does not answer the driver: before any actor
+            asyncio.run(check_reachable(served.for_model(served.model)))
     except (SettingsFileError, ModelConfigError) as exc:
         console.print(str(exc))
         return 2

@@ -18,8 +18,8 @@ from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from actline.llm.anthropic.wire import system_text
 from actline.llm.protocol import Chunk
-from actline.llm.wire import system_text
 from actline.messages import GenerateRequest
 from bench.harness import corpus
 

@@ -10,9 +10,9 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from ..anthropic.wire import MAX_MARKS
 from ..cache_sim import CacheUsage
 from ..errors import ModelRequestError
-from ..wire import MAX_MARKS
 from ._http import chunk
 
 

@@ -26,11 +26,11 @@ from typing import Any, Literal
 from actline.messages import GenerateRequest, Usage
 from actline.timeline.tokens import DEFAULT_COUNTER
 
+from ..anthropic.wire import from_messages_params
 from ..cache_sim import CachePlan, CacheSim, CacheUsage
 from ..config import model_spec
 from ..errors import ModelRequestError
 from ..protocol import Chunk
-from ..wire import from_messages_params
 from . import api
 from ._http import LAST_CHUNK, Connection, HttpRequest, response_head
 from .limits import ReplyLimit

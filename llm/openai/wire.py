@@ -3,7 +3,7 @@
 The mapping is byte-stable: the same ``GenerateRequest`` always gives the same body.
 The system prompt is a ``system`` message; the timeline's rendered parts become the
 content parts of one ``user`` message, in order, as the Messages conversion groups
-them (``actline.llm.wire``). An image part is its caption (a text part) followed by an
+them (``actline.llm.anthropic.wire``). An image part is its caption (a text part) followed by an
 ``image_url`` part carrying a data URL; a document whose source is text is sent as
 text, a PDF as a ``file`` part with a data URL. Cache marks mean nothing on this API
 (servers cache prompt prefixes on their own): they are dropped.

@@ -118,14 +118,14 @@ def test_make_demo_from_the_readme_runs() -> None:
     assert "agent.send -> reviewer" in result.stdout and "timeline stored in" in result.stdout
 
 
-def test_ci_entry_runs_make_test_and_nothing_else() -> None:
+def test_ci_entry_runs_make_test_then_the_interop_suite() -> None:
     lines = [
         line.strip()
         for line in (ROOT / ".ci" / "run").read_text().splitlines()
         if line.strip() and not line.startswith("#")
     ]
-    assert lines[-1] == "make test"
-    assert all(line.startswith(("set ", "cd ")) for line in lines[:-1])
+    assert lines[-2:] == ["make test", "make interop"]
+    assert all(line.startswith(("set ", "cd ")) for line in lines[:-2])
 
 
 def test_doctor_reports_each_check_and_bm25_only_without_embeddings(tmp_path: Path) -> None:

@@ -39,6 +39,7 @@ FIELDS: Mapping[str, str] = {
     "limits.max_iterations": "max_iterations",
     "limits.token_budget": "max_tokens",
     "limits.max_consecutive_refusals": "max_consecutive_refusals",
+    "limits.max_repair_rounds": "max_repair_rounds",
     "limits.wait_timeout_s": "wait_timeout_s",
     "max_calls": "max_tool_calls_per_decision",
     "grace_s": "followup_grace_s",

@@ -24,7 +24,7 @@ from actline.llm import (
     model_spec,
     register_models,
 )
-from actline.llm.wire import to_messages_params
+from actline.llm.anthropic.wire import to_messages_params
 from actline.messages import GenerateRequest
 
 LOCAL = ModelSpec("my-local", 32_768, 1024, 0.0, 0.0, 2048, cache="automatic")

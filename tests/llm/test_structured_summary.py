@@ -18,7 +18,7 @@ from actline.storage import Store
 from actline.timeline import Renderer, TimelineConfig
 from actline.timeline.blocks import SUMMARY
 from actline.timeline.editing.summary import SUMMARY_RECORD, SummaryRequest, record_of
-from tests.llm.test_anthropic import Sleeps, model_for
+from tests.llm.anthropic.test_model import Sleeps, model_for
 from tests.timeline.builders import Build, words
 
 SYSTEM = 1000

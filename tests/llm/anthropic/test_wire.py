@@ -6,9 +6,9 @@ import json
 
 import pytest
 
+from actline.llm.anthropic.wire import from_messages_params, to_messages_params
 from actline.llm.config import LLMSettings, model_spec
 from actline.llm.errors import ModelConfigError, ModelRequestError
-from actline.llm.wire import from_messages_params, to_messages_params
 from actline.messages import GenerateRequest
 
 

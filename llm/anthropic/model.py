@@ -1,7 +1,7 @@
 """AnthropicModel: the Messages API through the official client, streaming, with prompt caching.
 
 The rendered context becomes a request whose system prompt and timeline marks
-carry ``cache_control`` (``actline.llm.wire``), unless the model's ``cache`` is not
+carry ``cache_control`` (``actline.llm.anthropic.wire``), unless the model's ``cache`` is not
 ``anthropic`` (a server that caches prefixes itself, or none): then no marks are sent.
 The client is created lazily (importing ``anthropic`` takes over a second) with
 ``max_retries=0``: retries are ours, with exponential backoff and jitter on 429, 529,
@@ -27,15 +27,15 @@ from typing import TYPE_CHECKING, Any
 
 from actline.messages import GenerateRequest, Usage
 
-from .config import LLMSettings
-from .errors import (
+from ..config import LLMSettings
+from ..errors import (
     ContextWindowExceeded,
     ModelConfigError,
     ModelError,
     ModelRequestError,
 )
-from .protocol import Chunk
-from .retry import Retry, Retrying, retry_after
+from ..protocol import Chunk
+from ..retry import Retry, Retrying, retry_after
 from .wire import to_messages_params
 
 if TYPE_CHECKING:

@@ -20,7 +20,7 @@ from typing import Any
 
 from actline.messages import GenerateRequest
 
-from .errors import ModelRequestError
+from ..errors import ModelRequestError
 
 MAX_MARKS = 4
 """The API's limit of cache_control breakpoints per request."""
