@@ -4,8 +4,10 @@ A weak model writes prose without channel tags, its answer inside the thinking c
 or the same sentence over and over. When a turn ends ``protocol_failed`` its answer is
 what the model did say: the answer channel if it wrote one, else the text it wrote
 outside the channels, else its thinking; channel tags it left half-written are dropped,
-a sentence it repeated is kept once, and a JSON object (a decision without its tags) is
-not prose. With nothing left the answer says that the model gave none, and why.
+so are lines that echo the rendered context (a block header such as ``[USER MESSAGE]`` or
+a turn rule, a logical path, a tool id or a notice code: a small model often copies its
+prompt), a sentence it repeated is kept once, and a JSON object (a decision without its
+tags) is not prose. With nothing left the answer says that the model gave none, and why.
 """
 
 from __future__ import annotations
@@ -24,6 +26,12 @@ MAX_CHARS = 4_000
 """A salvaged answer is cut at a sentence end before this many characters."""
 
 _TAG = re.compile(r"</?\s*channel\s*:?\s*[A-Za-z_-]*\s*>?|<[/A-Za-z:_-]*$", re.IGNORECASE)
+_ECHO = re.compile(
+    r"^\s*(?:═{2,}|\[[A-Z][A-Z0-9 _-]*\])"
+    r"|\b(?:ar|fi|so|su|tc|ks|sk):[\w.\[-]"
+    r"|\bprotocol_violation\.|\breact\.\s?[a-z_]+"
+)
+"""A line that echoes the rendered context rather than answering."""
 _SENTENCE = re.compile(r"[^.!?]+(?:[.!?]+|$)")
 _SPACE = re.compile(r"\s+")
 
@@ -46,6 +54,8 @@ def clean(text: str) -> str:
     seen: set[str] = set()
     lines: list[str] = []
     for line in text.splitlines():
+        if _ECHO.search(line):
+            continue
         kept: list[str] = []
         for sentence in _SENTENCE.findall(line):
             key = _SPACE.sub(" ", sentence).strip().casefold()

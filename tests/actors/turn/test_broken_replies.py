@@ -69,6 +69,21 @@ def test_salvage_drops_half_written_tags_and_repeated_sentences() -> None:
     assert clean(text) == "Pro costs $20.\nFree is free."
 
 
+def test_lines_that_echo_the_rendered_context_are_dropped() -> None:
+    text = "\n".join(
+        [
+            "══════ TURN t-01ABC (started 2026-11-29T07:00:00Z) ══════",
+            "[USER MESSAGE] ar:t-01ABC.user.prompt (started 07:00)",
+            "What does Pro cost?",
+            "react. notice. 2. 2 · protocol_violation.missing_decision",
+            "I would call react.search_knowledge with the query.",
+            "The Pro tier costs $20 a month, see ks:pricing/tiers.md.",
+            "The Pro tier costs $20 a month.",
+        ]
+    )
+    assert clean(text) == "What does Pro cost?\nThe Pro tier costs $20 a month."
+
+
 def test_a_decision_without_its_tags_is_not_prose() -> None:
     assert clean('{"action": "call_tools", "calls": []}') == ""
     assert clean("[1, 2]") == ""
