@@ -34,13 +34,18 @@ test: $(STAMP) sandbox-deps browser-deps
 	exit $$rc
 
 # The interop suite against a model server nobody here wrote: llama.cpp's llama-server (built
-# once into .venv/bin by scripts/llama-server.sh, with SmolLM2-135M-Instruct) through both model
-# APIs, one test at a time (marker interop, which `make test` leaves out); then its bench
-# (bench/results/interop.json).
+# once by scripts/llama-server.sh, with SmolLM2-135M-Instruct) through both model APIs, one
+# test at a time (marker interop, which `make test` leaves out). The tests append their turns
+# to a records file; the bench reports that run (bench/results/interop.json), also when a
+# test failed, without running the turns again.
+INTEROP_RECORDS := bench/results/interop-records.jsonl
 interop: $(STAMP)
 	sh scripts/llama-server.sh
-	$(BIN)/python -m pytest tests/interop -m interop --timeout=600 --durations=0
-	$(BIN)/python -m bench.interop
+	@rm -f $(INTEROP_RECORDS); rc=0; \
+	ACTLINE_INTEROP_RECORDS=$(INTEROP_RECORDS) $(BIN)/python -m pytest tests/interop -m interop \
+		--timeout=900 --durations=0 || rc=$$?; \
+	$(BIN)/python -m bench.interop --records $(INTEROP_RECORDS) || [ $$rc -ne 0 ] || rc=1; \
+	exit $$rc
 
 # The keys, certificates and credentials of a cluster (cluster.yaml): secrets stay in
 # deploy/keys (not synced to the hosts); deploy/ gets what the hosts and the job need.

@@ -16,10 +16,16 @@ per model call; errors the runtime did not classify and turns that broke its con
 120 s a turn may take, a crash) counts as one turn ``hung`` or ``crashed``: a problem.
 
 Needs ``.venv/bin/llama-server`` and the model (``sh scripts/llama-server.sh``; ``make
-interop`` runs it first), so ``python -m bench`` does not run this one.
+interop`` runs it first), so ``python -m bench`` does not run this one. ``--records FILE``
+reports the turns the interop tests ran instead (``make interop``: the tests append them
+to that file, ``tests.interop.records.RECORDS_ENV``), without running any.
+
+The time to the first token is the server's own: the seconds llama-server took to read each
+prompt (its log), beside the first streamed piece a client saw (none when the model writes
+no channel).
 
     python -m bench.interop [--apis messages,openai] [--scenarios ask,stream]
-        [--out bench/results/interop.json]
+        [--turn-timeout 120] [--records FILE] [--out bench/results/interop.json]
 """
 
 from __future__ import annotations
@@ -36,11 +42,17 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from actline.bus import RequestTimeout
 from actline.llm import register_models
 from bench.harness import finish, judge, new_table, parser, platform_info, summary, verdict
+from tests.interop import scenarios as suite
 from tests.interop.endpoints import APIS, Api, LlamaServer, LlamaServerFailed
-from tests.interop.records import STATUSES, TurnRecord, unclassified
-from tests.interop.scenarios import SCENARIOS
+from tests.interop.records import STATUSES, TurnRecord, load, server_timings, unclassified
+from tests.interop.scenarios import SCENARIOS, TURN_TIMEOUT_S
+
+BOUND_S = TURN_TIMEOUT_S
+"""What a turn may take in the suite; ``--turn-timeout`` lets a run watch longer turns end,
+and ``turns_over_bound`` counts those that took more."""
 
 
 def version(binary: Path) -> str:
@@ -57,7 +69,7 @@ def version(binary: Path) -> str:
 
 def failed_run(scenario: str, exc: BaseException) -> TurnRecord:
     """A scenario that raised: one turn whose status says how (``hung``, ``crashed``)."""
-    how = "hung" if isinstance(exc, TimeoutError) else "crashed"
+    how = "hung" if isinstance(exc, TimeoutError | RequestTimeout) else "crashed"
     error = f"{type(exc).__name__}: {exc}"[:1000]
     return TurnRecord(scenario, 0, how, "", error, 0, 0, ())
 
@@ -73,8 +85,8 @@ def run_scenario(llama: LlamaServer, api: Api, name: str, root: Path) -> list[Tu
         register_models(())
 
 
-def figures(records: Sequence[TurnRecord]) -> dict[str, Any]:
-    """The figures of one API's turns."""
+def figures(records: Sequence[TurnRecord], bound: float) -> dict[str, Any]:
+    """The figures of one API's turns (``bound``: the seconds a turn may take in the suite)."""
     calls = sum(r.rounds for r in records)
     repairs = [r.repair_rounds for r in records]
     per_call = [r.seconds / r.rounds for r in records if r.seconds and r.rounds]
@@ -97,6 +109,7 @@ def figures(records: Sequence[TurnRecord]) -> dict[str, Any]:
         "first_token": summary(first, unit="s", high=True),
         "per_model_call": summary(per_call, unit="s", high=True),
         "turn_seconds": summary([r.seconds for r in records if r.seconds], unit="s", high=True),
+        "turns_over_bound": sum(1 for r in records if r.seconds and r.seconds > bound),
         "unclassified_errors": len(wrong),
         "problems": [p for r in records for p in r.problems()],
         "handed_off": f"{sum(bool(r.handed_off) for r in handoffs)}/{len(handoffs)}",
@@ -105,7 +118,7 @@ def figures(records: Sequence[TurnRecord]) -> dict[str, Any]:
     }
 
 
-def run(apis: Sequence[Api], scenarios: Sequence[str], console: Console) -> dict[str, Any]:
+def run(apis: Sequence[Api], names: Sequence[str], console: Console) -> dict[str, Any]:
     started = time.perf_counter()
     records: dict[str, list[TurnRecord]] = {}
     with tempfile.TemporaryDirectory(prefix="interop-") as tmp:
@@ -113,7 +126,7 @@ def run(apis: Sequence[Api], scenarios: Sequence[str], console: Console) -> dict
         with LlamaServer(root / "llama-server.log") as llama:
             facts = {**llama.facts(), "version": version(llama.binary)}
             for api in apis:
-                for name in scenarios:
+                for name in names:
                     began = time.perf_counter()
                     found = run_scenario(llama, api, name, root)
                     records.setdefault(api, []).extend(found)
@@ -122,13 +135,31 @@ def run(apis: Sequence[Api], scenarios: Sequence[str], console: Console) -> dict
                     console.print(f"{api:8} {name:12} {took:6.1f} s  {statuses}")
                     if not llama.alive():
                         raise LlamaServerFailed("died during the run", llama.tail())
+            facts["timings"] = server_timings(llama.tail(10**8))
+    return report(facts, list(names), records, time.perf_counter() - started)
+
+
+def report(
+    server: dict[str, Any], names: list[str], records: dict[str, list[TurnRecord]], seconds: float
+) -> dict[str, Any]:
+    """The result of a run: the server, its own timings, the figures per API, every turn."""
+    timings = server.pop("timings", {"prompt_s": [], "tokens_per_s": []})
+    server["prompt_read"] = summary(timings["prompt_s"], unit="s", high=True)
+    speeds = sorted(timings["tokens_per_s"])
+    server["tokens_per_s"] = {
+        "n": len(speeds),
+        "p50": statistics.median(speeds) if speeds else None,
+        "min": speeds[0] if speeds else None,
+        "max": speeds[-1] if speeds else None,
+    }
     return {
         "benchmark": "interop",
-        "server": facts,
-        "scenarios": list(scenarios),
-        "apis": {api: figures(found) for api, found in records.items()},
+        "server": server,
+        "scenarios": list(names),
+        "turn_timeout_s": suite.TURN_TIMEOUT_S,
+        "apis": {api: figures(found, BOUND_S) for api, found in records.items()},
         "turns": [{"api": api, **r.as_json()} for api, found in records.items() for r in found],
-        "seconds": time.perf_counter() - started,
+        "seconds": seconds,
         **platform_info(),
     }
 
@@ -139,6 +170,7 @@ def targets(result: dict[str, Any]) -> list[dict[str, Any]]:
     for api, row in result["apis"].items():
         out.append({"figure": f"{api}: unclassified errors", "value": row["unclassified_errors"]})
         out.append({"figure": f"{api}: turns with problems", "value": len(row["problems"])})
+        out.append({"figure": f"{api}: turns over {BOUND_S:g} s", "value": row["turns_over_bound"]})
     for target in out:
         target["maximum"] = 0
     return judge(out)
@@ -150,17 +182,20 @@ def _s(value: float | None) -> str:
 
 def table(result: dict[str, Any]) -> Table:
     server = result["server"]
+    read, speed = server["prompt_read"]["p50_s"], server["tokens_per_s"]["p50"]
     caption = (
-        f"{server['version']} · {server['binary']} ({server['binary_bytes'] or 0:,} bytes) · "
-        f"model {Path(server['model']).name} ({server['model_bytes'] or 0:,} bytes) · "
-        f"context {server['context']} · {server['threads']} threads"
+        f"{server.get('version', 'llama-server')} · {server['binary']} "
+        f"({server['binary_bytes'] or 0:,} bytes) · model {Path(server['model']).name} "
+        f"({server['model_bytes'] or 0:,} bytes) · context {server['context']} · "
+        f"{server['threads']} threads · server time to first token (prompt read) p50 "
+        f"{_s(read)} · writing p50 {'-' if speed is None else f'{speed:.1f} tok/s'}"
     )
     out = new_table(
         "actline against llama-server (SmolLM2-135M-Instruct), per model API",
         (
             "API", "turns", "completed", "best effort", "failed", "hung", "parsed calls",
             "repairs/turn", "repairs max", "in a row max", "first token p50",
-            "per call p50", "handed off", "followups", "unclassified",
+            "per call p50", f"over {BOUND_S:g} s", "handed off", "followups", "unclassified",
         ),
         left=("API",),
         caption=caption,
@@ -180,6 +215,7 @@ def table(result: dict[str, Any]) -> Table:
             str(row["repair_run_max"]),
             _s(row["first_token"]["p50_s"]),
             _s(row["per_model_call"]["p50_s"]),
+            str(row["turns_over_bound"]),
             row["handed_off"],
             row["followups_joined"],
             str(row["unclassified_errors"]),
@@ -193,8 +229,32 @@ def main(argv: list[str] | None = None) -> int:
     cli.add_argument(
         "--scenarios", default=",".join(SCENARIOS), help="comma-separated: " + ", ".join(SCENARIOS)
     )
+    cli.add_argument(
+        "--turn-timeout",
+        type=float,
+        default=BOUND_S,
+        help=f"seconds a turn may take before it counts as hung (default {BOUND_S:g})",
+    )
+    cli.add_argument(
+        "--records",
+        type=Path,
+        default=None,
+        help="report the turns the interop tests appended to this file; run none",
+    )
     args = cli.parse_args(argv)
+    suite.TURN_TIMEOUT_S = args.turn_timeout
     console = Console()
+    if args.records is not None:
+        if not args.records.is_file():
+            console.print(f"[red]no records at {args.records}: run the interop tests first[/]")
+            return 2
+        server, turns = load(args.records)
+        if not server or not turns:
+            console.print(f"[red]{args.records} holds no server facts or no turns[/]")
+            return 2
+        server["version"] = version(Path(server["binary"]))
+        names = sorted({r.scenario for found in turns.values() for r in found})
+        return publish(console, args.out, report(server, names, turns, 0.0))
     apis = [a.strip() for a in args.apis.split(",") if a.strip()]
     scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
     unknown = [a for a in apis if a not in APIS] + [s for s in scenarios if s not in SCENARIOS]
@@ -210,6 +270,11 @@ def main(argv: list[str] | None = None) -> int:
     except LlamaServerFailed as exc:
         console.print(f"[red]{exc}[/]")
         return 1
+    return publish(console, args.out, result)
+
+
+def publish(console: Console, out: Path, result: dict[str, Any]) -> int:
+    """Judge the targets, print the table and what went wrong, write the JSON."""
     result["targets"] = targets(result)
     console.print(table(result))
     for api, row in result["apis"].items():
@@ -221,9 +286,10 @@ def main(argv: list[str] | None = None) -> int:
         console.print(
             f"{target['figure']} = {target['value']} (target 0): {verdict(target['met'])}"
         )
-    console.print(f"{result['seconds']:.0f} s in all")
+    if result["seconds"]:
+        console.print(f"{result['seconds']:.0f} s in all")
     met = all(t["met"] for t in result["targets"])
-    return finish(console, args.out, result, met)
+    return finish(console, out, result, met)
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ import pytest
 from actline.llm import register_models
 
 from .endpoints import APIS, Api, Endpoint, Kind, LlamaServer, LlamaServerFailed, local_endpoint
+from .records import keep, server_timings
 
 LLAMA_TEST_TIMEOUT_S = 900
 """A whole llama test (up to three turns of up to 120 s each, and a node's start)."""
@@ -58,6 +59,7 @@ def llama_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServ
         yield server
     finally:
         server.stop()
+        keep({"server": {**server.facts(), "timings": server_timings(server.tail(10**8))}})
 
 
 @pytest.fixture(params=KINDS)

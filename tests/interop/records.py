@@ -10,10 +10,13 @@ rounds in a row than ``max_repair_rounds``.
 
 from __future__ import annotations
 
+import json
+import os
 import re
-from collections.abc import Iterable, Sequence
-from dataclasses import asdict, dataclass, field
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass, field, fields
 from datetime import datetime
+from pathlib import Path
 from typing import Any
 
 from actline.actors.configuration.turn_settings import MAX_REPAIRS
@@ -193,3 +196,61 @@ def repair_runs_stored(blocks: Sequence[Any], status: str) -> tuple[int, tuple[i
     if found and marks[-1] == "V" and status != "completed":
         found[-1] -= 1
     return marks.count("V"), tuple(found)
+
+
+RECORDS_ENV = "ACTLINE_INTEROP_RECORDS"
+"""A JSON-lines file the llama tests append their turns and the server's facts to (``make
+interop`` sets it), so that ``python -m bench.interop --records FILE`` reports the run the
+tests made instead of running every turn again."""
+_TIMING = re.compile(r"(prompt eval|eval) time =\s*([\d.]+) ms /\s*(\d+) tokens")
+
+
+def keep(line: Mapping[str, Any]) -> None:
+    """Append ``line`` to the records file, when one is set."""
+    path = os.environ.get(RECORDS_ENV)
+    if path:
+        with Path(path).open("a", encoding="utf-8") as out:
+            out.write(json.dumps(line, ensure_ascii=False, default=str) + "\n")
+
+
+def keep_turns(api: str, records: Sequence[TurnRecord]) -> None:
+    for record in records:
+        keep({"api": api, **record.as_json()})
+
+
+def from_json(data: Mapping[str, Any]) -> TurnRecord:
+    """The record ``as_json`` wrote (its derived figures dropped)."""
+    names = {f.name for f in fields(TurnRecord)}
+    values = {k: v for k, v in data.items() if k in names}
+    values["repair_runs"] = tuple(values.get("repair_runs", ()))
+    values["sources"] = tuple(values.get("sources", ()))
+    return TurnRecord(**values)
+
+
+def load(path: Path) -> tuple[dict[str, Any], dict[str, list[TurnRecord]]]:
+    """The server facts and the turns per API of a records file."""
+    server: dict[str, Any] = {}
+    turns: dict[str, list[TurnRecord]] = {}
+    for line in path.read_text(encoding="utf-8").splitlines():
+        if not line.strip():
+            continue
+        data = json.loads(line)
+        if "server" in data:
+            server = data["server"]
+        else:
+            turns.setdefault(str(data.pop("api")), []).append(from_json(data))
+    return server, turns
+
+
+def server_timings(log: str) -> dict[str, list[float]]:
+    """What llama-server's own log says of each request: the seconds it took to read the
+    prompt (its time to the first token) and the tokens per second it wrote."""
+    prompt: list[float] = []
+    writing: list[float] = []
+    for kind, ms, tokens in _TIMING.findall(log):
+        seconds = float(ms) / 1000
+        if kind == "prompt eval":
+            prompt.append(seconds)
+        elif seconds > 0 and int(tokens) > 0:
+            writing.append(int(tokens) / seconds)
+    return {"prompt_s": prompt, "tokens_per_s": writing}

@@ -9,8 +9,8 @@ process, the model configured as a ``[models.NAME]`` table.
 - ``ask``: ``actline ask --model --base-url --api --json`` as a child process with a clean
   environment (its own embedded NATS), the repair rounds read from the timeline it stored;
 - ``conversation``: three turns of one conversation;
-- ``followup``: a followup sent once the model is writing its first round joins the
-  running turn; the next turn works;
+- ``followup``: a followup sent once the model is writing (or a model that streams no
+  channel is in its second call) joins the running turn; the next turn works;
 - ``handoff``: an outside agent (``AgentInbox`` with its own credentials) answers every
   task the turn sends it; a model that never calls ``agent.send`` is recorded as such;
 - ``stream``: ``Runtime.stream``, twice in one conversation.
@@ -42,7 +42,8 @@ from .endpoints import ROOT, Endpoint
 from .records import TurnRecord, from_events, repair_runs_stored
 
 TURN_TIMEOUT_S = 120.0
-"""The longest a turn may take before the scenario fails it as hung."""
+"""The longest a turn may take before the scenario fails it as hung (read at each wait:
+``bench.interop --turn-timeout`` sets it to watch slower turns to their end)."""
 START_TIMEOUT_S = 60.0
 """For a child process to start its own NATS and node, beyond its turn."""
 AGENT = "reviewer"
@@ -74,13 +75,15 @@ async def turn(rt: Runtime, scenario: str, index: int, text: str, cid: str | Non
     return from_events(scenario, index, handle.request, handle.events, result)
 
 
-async def first_delta(handle: TurnHandle, timeout: float = TURN_TIMEOUT_S) -> StreamDelta | None:
-    """The turn's first streamed piece (None: it ended without streaming)."""
-    async with asyncio.timeout(timeout):
+async def model_at_work(handle: TurnHandle) -> None:
+    """Return once the turn's model writes (a streamed piece) or, for a model that writes
+    no channel, once a second model call started; a turn that ended first returns too."""
+    async with asyncio.timeout(TURN_TIMEOUT_S):
         while not handle.deltas and not handle.result.done():
+            if any(c.phase == "thinking" and c.round >= 2 for c in handle.cards):
+                return
             handle.changed.clear()
             await handle.changed.wait()
-    return handle.deltas[0] if handle.deltas else None
 
 
 # -- (a) actline ask in a child process ---------------------------------------------------------
@@ -171,10 +174,10 @@ def turn_blocks(rt: Runtime, cid: str, tid: str) -> list[Any]:
 
 
 async def followup(endpoint: Endpoint, home: Path) -> list[TurnRecord]:
-    """A followup sent while the model writes its first round; then the next turn."""
+    """A followup sent while the model is at work; then the next turn."""
     async with runtime(endpoint, home) as rt:
         handle = await rt.submit(FOLLOWUP[0])
-        await first_delta(handle)
+        await model_at_work(handle)
         reply = await rt.followup(handle, FOLLOWUP[1])
         result = await handle.wait(TURN_TIMEOUT_S)
         record = from_events("followup", 0, handle.request, handle.events, result)

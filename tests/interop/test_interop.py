@@ -15,12 +15,14 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from .endpoints import Endpoint
-from .records import TurnRecord
+from .records import TurnRecord, keep_turns
 from .scenarios import REVIEW, SCENARIOS
 
 
 async def run(name: str, endpoint: Endpoint, tmp_path: Path) -> list[TurnRecord]:
     records = await SCENARIOS[name](endpoint, tmp_path / "home")
+    if endpoint.kind == "llama":
+        keep_turns(endpoint.api, records)
     for record in records:
         print(endpoint.label, summary(record))
     assert records, f"{name} ran no turn"
