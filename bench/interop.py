@@ -12,8 +12,9 @@ share of model calls whose reply kept to the decision protocol (calls without a
 ``protocol_violation.*`` notice over calls); repair rounds per turn (mean, max, and the
 longest run in a row); the time to the first streamed piece after the submit and the time
 per model call; errors the runtime did not classify and turns that broke its contract
-(``TurnRecord.problems``), both with target 0. A scenario that raised (a hang past the
-120 s a turn may take, a crash) counts as one turn ``hung`` or ``crashed``: a problem.
+(``TurnRecord.problems``), both with target 0, and the turns that took longer than
+``TURN_TARGET_S`` (120 s; target 0). A scenario that raised (a hang past the 600 s guard,
+a crash) counts as one turn ``hung`` or ``crashed``: a problem.
 
 Needs ``.venv/bin/llama-server`` and the model (``sh scripts/llama-server.sh``; ``make
 interop`` runs it first), so ``python -m bench`` does not run this one. ``--records FILE``
@@ -25,7 +26,7 @@ prompt (its log), beside the first streamed piece a client saw (none when the mo
 no channel).
 
     python -m bench.interop [--apis messages,openai] [--scenarios ask,stream]
-        [--turn-timeout 120] [--records FILE] [--out bench/results/interop.json]
+        [--turn-timeout 600] [--records FILE] [--out bench/results/interop.json]
 """
 
 from __future__ import annotations
@@ -47,12 +48,18 @@ from actline.llm import register_models
 from bench.harness import finish, judge, new_table, parser, platform_info, summary, verdict
 from tests.interop import scenarios as suite
 from tests.interop.endpoints import APIS, Api, LlamaServer, LlamaServerFailed
-from tests.interop.records import STATUSES, TurnRecord, load, server_timings, unclassified
+from tests.interop.records import (
+    STATUSES,
+    TURN_TARGET_S,
+    TurnRecord,
+    load,
+    server_timings,
+    unclassified,
+)
 from tests.interop.scenarios import SCENARIOS, TURN_TIMEOUT_S
 
-BOUND_S = TURN_TIMEOUT_S
-"""What a turn may take in the suite; ``--turn-timeout`` lets a run watch longer turns end,
-and ``turns_over_bound`` counts those that took more."""
+BOUND_S = TURN_TARGET_S
+"""What a turn should take; ``turns_over_bound`` counts those that took more."""
 
 
 def version(binary: Path) -> str:
@@ -232,8 +239,8 @@ def main(argv: list[str] | None = None) -> int:
     cli.add_argument(
         "--turn-timeout",
         type=float,
-        default=BOUND_S,
-        help=f"seconds a turn may take before it counts as hung (default {BOUND_S:g})",
+        default=TURN_TIMEOUT_S,
+        help=f"seconds a turn may take before it counts as hung (default {TURN_TIMEOUT_S:g})",
     )
     cli.add_argument(
         "--records",
@@ -254,7 +261,8 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         server["version"] = version(Path(server["binary"]))
         names = sorted({r.scenario for found in turns.values() for r in found})
-        return publish(console, args.out, report(server, names, turns, 0.0))
+        publish(console, args.out, report(server, names, turns, 0.0))
+        return 0  # the report of a test run: the tests passed or failed it already
     apis = [a.strip() for a in args.apis.split(",") if a.strip()]
     scenarios = [s.strip() for s in args.scenarios.split(",") if s.strip()]
     unknown = [a for a in apis if a not in APIS] + [s for s in scenarios if s not in SCENARIOS]

@@ -46,7 +46,10 @@ Api = Literal["messages", "openai"]
 Kind = Literal["local", "llama"]
 APIS: tuple[Api, ...] = ("messages", "openai")
 LLAMA_CONTEXT = 8192
-LLAMA_OUTPUT = 384
+LLAMA_OUTPUT = 192
+"""max_output_tokens of the llama model: room for a thinking line and a decision. SmolLM2
+writes 13-19 tokens a second on these two cores, so a reply that runs to the limit takes
+10-15 s, and a turn's four calls (three of them repairs) stay near a minute."""
 LLAMA_NAME = "smollm2"
 LOCAL_NAME = "local-extractive"
 LLAMA_ENV = {"OMP_WAIT_POLICY": "passive"}

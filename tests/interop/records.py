@@ -23,6 +23,9 @@ from actline.actors.configuration.turn_settings import MAX_REPAIRS
 from actline.messages import ReActProgress, ReActResult, StreamDelta, TurnRequest
 from actline.timeline.blocks import NOTICE, TOOL_CALL
 
+TURN_TARGET_S = 120.0
+"""What a turn should take at most against llama-server on two cores: a figure the bench
+reports (turns over it), not a test's assertion."""
 STATUSES = ("completed", "protocol_failed", "budget_exhausted", "failed")
 """How a turn of the suite may end (nothing here cancels one)."""
 BEST_EFFORT = ("protocol_failed", "budget_exhausted")
