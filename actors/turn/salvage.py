@@ -5,9 +5,10 @@ or the same sentence over and over. When a turn ends ``protocol_failed`` its ans
 what the model did say: the answer channel if it wrote one, else the text it wrote
 outside the channels, else its thinking; channel tags it left half-written are dropped,
 so are lines that echo the rendered context (a block header such as ``[USER MESSAGE]`` or
-a turn rule, a logical path, a tool id or a notice code: a small model often copies its
-prompt), a sentence it repeated is kept once, and a JSON object (a decision without its
-tags) is not prose. With nothing left the answer says that the model gave none, and why.
+a turn rule, a logical path, a tool id or a notice code, a line of the decision protocol's
+instructions: a small model often copies its prompt), a sentence it repeated is kept once,
+and a JSON object (a decision without its tags) is not prose. With nothing left the answer
+says that the model gave none, and why.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import re
 from collections.abc import Mapping
 
 from actline.channels import OUTSIDE
+from actline.llm.prompt import DECISION_PROTOCOL
 
 ORDER = ("answer", OUTSIDE, "thinking")
 """Where prose is looked for, best first."""
@@ -32,6 +34,8 @@ _ECHO = re.compile(
     r"|\bprotocol_violation\.|\breact\.\s?[a-z_]+"
 )
 """A line that echoes the rendered context rather than answering."""
+COPIED = 24
+"""A line at least this long found word for word in the decision protocol was copied."""
 _SENTENCE = re.compile(r"[^.!?]+(?:[.!?]+|$)")
 _SPACE = re.compile(r"\s+")
 
@@ -54,7 +58,7 @@ def clean(text: str) -> str:
     seen: set[str] = set()
     lines: list[str] = []
     for line in text.splitlines():
-        if _ECHO.search(line):
+        if _ECHO.search(line) or _copied(line):
             continue
         kept: list[str] = []
         for sentence in _SENTENCE.findall(line):
@@ -79,6 +83,11 @@ def answer_from_replies(salvaged: str, reason: str) -> str:
     if salvaged:
         return salvaged
     return f"The model gave no usable answer: {reason}."
+
+
+def _copied(line: str) -> bool:
+    stripped = line.strip()
+    return len(stripped) >= COPIED and stripped in DECISION_PROTOCOL
 
 
 def _is_json(text: str) -> bool:

@@ -86,6 +86,11 @@ def usage_from(raw: Any, *, model: str, request_id: str, ttl: str = "5m") -> Usa
     )
 
 
+def _events(types: list[str]) -> str:
+    """What a stream held, for an error: its event count and the last few types."""
+    return f"{len(types)} events, last: {', '.join(types[-3:]) or 'none'}"
+
+
 class AnthropicModel(Retrying):
     """A ``Model`` backed by the Messages API (or anything that speaks it)."""
 
@@ -155,12 +160,19 @@ class AnthropicModel(Retrying):
         import anthropic
 
         started = time.perf_counter()
+        seen: list[str] = []
         try:
             async with self.client.messages.stream(**params) as stream:
-                async for text in stream.text_stream:
-                    if text:
-                        delivered[0] += len(text)
-                        yield text
+                async for event in stream:
+                    seen.append(event.type)
+                    if event.type == "text" and event.text:
+                        delivered[0] += len(event.text)
+                        yield event.text
+                if "message_start" not in seen or "message_stop" not in seen:
+                    # the client has no message to give: a server that ended the stream early
+                    raise Retry(
+                        None, f"the stream ended without its message ({_events(seen)})", None
+                    )
                 final = await stream.get_final_message()
                 request_id = stream.request_id or final.id
         except anthropic.APIStatusError as exc:

@@ -40,7 +40,12 @@ from .serving import LocalServer
 logger = logging.getLogger("actline.llm.fake_anthropic")
 
 FailureKind = Literal[
-    "rate_limit", "overloaded", "api_error", "context_window", "overloaded_midstream"
+    "rate_limit",
+    "overloaded",
+    "api_error",
+    "context_window",
+    "overloaded_midstream",
+    "ended_early",
 ]
 FAILURES: Mapping[str, tuple[int, str, str]] = {
     "rate_limit": (429, "rate_limit_error", "Number of request tokens exceeds your rate limit"),
@@ -49,7 +54,12 @@ FAILURES: Mapping[str, tuple[int, str, str]] = {
     "context_window": (400, "invalid_request_error", "prompt is too long"),
     # A non-streaming request cannot break mid-stream: it gets the 529 instead.
     "overloaded_midstream": (529, "overloaded_error", "Overloaded"),
+    # A stream that ends its body cleanly after a few deltas, without content_block_stop,
+    # message_delta or message_stop (a server that gave up): no error event says why.
+    "ended_early": (529, "overloaded_error", "Overloaded"),
 }
+MIDSTREAM = ("overloaded_midstream", "ended_early")
+"""The failures of a streamed reply that start it and break it off."""
 MIDSTREAM_DELTAS = 2
 """Deltas sent before an injected mid-stream overload."""
 
@@ -219,7 +229,7 @@ class FakeAnthropicServer(LocalServer):
             tokens = max(prompt.total_tokens, window + 1)
             message = f"prompt is too long: {tokens} tokens > {window} maximum"
             return await refuse(400, "invalid_request_error", message)
-        if failure is not None and not (failure == "overloaded_midstream" and body.get("stream")):
+        if failure is not None and not (failure in MIDSTREAM and body.get("stream")):
             return await refuse(*FAILURES[failure])
         plan = self.sim.account(prompt, self._clock())
         exchange = _Exchange(
@@ -345,9 +355,11 @@ class FakeAnthropicServer(LocalServer):
         except Exception as exc:
             logger.exception("%s policy failed mid-stream", exchange.request_id)
             error = ("api_error", f"policy failed: {type(exc).__name__}")
-        if exchange.failure:
+        if exchange.failure == "overloaded_midstream":
             error = ("overloaded_error", "Overloaded")
-        if error is not None:
+        if exchange.failure == "ended_early":
+            tail = b""
+        elif error is not None:
             exchange.error_type = error[0]
             tail = api.sse("error", api.error_body(*error))
         else:

@@ -78,6 +78,7 @@ def test_lines_that_echo_the_rendered_context_are_dropped() -> None:
             "react. notice. 2. 2 · protocol_violation.missing_decision",
             "I would call react.search_knowledge with the query.",
             "The Pro tier costs $20 a month, see ks:pricing/tiers.md.",
+            "The decision channel holds exactly one JSON object:",
             "The Pro tier costs $20 a month.",
         ]
     )

@@ -130,6 +130,18 @@ async def test_a_reply_cut_at_the_output_limit_is_named_and_repaired(
     assert s.server.requests[0].usage.output_tokens == 256
 
 
+async def test_a_stream_that_ends_without_its_message_is_a_repair_round(
+    bus: Bus, tmp_path: Path
+) -> None:
+    async with serve(bus, tmp_path, "messages", [ANSWER, ANSWER], chunk_chars=8) as s:
+        assert isinstance(s.server, FakeAnthropicServer)
+        s.server.fail_next("ended_early")
+        handle = await run_turn(s.client, "What does Pro cost?", "c-ended")
+    result = handle.result.result()
+    assert result.status == "completed" and result.rounds == 2
+    assert notices(handle) == ["stream_dropped"]
+
+
 @pytest.mark.parametrize("api", APIS)
 async def test_a_stream_dropped_mid_way_is_a_repair_round(
     bus: Bus, tmp_path: Path, api: Api

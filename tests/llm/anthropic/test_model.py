@@ -146,6 +146,31 @@ async def test_a_failure_after_text_was_delivered_is_not_retried_silently(
     assert caught.value.partial_chars > 0 and len(server.requests) == 1
 
 
+async def test_a_stream_that_ends_without_its_message_is_a_stream_error_not_a_crash(
+    server: FakeAnthropicServer,
+) -> None:
+    """The body ends cleanly after a few deltas, with no message_stop: the client has no
+    message to give (it asserts); the model names what it saw instead."""
+    server.fail_next("ended_early")
+    model = model_for(server, retries=3)
+    with pytest.raises(ModelStreamError) as caught:
+        await complete(model, request())
+    assert caught.value.partial_chars > 0 and len(server.requests) == 1
+    assert "the stream ended without its message" in str(caught.value)
+
+
+async def test_an_empty_stream_that_ends_early_is_retried() -> None:
+    async with FakeAnthropicServer(ReplayModel.of(["", "the answer"])) as srv:
+        srv.fail_next("ended_early")
+        model = model_for(srv, retries=2)
+        try:
+            result = await complete(model, request())
+        finally:
+            await model.aclose()
+    assert result.text == "the answer" and len(srv.requests) == 2
+    assert result.usage.stop_reason == "end_turn"
+
+
 async def test_a_context_window_error_is_typed_with_its_numbers(
     server: FakeAnthropicServer,
 ) -> None:
