@@ -21,7 +21,7 @@ from typing import Any
 
 from actline.messages import GenerateRequest
 
-from .config import LLMSettings
+from .config import LLMSettings, ModelSpec
 from .errors import ContextWindowExceeded, ModelStreamError, ModelUnavailable
 from .protocol import Chunk, Model, opened
 
@@ -58,9 +58,23 @@ class Retrying:
     """Attempts made by the last call (1 when the first one succeeded)."""
     _sleep: Callable[[float], Awaitable[None]]
     _rng: random.Random
+    spec: ModelSpec
+    _client: Any
+    """The API client, made at the first call (None until then, and after ``aclose``)."""
 
     def params(self, request: GenerateRequest) -> dict[str, Any]:
         raise NotImplementedError
+
+    def output_limit(self, request: GenerateRequest) -> int:
+        """The request's output tokens (else the settings'), within the model's own limit."""
+        asked = request.max_output_tokens or self.settings.max_output_tokens
+        return min(asked, self.spec.max_output_tokens)
+
+    async def aclose(self) -> None:
+        """Close the HTTP client (its connections) if this model created one."""
+        if self._client is not None:
+            await self._client.close()
+            self._client = None
 
     def _attempt(self, params: dict[str, Any], delivered: list[int]) -> AsyncGenerator[Chunk, None]:
         """One attempt: text chunks (counting the characters in ``delivered[0]``), then one

@@ -94,6 +94,8 @@ def _events(types: list[str]) -> str:
 class AnthropicModel(Retrying):
     """A ``Model`` backed by the Messages API (or anything that speaks it)."""
 
+    _client: AsyncAnthropic | None
+
     def __init__(
         self,
         settings: LLMSettings,
@@ -131,21 +133,13 @@ class AnthropicModel(Retrying):
             )
         return self._client
 
-    async def aclose(self) -> None:
-        """Close the HTTP client (its connections) if this model created one."""
-        if self._client is not None:
-            await self._client.close()
-            self._client = None
-
     def params(self, request: GenerateRequest) -> dict[str, Any]:
         """The Messages API keyword arguments for ``request`` (byte-stable)."""
         s = self.settings
         return to_messages_params(
             request,
             model=request.model or self.name,
-            max_tokens=min(
-                request.max_output_tokens or s.max_output_tokens, self.spec.max_output_tokens
-            ),
+            max_tokens=self.output_limit(request),
             cache_ttl=s.cache_ttl,
             system_cache_ttl=s.system_cache_ttl,
             temperature=s.temperature,

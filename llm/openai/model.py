@@ -121,6 +121,8 @@ def _transport_errors() -> tuple[type[Exception], ...]:
 class OpenAIChatModel(Retrying):
     """A ``Model`` backed by the Chat Completions API (or anything that speaks it)."""
 
+    _client: AsyncOpenAI | None
+
     def __init__(
         self,
         settings: LLMSettings,
@@ -164,21 +166,13 @@ class OpenAIChatModel(Retrying):
             )
         return self._client
 
-    async def aclose(self) -> None:
-        """Close the HTTP client (its connections) if this model created one."""
-        if self._client is not None:
-            await self._client.close()
-            self._client = None
-
     def params(self, request: GenerateRequest) -> dict[str, Any]:
         """The Chat Completions keyword arguments for ``request`` (byte-stable)."""
         s = self.settings
         return to_chat_params(
             request,
             model=request.model or self.name,
-            max_tokens=min(
-                request.max_output_tokens or s.max_output_tokens, self.spec.max_output_tokens
-            ),
+            max_tokens=self.output_limit(request),
             temperature=s.temperature,
             stop=self.spec.stop_sequences,
         )
