@@ -33,7 +33,16 @@ from .react import ApprovalDecision, CancelReAct, Phase, ReActProgress, SkipWait
 from .subjects import Subjects
 from .system import Ack, DeadLetter, ErrorReply
 from .tools import ToolCall, ToolResult
-from .turn import Feedback, Followup, ReActResult, TurnAccepted, TurnRequest, TurnResult, TurnStatus
+from .turn import (
+    Feedback,
+    Followup,
+    ReActResult,
+    TurnAccepted,
+    TurnHandoff,
+    TurnRequest,
+    TurnResult,
+    TurnStatus,
+)
 
 __all__ = [
     "MAX_PAYLOAD",
@@ -77,6 +86,7 @@ __all__ = [
     "ToolCall",
     "ToolResult",
     "TurnAccepted",
+    "TurnHandoff",
     "TurnRequest",
     "TurnResult",
     "TurnStatus",

@@ -18,13 +18,14 @@ from .llm import GenerateRequest, GenerateResult
 from .react import ApprovalDecision, CancelReAct, ReActProgress, SkipWaiting, StreamDelta
 from .system import Ack, DeadLetter, ErrorReply
 from .tools import ToolCall, ToolResult
-from .turn import Feedback, Followup, ReActResult, TurnAccepted, TurnRequest
+from .turn import Feedback, Followup, ReActResult, TurnAccepted, TurnHandoff, TurnRequest
 
 MAX_PAYLOAD: Final = 8 * 1024 * 1024
 """The embedded server's ``max_payload``; larger payloads travel as storage references."""
 
 Message = Annotated[
     TurnRequest
+    | TurnHandoff
     | TurnAccepted
     | ReActResult
     | Followup
@@ -56,6 +57,7 @@ MESSAGE_TYPES: Final[dict[str, type[Any]]] = {
     cls.model_fields["kind"].default: cls
     for cls in (
         TurnRequest,
+        TurnHandoff,
         TurnAccepted,
         ReActResult,
         Followup,

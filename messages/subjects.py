@@ -224,6 +224,11 @@ class Subjects:
         """One node's own tool executor: tools that need the conversation's workspace files."""
         return f"{self.prefix}.tools.exec.{_token(node, 'node id')}"
 
+    def node_turns(self, node: str) -> str:
+        """Turn requests passed to one node by the others (``turn.handoff`` requests): the
+        node holding a conversation takes its turns without a trip through the queue."""
+        return f"{self.prefix}.node.{_token(node, 'node id')}.turns"
+
     @property
     def llm_cancel(self) -> str:
         """Stop the model call of a turn (``react.cancel``), wherever it runs."""

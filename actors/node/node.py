@@ -65,6 +65,7 @@ from actline.messages import (
     Followup,
     SkipWaiting,
     SubjectError,
+    TurnHandoff,
     TurnRequest,
 )
 from actline.storage import Store, committer
@@ -127,6 +128,7 @@ class Node:
             ack_wait_s=self.settings.ack_wait_s,
             max_active=self.settings.max_active_turns,
             park_s=self.settings.park_s,
+            node_id=self.settings.node_id,
         )
         self.dones = DoneQueue(bus, horizon_s=max(DONE_HORIZON_S, 4 * self.settings.ack_wait_s))
         self._started = False
@@ -260,7 +262,13 @@ class Node:
             log.info("%d open agent task(s) of unfinished turns wait for their DONE", recovered)
         await open_results(self.bus, settings)
         await self.agents.start()
-        await self.queue.start(self._take)
+        if settings.cluster:
+            self._subs.append(
+                await self.bus.subscribe(
+                    subjects.node_turns(self.node_id), self._on_handoff, concurrency=8
+                )
+            )
+        await self.queue.start(self._take, self.ownership.holder)
         await self.dones.start(DoneRouter(self.services, self.ownership, self.conversation).route)
         self._background.append(asyncio.create_task(self._evict_idle(), name="node:evict"))
         self._background.append(asyncio.create_task(self._renew(), name="node:ownership"))
@@ -322,15 +330,26 @@ class Node:
             log.info("MCP server %s: %d tools", name, len(names))
 
     # -- conversations ----------------------------------------------------------------------------
-    async def _take(self, request: TurnRequest) -> bool:
-        """Hand a turn request to its conversation; False when another node owns it."""
+    async def _take(self, request: TurnRequest) -> str | None:
+        """Hand a turn request to its conversation: None when taken, else the node that
+        holds the conversation (empty when it cannot be named)."""
         cid = request.conversation_id
         async with self._holds.claiming(cid):  # not let go meanwhile (actline.actors.node.holding)
-            if not await self.ownership.claim(cid):
-                return False
+            holder = await self.ownership.claim(cid)
+            if holder is not None:
+                return holder
             conv = await self.conversation(cid)
             conv.tell(TurnJob(request))
-        return True
+        return None
+
+    async def _on_handoff(self, msg: messages.Message, env: Envelope) -> messages.Message:
+        """A turn another node pulled, passed here because this node holds its conversation
+        (``TurnQueue.receive``)."""
+        if not isinstance(msg, TurnHandoff):
+            return ErrorReply(
+                code="unexpected_message", message=f"expected turn.handoff, got {msg.kind}"
+            )
+        return await self.queue.receive(msg, self._take)
 
     async def conversation(self, cid: str) -> ConversationActor:
         """The actor of ``cid``, loaded from this node's store on first use (an actor that

@@ -233,25 +233,31 @@ class KvLeases:
         see ``renew``). A live key naming this node (a restart under the same node
         id) is taken over.
         """
+        return await self.claim(cid) is None
+
+    async def claim(self, cid: str) -> str | None:
+        """``acquire``, saying who holds the lease when this node does not: None when this
+        node holds it now, else the live node that does (empty when none could be named:
+        this node's own lease lapsed, or the key kept changing)."""
         async with self._lock(cid):
             if cid in self._revisions:
-                return await self._renew(cid)
+                return None if await self._renew(cid) else ""
             return await self._acquire(cid)
 
-    async def _acquire(self, cid: str) -> bool:
+    async def _acquire(self, cid: str) -> str | None:
         kv = self._bucket()
         key = self.bus.subjects.kv_key(cid)
         for _ in range(3):
             try:
                 self._revisions[cid] = await kv.create(key, self._value())
-                return True
+                return None
             except KeyExists:
                 current = await self._entry(cid)
             if current is None:
                 continue  # expired or released between create and get
             owner, revision = current
             if owner != self.node_id and await self.alive(owner):
-                return False
+                return owner
             try:
                 self._revisions[cid] = await kv.update(key, self._value(), last=revision)
             except WrongRevision:
@@ -259,8 +265,8 @@ class KvLeases:
             if owner != self.node_id:
                 self.taken_over += 1
                 log.warning("lease of %s taken over from %s: its node is gone", cid, owner)
-            return True
-        return False
+            return None
+        return ""
 
     async def owner(self, cid: str) -> str | None:
         """The node holding the lease on ``cid``, or None when nobody does."""

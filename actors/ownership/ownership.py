@@ -44,6 +44,8 @@ RECOPY_S = (0.25, 2.0)
 """First and longest wait between two tries of a copy that failed (doubling)."""
 NOT_MINE = frozenset({"unknown_task", "unknown_turn", "no_outstanding_task"})
 """DONE verdicts a node keeps to itself in cluster mode (another node may run the turn)."""
+COPY = "the durable copy"
+"""The durable copy's name in the connection's outage log (``actline.bus.conditions``)."""
 
 
 class Ownership(Protocol):
@@ -61,8 +63,14 @@ class Ownership(Protocol):
 
     async def start(self) -> None: ...
     async def stop(self) -> None: ...
-    async def claim(self, cid: str) -> bool:
-        """True when this node may run ``cid``'s turns now."""
+    async def claim(self, cid: str) -> str | None:
+        """None when this node may run ``cid``'s turns now; else the node that holds ``cid``
+        (empty when it cannot be named)."""
+        ...
+
+    async def holder(self, cid: str) -> str | None:
+        """The live node other than this one that holds ``cid`` now, if any (a read: this
+        node claims nothing)."""
         ...
 
     async def prepare(self, cid: str, store: Store) -> None:
@@ -117,8 +125,11 @@ class LocalOwnership:
     async def stop(self) -> None:
         return None
 
-    async def claim(self, cid: str) -> bool:
-        return True
+    async def claim(self, cid: str) -> str | None:
+        return None
+
+    async def holder(self, cid: str) -> str | None:
+        return None
 
     async def prepare(self, cid: str, store: Store) -> None:
         return None
@@ -191,8 +202,14 @@ class ClusterOwnership:
                 log.warning("lease of %s not released: %s", cid, exc)
         await self.leases.stop()
 
-    async def claim(self, cid: str) -> bool:
-        return await self.leases.acquire(cid)
+    async def claim(self, cid: str) -> str | None:
+        return await self.leases.claim(cid)
+
+    async def holder(self, cid: str) -> str | None:
+        owner = await self.leases.owner(cid)
+        if not owner or owner == self.node_id or not await self.leases.alive(owner):
+            return None
+        return owner
 
     async def prepare(self, cid: str, store: Store) -> None:
         """Fast path: the head was written by this node at the length stored here.
@@ -253,9 +270,11 @@ class ClusterOwnership:
             except HeadConflict as exc:
                 raise ConversationLost(cid, str(exc)) from None
             except (BusError, TimeoutError) as exc:  # kept: tried again, merged with later ones
-                log.warning("round of %s not copied to JetStream yet: %s", cid, exc)
+                if not self.leases.bus.conditions.failed(COPY, exc):  # else logged once
+                    log.warning("round of %s not copied to JetStream yet: %s", cid, exc)
                 return False
             pending.clear()
+            self.leases.bus.conditions.succeeded(COPY)
             return True
 
     def _recopy_later(self, cid: str) -> None:
@@ -272,7 +291,7 @@ class ClusterOwnership:
             wait = min(wait * 2, RECOPY_S[1])
             try:
                 if await self._copy(cid):
-                    log.info("rounds of %s copied to JetStream", cid)
+                    log.debug("rounds of %s copied to JetStream", cid)
                     return
             except ConversationLost as exc:  # the lease renewal finds it lost and drops it
                 log.warning("rounds of %s not copied: %s", cid, exc)

@@ -13,14 +13,16 @@ from typing import Any
 
 from rich.console import Console
 
-from bench.cluster.nodes import LATENCY_S, MODELS, ServerFactory, embedded, local_ray
+from bench.cluster.nodes import LATENCY_S, MODELS, SERVERS, ServerFactory, local_ray
 from bench.cluster.report import summarise, table, targets
 from bench.cluster.scenarios import takeover, throughput
 from bench.harness import add_counts, finish, parser, settle
 
+CONFIGS = {"single": ("single", 1), "1": ("cluster", 1), "2": ("cluster", 2)}
+"""``--configs``: single mode with one node actor, cluster mode with one and with two."""
 DEFAULTS: dict[str, Any] = {
     "rounds": 3,
-    "per_node": 300,
+    "per_node": 100,
     "warmup": 40,
     "takeover": 60,
     "quiet_wait": 20.0,
@@ -46,6 +48,16 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         takeover="conversations of the takeover, 0 skips it (60)",
     )
     cli.add_argument("--models", default="io,cpu", help="io, cpu or both")
+    cli.add_argument(
+        "--servers",
+        choices=sorted(SERVERS),
+        default="cluster",
+        help="cluster: three replicated nats-servers (default); server: one",
+    )
+    cli.add_argument("--turns", type=int, default=3, help="turns per conversation (3)")
+    cli.add_argument(
+        "--configs", default="single,1,2", help="single, 1, 2: single mode, cluster x1, x2"
+    )
     cli.add_argument("--sync", action="store_true", help="storage_sync on (fsync commits)")
     cli.add_argument(
         "--quiet-wait", type=float, default=None, help="seconds to wait for a quiet machine (20)"
@@ -58,29 +70,43 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     if unknown or not models:
         cli.error(f"--models: {', '.join(unknown) or 'none'}; choose from io, cpu")
     args.models = models
+    configs = [c.strip() for c in args.configs.split(",") if c.strip()]
+    wrong = [c for c in configs if c not in CONFIGS]
+    if wrong or not configs:
+        cli.error(f"--configs: {', '.join(wrong) or 'none'}; choose from single, 1, 2")
+    args.configs = [CONFIGS[c] for c in configs]
+    if args.turns < 1:
+        cli.error(f"--turns: {args.turns}; at least 1")
     return args
 
 
-def main(argv: Sequence[str] | None = None, servers: ServerFactory = embedded) -> int:
+def main(argv: Sequence[str] | None = None, servers: ServerFactory | None = None) -> int:
     args = _parse(argv)
+    servers = servers or SERVERS[args.servers]
     console = Console(width=None if sys.stdout.isatty() else 132)
     runs: list[dict[str, Any]] = []
     kill = None
     with local_ray() as ray, tempfile.TemporaryDirectory(prefix="actline-bench-cluster-") as tmp:
         for round_ in range(args.rounds):
             for model in args.models:
-                for nodes in (1, 2):
+                for mode, nodes in args.configs:
                     size = {
                         "per_node": args.per_node,
                         "warmup": args.warmup,
+                        "turns": args.turns,
                         "sync": args.sync,
                         "quiet_wait_s": args.quiet_wait,
                     }
-                    row = throughput(ray, servers, Path(tmp), model=model, nodes=nodes, **size)
+                    row = throughput(
+                        ray, servers, Path(tmp), model=model, nodes=nodes, mode=mode, **size
+                    )
                     runs.append(row | {"round": round_})
                     console.print(
-                        f"round {round_ + 1} {model} x{nodes}: {row['turns_per_s']:.1f} turns/s, "
+                        f"round {round_ + 1} {model} {row['config']}: "
+                        f"{row['turns_per_s']:.1f} turns/s, "
                         f"node CPU {row['node_cpu_ms_per_turn']:.1f} ms/turn, "
+                        f"nats CPU {row['nats_cpu_ms_per_turn']:.1f} ms/turn, "
+                        f"deferred {row['deferred']}, handed off {row['handed_off']}, "
                         f"others {row['others_cores']:.2f} cores"
                     )
         if args.takeover:
@@ -88,6 +114,8 @@ def main(argv: Sequence[str] | None = None, servers: ServerFactory = embedded) -
     summary = summarise(runs, args.models)
     result: dict[str, Any] = {
         "benchmark": "cluster",
+        "servers": args.servers,
+        "turns_per_conversation": args.turns,
         "latency_s": LATENCY_S,
         "rounds": args.rounds,
         "per_node": args.per_node,

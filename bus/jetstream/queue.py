@@ -81,6 +81,12 @@ class QueueItem:
             meta.timestamp.timestamp() if meta.timestamp is not None else 0.0,
         )
 
+    @property
+    def ack_subject(self) -> str:
+        """Where this delivery is settled (its JetStream reply subject): another client of the
+        stream's consumer can settle it there (``WorkQueue.adopt``)."""
+        return str(self._msg.reply or "")
+
     def rearmed(self) -> QueueItem:
         """The same delivery, usable again after a delayed ``nak`` (the server still holds
         the message; nats-py marks a message acked after a nak and this item would refuse
@@ -163,6 +169,8 @@ class WorkQueue:
         self._psub = psub
         self._timeout = timeout
         self._js = js
+        self.adopted = 0
+        """Deliveries pulled by another client of the consumer and settled from here."""
 
     @classmethod
     async def open(
@@ -237,6 +245,26 @@ class WorkQueue:
                 ack_wait_s,
             )
         return cls(name, ", ".join(wanted), consumer, psub, actual, timeout, js)
+
+    def adopt(self, ack_subject: str, data: bytes) -> QueueItem:
+        """A delivery another client pulled from this consumer, settled from here: its ack,
+        nak and in-progress go to ``ack_subject`` as if this client had pulled it.
+        ``AckFailed`` when the subject is not a delivery of this stream's consumer."""
+        try:
+            meta = Msg.Metadata._from_reply(ack_subject)
+        except (nats.errors.Error, ValueError, IndexError) as exc:
+            raise AckFailed("adopt", ack_subject, f"not a JetStream ack subject: {exc}") from None
+        if (meta.stream, meta.consumer) != (self.name, self.consumer):
+            raise AckFailed(
+                "adopt",
+                ack_subject,
+                f"a delivery of {meta.stream}/{meta.consumer}, not of {self.name}/{self.consumer}",
+            )
+        js = self._js
+        assert js is not None
+        msg = Msg(js._nc, subject=self.subject, reply=ack_subject, data=data)
+        self.adopted += 1
+        return QueueItem.of(msg)
 
     async def healthy(self) -> bool:
         """False when the stream or the consumer is gone (deleted by someone): reopen it."""
