@@ -5,6 +5,7 @@ need only ``encode``, ``decode``, ``from_dict`` and the public kinds of the wire
 """
 
 from . import subjects
+from .actors import ActorAnswer, ActorKind, ActorMail
 from .agents import (
     AgentHello,
     AgentsList,
@@ -32,7 +33,15 @@ from .llm import GenerateRequest, GenerateResult
 from .react import ApprovalDecision, CancelReAct, Phase, ReActProgress, SkipWaiting, StreamDelta
 from .subjects import Subjects
 from .system import Ack, DeadLetter, ErrorReply
-from .tools import ToolCall, ToolResult
+from .tools import (
+    ToolCall,
+    ToolResult,
+    WorkspaceApply,
+    WorkspaceChange,
+    WorkspaceFetch,
+    WorkspaceFile,
+    WorkspaceFiles,
+)
 from .turn import (
     Feedback,
     Followup,
@@ -49,6 +58,9 @@ __all__ = [
     "MESSAGE_ADAPTER",
     "MESSAGE_TYPES",
     "Ack",
+    "ActorAnswer",
+    "ActorKind",
+    "ActorMail",
     "AgentHello",
     "AgentName",
     "AgentStatus",
@@ -93,6 +105,11 @@ __all__ = [
     "Usage",
     "UtcDatetime",
     "WireModel",
+    "WorkspaceApply",
+    "WorkspaceChange",
+    "WorkspaceFetch",
+    "WorkspaceFile",
+    "WorkspaceFiles",
     "decode",
     "encode",
     "from_dict",

@@ -138,6 +138,11 @@ class NodeSettings:
     """``ACTLINE_NODE_TTL``: cluster mode: a node whose beat (every quarter of this) stops for
     this long is dead, and another node takes its conversations at once. A conversation's
     lease lasts while its node beats (``actline.actors.ownership.leases``)."""
+    local_shortcut: bool = True
+    """``ACTLINE_LOCAL_SHORTCUT``: a turn's conversation and decision actors, and its model
+    calls, pass their messages in process when both ends live here. Off (``0``): every hop
+    goes over NATS as a typed message (``actor.mail`` between the actors, ``llm.generate`` to
+    the streamer pool), so ``actline tap`` sees a whole round; the same messages either way."""
     copy_every_s: float = 2.0
     """``ACTLINE_COPY_EVERY``: cluster mode: how long a committed round may wait before it is
     copied to JetStream. Rounds are copied together at the turn's end, before anything the turn
@@ -365,6 +370,7 @@ _ENV: dict[str, tuple[str, type]] = {
     "js_replicas": ("ACTLINE_JS_REPLICAS", int),
     "node_ttl_s": ("ACTLINE_NODE_TTL", float),
     "copy_every_s": ("ACTLINE_COPY_EVERY", float),
+    "local_shortcut": ("ACTLINE_LOCAL_SHORTCUT", bool),
     "agent_beat_s": ("ACTLINE_AGENT_BEAT", float),
     "max_text_bytes": ("ACTLINE_MAX_TEXT_BYTES", int),
     "max_feedback_bytes": ("ACTLINE_MAX_FEEDBACK_BYTES", int),

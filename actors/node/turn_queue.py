@@ -114,7 +114,9 @@ class TurnQueue:
         """Finds the node holding a conversation (cluster mode); None: no other node does."""
         self.ack_wait_s = ack_wait_s
         self.max_active = max_active
-        self._source = HealingQueue(f"turn queue {bus.subjects.turn_stream}", self._open)
+        self._source = HealingQueue(
+            f"turn queue {bus.subjects.turn_stream}", self._open, conditions=bus.conditions
+        )
         self._inflight: dict[str, list[QueueItem]] = {}
         """The deliveries of each turn that holds a slot here (taken, not parked)."""
         self.parked = ParkedTurns(park_s, kept_for(self.beat_s))
@@ -270,6 +272,14 @@ class TurnQueue:
                 continue
             try:
                 deferred = await self._take(item, take)
+            except BusError as exc:  # NATS away or electing: said once per outage
+                if not self.bus.conditions.failed("turn queue", exc):
+                    log.warning("could not take a turn request (%s); it comes back in %gs",
+                                exc, RETAKE_S)  # fmt: skip
+                with contextlib.suppress(BusError):
+                    await item.nak(delay=RETAKE_S)
+                await asyncio.sleep(RETAKE_S / 2)  # back off: the next one may fail alike
+                continue
             except Exception:
                 log.exception("could not take a turn request; it comes back in %gs", RETAKE_S)
                 with contextlib.suppress(BusError):

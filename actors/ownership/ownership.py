@@ -7,13 +7,21 @@ A node chooses its ``Ownership`` once, when it starts (``ACTLINE_CLUSTER``):
 - ``ClusterOwnership``: several nodes share the turn queue. A node leases a
   conversation in JetStream KV before running its turn (``claim``; another node's
   turn is handed back for a moment), brings its LMDB to the durable copy before
-  loading a conversation (``prepare``), copies every committed round to JetStream under
-  a check-and-set on the conversation's head (``committed``: a lost race raises
-  ``ConversationLost`` and the turn goes back to the queue), checks its leases when its
-  own beat lapsed (``KvLeases.recheck``) and answers only the inputs of conversations it
-  owns. A round whose copy fails (NATS
-  away, or a stream electing a new leader while a NATS server fails over) is kept and
-  sent again, merged with any later one, until it is copied.
+  loading a conversation (``prepare``), copies committed rounds to JetStream under a
+  check-and-set on the conversation's head (a lost race raises ``ConversationLost`` and
+  the turn goes back to the queue), checks its leases when its own beat lapsed
+  (``KvLeases.recheck``) and answers only the inputs of conversations it owns.
+
+Copy points. A committed round is kept (``committed``) and copied with the others not yet
+copied, merged into one append and one head update, when the turn does something outside
+the node or ends (``settled``: before an external tool call, an agent's task, entering the
+wait, the result) and at the latest ``copy_every_s`` after the first round kept (0: each
+round as it commits). A turn of five model rounds so costs one replicated append and one
+head update instead of five of each; what a node that dies mid-turn had not copied is run
+again by the node that takes the turn over, from the last copy, and nothing the dead node
+did outside it is lost, since every such act waited for its copy. A copy that fails (NATS
+away, or a stream electing a new leader while a NATS server fails over) is kept and sent
+again, merged with any later round, until it is copied.
 
 Nothing outside this module asks which mode runs.
 """
@@ -82,8 +90,9 @@ class Ownership(Protocol):
         ...
 
     async def settled(self, cid: str) -> None:
-        """Return once every committed round of ``cid`` is as durable as the mode makes it,
-        before a turn's result goes out (raises ``ConversationLost``)."""
+        """Return once every committed round of ``cid`` is as durable as the mode makes it:
+        a copy point, before a turn does anything outside the node (an external tool call,
+        an agent's task, the wait, its result). Raises ``ConversationLost``."""
         ...
 
     async def release(self, cid: str) -> None:
@@ -158,8 +167,13 @@ class ClusterOwnership:
 
     input_queue: str | None = None
 
-    def __init__(self, bus: Bus, node_id: str, *, node_ttl_s: float = 2.0) -> None:
+    def __init__(
+        self, bus: Bus, node_id: str, *, node_ttl_s: float = 2.0, copy_every_s: float = 0.0
+    ) -> None:
         self.node_id = node_id
+        self.copy_every_s = copy_every_s
+        self.copies = 0
+        """Appends to the durable copy (each holds one round or several merged)."""
         self.leases = KvLeases(bus, node_id, node_ttl_s=node_ttl_s)
         self.durable = JetStreamCopy(bus, writer=node_id)
         self._heads: dict[str, int | None] = {}
@@ -241,7 +255,9 @@ class ClusterOwnership:
 
     async def committed(self, cid: str, persisted: PersistedRound) -> None:
         self._unpublished.setdefault(cid, []).append(persisted)
-        if not await self._copy(cid):
+        if self.copy_every_s > 0:
+            self._recopy_later(cid, first_wait=self.copy_every_s)
+        elif not await self._copy(cid):
             self._recopy_later(cid)
 
     async def settled(self, cid: str) -> None:
@@ -263,9 +279,10 @@ class ClusterOwnership:
             pending = self._unpublished.get(cid)
             if not pending:
                 return True
+            copied = len(pending)  # rounds committed while this copy is on its way stay
             try:
                 self._heads[cid] = await self.durable.publish_persisted(
-                    cid, merge_rounds(pending), expect=self._heads.get(cid)
+                    cid, merge_rounds(pending[:copied]), expect=self._heads.get(cid)
                 )
             except HeadConflict as exc:
                 raise ConversationLost(cid, str(exc)) from None
@@ -273,22 +290,26 @@ class ClusterOwnership:
                 if not self.leases.bus.conditions.failed(COPY, exc):  # else logged once
                     log.warning("round of %s not copied to JetStream yet: %s", cid, exc)
                 return False
-            pending.clear()
+            del pending[:copied]
+            self.copies += 1
             self.leases.bus.conditions.succeeded(COPY)
             return True
 
-    def _recopy_later(self, cid: str) -> None:
+    def _recopy_later(self, cid: str, *, first_wait: float = RECOPY_S[0]) -> None:
         running = self._recopies.get(cid)
         if running is None or running.done():
-            self._recopies[cid] = asyncio.create_task(self._recopy(cid), name=f"recopy:{cid}")
+            self._recopies[cid] = asyncio.create_task(
+                self._recopy(cid, first_wait), name=f"recopy:{cid}"
+            )
 
-    async def _recopy(self, cid: str) -> None:
-        """Try the copy of ``cid`` again, waiting longer each time, until it goes through
-        (a later round may send it first) or the conversation is dropped here."""
-        wait = RECOPY_S[0]
+    async def _recopy(self, cid: str, first_wait: float) -> None:
+        """Copy what ``cid`` keeps after ``first_wait``, then again, waiting longer each time,
+        until it goes through (a copy point may send it first) or the conversation is
+        dropped here."""
+        wait = first_wait
         while self._unpublished.get(cid):
-            await asyncio.sleep(wait)  # NATS is away or electing: no event says it is back
-            wait = min(wait * 2, RECOPY_S[1])
+            await asyncio.sleep(wait)  # the copy deadline, or NATS away: no event to wait on
+            wait = min(max(wait, RECOPY_S[0]) * 2, RECOPY_S[1])
             try:
                 if await self._copy(cid):
                     log.debug("rounds of %s copied to JetStream", cid)

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from actline import messages
-from actline.actors.base import Actor, ActorRef
+from actline.actors.base import Actor, Ref
 from actline.actors.configuration.turn_settings import TurnSettings
 from actline.actors.errors import ActorStopped, ConversationLost, UnexpectedMessage
 from actline.actors.services.shared import Services
@@ -62,7 +62,7 @@ class DecisionActor(Actor):
 
     def __init__(
         self,
-        conv: ActorRef,
+        conv: Ref,
         services: Services,
         request: TurnRequest,
         state: DecisionState,

@@ -88,7 +88,8 @@ class BenchNode(NodeActor):
                 "calls": streamer.calls if streamer is not None else 0,
                 "deferred": node.queue.deferred,
                 "ordered": node.queue.ordered,
-                "handed_off": getattr(node.queue, "handed_off", 0),
+                "handed_off": node.queue.handed_off,
+                "taken_over": getattr(getattr(node.ownership, "leases", None), "taken_over", 0),
             }
         return out
 
@@ -170,6 +171,9 @@ def start_nodes(
         )
         for i in range(count)
     ]
+    if os.environ.get("XX_SERIAL_START"):
+        for a in actors:
+            ray.get(a.start.remote(), timeout=180)
     ray.get([a.start.remote() for a in actors], timeout=180)
     return actors
 

@@ -19,6 +19,8 @@ TARGET_NODE_CPU = 1.3
 TARGET_NATS_CPU = 2.0
 """Cluster-mode nats-server CPU per turn at most this times single mode's."""
 TARGET_TAKEOVER_SLACK_S = 2.0
+TARGET_TOLD_S = 10.0
+"""A client is told the cluster lost quorum within this (and the batch's answers hold)."""
 SHORT = {"core_per_node": "core", "concurrency": "conc", "machine": "cores"}
 ONE, TWO, SINGLE = "cluster x1", "cluster x2", "single x1"
 
@@ -72,8 +74,26 @@ def summarise(runs: Sequence[dict[str, Any]], models: Sequence[str]) -> dict[str
     return out
 
 
-def targets(summary: dict[str, Any], kill: dict[str, Any] | None) -> dict[str, Any]:
+def targets(
+    summary: dict[str, Any],
+    kill: dict[str, Any] | None,
+    faults: dict[str, Any] | None = None,
+) -> dict[str, Any]:
     out: dict[str, Any] = {}
+    quorum = (faults or {}).get("quorum_loss")
+    if quorum is not None:
+        out["quorum_loss_told_s"] = {
+            "value": quorum.get("told_s"),
+            "target": TARGET_TOLD_S,
+            "met": bool(quorum["told_within_target"]) and bool(quorum["same_answers"]),
+        }
+    freeze = (faults or {}).get("server_freeze")
+    if freeze is not None:
+        out["server_freeze_taken_over"] = {
+            "value": freeze["taken_over"],
+            "target": 0,
+            "met": freeze["taken_over"] == 0 and bool(freeze["same_answers"]),
+        }
     io = summary.get("io")
     if io is not None and ONE in io["configs"]:
         one = io["configs"][ONE]

@@ -13,6 +13,7 @@ from typing import Any
 
 from rich.console import Console
 
+from bench.cluster.faults import quorum_loss, server_freeze
 from bench.cluster.nodes import LATENCY_S, MODELS, SERVERS, ServerFactory, local_ray
 from bench.cluster.report import summarise, table, targets
 from bench.cluster.scenarios import takeover, throughput
@@ -26,6 +27,7 @@ DEFAULTS: dict[str, Any] = {
     "warmup": 40,
     "takeover": 60,
     "quiet_wait": 20.0,
+    "faults": "quorum,freeze",
 }
 QUICK: dict[str, Any] = {
     "rounds": 1,
@@ -33,6 +35,7 @@ QUICK: dict[str, Any] = {
     "warmup": 4,
     "takeover": 16,
     "quiet_wait": 0.0,
+    "faults": "",
 }
 
 
@@ -43,7 +46,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     add_counts(
         cli,
         rounds="interleaved rounds of every configuration (3)",
-        per_node="timed conversations per node (300)",
+        per_node="timed conversations per node (100)",
         warmup="warm-up conversations per node (40)",
         takeover="conversations of the takeover, 0 skips it (60)",
     )
@@ -55,6 +58,12 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         help="cluster: three replicated nats-servers (default); server: one",
     )
     cli.add_argument("--turns", type=int, default=3, help="turns per conversation (3)")
+    cli.add_argument(
+        "--faults",
+        default=None,
+        help="quorum, freeze: two of three servers away 20 s, one frozen 15 s (both; none "
+        "with --quick); needs --servers cluster",
+    )
     cli.add_argument(
         "--configs", default="single,1,2", help="single, 1, 2: single mode, cluster x1, x2"
     )
@@ -75,6 +84,12 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
     if wrong or not configs:
         cli.error(f"--configs: {', '.join(wrong) or 'none'}; choose from single, 1, 2")
     args.configs = [CONFIGS[c] for c in configs]
+    faults = [f.strip() for f in (args.faults or "").split(",") if f.strip()]
+    if set(faults) - {"quorum", "freeze"}:
+        cli.error(f"--faults: {args.faults}; choose from quorum, freeze")
+    if faults and args.servers != "cluster":
+        cli.error("--faults needs --servers cluster (three replicated nats-servers)")
+    args.faults = faults
     if args.turns < 1:
         cli.error(f"--turns: {args.turns}; at least 1")
     return args
@@ -111,6 +126,17 @@ def main(argv: Sequence[str] | None = None, servers: ServerFactory | None = None
                     )
         if args.takeover:
             kill = takeover(ray, servers, Path(tmp), conversations=args.takeover, warmup=4)
+        faults: dict[str, Any] = {}
+        if "quorum" in args.faults:
+            faults["quorum_loss"] = quorum_loss(
+                ray, servers, Path(tmp), conversations=40, outage_s=20.0
+            )
+            console.print(f"quorum loss: {faults['quorum_loss']}")
+        if "freeze" in args.faults:
+            faults["server_freeze"] = server_freeze(
+                ray, servers, Path(tmp), conversations=40, freeze_s=15.0
+            )
+            console.print(f"server freeze: {faults['server_freeze']}")
     summary = summarise(runs, args.models)
     result: dict[str, Any] = {
         "benchmark": "cluster",
@@ -124,9 +150,10 @@ def main(argv: Sequence[str] | None = None, servers: ServerFactory | None = None
         "cpus": os.cpu_count(),
         "summary": summary,
         "takeover": kill,
+        "faults": faults,
         "runs": runs,
     }
-    result["targets"] = targets(summary, kill)
+    result["targets"] = targets(summary, kill, faults)
     console.print(table(result))
     lost = [
         r
@@ -135,6 +162,7 @@ def main(argv: Sequence[str] | None = None, servers: ServerFactory | None = None
     ]
     if kill is not None and kill["completed"] != kill["turns"]:
         lost.append(kill)
+    lost.extend(f for f in faults.values() if f["completed"] != f["turns"])
     missed = [name for name, t in result["targets"].items() if not t["met"]]
     if lost:
         console.print(f"[red]{len(lost)} run(s) with turns not completed[/red]")

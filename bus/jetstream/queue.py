@@ -10,6 +10,7 @@ waiting may leave a message in the subscription's buffer; the next ``pull`` retu
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import logging
 import time
@@ -19,7 +20,14 @@ from dataclasses import dataclass, field, replace
 import nats.errors
 import nats.js.errors
 from nats.aio.msg import Msg
-from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy, StorageType, StreamConfig
+from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    ConsumerInfo,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+)
 from nats.js.client import JetStreamContext
 
 from ..errors import AckFailed, AlreadyAcked, BusError
@@ -189,7 +197,9 @@ class WorkQueue:
         durable pull consumer (explicit ack, ``max_deliver`` and ``max_ack_pending``
         unlimited), creating it if missing. An existing stream or consumer that takes
         fewer subjects is widened to ``subject``. ``replicas``: None is the bus's
-        (``replicas_for(bus, bus.js_replicas)``); an existing stream with fewer is raised."""
+        (``replicas_for(bus, bus.js_replicas)``); an existing stream with fewer is raised.
+        Nodes opening the queue at once share one stream and consumer: each finds what
+        another made, tried again within ``SETUP_S`` while the cluster has not caught up."""
         wanted = [subject] if isinstance(subject, str) else list(subject)
         js = context(bus, timeout)
         await ensure_stream(
@@ -216,15 +226,20 @@ class WorkQueue:
         async def bind() -> JetStreamContext.PullSubscription:
             return await js.pull_subscribe(wanted[0], durable=consumer, stream=name, config=config)
 
-        try:
-            replicas = int(replicas or replicas_for(bus, bus.js_replicas))
-            psub = await set_up(bind, f"bind consumer {consumer} on {name}", replicas)
+        async def widen(psub: JetStreamContext.PullSubscription) -> ConsumerInfo:
             info = await psub.consumer_info()
             have = info.config.filter_subjects or [info.config.filter_subject or ">"]
             if set(have) != set(wanted) and ">" not in have:  # made by an older version
                 widened = replace(info.config, filter_subject=None, filter_subjects=wanted)
                 info = await js.add_consumer(name, widened)
                 log.info("consumer %s on %s now takes %s", consumer, name, ", ".join(wanted))
+            return info
+
+        what = f"bind consumer {consumer} on {name}"
+        try:
+            replicas = int(replicas or replicas_for(bus, bus.js_replicas))
+            psub = await set_up(bind, what, replicas)
+            info = await set_up(lambda: widen(psub), what, replicas)
             # A replicated consumer just made serves no pull until its leader is elected.
             deadline = time.monotonic() + 20.0
             while info.cluster is not None and not info.cluster.leader:
@@ -232,7 +247,8 @@ class WorkQueue:
                     log.warning("consumer %s on %s has no leader after 20s", consumer, name)
                     break
                 await asyncio.sleep(0.05)  # polling: the server sends no event
-                info = await psub.consumer_info()
+                with contextlib.suppress(nats.errors.TimeoutError, nats.js.errors.APIError):
+                    info = await psub.consumer_info()  # an answer may be lost while it elects
         except nats.errors.Error as exc:
             raise translate(exc, "bind consumer", target=name, timeout=timeout) from None
         actual = float(info.config.ack_wait or ack_wait_s)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import AsyncIterator, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -20,6 +21,9 @@ from actline.timeline.blocks import NOTICE, SIGNAL_DONE
 from actline.tools import KnowledgeSpace
 
 KB = Path(__file__).resolve().parents[2] / "examples" / "kb"
+SHORTCUT = os.environ.get("ACTLINE_LOCAL_SHORTCUT", "1").strip().lower() not in ("0", "false")
+"""``ACTLINE_LOCAL_SHORTCUT=0`` runs the actor tests with every hop of a turn over NATS
+(``make test`` runs the turn behaviours both ways)."""
 
 
 def say(
@@ -80,6 +84,7 @@ def settings(home: Path, **changes: Any) -> NodeSettings:
         wait_timeout_s=30.0,
         storage_sync=False,
         max_context_tokens=200_000,
+        local_shortcut=SHORTCUT,
     )
     return base.with_(**changes)
 

@@ -16,7 +16,7 @@ import pytest
 from actline.actors import Node
 from actline.actors.client.client import Client
 from actline.actors.ownership.ownership import ClusterOwnership
-from actline.bus import Bus, EmbeddedNats
+from actline.bus import Bus, EmbeddedCluster, EmbeddedNats
 from actline.messages import (
     ErrorReply,
     ReActResult,
@@ -59,9 +59,7 @@ async def _serve(url: str, nodes: list[Node], subjects: Subjects) -> dict[str, l
 
 
 def _answers(results: dict[str, list[ReActResult]]) -> dict[str, list[tuple[str, str, str]]]:
-    return {
-        cid: [(r.turn_id, r.status, r.answer) for r in got] for cid, got in results.items()
-    }
+    return {cid: [(r.turn_id, r.status, r.answer) for r in got] for cid, got in results.items()}
 
 
 async def test_turns_pulled_by_the_other_node_are_handed_to_the_node_holding_the_conversation(
@@ -93,6 +91,27 @@ async def test_turns_pulled_by_the_other_node_are_handed_to_the_node_holding_the
         for node in (a, b):
             assert isinstance(node.ownership, ClusterOwnership)
             assert node.ownership.leases.taken_over == 0
+    finally:
+        for node in (a, b):
+            await node.stop()
+            await node.bus.close()
+
+
+async def test_on_three_replicated_servers_the_holder_takes_the_turns_passed_to_it(
+    nats_cluster: EmbeddedCluster, tmp_path: Path
+) -> None:
+    subjects = Subjects(f"ho{new_id().lower()}")
+    a = await start(nats_cluster.url, tmp_path, "a", subject_names=subjects)
+    b = await start(nats_cluster.url, tmp_path, "b", subject_names=subjects)
+    try:
+        results = await _serve(nats_cluster.url, [a, b], subjects)
+        assert all(r.status == "completed" for got in results.values() for r in got)
+        assert [[r.turn_id for r in got] for got in results.values()] == [
+            [f"c{c}-t{t}" for t in range(3)] for c in range(CONVERSATIONS)
+        ]
+        assert sum(q.handed_off for q in (a.queue, b.queue)) > 0
+        assert a.queue.handed_off == b.queue.received and b.queue.handed_off == a.queue.received
+        assert a.queue.taken + b.queue.taken == 3 * CONVERSATIONS
     finally:
         for node in (a, b):
             await node.stop()
