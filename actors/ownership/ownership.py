@@ -236,9 +236,9 @@ class ClusterOwnership:
             if not stored:
                 self._heads[cid] = None
                 return
-            blocks, header, rows = await asyncio.to_thread(_whole, store, cid)
+            blocks, header, rows, records = await asyncio.to_thread(_whole, store, cid)
             self._heads[cid] = await durable.publish_round(
-                cid, blocks, [], header, expect=None, rows=rows
+                cid, blocks, [], header, expect=None, records=records, rows=rows
             )
             return
         header, revision = head
@@ -352,8 +352,11 @@ class ClusterOwnership:
         return isinstance(verdict, ErrorReply) and verdict.code in NOT_MINE
 
 
-def _whole(store: Store, cid: str) -> tuple[list[Block], dict[str, Any], Mapping[str, Any]]:
-    """Everything stored of ``cid``: blocks, header and header rows (to publish whole)."""
+def _whole(
+    store: Store, cid: str
+) -> tuple[list[Block], dict[str, Any], Mapping[str, Any], dict[str, dict[str, Any]]]:
+    """Everything stored of ``cid``: blocks, header, header rows and turn records (to
+    publish whole: a turn left running here resumes from its checkpoint elsewhere)."""
     blocks: Sequence[Block] = [Block.from_dict(b) for b in store.iter_blocks(cid)]
     header = dict(store.header(cid) or {})
-    return list(blocks), header, store.header_rows(cid)
+    return list(blocks), header, store.header_rows(cid), store.turn_records(cid)

@@ -65,6 +65,8 @@ class Batch:
         self.refused = 0
         """Submits refused with ``NoQuorum`` (the NATS cluster without quorum) and made
         again."""
+        self.submit_errors: list[str] = []
+        """Submits that failed otherwise (the batch cannot finish: said by its stall)."""
 
     async def __aenter__(self) -> Batch:
         self.bus = await Bus.connect(self.url, subject_names=self.subjects, name="failover")
@@ -122,6 +124,9 @@ class Batch:
                     break
                 except NoQuorum:  # not stored: submitted again, as its message says
                     self.refused += 1
+                except BaseException as exc:
+                    self.submit_errors.append(f"{turn.turn_id}: {type(exc).__name__}: {exc}")
+                    raise
             previous = trace
 
     def results(self) -> int:
