@@ -35,7 +35,9 @@ test: $(STAMP) sandbox-deps browser-deps
 	exit $$rc
 
 # The turn behaviours again with the local shortcut off: every hop of a turn between its
-# conversation, its decision, the streamer and the tool executor over NATS.
+# conversation, its decision, the streamer and the tool executor over NATS, the model and
+# tool pools on NATS connections of their own (tests/actors/harness.py PooledNode; the
+# tool pool reaches the conversation's files through the node).
 HOP_TESTS := tests/actors/turn tests/actors/node/test_post.py
 
 # The interop suite against a model server nobody here wrote: llama.cpp's llama-server (built

@@ -13,8 +13,11 @@ into one line when a condition starts, with its cause, and one when it ends:
 once ``SETTLE_S`` pass without a failure (streams elect their leaders one by one when the
 servers come back: a few more failures belong to the same outage). While JetStream does not
 answer, the server is asked every ``CHECK_S`` whether the cluster has quorum
-(``no_quorum``); the answer is the server's own:
+(``no_quorum``); the answer is what the servers show:
 
+- the cluster's servers this connection knows (its URLs and those the servers announce):
+  fewer than a majority accepting a TCP connection is no quorum at once (a killed server
+  refuses connections; a frozen one still accepts, and is never counted away);
 - ``$JS.API.INFO`` answers err_code 10008 ("JetStream system temporarily unavailable")
   once the JetStream meta group has had no leader for a while (a server that was its leader
   steps down when it no longer hears from a majority: 10-20 s here; a follower says so
@@ -109,6 +112,33 @@ async def _meta(bus: Connected, timeout: float) -> str | None:
     return None
 
 
+async def _reachable(host: str, port: int, timeout: float) -> bool:
+    try:
+        _, writer = await asyncio.wait_for(asyncio.open_connection(host, port), timeout)
+    except (OSError, TimeoutError):
+        return False
+    writer.close()
+    with contextlib.suppress(OSError):
+        await writer.wait_closed()
+    return True
+
+
+async def _servers(bus: Connected, timeout: float) -> str | None:
+    """The servers of the cluster this connection knows (its URLs and those the servers
+    announced) that accept a TCP connection: fewer than a majority of three or more is no
+    quorum, whatever JetStream has noticed yet (a server that lost its peers says so only
+    after 8-18 s; a killed one refuses connections at once). A stalled server still
+    accepts: it never counts as away here."""
+    known = {(uri.hostname, uri.port or 4222) for uri in bus.nc.servers if uri.hostname is not None}
+    if len(known) < 3:
+        return None
+    up = await asyncio.gather(*(_reachable(h, p, timeout) for h, p in sorted(known)))
+    count = sum(up)
+    if count > len(known) // 2:
+        return None
+    return f"only {count} of the {len(known)} NATS servers of the cluster accept connections"
+
+
 async def _stream(bus: Connected, stream: str, timeout: float) -> str | None:
     subject = f"{API}.STREAM.INFO.{stream}"
     if not _may(bus, subject):
@@ -138,7 +168,11 @@ async def no_quorum(
     are asked about too (those this connection may ask about)."""
     if not in_cluster(bus):
         return None
-    checks = [_meta(bus, timeout), *(_stream(bus, name, timeout) for name in streams)]
+    checks = [
+        _servers(bus, timeout),
+        _meta(bus, timeout),
+        *(_stream(bus, name, timeout) for name in streams),
+    ]
     for why in await asyncio.gather(*checks):
         if why:
             return why
