@@ -28,6 +28,7 @@ DEFAULTS: dict[str, Any] = {
     "takeover": 60,
     "quiet_wait": 20.0,
     "faults": "quorum,freeze",
+    "models": "io,cpu",
 }
 QUICK: dict[str, Any] = {
     "rounds": 1,
@@ -36,6 +37,7 @@ QUICK: dict[str, Any] = {
     "takeover": 16,
     "quiet_wait": 0.0,
     "faults": "",
+    "models": "io",
 }
 
 
@@ -50,7 +52,7 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         warmup="warm-up conversations per node (40)",
         takeover="conversations of the takeover, 0 skips it (60)",
     )
-    cli.add_argument("--models", default="io,cpu", help="io, cpu or both")
+    cli.add_argument("--models", default=None, help="io, cpu or both (both; io with --quick)")
     cli.add_argument(
         "--servers",
         choices=sorted(SERVERS),

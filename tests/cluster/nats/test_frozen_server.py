@@ -28,7 +28,7 @@ from tests.waiting import until
 pytestmark = pytest.mark.timeout(300)
 
 PLANS = plan_batch(8, 3)
-FROZEN_S = 15.0
+FROZEN_S = 8.0
 """How long the server stays frozen: many node TTLs."""
 
 

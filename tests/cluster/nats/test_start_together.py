@@ -18,7 +18,7 @@ from bench.cluster.start_together import attempt
 
 pytestmark = pytest.mark.timeout(600)
 
-ATTEMPTS = 3
+ATTEMPTS = 2
 """Per node count: before nodes waited for each other, about two attempts in three crashed
 a node (7 of 10 with two nodes, 6 of 10 with three)."""
 
