@@ -31,7 +31,14 @@ test: $(STAMP) sandbox-deps browser-deps
 	@rc=0; \
 	$(BIN)/python -m pytest --timeout=120 --durations=15 -m "not serial" -n 2 --dist loadfile || rc=$$?; \
 	$(BIN)/python -m pytest --timeout=120 --durations=15 -m serial $$($(BIN)/python -m tests.serial) || rc=$$?; \
+	ACTLINE_LOCAL_SHORTCUT=0 $(BIN)/python -m pytest --timeout=120 --durations=5 -n 2 --dist loadfile $(HOP_TESTS) || rc=$$?; \
 	exit $$rc
+
+# The turn behaviours again with the local shortcut off: every hop of a turn between its
+# conversation, its decision, the streamer and the tool executor over NATS, the model and
+# tool pools on NATS connections of their own (tests/actors/harness.py PooledNode; the
+# tool pool reaches the conversation's files through the node).
+HOP_TESTS := tests/actors/turn tests/actors/node/test_post.py
 
 # The interop suite against a model server nobody here wrote: llama.cpp's llama-server (built
 # once by scripts/llama-server.sh, with SmolLM2-135M-Instruct) through both model APIs, one

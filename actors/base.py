@@ -26,7 +26,7 @@ import logging
 from collections import deque
 from collections.abc import Coroutine
 from dataclasses import dataclass, field
-from typing import Any, Generic, TypeVar
+from typing import Any, Generic, Protocol, TypeVar
 
 from .errors import ActorStopped, AskTimeout
 
@@ -93,6 +93,18 @@ class Mailbox:
 _STOP = _Stop()
 
 
+class Ref(Protocol):
+    """What a sender holds of an actor, wherever it lives: ``ActorRef`` in the same process,
+    or a reference that sends over NATS (``actline.actors.node.post``)."""
+
+    @property
+    def name(self) -> str: ...
+
+    def tell(self, message: object) -> None: ...
+
+    async def ask(self, body: Request[R], *, timeout: float) -> R: ...
+
+
 class ActorRef:
     """What others hold of an actor: its name, ``tell`` and ``ask``; never its state."""
 
@@ -141,6 +153,11 @@ class Actor:
     @property
     def running(self) -> bool:
         return self._runner is not None and not self._runner.done()
+
+    @property
+    def accepting(self) -> bool:
+        """Messages told now are handled (the actor is not stopping)."""
+        return not self._stopping
 
     @property
     def unread(self) -> int:
@@ -197,6 +214,15 @@ class Actor:
                 return await message.reply
         except TimeoutError:
             raise AskTimeout(self.name, type(body).__name__, timeout) from None
+
+    def post_ask(self, body: Request[R]) -> asyncio.Future[R]:
+        """Enqueue ``body`` as an ask now and return the future of its answer (for a
+        sender that must keep the order of what it enqueues and awaits the answer apart)."""
+        if self._stopping:
+            raise ActorStopped(self.name)
+        message: Ask[R] = Ask(body)
+        self._mailbox.put_nowait(message)
+        return message.reply
 
     def spawn(self, coro: Coroutine[Any, Any, T], name: str) -> asyncio.Task[T]:
         """A child task (cancelled when the actor stops); its failure is logged."""

@@ -20,6 +20,7 @@ BENCHMARKS = {
     "memsearch": "bench.memsearch",
     "render": "bench.render",
     "resume": "bench.resume",
+    "start_together": "bench.cluster.start_together",
     "storage": "bench.storage",
     "trace_overhead": "bench.loop.trace_overhead",
     "waiting": "bench.waiting",

@@ -17,7 +17,7 @@ What the authority writes:
   (``actline.bus.claims``).
 - ``issue``: a user's ``.creds`` (``auth.creds_text``), signed by its tenant's account,
   with an expiry: ``ttl_s``, by default ``DEFAULT_TTL_S`` of its role (hours for agents,
-  approvers and admins, a week for clients, 30 days for nodes). Each issue is recorded
+  approvers and admins, a week for clients, 30 days for nodes and pools). Each issue is recorded
   in ``issued.jsonl`` (who, which key, until when), which ``actline creds list`` shows.
 - ``renew``: the same user key with a new expiry (a revoked key is not renewed).
 - ``revoke_user`` / ``revoke_tenant``: recorded in ``revocations.json`` and carried by the
@@ -58,6 +58,8 @@ DEFAULT_TTL_S: dict[str, int] = {
     "client": 7 * 24 * HOUR,
     "agent": 12 * HOUR,
     "approver": 12 * HOUR,
+    "pool-models": 30 * 24 * HOUR,
+    "pool-tools": 30 * 24 * HOUR,
     "admin": 12 * HOUR,
     "system": HOUR,
 }

@@ -205,9 +205,10 @@ class Bus(Connection):
         data = self._encode(msg)
         deadline = time.monotonic() + failover_s
         pause = 0.25
+        where = f"publish to {subject}"
         while True:
             try:
-                return await self.publish_stored_bytes(
+                seq = await self.publish_stored_bytes(
                     subject, data, timeout=timeout, msg_id=msg_id, headers=headers
                 )
             except (RequestTimeout, JetStreamError) as exc:
@@ -217,9 +218,13 @@ class Bus(Connection):
                 retry = failing_over and failover_s > 0 and msg_id is not None and in_cluster(self)
                 if not retry or time.monotonic() + pause >= deadline:
                     raise
-                log.warning("publish to %s: %s; trying again (NATS failing over?)", subject, exc)
+                if not self.conditions.failed(where, exc):  # else logged once per outage
+                    log.warning("%s: %s; trying again (NATS failing over?)", where, exc)
                 await asyncio.sleep(pause)  # backoff while the cluster elects a leader
                 pause = min(pause * 2, 2.0)
+                continue
+            self.conditions.succeeded(where)
+            return seq
 
     async def publish_stored_bytes(
         self,
@@ -362,6 +367,17 @@ class Bus(Connection):
             return
         if raw.reply and answer is not None:
             await self._respond(raw.reply, answer)
+
+    def new_inbox(self) -> str:
+        """A fresh reply subject under this connection's inbox prefix (one it may subscribe
+        to): the sender of a message with a reply names it, and subscribes to it."""
+        return str(self._nc.new_inbox())
+
+    async def reply(self, env: Envelope, answer: Message) -> None:
+        """Answer a received request later than its handler returned (the handler returned
+        None and kept ``env``); nothing when it named no reply subject."""
+        if env.reply:
+            await self._respond(env.reply, answer)
 
     async def _respond(self, reply: str, answer: Message) -> None:
         try:

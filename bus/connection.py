@@ -10,6 +10,12 @@ admin credentials of an ``EmbeddedNats`` this process started at that URL (the p
 that started a server holds its keys). With credentials the connection knows its
 ``identity``; the server's permission violations on it are counted here as
 ``counters["permission_violations"]``.
+
+A server that stalls (a frozen process, a host that stops answering while its socket stays
+open) is noticed only by nats-py's pings, every two minutes; a caller that must get through
+within seconds (a node's beat) calls ``reconnect_if_stalled``: a ping without an answer in
+time moves the connection to another server of the cluster at once. ``conditions``
+(``actline.bus.conditions``) logs the outages its loops see once each.
 """
 
 from __future__ import annotations
@@ -24,16 +30,17 @@ from collections.abc import Callable
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Self
-from urllib.parse import urlsplit
+from urllib.parse import ParseResult, urlsplit
 
 import nats
 import nats.errors
 import nats.js.errors
-from nats.aio.client import Client
+from nats.aio.client import Client, Server
 
 from actline.messages import Subjects, subjects
 
 from .auth import Identity, read_identity
+from .conditions import Conditions
 from .embedded import running_authority
 from .errors import AuthRefused, ConnectFailed, ControlLineTooLong, RequestTimeout
 from .jetstream import JetStreamAccount, account
@@ -117,6 +124,10 @@ class Connection:
         self._established = False
         """True once ``connect`` succeeded (errors before are raised by it)."""
         self._disconnect_hooks: list[Callable[[], None]] = []
+        self._left: str | None = None
+        """The server (host:port) a stalled connection left: not the next one tried."""
+        self.conditions = Conditions(self)
+        """The outages this connection's loops see, logged once each."""
         if nc.is_connected:
             self._connected.set()
 
@@ -241,6 +252,8 @@ class Connection:
 
     async def _on_reconnect(self) -> None:
         log.info("nats reconnected to %s", self.server)
+        self._left = None
+        self._nc._reconnect_to_server_handler = None  # nats-py's own choice from now on
         self.counters["reconnects"] += 1
         self._connected.set()
         async with self._reconnected:
@@ -260,6 +273,7 @@ class Connection:
 
     async def close(self) -> None:
         """Drain subscriptions and close the connection."""
+        await self.conditions.close()
         if self._nc.is_closed:
             return
         try:
@@ -337,6 +351,50 @@ class Connection:
         await self._nc.force_reconnect()
         return True
 
+    async def reconnect_if_stalled(self, timeout: float) -> bool:
+        """Ping the server; when no answer comes within ``timeout`` seconds (it is frozen,
+        or its host stopped answering), reconnect to another server of the cluster and
+        wait up to ``timeout`` more for it. True when the connection moved (or is moving:
+        it is not connected yet when no other server answered in time); False when the
+        server answered, or there is no other server to go to.
+
+        A slow JetStream request alone proves nothing (a stream electing a leader answers
+        late through a healthy server); a ping the server does not answer does."""
+        nc = self._nc
+        if not nc.is_connected or len(server_urls(self.url)) < 2:
+            return False
+        try:
+            await asyncio.wait_for(nc.flush(timeout=max(1, int(timeout + 1))), timeout)
+            return False
+        except (TimeoutError, nats.errors.Error):
+            if not nc.is_connected:  # it dropped meanwhile: nats-py reconnects already
+                return True
+        stalled = self.server
+        before = self.counters["reconnects"]
+        log.warning(
+            "NATS server %s does not answer a ping within %.2f s: moving to another one",
+            stalled,
+            timeout,
+        )
+        self.counters["stalled"] += 1
+        self._left = urlsplit(stalled).netloc
+        nc._reconnect_to_server_handler = self._next_server
+        await nc.force_reconnect()
+        with contextlib.suppress(RequestTimeout):
+            await self.wait_connected(timeout, reconnects=before + 1)
+        return True
+
+    def _next_server(
+        self, servers: list[Server], info: dict[str, Any]
+    ) -> tuple[Server | None, float]:
+        """nats-py's choice of the server to reconnect to: one other than the stalled one
+        this connection left while there is one (a frozen server accepts the TCP
+        connection and then says nothing until the connect times out)."""
+        others = [s for s in servers if _netloc(s.uri) != self._left] or servers
+        fresh = [s for s in others if s.reconnects == 0]
+        chosen = (fresh or others)[0] if others else None
+        return chosen, 0.0 if fresh else float(self._nc.options["reconnect_time_wait"])
+
     async def flush(self, timeout: float = 2.0) -> None:
         """Wait until the server has processed everything sent so far.
 
@@ -348,6 +406,10 @@ class Connection:
         if push is not None and self._nc.is_connected:
             await push(force_flush=True)
         await self._nc.flush(timeout=int(max(1, timeout)))
+
+
+def _netloc(uri: ParseResult) -> str:
+    return uri.netloc
 
 
 def _add_hook(hooks: list[Callable[[], None]], hook: Callable[[], None]) -> Callable[[], None]:

@@ -23,7 +23,10 @@ Hierarchy::
     └── JetStreamError        a JetStream request was refused (operation, reason, code)
         ├── JetStreamUnavailable  the server has no JetStream (operation)
         ├── NoStream          no stream captures a stored publish's subject (subject)
-        ├── StreamMissing     a stream or bucket opened before is gone (name)
+        ├── StreamMissing     a stream or bucket opened before does not answer: gone, or
+        │                     without a leader now (name)
+        ├── NoQuorum          the NATS cluster has no JetStream quorum (operation, detail,
+        │                     kept)
         ├── ReplicasUnavailable  more replicas asked than the cluster has servers
         │                     (wanted, servers)
         ├── KeyExists         create of a key that is live (key, revision)
@@ -247,13 +250,15 @@ class JetStreamError(BusError):
 
 
 class JetStreamUnavailable(JetStreamError):
-    """Nothing answers the JetStream API: the server runs without JetStream (``-js``)."""
+    """Nothing answers the JetStream API: the server runs without JetStream (``-js``), or a
+    cluster's stream or consumer has no leader now."""
 
     def __init__(self, operation: str) -> None:
         super().__init__(
             operation,
-            "JetStream is not enabled on this NATS server; run nats-server -js (in a NATS "
-            "cluster: the stream or consumer has no leader now, while one is elected)",
+            "JetStream does not answer: on one NATS server, it is not enabled (run "
+            "nats-server -js); in a NATS cluster, the stream or consumer has no leader now "
+            "(one being elected, or the cluster without quorum)",
         )
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -272,14 +277,43 @@ class NoStream(JetStreamError):
 
 
 class StreamMissing(JetStreamError):
-    """A stream, bucket or consumer that was opened (or named) does not exist."""
+    """A stream, bucket or consumer that was opened (or named) is not found: it was deleted,
+    or it has no leader now (a NATS cluster electing one, or without quorum, answers "not
+    found" or nothing about streams that exist)."""
 
     def __init__(self, name: str) -> None:
         self.name = name
-        super().__init__(name, "the stream does not exist (deleted?)", 10059)
+        super().__init__(
+            name,
+            "not found: no leader of the stream answers (the NATS cluster electing one, or "
+            "without quorum) or the stream was deleted",
+            10059,
+        )
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (type(self), (self.name,))
+
+
+class NoQuorum(JetStreamError):
+    """The NATS cluster has no JetStream quorum: fewer than a majority of its servers answer,
+    so JetStream stores and serves nothing until they are back. ``detail`` is what the
+    server said; ``kept`` what becomes of the caller's work (a sentence, or "")."""
+
+    def __init__(self, operation: str, detail: str, kept: str = "") -> None:
+        self.operation = operation
+        self.detail = detail
+        self.kept = kept
+        self.reason = detail
+        self.code = 10008
+        BusError.__init__(
+            self,
+            f"{operation}: the NATS cluster has no JetStream quorum (fewer than a majority of "
+            f"its servers answer: {detail}); bring the stopped NATS servers back: "
+            + (kept or "turns already submitted are kept and run once it has quorum again"),
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.operation, self.detail, self.kept))
 
 
 class ReplicasUnavailable(JetStreamError):

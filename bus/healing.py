@@ -17,6 +17,7 @@ from collections.abc import Awaitable, Callable
 from actline.messages import DeadLetter
 
 from .bus import Bus
+from .conditions import Conditions
 from .errors import BusError
 from .jetstream import QueueItem, WorkQueue
 
@@ -29,11 +30,21 @@ CHECK_EVERY_S = 5.0
 class HealingQueue:
     """A ``WorkQueue`` that recreates its stream and consumer when they are gone (deleted
     by someone), with a warning: after a failed pull, or when pulls go quiet for
-    ``CHECK_EVERY_S``. ``healed`` counts the recreations."""
+    ``CHECK_EVERY_S``. ``healed`` counts the recreations. Failed pulls while JetStream is
+    out are logged once per outage, in ``conditions`` (the connection's, so that the
+    node's loops share one line per outage; else the queue's own), and nothing is
+    recreated while the server says the cluster has no quorum."""
 
-    def __init__(self, what: str, open_queue: Callable[[], Awaitable[WorkQueue]]) -> None:
+    def __init__(
+        self,
+        what: str,
+        open_queue: Callable[[], Awaitable[WorkQueue]],
+        *,
+        conditions: Conditions | None = None,
+    ) -> None:
         self.what = what
         self._open = open_queue
+        self.conditions = conditions or Conditions(None)
         self.queue: WorkQueue | None = None
         self.healed = 0
         self._checked = time.monotonic()
@@ -53,20 +64,24 @@ class HealingQueue:
         (logged, the stream checked and recreated when missing). Never raises ``BusError``."""
         try:
             queue = self.queue or await self._heal("it was not open")
-            if time.monotonic() - self._checked > CHECK_EVERY_S:
+            if time.monotonic() - self._checked > CHECK_EVERY_S and not self.conditions.no_quorum:
                 self._checked = time.monotonic()
                 if not await queue.healthy():
                     queue = await self._heal("its stream or consumer is gone")
             item = await queue.pull(timeout=1.0)
         except BusError as exc:
-            log.warning("%s: fetch failed (%s); checking the stream", self.what, exc)
+            if not self.conditions.failed(self.what, exc):
+                log.warning("%s: fetch failed (%s); checking the stream", self.what, exc)
             await asyncio.sleep(0.5)
             with contextlib.suppress(BusError):
+                if self.conditions.no_quorum:  # "not found" then says nothing of the stream
+                    return None
                 if self.queue is None or not await self.queue.healthy():
                     await self._heal(str(exc))
             return None
         if item is not None:
             self._checked = time.monotonic()
+            self.conditions.succeeded(self.what)
         return item
 
     async def _heal(self, why: str) -> WorkQueue:

@@ -106,6 +106,10 @@ class EmbeddedCluster(Service):
         """Every member's URL comma-joined: what ``Bus.connect`` and ``--nats`` take."""
         return ",".join(self.urls)
 
+    def pids(self) -> list[int]:
+        """The process ids of the members running now."""
+        return [pid for server in self.servers if (pid := server.pid) is not None]
+
     def creds_path(self, role: str, *, name: str = "", prefix: str = "al") -> Path:
         """Credentials of ``role``, valid on every member."""
         return self.authority.creds_path(role, name=name, prefix=prefix)

@@ -7,8 +7,8 @@ of another, whatever its patterns say.
 - ``node``: everything under its prefix; the JetStream API of its own streams and
   buckets only (named in ``Subjects``, each operation spelled out: no pattern where a
   wildcard could stand for a stream name); replies to reply inboxes. The only role
-  that serves model calls (``llm.``), tool calls (``tools.``), conversations
-  (``conv.``), and publishes results and agent tasks.
+  that serves conversations (``conv.``) and publishes results and agent tasks; it serves
+  model calls (``llm.``) and tool calls (``tools.``) too, as the pool roles do.
 - ``client``: submits turns; sends followups, feedback, skip and cancel; reads its
   prefix's streams and results (and the results stream by direct get); asks for the
   agent list. Nothing under ``agent.``, ``llm.``, ``tools.``; no JetStream management
@@ -20,11 +20,25 @@ of another, whatever its patterns say.
   (``Subjects.approval``: ``<prefix>.approve.<role>.<name>.<turn>[.<tool>]``) and there
   only: the node takes who decided from the subject, which only that credential may
   publish to, and the tool from its last tokens, which the patterns bound.
+- ``pool-models``: a model-call pool process (``actline pool models``): joins the queue
+  group ``streamers`` on ``<prefix>.llm.generate`` (only in that group: a plain
+  subscription that would read every call is refused), hears ``<prefix>.llm.cancel``,
+  publishes deltas on ``<prefix>.stream.<cid>`` and replies to reply inboxes.
+- ``pool-tools``: a tool pool process (``actline pool tools``): joins the queue group
+  ``tools`` on ``<prefix>.tools.exec``, replies to reply inboxes, and asks a
+  conversation's owner node for its workspace (``<prefix>.node.<node>.workspace``).
+  Neither pool role has JetStream, turns, results, agents or conversations; both may
+  publish ``<prefix>.deadletter``, where every ``Bus`` puts a payload it could not decode.
 - ``admin``: everything in its tenant; for operators' maintenance (and tests), never
   for a program.
 
 Every role may subscribe only to its own reply inbox (``_INBOX.<its public key>.>``),
 so no one reads the replies meant for another.
+
+A subscribe pattern may name a queue group after a space (``<subject> <group>``, the
+nats-server's queue permission): the server then lets the holder subscribe to that subject
+in that group only. ``Permissions.may_subscribe`` (the ``Bus``'s own check, which knows no
+group) reads such a pattern as its subject.
 """
 
 from __future__ import annotations
@@ -37,7 +51,15 @@ from actline.messages.ids import is_valid_name
 
 from .errors import RoleUnknown
 
-ROLES = ("node", "client", "agent", "admin")
+ROLES = ("node", "client", "agent", "pool-models", "pool-tools", "admin")
+POOL_ROLES = ("pool-models", "pool-tools")
+"""The roles of the pool processes (``actline pool models|tools``)."""
+WORKSPACE_READS = "{prefix}.node.*.workspace"
+"""Where a tool pool asks a conversation's owner node for its workspace (one subject per node)."""
+STREAMERS_QUEUE = "streamers"
+"""The queue group of the model-call pools (``StreamerActor.QUEUE``)."""
+TOOLS_QUEUE = "tools"
+"""The queue group of the tool pools (``ToolExecutorActor.QUEUE``)."""
 _TOOL_PATTERN = re.compile(r"^(>|([a-z][a-z0-9_]*|\*)(\.([a-z][a-z0-9_]*|\*))*(\.>)?)$")
 
 
@@ -57,8 +79,9 @@ class Permissions:
         return _allowed(self.publish, subject)
 
     def may_subscribe(self, subject: str) -> bool:
-        """True when some subscribe pattern covers ``subject`` (itself maybe a wildcard)."""
-        return _allowed(self.subscribe, subject)
+        """True when some subscribe pattern covers ``subject`` (itself maybe a wildcard); a
+        pattern limited to a queue group counts by its subject."""
+        return _allowed(tuple(p.partition(" ")[0] for p in self.subscribe), subject)
 
 
 def _allowed(patterns: tuple[str, ...], subject: str) -> bool:
@@ -157,6 +180,8 @@ def _client(s: Subjects, name: str, approves: tuple[str, ...]) -> Permissions:
             s.conv_any("feedback"),
             s.agents_list,
             "$JS.API.INFO",
+            # the turn stream's replicas: whether JetStream has quorum (bus.conditions)
+            f"$JS.API.STREAM.INFO.{s.turn_stream}",
             f"$JS.API.DIRECT.GET.{results}",
             f"$JS.API.DIRECT.GET.{results}.>",
         ),
@@ -183,6 +208,20 @@ def _agent(s: Subjects, name: str, approves: tuple[str, ...]) -> Permissions:
     )
 
 
+def _pool_models(s: Subjects) -> Permissions:
+    return Permissions(
+        publish=(f"{s.prefix}.stream.*", "_INBOX.>", s.deadletter),
+        subscribe=(f"{s.llm_generate} {STREAMERS_QUEUE}", s.llm_cancel),
+    )
+
+
+def _pool_tools(s: Subjects) -> Permissions:
+    return Permissions(
+        publish=("_INBOX.>", WORKSPACE_READS.format(prefix=s.prefix), s.deadletter),
+        subscribe=(f"{s.tools_exec} {TOOLS_QUEUE}",),
+    )
+
+
 def permissions(
     role: str, *, name: str = "", prefix: str = "al", approves: tuple[str, ...] = ()
 ) -> Permissions:
@@ -200,6 +239,10 @@ def permissions(
         return _client(s, name, approves)
     if role == "agent":
         return _agent(s, name, approves)
+    if role == "pool-models":
+        return _pool_models(s)
+    if role == "pool-tools":
+        return _pool_tools(s)
     if role == "admin":
         return Permissions(publish=(">",), subscribe=(">",))
     raise RoleUnknown(role, f"choose one of {', '.join(ROLES)}")

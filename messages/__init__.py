@@ -5,6 +5,7 @@ need only ``encode``, ``decode``, ``from_dict`` and the public kinds of the wire
 """
 
 from . import subjects
+from .actors import ActorAnswer, ActorKind, ActorMail
 from .agents import (
     AgentHello,
     AgentsList,
@@ -32,14 +33,34 @@ from .llm import GenerateRequest, GenerateResult
 from .react import ApprovalDecision, CancelReAct, Phase, ReActProgress, SkipWaiting, StreamDelta
 from .subjects import Subjects
 from .system import Ack, DeadLetter, ErrorReply
-from .tools import ToolCall, ToolResult
-from .turn import Feedback, Followup, ReActResult, TurnAccepted, TurnRequest, TurnResult, TurnStatus
+from .tools import (
+    ToolCall,
+    ToolResult,
+    WorkspaceApply,
+    WorkspaceChange,
+    WorkspaceFetch,
+    WorkspaceFile,
+    WorkspaceFiles,
+)
+from .turn import (
+    Feedback,
+    Followup,
+    ReActResult,
+    TurnAccepted,
+    TurnHandoff,
+    TurnRequest,
+    TurnResult,
+    TurnStatus,
+)
 
 __all__ = [
     "MAX_PAYLOAD",
     "MESSAGE_ADAPTER",
     "MESSAGE_TYPES",
     "Ack",
+    "ActorAnswer",
+    "ActorKind",
+    "ActorMail",
     "AgentHello",
     "AgentName",
     "AgentStatus",
@@ -77,12 +98,18 @@ __all__ = [
     "ToolCall",
     "ToolResult",
     "TurnAccepted",
+    "TurnHandoff",
     "TurnRequest",
     "TurnResult",
     "TurnStatus",
     "Usage",
     "UtcDatetime",
     "WireModel",
+    "WorkspaceApply",
+    "WorkspaceChange",
+    "WorkspaceFetch",
+    "WorkspaceFile",
+    "WorkspaceFiles",
     "decode",
     "encode",
     "from_dict",

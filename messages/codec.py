@@ -12,19 +12,21 @@ from typing import Annotated, Any, Final
 import msgpack
 from pydantic import Field, TypeAdapter, ValidationError
 
+from .actors import ActorAnswer, ActorMail
 from .agents import AgentHello, AgentsList, AgentsListed, AgentTask, AgentWelcome, DoneSignal
 from .errors import DecodeError, EncodeError, PayloadTooLarge
 from .llm import GenerateRequest, GenerateResult
 from .react import ApprovalDecision, CancelReAct, ReActProgress, SkipWaiting, StreamDelta
 from .system import Ack, DeadLetter, ErrorReply
-from .tools import ToolCall, ToolResult
-from .turn import Feedback, Followup, ReActResult, TurnAccepted, TurnRequest
+from .tools import ToolCall, ToolResult, WorkspaceApply, WorkspaceFetch, WorkspaceFiles
+from .turn import Feedback, Followup, ReActResult, TurnAccepted, TurnHandoff, TurnRequest
 
 MAX_PAYLOAD: Final = 8 * 1024 * 1024
 """The embedded server's ``max_payload``; larger payloads travel as storage references."""
 
 Message = Annotated[
     TurnRequest
+    | TurnHandoff
     | TurnAccepted
     | ReActResult
     | Followup
@@ -44,9 +46,14 @@ Message = Annotated[
     | AgentsListed
     | ToolCall
     | ToolResult
+    | WorkspaceFetch
+    | WorkspaceFiles
+    | WorkspaceApply
     | ErrorReply
     | Ack
-    | DeadLetter,
+    | DeadLetter
+    | ActorMail
+    | ActorAnswer,
     Field(discriminator="kind"),
 ]
 
@@ -56,6 +63,7 @@ MESSAGE_TYPES: Final[dict[str, type[Any]]] = {
     cls.model_fields["kind"].default: cls
     for cls in (
         TurnRequest,
+        TurnHandoff,
         TurnAccepted,
         ReActResult,
         Followup,
@@ -75,9 +83,14 @@ MESSAGE_TYPES: Final[dict[str, type[Any]]] = {
         AgentsListed,
         ToolCall,
         ToolResult,
+        WorkspaceFetch,
+        WorkspaceFiles,
+        WorkspaceApply,
         ErrorReply,
         Ack,
         DeadLetter,
+        ActorMail,
+        ActorAnswer,
     )
 }
 """Every message class by its ``kind``."""

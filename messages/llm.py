@@ -27,6 +27,9 @@ class GenerateRequest(WireModel):
     """The conversation's sources (sid, title, url): citations resolve against them."""
     seq_start: int = 0
     """The ``seq`` of this call's first ``stream.delta`` (a turn's deltas count on)."""
+    quiet: bool = False
+    """Run the call to the end and stream nothing to clients (a compaction summary): the
+    result's ``raw`` holds the whole text."""
     ts: UtcDatetime = Field(default_factory=utcnow)
 
 

@@ -224,6 +224,30 @@ class Subjects:
         """One node's own tool executor: tools that need the conversation's workspace files."""
         return f"{self.prefix}.tools.exec.{_token(node, 'node id')}"
 
+    def node_turns(self, node: str) -> str:
+        """Turn requests passed to one node by the others (``turn.handoff`` requests): the
+        node holding a conversation takes its turns without a trip through the queue."""
+        return f"{self.prefix}.node.{_token(node, 'node id')}.turns"
+
+    def node_workspace(self, node: str) -> str:
+        """The workspaces of the conversations one node holds (``workspace.fetch`` and
+        ``workspace.apply`` requests): tool executors on other nodes read and write the
+        running turn's files through it."""
+        return f"{self.prefix}.node.{_token(node, 'node id')}.workspace"
+
+    def actor_mail(self, node: str, actor: str, target: str) -> str:
+        """The mailbox of one actor on one node (``actor.mail``, with the local shortcut
+        off): ``actor`` is ``conversation`` or ``turn``, ``target`` its conversation or turn
+        id."""
+        return (
+            f"{self.prefix}.actor.{_token(node, 'node id')}.{_token(actor, 'actor')}"
+            f".{_token(target, 'actor id')}"
+        )
+
+    def actor_mail_all(self, node: str) -> str:
+        """Every actor mailbox of one node (wildcard): the node's post office."""
+        return f"{self.prefix}.actor.{_token(node, 'node id')}.>"
+
     @property
     def llm_cancel(self) -> str:
         """Stop the model call of a turn (``react.cancel``), wherever it runs."""

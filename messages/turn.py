@@ -26,6 +26,22 @@ class TurnRequest(WireModel):
     ts: UtcDatetime = Field(default_factory=utcnow)
 
 
+class TurnHandoff(WireModel):
+    """A turn request one node pulled, passed to the node that holds its conversation
+    (cluster mode, on ``<prefix>.node.<node>.turns``), with the queue delivery it came in:
+    the receiver settles that delivery itself (``ack_subject``), so the request never goes
+    back through the queue. Answered ``ack`` (taken) or ``error.reply`` (the sender hands
+    the request back to the queue)."""
+
+    kind: Literal["turn.handoff"] = "turn.handoff"
+    request: TurnRequest
+    ack_subject: str
+    """The JetStream ack subject of the delivery (``$JS.ACK.<stream>.<consumer>....``: it
+    names the stream sequence and the delivery count too)."""
+    from_node: str
+    ts: UtcDatetime = Field(default_factory=utcnow)
+
+
 class TurnAccepted(WireModel):
     """A node took the turn (public wire contract)."""
 

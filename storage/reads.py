@@ -149,6 +149,22 @@ class ConversationReader(Environment):
         raw = self.read(lambda txn: txn.get(key, db=self.db["turns"]))
         return None if raw is None else dict(unpack(raw))
 
+    def turn_records(self, cid: str) -> dict[str, dict[str, Any]]:
+        """Every turn record of a conversation, by turn id."""
+        prefix = f"{check_id(cid)}/".encode()
+
+        def fn(txn: lmdb.Transaction) -> dict[str, dict[str, Any]]:
+            out: dict[str, dict[str, Any]] = {}
+            cursor = txn.cursor(db=self.db["turns"])
+            if cursor.set_range(prefix):
+                for key, raw in cursor:
+                    if not bytes(key).startswith(prefix):
+                        break
+                    out[bytes(key)[len(prefix) :].decode()] = dict(unpack(raw))
+            return out
+
+        return self.read(fn)
+
     def unfinished_turns(self) -> list[tuple[str, dict[str, Any]]]:
         """``(conversation id, checkpoint)`` of every turn whose record says ``running``:
         turns a killed node left mid-way (their open agent tasks are in the checkpoint)."""

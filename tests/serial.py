@@ -16,6 +16,11 @@ SERIAL = (
     "tests/cluster/ray/test_cluster_yaml.py",
     "tests/cluster/test_kill_loop_cluster.py",  # nodes killed in a loop
     "tests/cluster/nats/test_nats_failover.py",  # nats-servers killed under load
+    "tests/cluster/nats/test_start_together.py",  # NATS clusters, nodes started at once
+    "tests/cluster/ray/test_ray_node_ids.py",  # Ray clusters
+    "tests/cluster/nats/test_no_quorum.py",  # two of three nats-servers killed
+    "tests/cluster/nats/test_frozen_server.py",  # a nats-server stopped with SIGSTOP
+    "tests/cluster/test_handoff.py::test_on_three_replicated_servers_the_holder_takes_the_turns_passed_to_it",
     "tests/actors/node/test_kill_loop.py",
     "tests/actors/node/test_parking.py::test_parked_turns_of_a_killed_node_resume",
     "tests/cluster/test_parking_cluster.py::test_turns_parked_on_a_killed_cluster_node",

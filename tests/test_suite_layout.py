@@ -26,6 +26,8 @@ def test_make_test_runs_the_parallel_pass_and_then_the_serial_pass() -> None:
     recipe = (ROOT / "Makefile").read_text().split("\ntest:", 1)[1].split("\n\n", 1)[0]
     passes = re.findall(r"pytest .*?-m (\"not serial\"|serial)(?=\s)", recipe)
     assert passes == ['"not serial"', "serial"], recipe
+    # then the turn behaviours with every hop over NATS
+    assert "ACTLINE_LOCAL_SHORTCUT=0 $(BIN)/python -m pytest" in recipe.splitlines()[-2], recipe
     assert "-n 2" in recipe and "rc=$$?" in recipe  # both passes run; either fails the target
     assert "$$($(BIN)/python -m tests.serial)" in recipe  # the serial pass: its files only
 

@@ -292,8 +292,20 @@ def _parser() -> argparse.ArgumentParser:
     )
     creds.add_argument(
         "role",
-        choices=["client", "agent", "node", "admin", "server", "list", "renew", "revoke"],
-        help="what the holder may do; server: the trust block of a nats-server's config; "
+        choices=[
+            "client",
+            "agent",
+            "node",
+            "pool-models",
+            "pool-tools",
+            "admin",
+            "server",
+            "list",
+            "renew",
+            "revoke",
+        ],
+        help="what the holder may do (pool-models, pool-tools: an actline pool process); "
+        "server: the trust block of a nats-server's config; "
         "list, renew FILE, revoke USERKEY: what was issued",
     )
     creds.add_argument(
@@ -327,6 +339,39 @@ def _parser() -> argparse.ArgumentParser:
         "--out", metavar="FILE", type=Path, default=None, help="write here (mode 0600)"
     )
     creds.add_argument(
+        "--home", metavar="DIR", type=Path, default=None, help="whose keys (ACTLINE_HOME)"
+    )
+
+    pool = command("pool", "serve model calls or tool calls alone, in their queue group")
+    pool.add_argument("kind", choices=["models", "tools"], help="what this process serves")
+    _nats(pool, "required: NATS_URL or --nats")
+    model_options(pool)
+    pool.add_argument(
+        "--concurrency", metavar="N", type=int, default=None,
+        help="calls run at once (default ACTLINE_STREAMERS / ACTLINE_TOOL_WORKERS)",
+    )  # fmt: skip
+    pool.add_argument(
+        "--queue", metavar="N", type=int, default=None,
+        help="calls that may wait for a slot; past them a call is answered busy and the node "
+        "asks another member (default: the concurrency)",
+    )  # fmt: skip
+    pool.add_argument(
+        "--home", metavar="DIR", type=Path, default=None,
+        help="where its traces go and whose keys give its credentials (ACTLINE_HOME)",
+    )  # fmt: skip
+
+    tap = command("tap", "print every message under the prefix as it passes, decoded")
+    _nats(tap, "default: NATS_URL, else the embedded server of --home")
+    tap.add_argument(
+        "--conversation", metavar="CID", default=None, help="only this conversation's messages"
+    )
+    tap.add_argument("--kinds", metavar="K1,K2", default=None, help="only these kinds")
+    tap.add_argument(
+        "--jsonl", metavar="FILE", default=None, help="also write one JSON object per message"
+    )
+    tap.add_argument("--count", metavar="N", type=int, default=None, help="stop after N")
+    tap.add_argument("--seconds", metavar="S", type=float, default=None, help="stop after S s")
+    tap.add_argument(
         "--home", metavar="DIR", type=Path, default=None, help="whose keys (ACTLINE_HOME)"
     )
 
@@ -429,6 +474,14 @@ def _dispatch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             from .creds import run_creds
 
             return run_creds(args, console)
+        case "pool":
+            from .wire.pool import run_pool
+
+            return run_until_signal(run_pool(args, console))
+        case "tap":
+            from .wire.tap import run_tap
+
+            return run_until_signal(run_tap(args, console))
         case "agents":
             from .agent import run_agents
 

@@ -3,7 +3,9 @@
 ``serve`` runs a node until SIGINT/SIGTERM; ``ask`` submits one turn and streams it;
 ``result`` prints a turn's stored result; ``chat`` hands a configured ``Config`` to
 ``actline.terminal.chat``. Start-up problems surface as
-``ConfigError`` (one line naming the fix), which ``actline.cli.main.main`` turns into exit code 2.
+``ConfigError`` (one line naming the fix), which ``actline.cli.main.main`` turns into exit code 2;
+so does a NATS cluster without JetStream quorum while ``ask`` submits or follows its turn
+(``NoQuorum``, a ``BusError``: what to do, and that the turns submitted are kept).
 
 Cancellation: Ctrl-C during ``ask`` cancels the turn on the node (best effort) and the
 ``CancelledError`` propagates, so the runtime closes and the CLI exits with 130.
@@ -15,6 +17,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import logging
 import signal
 import sys
 from pathlib import Path
@@ -123,6 +126,8 @@ async def run_serve(args: argparse.Namespace, console: Console) -> int:
 async def run_ask(args: argparse.Namespace, console: Console) -> int:
     """Submit one turn, stream it, print where it is stored; 0 when it completed."""
     config = load_config(args)
+    if not getattr(args, "verbose", 0):  # an outage of NATS is told by the one-line error
+        logging.getLogger("actline.bus.conditions").setLevel(logging.ERROR)
     cid = check_conversation_id(args.conversation)
     attachments = read_attachments(getattr(args, "attach", None) or [], config.node)
     local = config.nats_url is None or args.local_node
@@ -139,15 +144,25 @@ async def run_ask(args: argparse.Namespace, console: Console) -> int:
         handle = await rt.submit(args.question, cid, config=turn_config, attachments=attachments)
         printer = TurnPrinter(console, show_thinking=not args.no_thinking)
         canvas = CanvasPanels()
-        result: ReActResult | None = None
-        try:
+
+        async def streamed() -> ReActResult | None:
+            last: ReActResult | None = None
             async for event in follow(handle, timeout=args.timeout):
                 if isinstance(event, ReActResult):
-                    result = event
+                    last = event
                 elif not args.json:
                     printer.show(event)
                 elif isinstance(event, StreamDelta) and event.key is not None:
                     canvas.add(event)
+            return last
+
+        try:  # NoQuorum (a BusError: one line, exit 2) when the NATS cluster lost quorum
+            result = await rt.client.unless_no_quorum(
+                streamed(),
+                f"turn {handle.turn_id}",
+                kept=f"the turn is kept and runs once the cluster has quorum again; see "
+                f"its result then with actline result {handle.turn_id}",
+            )
         except TimeoutError:
             print(
                 f"actline: no result for turn {handle.turn_id} within {args.timeout:g} s; it may "

@@ -73,7 +73,9 @@ class DoneQueue:
     def __init__(self, bus: Bus, *, horizon_s: float) -> None:
         self.bus = bus
         self.horizon_s = horizon_s
-        self._source = HealingQueue(f"DONE stream {bus.subjects.done_stream}", self._open)
+        self._source = HealingQueue(
+            f"DONE stream {bus.subjects.done_stream}", self._open, conditions=bus.conditions
+        )
         self._puller: asyncio.Task[None] | None = None
         self._handling: set[asyncio.Task[None]] = set()
         self._room = asyncio.Semaphore(CONCURRENCY)

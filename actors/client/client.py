@@ -19,6 +19,13 @@ result is set once, by turn id, and its result subscription is dropped once it h
 conversation (the web console's live view): each gets a handle at its first event, and its
 result comes as the client's own turns' results do.
 
+A NATS cluster without JetStream quorum (fewer than a majority of its servers up) stores
+and serves nothing: a submit or a wait that has not finished after ``QUORUM_CHECK_S`` asks
+the server every ``QUORUM_CHECK_S`` whether JetStream has quorum
+(``actline.bus.conditions.no_quorum``) and raises ``NoQuorum`` once it says it has none,
+rather than waiting out its timeout. A turn submitted before is kept: its ``wait`` returns
+its result once the servers are back.
+
 Cancellation: ``close`` cancels a recovery still running (nothing is lost: ``wait`` or
 ``fetch_result`` reads the stream again).
 """
@@ -32,7 +39,7 @@ import re
 from collections import Counter
 from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, TypeVar
 
 from actline import messages
 from actline.actors.errors import NoTurnQueue as NoTurnQueue  # raised by submit; re-exported
@@ -40,12 +47,14 @@ from actline.bus import (
     Bus,
     BusError,
     Envelope,
+    NoQuorum,
     NoResponders,
     NoStream,
     PermissionDenied,
     RequestTimeout,
     Subscription,
 )
+from actline.bus.conditions import no_quorum
 from actline.messages import (
     Ack,
     ApprovalDecision,
@@ -69,10 +78,14 @@ from .agent import send_done
 from .results import ResultLog
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 SUBMIT_FAILOVER_S = 30.0
 """On a NATS cluster, how long a submission waits out a failover (a stream leader elected
 anew after a server died takes 5-9 s here) before it fails."""
+QUORUM_CHECK_S = 1.0
+"""How long a submit or wait runs before the client asks whether JetStream has quorum, and
+how often it asks again while it runs."""
 
 
 @dataclass
@@ -99,8 +112,16 @@ class TurnHandle:
         (up to ``actline.actors.client.results.READ_TIMEOUT_S`` more): a result published while this
         client was not listening is returned from there.
         """
+        waiting = asyncio.wait_for(asyncio.shield(self.result), timeout)
         try:
-            return await asyncio.wait_for(asyncio.shield(self.result), timeout)
+            if self.client is None:
+                return await waiting
+            return await self.client.unless_no_quorum(
+                waiting,
+                f"result of turn {self.turn_id}",
+                kept=f"turn {self.turn_id} is kept and runs once the cluster has quorum "
+                f"again; wait for its result then (actline result {self.turn_id})",
+            )
         except TimeoutError:
             pass
         with contextlib.suppress(BusError):
@@ -175,6 +196,8 @@ class Client:
         self._stored = ResultLog.bind(bus)
         self._recovering: asyncio.Task[int] | None = None
         self._unhook = bus.on_reconnect(self._on_reconnect)
+        self._quorum_watch: asyncio.Task[str] | None = None
+        self._quorum_watchers = 0
         self.counters: Counter[str] = Counter()
         """``results`` delivered to handles, ``results_fetched`` of them read from the
         results stream, ``results_duplicate`` copies that came after their handle had its
@@ -184,6 +207,10 @@ class Client:
 
     async def close(self) -> None:
         self._unhook()
+        if self._quorum_watch is not None:
+            self._quorum_watch.cancel()
+            await asyncio.gather(self._quorum_watch, return_exceptions=True)
+            self._quorum_watch = None
         if self._recovering is not None:
             self._recovering.cancel()
             await asyncio.gather(self._recovering, return_exceptions=True)
@@ -233,16 +260,80 @@ class Client:
             subject, self._on_result, confirm=False
         )
         try:  # a submission retried over a NATS failover is stored once (a resubmission is new)
-            await self.bus.publish_stored(
-                self.bus.subjects.turn_submit,
-                request,
-                timeout=5.0,
-                msg_id=f"turn:{request.turn_id}:{new_id()}",  # this call's retries only
-                failover_s=SUBMIT_FAILOVER_S,
+            await self.unless_no_quorum(
+                self.bus.publish_stored(
+                    self.bus.subjects.turn_submit,
+                    request,
+                    timeout=5.0,
+                    msg_id=f"turn:{request.turn_id}:{new_id()}",  # this call's retries only
+                    failover_s=SUBMIT_FAILOVER_S,
+                ),
+                f"submit of turn {request.turn_id}",
+                kept=f"turns submitted before are kept and run once the cluster has quorum "
+                f"again; turn {request.turn_id} may not be stored: submit it again then "
+                "with the same turn id (a turn stored twice runs once)",
             )
         except NoStream:
+            self._drop(request.turn_id)
             raise NoTurnQueue(self.bus.subjects.turn_submit) from None
+        except BaseException:
+            self._drop(request.turn_id)
+            raise
         return handle
+
+    def _drop(self, turn_id: str) -> None:
+        """Forget a turn whose submit failed (its result subscription ends)."""
+        self._handles.pop(turn_id, None)
+        sub = self._results.pop(turn_id, None)
+        if sub is not None:
+            self._spawn(_quietly(sub.unsubscribe()))
+
+    async def unless_no_quorum(self, work: Awaitable[T], operation: str, *, kept: str = "") -> T:
+        """``work``'s result; ``NoQuorum`` (``operation``, ``kept``: what becomes of the
+        caller's turns) as soon as the server says JetStream has no quorum while it runs
+        (``work`` is cancelled then). The server is asked once ``work`` has run for
+        ``QUORUM_CHECK_S``, then every ``QUORUM_CHECK_S``, by one watch shared by every
+        caller."""
+        task = asyncio.ensure_future(work)
+        try:
+            done, _ = await asyncio.wait({task}, timeout=QUORUM_CHECK_S)
+            if done:
+                return task.result()
+            watch = self._watch_quorum()
+            try:
+                await asyncio.wait({task, watch}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                self._unwatch_quorum()
+            if task.done() or not watch.done() or watch.cancelled():
+                return await task
+            raise NoQuorum(operation, watch.result(), kept)
+        finally:
+            task.cancel()
+
+    def _watch_quorum(self) -> asyncio.Task[str]:
+        if self._quorum_watch is None or self._quorum_watch.done():
+            self._quorum_watch = asyncio.get_running_loop().create_task(
+                self._until_no_quorum(), name="client:quorum"
+            )
+        self._quorum_watchers += 1
+        return self._quorum_watch
+
+    def _unwatch_quorum(self) -> None:
+        self._quorum_watchers -= 1
+        if self._quorum_watchers <= 0 and self._quorum_watch is not None:
+            self._quorum_watch.cancel()
+            self._quorum_watch = None
+
+    async def _until_no_quorum(self) -> str:
+        """Why JetStream has no quorum, once the server says so (asked every
+        ``QUORUM_CHECK_S``: the server sends no event)."""
+        subjects = self.bus.subjects
+        streams = (subjects.turn_stream, subjects.results_stream)
+        while True:
+            why = await no_quorum(self.bus, streams, timeout=QUORUM_CHECK_S)
+            if why:
+                return why
+            await asyncio.sleep(QUORUM_CHECK_S)
 
     async def ask(self, text: str, *, timeout: float = 60.0, **kwargs: Any) -> ReActResult:
         handle = await self.submit(text, **kwargs)

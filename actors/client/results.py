@@ -16,10 +16,12 @@ the duplicate window, is not stored again: the message id is the turn id), kept
 Failure semantics of ``publish_result``: a store made while the connection is away waits
 in the NATS client's buffer, goes out when the connection is back and is confirmed then
 (for up to ``OUTAGE_WAIT_S``): it is not sent again, since every core subscriber would
-receive each copy. A missing stream is recreated (a warning) and the result stored; a
-result that still cannot be stored goes out on core NATS alone (an error is logged)
-rather than not at all. Cancellation: each call is one or a few requests;
-``CancelledError`` propagates.
+receive each copy. One sent to a server that stopped answering (the connection left it,
+``Connection.reconnect_if_stalled``) gets no answer ever: it is stored again through the
+new server (the message id keeps one copy in the stream). A missing stream is recreated
+(a warning) and the result stored; a result that still cannot be stored goes out on core
+NATS alone (an error is logged) rather than not at all. Cancellation: each call is one
+or a few requests; ``CancelledError`` propagates.
 """
 
 from __future__ import annotations
@@ -182,12 +184,15 @@ async def _store(bus: Bus, result: ReActResult) -> int:
     try:
         while True:
             reconnects = bus.counters["reconnects"]
+            stalled = bus.counters["stalled"]
             connected = bus.is_connected
             done, _ = await asyncio.wait({store}, timeout=STORE_TIMEOUT_S)
             if done:
                 return store.result()
             if bus.nc.is_closed:
                 raise NotConnected(f"closed before the result of turn {result.turn_id} was stored")
+            if bus.counters["stalled"] != stalled:  # sent to a server that stopped answering:
+                raise RequestTimeout(subject, STORE_TIMEOUT_S)  # no answer ever comes
             if connected and bus.is_connected and bus.counters["reconnects"] == reconnects:
                 raise RequestTimeout(subject, STORE_TIMEOUT_S)
             if asyncio.get_running_loop().time() >= give_up:

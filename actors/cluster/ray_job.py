@@ -9,9 +9,11 @@
 Each ``NodeActor`` is an async Ray actor that runs one ``actline.actors.node.node.Node`` in cluster
 mode (its asyncio loop, its NATS connection, its own LMDB under ``<home>/<node id>``; conversations
 leased in a JetStream KV bucket, every round copied to JetStream) with the resources it
-declares. A node actor that dies leaves its conversations to the others: its leases are
-taken once its beat is gone (``ACTLINE_NODE_TTL``), its turns come back after ``--ack-wait``
-and resume on another node
+declares. Node ids are ``ray-<job>-node-<i>`` (``job_tag``: the Ray job id and the Ray node the
+driver runs on), fixed for the job's life and printed at its start, so that two jobs on one
+NATS never share a node id, a node key or a lease owner. A node actor that dies leaves its
+conversations to the others: its leases are taken once its beat is gone
+(``ACTLINE_NODE_TTL``), its turns come back after ``--ack-wait`` and resume on another node
 from the durable copy.
 The driver waits until every node serves. With ``--requests`` (JSON lines of ``turn.request``
 dicts) it submits the turns — the turns of one conversation one after another, conversations
@@ -46,9 +48,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import os
 import signal
 import sys
+import time
 from collections import defaultdict
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import fields
@@ -59,18 +63,22 @@ from rich.console import Console
 from rich.progress import Progress
 
 from actline import messages
-from actline.actors.client.client import Client
+from actline.actors.client.client import Client, TurnHandle
 from actline.actors.configuration.settings import NodeSettings
 from actline.actors.configuration.settings_file import load_settings
 from actline.actors.errors import RequestsFileError, SettingsFileError
-from actline.bus import Bus
+from actline.bus import Bus, NoQuorum
 from actline.llm import APIS, LLMSettings, ModelConfigError, check_servable
 from actline.llm.reachable import check_reachable
 from actline.messages import ReActResult, TurnRequest, diag
 
-__all__ = ["NodeActor", "load_requests", "main", "run_requests"]
+__all__ = ["NodeActor", "job_tag", "load_requests", "main", "node_ids", "run_requests"]
 
 READY_TIMEOUT_S = 120.0
+POOL_CPUS = 0.5
+"""The ``num_cpus`` a pool actor declares."""
+RESUBMIT_S = 2.0
+"""How often a turn is submitted again while the NATS cluster has no quorum."""
 
 
 class NodeActor:
@@ -187,6 +195,22 @@ def node_actor_class(num_cpus: float = 1.0, memory_mb: int = 512) -> Any:
     return ray.remote(num_cpus=num_cpus, memory=memory_mb * 1024 * 1024)(NodeActor)
 
 
+def job_tag() -> str:
+    """What tells this Ray job apart from every other job on the same NATS: its Ray job id
+    (``ray job list``) and the first 8 hex digits of the Ray node its driver runs on (job
+    ids start again at ``01000000`` in every Ray cluster: two runs that each start a local
+    Ray would share them). Fixed for the driver's life; call it after ``ray.init``."""
+    import ray
+
+    context = ray.get_runtime_context()
+    return f"{context.get_job_id()}-{context.get_node_id()[:8]}"
+
+
+def node_ids(tag: str, count: int) -> list[str]:
+    """The node ids of a job's ``count`` node actors: ``ray-<tag>-node-<i>``."""
+    return [f"ray-{tag}-node-{i}" for i in range(count)]
+
+
 def load_requests(path: Path) -> list[TurnRequest]:
     """The turn requests of a JSONL file (``ValueError`` naming the bad line)."""
     out: list[TurnRequest] = []
@@ -221,14 +245,15 @@ async def run_requests(
     results: dict[str, ReActResult] = {}
     with Progress(console=console or Console(stderr=True), transient=False) as progress:
         task = progress.add_task("turns", total=len(requests))
+        outages = Outages(progress.console)
 
         async def conversation(turns: list[TurnRequest]) -> None:
             for request in turns:
                 # Results only: the turns' deltas and cards would cost this driver
                 # ~3 ms of CPU per turn (bench/cluster.py), taken from the node actors.
-                handle = await client.submit_request(request, follow=False)
+                handle = await submit_through_outages(client, request, outages)
                 try:
-                    result = await handle.wait(timeout_s)
+                    result = await wait_through_outages(handle, timeout_s, outages)
                 except Exception as exc:  # the turn timed out: record it as failed
                     result = ReActResult(
                         conversation_id=request.conversation_id,
@@ -242,6 +267,61 @@ async def run_requests(
         await asyncio.gather(*(conversation(turns) for turns in by_conversation.values()))
     await client.close()
     return [results[r.turn_id] for r in requests]
+
+
+class Outages:
+    """Says once per outage that the NATS cluster has no quorum, and when it is over."""
+
+    def __init__(self, console: Console) -> None:
+        self.console = console
+        self.since: float | None = None
+
+    def failed(self, exc: NoQuorum) -> None:
+        if self.since is None:
+            self.since = time.monotonic()
+            self.console.print(f"[yellow]{exc}[/yellow]\n  waiting to submit again")
+
+    def passed(self) -> None:
+        if self.since is not None:
+            took = time.monotonic() - self.since
+            self.console.print(f"the NATS cluster has quorum again after {took:.1f}s")
+            self.since = None
+
+
+async def submit_through_outages(
+    client: Client, request: TurnRequest, outages: Outages
+) -> TurnHandle:
+    """Submit ``request``; while the NATS cluster has no quorum, submit it again (the same
+    turn id: a turn stored twice runs once) every ``RESUBMIT_S`` until it is stored."""
+    while True:
+        try:
+            handle = await client.submit_request(request, follow=False)
+        except NoQuorum as exc:
+            outages.failed(exc)
+            await asyncio.sleep(RESUBMIT_S)  # no event says the cluster is back
+            continue
+        outages.passed()
+        return handle
+
+
+async def wait_through_outages(
+    handle: TurnHandle, timeout_s: float, outages: Outages
+) -> ReActResult:
+    """The turn's result within ``timeout_s``, waiting on while the NATS cluster has no
+    quorum (the turn is kept and runs once it is back); ``TimeoutError`` after that."""
+    deadline = time.monotonic() + timeout_s
+    while True:
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError(f"no result of turn {handle.turn_id} within {timeout_s:g}s")
+        try:
+            result = await handle.wait(left)
+        except NoQuorum as exc:
+            outages.failed(exc)
+            await asyncio.sleep(min(RESUBMIT_S, max(left, 0.0)))  # no event says it is back
+            continue
+        outages.passed()
+        return result
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
@@ -273,6 +353,18 @@ def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
         help="settings file (default: ACTLINE_CONFIG, else ./actline.toml when it exists)",
     )
     parser.add_argument("--cpus-per-node", type=float, default=1.0)
+    parser.add_argument(
+        "--model-pools",
+        type=int,
+        default=0,
+        help="model pool actors; the node actors then send every model call to them (0)",
+    )
+    parser.add_argument(
+        "--tool-pools",
+        type=int,
+        default=0,
+        help="tool pool actors; the node actors then send every tool call to them (0)",
+    )
     parser.add_argument("--timeout", type=float, default=300.0, help="seconds per turn")
     parser.add_argument(
         "--ack-wait", type=float, default=None, help="turn redelivery after (ACTLINE_ACK_WAIT)"
@@ -333,6 +425,45 @@ def job_settings(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, An
     return {**loaded.node.as_dict(), "cluster": True}, llm, loaded.llm.api_key
 
 
+def start_pools(
+    args: argparse.Namespace,
+    tag: str,
+    nodes: dict[str, Any],
+    options: dict[str, Any],
+    creds: str | None,
+    llm: dict[str, Any],
+    key: str | None,
+) -> list[Any]:
+    """``--model-pools`` and ``--tool-pools`` pool actors, started and serving (each with
+    the concurrency the node setting it stands in for names)."""
+    if not (args.model_pools or args.tool_pools):
+        return []
+    import ray
+
+    from actline.actors.cluster.pool_actor import pool_actor_class
+
+    pool_class = pool_actor_class(POOL_CPUS)
+    pools = []
+    for kind, count in (("models", args.model_pools), ("tools", args.tool_pools)):
+        for i in range(count):
+            pool_id = f"ray-{tag}-{kind}-{i}"
+            settings = {**nodes, "home": args.home / pool_id, "node_id": pool_id}
+            pools.append(
+                pool_class.options(name=f"actline-{pool_id}", **options).remote(
+                    kind,
+                    args.nats,
+                    settings,
+                    creds=creds,
+                    llm=llm,
+                    api_key_variable=key_variable(llm["api"]) if key else "",
+                )
+            )
+    console = Console(stderr=True)
+    for line in ray.get([p.start.remote() for p in pools], timeout=READY_TIMEOUT_S):
+        console.print(line)
+    return pools
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     import ray
 
@@ -369,21 +500,32 @@ def main(argv: Sequence[str] | None = None) -> int:
         if os.environ.get("RAY_ADDRESS"):
             ray.init()
         else:
-            ray.init(num_cpus=max(2, int(args.nodes * args.cpus_per_node)), include_dashboard=False)
+            members = args.model_pools + args.tool_pools
+            need = args.nodes * args.cpus_per_node + POOL_CPUS * members
+            ray.init(num_cpus=max(2, math.ceil(need)), include_dashboard=False)
     actor_class = node_actor_class(args.cpus_per_node)
     actors = []
     options: dict[str, Any] = {}
     if key:  # the key the driver read, to every actor (merged with the job's runtime env)
         options["runtime_env"] = {"env_vars": {key_variable(llm["api"]): key}}
-    for i in range(args.nodes):
-        node_id = f"ray-node-{i}"
+    tag = job_tag()
+    console.print(f"Ray job {tag}: node actors {', '.join(node_ids(tag, args.nodes))}")
+    if args.model_pools < 0 or args.tool_pools < 0:
+        console.print("--model-pools and --tool-pools take 0 or more")
+        return 2
+    pools: list[Any] = start_pools(args, tag, nodes, options, creds, llm, key)
+    if args.model_pools:  # every model call goes to the pools
+        nodes = {**nodes, "streamers": 0}
+    if args.tool_pools:  # every tool call goes to the pools
+        nodes = {**nodes, "tool_workers": 0}
+    for node_id in node_ids(tag, args.nodes):
         settings = {**nodes, "home": args.home / node_id, "node_id": node_id}
         actor = actor_class.options(name=f"actline-{node_id}", **options)
         actors.append(actor.remote(args.nats, settings, creds=creds, llm=llm))
     try:
         return asyncio.run(_drive(args, actors, console))
     finally:
-        for actor in actors:
+        for actor in [*actors, *pools]:
             try:
                 ray.get(actor.stop.remote(), timeout=30)
             except Exception as exc:  # a dead actor has nothing left to stop

@@ -138,6 +138,18 @@ class NodeSettings:
     """``ACTLINE_NODE_TTL``: cluster mode: a node whose beat (every quarter of this) stops for
     this long is dead, and another node takes its conversations at once. A conversation's
     lease lasts while its node beats (``actline.actors.ownership.leases``)."""
+    local_shortcut: bool = True
+    """``ACTLINE_LOCAL_SHORTCUT``: a turn's conversation and decision actors, and its model
+    calls, pass their messages in process when both ends live here. Off (``0``): every hop
+    goes over NATS as a typed message (``actor.mail`` between the actors, ``llm.generate`` to
+    the streamer pool), so ``actline tap`` sees a whole round; the same messages either way."""
+    copy_every_s: float = 2.0
+    """``ACTLINE_COPY_EVERY``: cluster mode: how long a committed round may wait before it is
+    copied to JetStream. Rounds are copied together at the turn's end, before anything the turn
+    does outside the node (an external tool call, an agent's task, the result) and when the
+    turn starts waiting; between those, at most this long after the first round not copied. A
+    node that dies mid-turn leaves its turn to another node from the last copy: it runs those
+    rounds again. 0: every round is copied as it commits."""
     agent_beat_s: float = 2.0
     """``ACTLINE_AGENT_BEAT``: how often an outside agent says hello (the node tells it in
     ``agent.welcome``); an agent not heard for three beats is not connected."""
@@ -223,6 +235,10 @@ class NodeSettings:
             low, high = AGENT_BEAT_RANGE
             reason = f"ACTLINE_AGENT_BEAT={beat!r} must be seconds from {low:g} to {high:g}"
             raise SettingsError("ACTLINE_AGENT_BEAT", str(beat), reason)
+        every = self.copy_every_s
+        if isinstance(every, bool) or not isinstance(every, int | float) or not 0 <= every <= 60:
+            reason = f"ACTLINE_COPY_EVERY={every!r} must be seconds from 0 to 60"
+            raise SettingsError("ACTLINE_COPY_EVERY", str(every), reason)
         park = self.park_s
         if isinstance(park, bool) or not isinstance(park, int | float) or not 0.05 <= park <= 300:
             reason = f"ACTLINE_PARK={park!r} must be seconds from 0.05 to 300"
@@ -353,6 +369,8 @@ _ENV: dict[str, tuple[str, type]] = {
     "cluster": ("ACTLINE_CLUSTER", bool),
     "js_replicas": ("ACTLINE_JS_REPLICAS", int),
     "node_ttl_s": ("ACTLINE_NODE_TTL", float),
+    "copy_every_s": ("ACTLINE_COPY_EVERY", float),
+    "local_shortcut": ("ACTLINE_LOCAL_SHORTCUT", bool),
     "agent_beat_s": ("ACTLINE_AGENT_BEAT", float),
     "max_text_bytes": ("ACTLINE_MAX_TEXT_BYTES", int),
     "max_feedback_bytes": ("ACTLINE_MAX_FEEDBACK_BYTES", int),

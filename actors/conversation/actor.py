@@ -27,7 +27,7 @@ from dataclasses import replace
 from typing import Any, get_args
 
 from actline import messages
-from actline.actors.base import Actor
+from actline.actors.base import Actor, Ref
 from actline.actors.client.results import publish_result
 from actline.actors.configuration.checks import not_running, refused_turn, validate_request
 from actline.actors.errors import ActorStopped, ConversationLost, InputRefused, UnexpectedMessage
@@ -103,6 +103,8 @@ class ConversationActor(Actor):
         self.backlog: deque[TurnJob] = deque()
         """Turn requests that wait for the running turn to end, in arrival order."""
         self.current: DecisionActor | None = None
+        self.current_ref: Ref | None = None
+        """How this actor sends to ``current`` (``Services.refs``: in process, or over NATS)."""
         self.current_job: TurnJob | None = None
         self.timezone = "UTC"
         self.followups = 0
@@ -162,7 +164,7 @@ class ConversationActor(Actor):
                 self._apply(message.turn_id, message.writes)
                 outcomes = await self._run_tools(message)
                 if self.current is not None and self.running_turn == message.turn_id:
-                    self.current.tell(ReactRan(message.round, outcomes))
+                    self._tell_turn(ReactRan(message.round, outcomes))
                 return None
             case Commit():
                 self._apply(message.turn_id, message.writes)
@@ -256,10 +258,16 @@ class ConversationActor(Actor):
         await self.compactor.begin_turn(request, turn)
         self.current_job = job
         decision = DecisionActor(
-            self.ref(), services, request, self.decision_state, turn, resume=record
+            services.refs.conversation(self, self.cid),
+            services,
+            request,
+            self.decision_state,
+            turn,
+            resume=record,
         )
         self.current = decision
-        services.task_book.turn_started(RunningTurn(request.turn_id, self.cid, decision.ref()))
+        self.current_ref = services.refs.turn(decision, request.turn_id)
+        services.task_book.turn_started(RunningTurn(request.turn_id, self.cid, self.current_ref))
         decision.start()
         return True
 
@@ -268,6 +276,7 @@ class ConversationActor(Actor):
         decision = self.current
         job = self.current_job
         self.current = None
+        self.current_ref = None
         self.current_job = None
         self.services.task_book.turn_ended(end.turn_id, settled=end.how == "result")
         if decision is not None:
@@ -366,7 +375,17 @@ class ConversationActor(Actor):
         else:
             outcome = Durable(round_)
         if self.current is not None:
-            self.current.tell(outcome)
+            self._tell_turn(outcome)
+
+    def _tell_turn(self, message: object) -> None:
+        """Tell the running turn's decision (``ActorStopped`` once it has stopped, wherever
+        the message would travel)."""
+        current, ref = self.current, self.current_ref
+        if current is None or ref is None:
+            return
+        if not current.accepting:
+            raise ActorStopped(current.name)
+        ref.tell(message)
 
     async def _settled(self) -> None:
         """Wait for the commit in flight (its outcome went to the turn), before the next."""
@@ -493,7 +512,7 @@ class ConversationActor(Actor):
             if msg.attachments:
                 self.files.changed()
         try:  # the turn may have answered while the files were stored (off the event loop)
-            self.current.tell(FollowupArrived(number))
+            self._tell_turn(FollowupArrived(number))
         except ActorStopped:
             await self.files.discard(running, files)
             return not_running(msg.turn_id, self.cid, "it answered while the files were stored")

@@ -4,7 +4,8 @@
 blocks, header rows, memsearch rows, turn records) and queues it on the node's
 ``Committer``; the timeline is free again at once (a render may run while the disk
 syncs). ``finish`` awaits durability, then hands the round to the ownership seam (in
-cluster mode, the durable copy in JetStream, which may raise ``ConversationLost``). A
+cluster mode it is kept for the durable copy in JetStream, copied at the turn's next copy
+point; a copy may raise ``ConversationLost``). A
 commit that fails gives its row and restyle changes back to the timeline, so the next
 one writes them. Commits of one conversation never overlap: its actor awaits one before
 starting the next.

@@ -31,6 +31,7 @@ from typing import Any
 
 from actline.actors.configuration.turn_settings import TurnSettings
 from actline.actors.services.shared import Services
+from actline.actors.turn import remote
 from actline.llm import ModelConfigError, ModelSummarizer, compact, writes_summaries
 from actline.llm.config import OFFLINE_MODELS, CacheMode, model_spec
 from actline.llm.pricing import CACHE_READ, CACHE_WRITE_5M
@@ -182,9 +183,12 @@ class Compactor:
             return None, False
         self.renderer.policy.summaries_cost_a_call = True
         assert streamer is not None
+        services = self.services
         summarizer = ModelSummarizer(
             model,
-            call=lambda request: streamer.complete(request, model),
+            call=lambda request: remote.complete(
+                services, request.model_copy(update={"model": model_name})
+            ),
             counter=self.renderer.counter,
             conversation_id=self.tl.conversation_id,
         )

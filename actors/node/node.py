@@ -26,7 +26,6 @@ import asyncio
 import contextlib
 import logging
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from actline import messages
@@ -36,8 +35,9 @@ from actline.actors.agents.inboxes import AgentTasks
 from actline.actors.client.results import open_results
 from actline.actors.configuration.checks import not_running, refusal, validate_input
 from actline.actors.configuration.models import NodeModels
-from actline.actors.configuration.settings import NodeSettings, load_mcp_config
+from actline.actors.configuration.settings import NodeSettings
 from actline.actors.conversation.actor import ConversationActor
+from actline.actors.conversation.workspace_server import WorkspaceServer
 from actline.actors.errors import ActorStopped, InputRefused, NodeNotStarted
 from actline.actors.ownership.ownership import (
     ClusterOwnership,
@@ -47,6 +47,7 @@ from actline.actors.ownership.ownership import (
 )
 from actline.actors.pools.streamer import StreamerActor
 from actline.actors.pools.tool_executor import ToolExecutorActor, ToolRegistry
+from actline.actors.pools.toolbox import register_node_tools
 from actline.actors.services.memory import BackgroundEmbedding
 from actline.actors.services.shared import Services
 from actline.actors.services.task_book import TaskBook
@@ -65,18 +66,18 @@ from actline.messages import (
     Followup,
     SkipWaiting,
     SubjectError,
+    TurnHandoff,
     TurnRequest,
 )
 from actline.storage import Store, committer
 from actline.storage.committer import Committer
 from actline.tools import KnowledgeSpace
-from actline.tools.builtin import BuiltinConfig, register_builtins
 from actline.tools.react.core import ReactTools
-from actline.tools.skills import node_skills
 from actline.tools.workspace.workspace import TurnFiles
 
 from . import gc_tuning
 from .holding import Holds, evict_idle
+from .post import PostOffice
 from .turn_queue import TurnQueue
 
 log = logging.getLogger(__name__)
@@ -117,6 +118,8 @@ class Node:
         self._subs: list[Subscription] = []
         self.streamer: StreamerActor | None = None
         self.executor: ToolExecutorActor | None = None
+        self.post: PostOffice | None = None
+        """The mail of this node's actors over NATS (the local shortcut off)."""
         self.services: Services | None = None
         self.agents: AgentTasks | None = None
         self._mcp = contextlib.AsyncExitStack()
@@ -127,6 +130,7 @@ class Node:
             ack_wait_s=self.settings.ack_wait_s,
             max_active=self.settings.max_active_turns,
             park_s=self.settings.park_s,
+            node_id=self.settings.node_id,
         )
         self.dones = DoneQueue(bus, horizon_s=max(DONE_HORIZON_S, 4 * self.settings.ack_wait_s))
         self._started = False
@@ -180,24 +184,13 @@ class Node:
             self._store = await asyncio.to_thread(Store, settings.home, sync=settings.storage_sync)
         if self._knowledge is None and settings.knowledge_dir is not None:
             self._knowledge = await asyncio.to_thread(KnowledgeSpace, settings.knowledge_dir)
-        if settings.builtin_tools:
-            hosts = [h.strip() for h in settings.http_allowed_hosts.split(",") if h.strip()]
-            config = BuiltinConfig(
-                exec_timeout_s=settings.exec_timeout_s,
-                exec_memory_mb=settings.exec_memory_mb,
-                exec_write_mb=settings.exec_write_mb,
-                exec_sandbox=settings.sandbox,
-                http_allowed_hosts=hosts or None,
-            )
-            register_builtins(self.registry, config)
-        skills = await asyncio.to_thread(node_skills, settings, self.registry)
-        if settings.mcp_config is not None:
-            await self._start_mcp(settings.mcp_config)
+        skills = await register_node_tools(settings, self.registry, self._mcp)
         if settings.cluster:
             self.ownership = ClusterOwnership(
                 self.bus,
                 self.node_id,
                 node_ttl_s=settings.node_ttl_s,
+                copy_every_s=settings.copy_every_s,
             )
         await self.ownership.start()
         tools = {t["name"]: str(t.get("description") or "") for t in self.registry.describe()}
@@ -234,6 +227,10 @@ class Node:
             )
             await self.streamer.start()
             self.services.streamer = self.streamer
+        if not settings.local_shortcut:
+            self.post = PostOffice(self.bus, self.node_id)
+            await self.post.start()
+            self.services.refs = self.post
         if settings.tool_workers > 0:
             self.executor = ToolExecutorActor(
                 self.bus,
@@ -253,6 +250,8 @@ class Node:
                 subjects.conv_any("feedback"), self._on_input, queue=self.ownership.input_queue
             )
         )
+        workspaces = WorkspaceServer(self.bus, self.node_id, lambda c: self.conversations.get(c))
+        self._subs.append(await workspaces.start())  # for tool executors without the files
         recovered = self.services.task_book.recover(
             await asyncio.to_thread(self._store.unfinished_turns)
         )
@@ -260,7 +259,13 @@ class Node:
             log.info("%d open agent task(s) of unfinished turns wait for their DONE", recovered)
         await open_results(self.bus, settings)
         await self.agents.start()
-        await self.queue.start(self._take)
+        if settings.cluster:
+            self._subs.append(
+                await self.bus.subscribe(
+                    subjects.node_turns(self.node_id), self._on_handoff, concurrency=8
+                )
+            )
+        await self.queue.start(self._take, self.ownership.holder)
         await self.dones.start(DoneRouter(self.services, self.ownership, self.conversation).route)
         self._background.append(asyncio.create_task(self._evict_idle(), name="node:evict"))
         self._background.append(asyncio.create_task(self._renew(), name="node:ownership"))
@@ -287,6 +292,9 @@ class Node:
             await self.agents.stop()
         await self.queue.stop()
         await self.ownership.stop()
+        if self.post is not None:
+            await self.post.stop()
+            self.post = None
         if self.streamer is not None:
             await self.streamer.stop()
         if self.executor is not None:
@@ -305,32 +313,27 @@ class Node:
         conv = self._conversations.get(conversation_id)
         return conv.turn_files(turn_id) if conv is not None else None
 
-    async def _start_mcp(self, config: Path) -> None:
-        """Start the MCP servers of ``config`` and register their tools."""
-        from actline.tools.mcp_bridge import McpServer, register_mcp_server
-
-        for name, spec in load_mcp_config(config).items():
-            server = McpServer(
-                name,
-                spec["command"],
-                spec.get("args", ()),
-                env=spec.get("env"),
-                cwd=spec.get("cwd"),
-            )
-            await self._mcp.enter_async_context(server)
-            names = await register_mcp_server(self.registry, server, approval=spec["approval"])
-            log.info("MCP server %s: %d tools", name, len(names))
-
     # -- conversations ----------------------------------------------------------------------------
-    async def _take(self, request: TurnRequest) -> bool:
-        """Hand a turn request to its conversation; False when another node owns it."""
+    async def _take(self, request: TurnRequest) -> str | None:
+        """Hand a turn request to its conversation: None when taken, else the node that
+        holds the conversation (empty when it cannot be named)."""
         cid = request.conversation_id
         async with self._holds.claiming(cid):  # not let go meanwhile (actline.actors.node.holding)
-            if not await self.ownership.claim(cid):
-                return False
+            holder = await self.ownership.claim(cid)
+            if holder is not None:
+                return holder
             conv = await self.conversation(cid)
             conv.tell(TurnJob(request))
-        return True
+        return None
+
+    async def _on_handoff(self, msg: messages.Message, env: Envelope) -> messages.Message:
+        """A turn another node pulled, passed here because this node holds its conversation
+        (``TurnQueue.receive``)."""
+        if not isinstance(msg, TurnHandoff):
+            return ErrorReply(
+                code="unexpected_message", message=f"expected turn.handoff, got {msg.kind}"
+            )
+        return await self.queue.receive(msg, self._take)
 
     async def conversation(self, cid: str) -> ConversationActor:
         """The actor of ``cid``, loaded from this node's store on first use (an actor that

@@ -55,12 +55,13 @@ import contextlib
 import logging
 import random
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 
 from actline import messages
 from actline.actors.services.parking import ParkedTurns, kept_for
 from actline.bus import Bus, BusError, QueueItem, WorkQueue
 from actline.bus.healing import HealingQueue, dead_letter
-from actline.messages import DecodeError, TurnRequest
+from actline.messages import Ack, DecodeError, ErrorReply, Message, TurnHandoff, TurnRequest
 
 log = logging.getLogger(__name__)
 
@@ -69,20 +70,53 @@ DEFER_S = 0.2
 RETAKE_S = 1.0
 """A request whose take failed (e.g. NATS away) comes back after this; the loop pauses."""
 
-Take = Callable[[TurnRequest], Awaitable[bool]]
-"""Hands a request to its conversation; False when it must be deferred (leased elsewhere)."""
+HANDOFF_TIMEOUT_S = 2.0
+"""How long a node waits for the node holding a conversation to take a turn passed to it."""
+
+Take = Callable[[TurnRequest], Awaitable[str | None]]
+"""Hands a request to its conversation: None when taken; else the node holding the
+conversation (empty when it cannot be named), and the request is not taken."""
+Locate = Callable[[str], Awaitable[str | None]]
+"""The live node other than this one holding a conversation (None: no such node)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Admission:
+    """What became of a delivery: ``taken`` here (run, joined, parked or dead-lettered), or
+    not, because an earlier turn of its conversation is unfinished elsewhere (``ordered``)
+    or another node holds the conversation; ``elsewhere`` names the node to pass it to."""
+
+    taken: bool
+    request: TurnRequest | None = None
+    elsewhere: str | None = None
+    ordered: bool = False
+
+    @property
+    def turn_id(self) -> str:
+        return self.request.turn_id if self.request is not None else ""
 
 
 class TurnQueue:
     """Pulls turn requests for one node and settles them (the ``Settler`` of its turns)."""
 
     def __init__(
-        self, bus: Bus, *, ack_wait_s: float, max_active: int, park_s: float = 10.0
+        self,
+        bus: Bus,
+        *,
+        ack_wait_s: float,
+        max_active: int,
+        park_s: float = 10.0,
+        node_id: str = "",
     ) -> None:
         self.bus = bus
+        self.node_id = node_id
+        self.locate: Locate | None = None
+        """Finds the node holding a conversation (cluster mode); None: no other node does."""
         self.ack_wait_s = ack_wait_s
         self.max_active = max_active
-        self._source = HealingQueue(f"turn queue {bus.subjects.turn_stream}", self._open)
+        self._source = HealingQueue(
+            f"turn queue {bus.subjects.turn_stream}", self._open, conditions=bus.conditions
+        )
         self._inflight: dict[str, list[QueueItem]] = {}
         """The deliveries of each turn that holds a slot here (taken, not parked)."""
         self.parked = ParkedTurns(park_s, kept_for(self.beat_s))
@@ -104,6 +138,12 @@ class TurnQueue:
         """Turn requests handed back because another node held the conversation's lease."""
         self.ordered = 0
         """Turn requests held back behind an unfinished earlier turn of their conversation."""
+        self.handed_off = 0
+        """Turn requests passed to the node holding their conversation, and taken there."""
+        self.handoffs_refused = 0
+        """Turn requests that node refused or did not answer (handed back to the queue)."""
+        self.received = 0
+        """Turn requests other nodes passed here and this node took."""
 
     @property
     def beat_s(self) -> float:
@@ -146,7 +186,8 @@ class TurnQueue:
             self.parked.kept_max = kept_for(self.beat_s)
         return queue
 
-    async def start(self, take: Take) -> None:
+    async def start(self, take: Take, locate: Locate | None = None) -> None:
+        self.locate = locate
         await self._source.open()
         self._room.set()
         self._loops.append(asyncio.create_task(self._pull(take), name="queue:pull"))
@@ -231,8 +272,18 @@ class TurnQueue:
                 continue
             try:
                 deferred = await self._take(item, take)
+            except BusError as exc:  # NATS away or electing: said once per outage
+                if not self.bus.conditions.failed("turn queue", exc):
+                    log.warning("could not take a turn request (%s); it comes back in %gs",
+                                exc, RETAKE_S)  # fmt: skip
+                with contextlib.suppress(BusError):
+                    await item.nak(delay=RETAKE_S)
+                await asyncio.sleep(RETAKE_S / 2)  # back off: the next one may fail alike
+                continue
             except Exception:
                 log.exception("could not take a turn request; it comes back in %gs", RETAKE_S)
+                with contextlib.suppress(BusError):
+                    await item.nak(delay=RETAKE_S)
                 await asyncio.sleep(RETAKE_S / 2)  # back off: the next one may fail alike
                 continue
             if deferred:
@@ -241,57 +292,120 @@ class TurnQueue:
                 await asyncio.sleep(DEFER_S * (1.5 + random.random()))
 
     async def _take(self, item: QueueItem, take: Take) -> bool:
-        if await self.parked.repark(item):
+        """Admit a pulled request, hand it to the node holding its conversation, or hand it
+        back to the queue; True when the pull loop should pause (a deferral)."""
+        admission = await self._admit(item, take)
+        if admission.taken:
             return False
+        if admission.elsewhere and await self._hand_off(item, admission):
+            return False
+        if admission.ordered:
+            await item.nak(delay=DEFER_S)
+            return True
+        log.debug("turn %s deferred: its conversation is leased elsewhere", admission.turn_id)
+        if item.deliveries > 1:  # maybe parked by its owner, which needs no fetch of it
+            await item.nak(delay=min(DEFER_S * item.deliveries, self.ack_wait_s))
+            return False  # no pause: this node's pulls go on
+        await item.nak(delay=DEFER_S)
+        return True
+
+    async def _admit(self, item: QueueItem, take: Take) -> Admission:
+        """Take a delivery if this node may run its turn now. Not taken (the caller settles
+        it): an earlier turn of its conversation is unfinished elsewhere (``ordered``), or
+        another node holds the conversation (``elsewhere`` names it when it beats)."""
+        if await self.parked.repark(item):
+            return Admission(taken=True)
         try:
             request = messages.decode(item.data)
         except DecodeError as exc:
             await dead_letter(self.bus, item, exc.reason)
-            return False
+            return Admission(taken=True)
         if not isinstance(request, TurnRequest):
             await dead_letter(self.bus, item, f"expected turn.request, got {request.kind}")
-            return False
-        tid = request.turn_id
+            return Admission(taken=True)
+        tid, cid = request.turn_id, request.conversation_id
         if tid in self._inflight:  # a redelivery of a turn this node already runs
             self._inflight[tid].append(item)
             await item.in_progress()
-            return False
-        self._note(item.stream_seq, request.conversation_id, tid)
-        earlier = await self._earlier(item.stream_seq, request.conversation_id, tid)
+            return Admission(taken=True)
+        self._note(item.stream_seq, cid, tid)
+        earlier = await self._earlier(item.stream_seq, cid, tid)
         if earlier is not None:
             self.ordered += 1
             log.info(
                 "turn %s waits: turn %s of conversation %s came before it and is unfinished",
                 tid,
                 earlier,
-                request.conversation_id,
+                cid,
             )
-            await item.nak(delay=DEFER_S)
-            return True
+            holder = await self.locate(cid) if self.locate is not None else None
+            return Admission(taken=False, request=request, elsewhere=holder, ordered=True)
         self._inflight[tid] = [item]
-        self._conversation[tid] = request.conversation_id
+        self._conversation[tid] = cid
         try:
-            taken = await take(request)
+            holder = await take(request)
         except BaseException:
             self._inflight.pop(tid, None)
             self._conversation.pop(tid, None)
-            with contextlib.suppress(BusError):
-                await item.nak(delay=RETAKE_S)
             raise
-        if not taken:
+        if holder is not None:
             self._inflight.pop(tid, None)
             self._conversation.pop(tid, None)
             self.deferred += 1
-            log.debug("turn %s deferred: its conversation is leased elsewhere", tid)
-            if item.deliveries > 1:  # maybe parked by its owner, which needs no fetch of it
-                await item.nak(delay=min(DEFER_S * item.deliveries, self.ack_wait_s))
-                return False  # no pause: this node's pulls go on
-            await item.nak(delay=DEFER_S)
-            return True
+            return Admission(taken=False, request=request, elsewhere=holder or None)
         self.taken += 1
-        if self.parked.has_conversation(request.conversation_id) and tid in self._inflight:
+        if self.parked.has_conversation(cid) and tid in self._inflight:
             await self.park(tid)  # behind a parked turn: it waits too, until it starts
-        return False
+        return Admission(taken=True)
+
+    async def _hand_off(self, item: QueueItem, admission: Admission) -> bool:
+        """Pass the delivery to the node holding its conversation (``turn.handoff``): True
+        when that node took it and settles it from now on; False (the caller hands it back
+        to the queue) when it refused or did not answer."""
+        request, node = admission.request, admission.elsewhere
+        assert request is not None and node
+        handoff = TurnHandoff(
+            request=request,
+            ack_subject=item.ack_subject,
+            from_node=self.node_id,
+        )
+        try:
+            await self.bus.request(
+                self.bus.subjects.node_turns(node), handoff, timeout=HANDOFF_TIMEOUT_S
+            )
+        except BusError as exc:
+            self.handoffs_refused += 1
+            log.debug("turn %s not taken by %s: %s", request.turn_id, node, exc)
+            return False
+        self.handed_off += 1
+        return True
+
+    async def receive(self, handoff: TurnHandoff, take: Take) -> Message:
+        """A turn another node pulled and passes here (this node holds its conversation):
+        taken (``ack``; this node settles the delivery from now on) or refused with the
+        reason (``error.reply``; the sender hands it back to the queue, this node never
+        touches it)."""
+        request = handoff.request
+        tid, cid = request.turn_id, request.conversation_id
+        if not self._loops:
+            return ErrorReply(code="not_serving", message=f"node {self.node_id} is stopping")
+        room = len(self._inflight) < self.max_active
+        if not room and not any(self._conversation.get(t) == cid for t in self._inflight):
+            return ErrorReply(code="busy", message=f"{len(self._inflight)} turns run here")
+        try:
+            item = self._queue.adopt(handoff.ack_subject, messages.encode(request))
+        except BusError as exc:
+            return ErrorReply(code="bad_handoff", message=str(exc))
+        try:
+            admission = await self._admit(item, take)
+        except Exception as exc:
+            log.exception("could not take turn %s passed by %s", tid, handoff.from_node)
+            return ErrorReply(code="take_failed", message=f"{type(exc).__name__}: {exc}")
+        if not admission.taken:
+            why = "an earlier turn is unfinished" if admission.ordered else "not held here"
+            return ErrorReply(code="not_taken", message=f"turn {tid}: {why}")
+        self.received += 1
+        return Ack(ref=tid, detail=f"taken by {self.node_id}")
 
     def _note(self, seq: int, cid: str, tid: str) -> None:
         self._seen.setdefault(cid, {})[seq] = tid

@@ -41,6 +41,9 @@ from actline.storage.layout import pack, unpack
 
 log = logging.getLogger(__name__)
 
+BEAT = "the node beat"
+"""The beat's name in the connection's outage log (``actline.bus.conditions``)."""
+
 RENEW_CONCURRENCY = 64
 """Lease renewals in flight at once during a ``recheck``."""
 CLAIM_ATTEMPTS = 5
@@ -145,6 +148,7 @@ class KvLeases:
         nodes = self._nodes
         assert nodes is not None
         key = self.bus.subjects.kv_key(self.node_id)
+        gone = False
         if self._beat_revision is not None:
             try:
                 self._beat_revision = await nodes.update(
@@ -153,8 +157,21 @@ class KvLeases:
                 self._beat_went_through()
                 return
             except WrongRevision:  # aged out (a stall longer than the TTL) or rewritten
-                self._lapse("its key was gone")
+                entry = await nodes.get(key)
+                raw = unpack(entry.value or b"\xc0") if entry is not None else None
+                if (
+                    entry is not None
+                    and isinstance(raw, dict)
+                    and raw.get("writer") == self._writer
+                ):
+                    # a beat given up on went through after all: the key never went away
+                    self._beat_revision = int(entry.revision or 0)
+                    self._beat_went_through()
+                    return
+                gone = True
         self._beat_revision = await self._claim_key(nodes, key)
+        if gone:  # noted once the key is back: the leases can be checked then, not before
+            self._lapse("its key was gone")
         self._beat_went_through()
 
     async def _claim_key(self, nodes: KvBucket, key: str) -> int:
@@ -180,6 +197,7 @@ class KvLeases:
         self._last_beat = now
         if self._beats_ok_since is None:
             self._beats_ok_since = now
+        self.bus.conditions.succeeded(BEAT)
 
     def _lapse(self, why: str) -> None:
         if not self.lapsed and self._revisions:
@@ -187,13 +205,36 @@ class KvLeases:
         self.lapsed = True
 
     async def _beat_forever(self) -> None:
+        """A beat every quarter node TTL. One not answered within an eighth of it makes the
+        connection ping its server: a server that does not answer as long (a frozen one)
+        is left for another, and the beat goes through that one, well within the node TTL
+        (else the other nodes would count this one dead and take its leases). A beat still
+        unanswered after another quarter TTL (sent to a stream leader that is gone, while
+        one is elected) is given up and tried again an eighth of the TTL later, so that
+        this node beats again as soon as the other nodes can (a beat given up on that went
+        through after all is recognised as this process's own write). Failures while
+        JetStream is out are logged once per outage (``actline.bus.conditions``)."""
+        ttl = self.node_ttl_s
+        pause = ttl / 4
+        self.bus.conditions.watch(f"KV_{self.bus.subjects.nodes_bucket}")  # asked about too
         while True:
-            await asyncio.sleep(self.node_ttl_s / 4)
+            await asyncio.sleep(pause)
+            pause = ttl / 4
+            beat = asyncio.ensure_future(self._beat())
             try:
-                await self._beat()
+                done, _ = await asyncio.wait({beat}, timeout=ttl / 8)
+                if not done and await self.bus.reconnect_if_stalled(ttl / 8):
+                    beat.cancel()  # sent to the stalled server: it never answers
+                    await asyncio.gather(beat, return_exceptions=True)
+                    beat = asyncio.ensure_future(self._beat())
+                await asyncio.wait_for(beat, ttl / 4)
             except (BusError, TimeoutError) as exc:
+                pause = ttl / 8  # tried again soon: the other nodes judge by this key
                 self._beats_ok_since = None
-                log.warning("node beat of %s failed: %s", self.node_id, exc)
+                if not self.bus.conditions.failed(BEAT, exc):
+                    log.warning("node beat of %s failed: %s", self.node_id, exc)
+            finally:
+                beat.cancel()
 
     async def alive(self, node: str) -> bool:
         """Whether ``node`` beats (its key in the nodes bucket is there).
@@ -233,25 +274,34 @@ class KvLeases:
         see ``renew``). A live key naming this node (a restart under the same node
         id) is taken over.
         """
+        return await self.claim(cid) is None
+
+    async def claim(self, cid: str) -> str | None:
+        """``acquire``, saying who holds the lease when this node does not: None when this
+        node holds it now, else the live node that does (empty when none could be named:
+        this node's own lease lapsed, or the key kept changing). A lease held while this
+        node's beats go through is not written again (no KV request)."""
         async with self._lock(cid):
             if cid in self._revisions:
-                return await self._renew(cid)
+                if not self.lapsed and self._beats_ok_since is not None:
+                    return None  # held while this node beats: no other node may take it
+                return None if await self._renew(cid) else ""
             return await self._acquire(cid)
 
-    async def _acquire(self, cid: str) -> bool:
+    async def _acquire(self, cid: str) -> str | None:
         kv = self._bucket()
         key = self.bus.subjects.kv_key(cid)
         for _ in range(3):
             try:
                 self._revisions[cid] = await kv.create(key, self._value())
-                return True
+                return None
             except KeyExists:
                 current = await self._entry(cid)
             if current is None:
                 continue  # expired or released between create and get
             owner, revision = current
             if owner != self.node_id and await self.alive(owner):
-                return False
+                return owner
             try:
                 self._revisions[cid] = await kv.update(key, self._value(), last=revision)
             except WrongRevision:
@@ -259,8 +309,8 @@ class KvLeases:
             if owner != self.node_id:
                 self.taken_over += 1
                 log.warning("lease of %s taken over from %s: its node is gone", cid, owner)
-            return True
-        return False
+            return None
+        return ""
 
     async def owner(self, cid: str) -> str | None:
         """The node holding the lease on ``cid``, or None when nobody does."""
@@ -336,7 +386,8 @@ class KvLeases:
                             lost.append(cid)
                 except (BusError, TimeoutError) as exc:
                     self.lapsed = True
-                    log.warning("lease check of %s failed: %s", cid, exc)
+                    if not self.bus.conditions.failed("lease check", exc):  # else said once
+                        log.warning("lease check of %s failed: %s", cid, exc)
 
         async with asyncio.TaskGroup() as group:
             for cid in cids:

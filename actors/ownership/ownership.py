@@ -7,13 +7,21 @@ A node chooses its ``Ownership`` once, when it starts (``ACTLINE_CLUSTER``):
 - ``ClusterOwnership``: several nodes share the turn queue. A node leases a
   conversation in JetStream KV before running its turn (``claim``; another node's
   turn is handed back for a moment), brings its LMDB to the durable copy before
-  loading a conversation (``prepare``), copies every committed round to JetStream under
-  a check-and-set on the conversation's head (``committed``: a lost race raises
-  ``ConversationLost`` and the turn goes back to the queue), checks its leases when its
-  own beat lapsed (``KvLeases.recheck``) and answers only the inputs of conversations it
-  owns. A round whose copy fails (NATS
-  away, or a stream electing a new leader while a NATS server fails over) is kept and
-  sent again, merged with any later one, until it is copied.
+  loading a conversation (``prepare``), copies committed rounds to JetStream under a
+  check-and-set on the conversation's head (a lost race raises ``ConversationLost`` and
+  the turn goes back to the queue), checks its leases when its own beat lapsed
+  (``KvLeases.recheck``) and answers only the inputs of conversations it owns.
+
+Copy points. A committed round is kept (``committed``) and copied with the others not yet
+copied, merged into one append and one head update, when the turn does something outside
+the node or ends (``settled``: before an external tool call, an agent's task, entering the
+wait, the result) and at the latest ``copy_every_s`` after the first round kept (0: each
+round as it commits). A turn of five model rounds so costs one replicated append and one
+head update instead of five of each; what a node that dies mid-turn had not copied is run
+again by the node that takes the turn over, from the last copy, and nothing the dead node
+did outside it is lost, since every such act waited for its copy. A copy that fails (NATS
+away, or a stream electing a new leader while a NATS server fails over) is kept and sent
+again, merged with any later round, until it is copied.
 
 Nothing outside this module asks which mode runs.
 """
@@ -44,6 +52,8 @@ RECOPY_S = (0.25, 2.0)
 """First and longest wait between two tries of a copy that failed (doubling)."""
 NOT_MINE = frozenset({"unknown_task", "unknown_turn", "no_outstanding_task"})
 """DONE verdicts a node keeps to itself in cluster mode (another node may run the turn)."""
+COPY = "the durable copy"
+"""The durable copy's name in the connection's outage log (``actline.bus.conditions``)."""
 
 
 class Ownership(Protocol):
@@ -61,8 +71,14 @@ class Ownership(Protocol):
 
     async def start(self) -> None: ...
     async def stop(self) -> None: ...
-    async def claim(self, cid: str) -> bool:
-        """True when this node may run ``cid``'s turns now."""
+    async def claim(self, cid: str) -> str | None:
+        """None when this node may run ``cid``'s turns now; else the node that holds ``cid``
+        (empty when it cannot be named)."""
+        ...
+
+    async def holder(self, cid: str) -> str | None:
+        """The live node other than this one that holds ``cid`` now, if any (a read: this
+        node claims nothing)."""
         ...
 
     async def prepare(self, cid: str, store: Store) -> None:
@@ -74,8 +90,9 @@ class Ownership(Protocol):
         ...
 
     async def settled(self, cid: str) -> None:
-        """Return once every committed round of ``cid`` is as durable as the mode makes it,
-        before a turn's result goes out (raises ``ConversationLost``)."""
+        """Return once every committed round of ``cid`` is as durable as the mode makes it:
+        a copy point, before a turn does anything outside the node (an external tool call,
+        an agent's task, the wait, its result). Raises ``ConversationLost``."""
         ...
 
     async def release(self, cid: str) -> None:
@@ -117,8 +134,11 @@ class LocalOwnership:
     async def stop(self) -> None:
         return None
 
-    async def claim(self, cid: str) -> bool:
-        return True
+    async def claim(self, cid: str) -> str | None:
+        return None
+
+    async def holder(self, cid: str) -> str | None:
+        return None
 
     async def prepare(self, cid: str, store: Store) -> None:
         return None
@@ -147,8 +167,13 @@ class ClusterOwnership:
 
     input_queue: str | None = None
 
-    def __init__(self, bus: Bus, node_id: str, *, node_ttl_s: float = 2.0) -> None:
+    def __init__(
+        self, bus: Bus, node_id: str, *, node_ttl_s: float = 2.0, copy_every_s: float = 0.0
+    ) -> None:
         self.node_id = node_id
+        self.copy_every_s = copy_every_s
+        self.copies = 0
+        """Appends to the durable copy (each holds one round or several merged)."""
         self.leases = KvLeases(bus, node_id, node_ttl_s=node_ttl_s)
         self.durable = JetStreamCopy(bus, writer=node_id)
         self._heads: dict[str, int | None] = {}
@@ -191,8 +216,14 @@ class ClusterOwnership:
                 log.warning("lease of %s not released: %s", cid, exc)
         await self.leases.stop()
 
-    async def claim(self, cid: str) -> bool:
-        return await self.leases.acquire(cid)
+    async def claim(self, cid: str) -> str | None:
+        return await self.leases.claim(cid)
+
+    async def holder(self, cid: str) -> str | None:
+        owner = await self.leases.owner(cid)
+        if not owner or owner == self.node_id or not await self.leases.alive(owner):
+            return None
+        return owner
 
     async def prepare(self, cid: str, store: Store) -> None:
         """Fast path: the head was written by this node at the length stored here.
@@ -205,9 +236,9 @@ class ClusterOwnership:
             if not stored:
                 self._heads[cid] = None
                 return
-            blocks, header, rows = await asyncio.to_thread(_whole, store, cid)
+            blocks, header, rows, records = await asyncio.to_thread(_whole, store, cid)
             self._heads[cid] = await durable.publish_round(
-                cid, blocks, [], header, expect=None, rows=rows
+                cid, blocks, [], header, expect=None, records=records, rows=rows
             )
             return
         header, revision = head
@@ -224,7 +255,9 @@ class ClusterOwnership:
 
     async def committed(self, cid: str, persisted: PersistedRound) -> None:
         self._unpublished.setdefault(cid, []).append(persisted)
-        if not await self._copy(cid):
+        if self.copy_every_s > 0:
+            self._recopy_later(cid, first_wait=self.copy_every_s)
+        elif not await self._copy(cid):
             self._recopy_later(cid)
 
     async def settled(self, cid: str) -> None:
@@ -246,33 +279,40 @@ class ClusterOwnership:
             pending = self._unpublished.get(cid)
             if not pending:
                 return True
+            copied = len(pending)  # rounds committed while this copy is on its way stay
             try:
                 self._heads[cid] = await self.durable.publish_persisted(
-                    cid, merge_rounds(pending), expect=self._heads.get(cid)
+                    cid, merge_rounds(pending[:copied]), expect=self._heads.get(cid)
                 )
             except HeadConflict as exc:
                 raise ConversationLost(cid, str(exc)) from None
             except (BusError, TimeoutError) as exc:  # kept: tried again, merged with later ones
-                log.warning("round of %s not copied to JetStream yet: %s", cid, exc)
+                if not self.leases.bus.conditions.failed(COPY, exc):  # else logged once
+                    log.warning("round of %s not copied to JetStream yet: %s", cid, exc)
                 return False
-            pending.clear()
+            del pending[:copied]
+            self.copies += 1
+            self.leases.bus.conditions.succeeded(COPY)
             return True
 
-    def _recopy_later(self, cid: str) -> None:
+    def _recopy_later(self, cid: str, *, first_wait: float = RECOPY_S[0]) -> None:
         running = self._recopies.get(cid)
         if running is None or running.done():
-            self._recopies[cid] = asyncio.create_task(self._recopy(cid), name=f"recopy:{cid}")
+            self._recopies[cid] = asyncio.create_task(
+                self._recopy(cid, first_wait), name=f"recopy:{cid}"
+            )
 
-    async def _recopy(self, cid: str) -> None:
-        """Try the copy of ``cid`` again, waiting longer each time, until it goes through
-        (a later round may send it first) or the conversation is dropped here."""
-        wait = RECOPY_S[0]
+    async def _recopy(self, cid: str, first_wait: float) -> None:
+        """Copy what ``cid`` keeps after ``first_wait``, then again, waiting longer each time,
+        until it goes through (a copy point may send it first) or the conversation is
+        dropped here."""
+        wait = first_wait
         while self._unpublished.get(cid):
-            await asyncio.sleep(wait)  # NATS is away or electing: no event says it is back
-            wait = min(wait * 2, RECOPY_S[1])
+            await asyncio.sleep(wait)  # the copy deadline, or NATS away: no event to wait on
+            wait = min(max(wait, RECOPY_S[0]) * 2, RECOPY_S[1])
             try:
                 if await self._copy(cid):
-                    log.info("rounds of %s copied to JetStream", cid)
+                    log.debug("rounds of %s copied to JetStream", cid)
                     return
             except ConversationLost as exc:  # the lease renewal finds it lost and drops it
                 log.warning("rounds of %s not copied: %s", cid, exc)
@@ -312,8 +352,11 @@ class ClusterOwnership:
         return isinstance(verdict, ErrorReply) and verdict.code in NOT_MINE
 
 
-def _whole(store: Store, cid: str) -> tuple[list[Block], dict[str, Any], Mapping[str, Any]]:
-    """Everything stored of ``cid``: blocks, header and header rows (to publish whole)."""
+def _whole(
+    store: Store, cid: str
+) -> tuple[list[Block], dict[str, Any], Mapping[str, Any], dict[str, dict[str, Any]]]:
+    """Everything stored of ``cid``: blocks, header, header rows and turn records (to
+    publish whole: a turn left running here resumes from its checkpoint elsewhere)."""
     blocks: Sequence[Block] = [Block.from_dict(b) for b in store.iter_blocks(cid)]
     header = dict(store.header(cid) or {})
-    return list(blocks), header, store.header_rows(cid)
+    return list(blocks), header, store.header_rows(cid), store.turn_records(cid)

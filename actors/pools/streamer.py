@@ -37,7 +37,10 @@ the calls of that turn.
 
 The pool is one subscription with bounded concurrency per node rather than N
 single-task actors: NATS queue groups pick a member at random, and a long model
-call would block whatever was queued behind it.
+call would block whatever was queued behind it. With ``max_waiting`` (a pool process,
+``actline pool models``) at most that many calls wait for a slot past the ``concurrency``
+running; a call past both is answered at once with ``ErrorReply(code="busy")``
+(``actline.actors.pools.admission``).
 """
 
 from __future__ import annotations
@@ -48,6 +51,7 @@ import logging
 from collections.abc import Callable
 from typing import Any, Final
 
+from actline.actors.pools.admission import BUSY, Admission
 from actline.actors.tracing import diag
 from actline.actors.tracing.spans import Tracer
 from actline.bus import Bus, Envelope, Subscription
@@ -117,15 +121,18 @@ class StreamerActor:
         timeout_s: float = 600.0,
         tracer: Tracer | None = None,
         subscribers: ChannelSubscribers | None = None,
+        max_waiting: int | None = None,
     ) -> None:
         """``subscribers``: in-process handlers of every call's channel deltas (module
-        docstring); add more later through ``self.subscribers``."""
+        docstring); add more later through ``self.subscribers``. ``max_waiting``: calls
+        over the wire that may wait for a slot, the rest refused as busy (None: no bound)."""
         self.bus = bus
         self.subscribers = subscribers if subscribers is not None else ChannelSubscribers()
         self.tracer = tracer or Tracer()
         self.models = models
         self.concurrency = concurrency
         self._slots = asyncio.Semaphore(concurrency)
+        self.admission = None if max_waiting is None else Admission(concurrency, max_waiting)
         self.timeout_s = timeout_s
         self.calls = 0
         self.failures = 0
@@ -141,7 +148,11 @@ class StreamerActor:
                 subjects.llm_generate,
                 self._on_generate,
                 queue=self.QUEUE,
-                concurrency=self.concurrency,
+                concurrency=(
+                    self.concurrency
+                    if self.admission is None
+                    else self.admission.subscription_concurrency
+                ),
             )
         )
         self._subs.append(await self.bus.subscribe(subjects.llm_cancel, self._on_cancel))
@@ -165,8 +176,17 @@ class StreamerActor:
                 message=f"the streamers take llm.generate, not {msg.kind}",
                 subject=env.subject,
             )
+        admission = self.admission
+        if admission is None:
+            return await self._served(msg, env)
+        if not admission.admit():
+            return ErrorReply(code=BUSY, message=admission.busy(), subject=env.subject)
+        async with admission.slot():
+            return await self._served(msg, env)
+
+    async def _served(self, msg: GenerateRequest, env: Envelope) -> GenerateResult:
         with self.tracer.remote("streamer", env.headers, msg.turn_id, round=msg.round) as span:
-            result = await self._guarded(msg)
+            result = await (self._quiet(msg) if msg.quiet else self._guarded(msg))
             if span is not None:  # the served call, as a child of the turn's model span
                 u = result.usage
                 span.attrs.update(model=u.model, error_code=result.error_code or "")
@@ -189,6 +209,25 @@ class StreamerActor:
         async with self._slots, asyncio.timeout(self.timeout_s):
             self.calls += 1
             return await complete(model, request)
+
+    async def _quiet(self, request: GenerateRequest) -> GenerateResult:
+        """``complete`` for a caller across the bus: the whole text in ``raw``; a failure is
+        a result with its code (``model_error``, ``timeout``, ``model_config``)."""
+        try:
+            done = await self.complete(request)
+        except ModelConfigError as exc:
+            return self._failed(request, "model_config", str(exc))
+        except TimeoutError:
+            return self._failed(request, "timeout", f"no answer within {self.timeout_s:g}s")
+        except ModelError as exc:
+            return self._failed(request, "model_error", str(exc))
+        return GenerateResult(
+            conversation_id=request.conversation_id,
+            turn_id=request.turn_id,
+            round=request.round,
+            raw=done.text,
+            usage=done.usage,
+        )
 
     async def _guarded(self, request: GenerateRequest) -> GenerateResult:
         """``generate`` registered for ``al.llm.cancel`` of its turn."""

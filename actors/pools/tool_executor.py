@@ -13,6 +13,17 @@ member, a long call (a crawl, a build) would block whatever the server happened 
 behind it while other members sat idle. Inside one process the bounded pool lets a short
 call pass a long one; across nodes the queue group still spreads the load.
 
+With ``max_waiting`` (a pool process, ``actline pool tools``) at most that many calls wait
+for a slot on ``tools.exec`` past the ``concurrency`` running, and a call past both is
+answered at once with ``ErrorReply(code="busy")`` (``actline.actors.pools.admission``), so
+a full member never holds a call another member could run.
+
+A call whose conversation this executor does not hold names the node that holds it
+(``ToolCall.owner``): the tool then gets a copy of the running turn's workspace fetched from
+that node, and what it changed is sent back when it has finished
+(``actline.actors.pools.remote_files``); when the owner refuses the changes, the call fails
+with the owner's reason and nothing it wrote is kept.
+
 Cancellation contract: a call runs under ``asyncio.timeout`` of the smallest of the
 call's ``timeout_s``, the tool's own default and ``max_timeout_s``; when it expires the
 tool's task is cancelled (the tool sees ``CancelledError``) and the reply says
@@ -29,10 +40,12 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
+from actline.actors.pools.admission import BUSY, Admission
 from actline.actors.tracing import diag
 from actline.actors.tracing.spans import Tracer
 from actline.bus import Bus, Envelope, Subscription
@@ -50,6 +63,8 @@ from actline.tools.registry import (
     shorten,
 )
 from actline.tools.workspace.workspace import TurnFiles
+
+from .remote_files import OwnerRefused, RemoteFiles
 
 __all__ = [  # the registry types live in actline.tools.registry; re-exported for callers here
     "TOOL_NAME_PATTERN",
@@ -91,6 +106,9 @@ class ToolExecutorActor:
         node_id: str | None = None,
         files: Callable[[str, str], TurnFiles | None] | None = None,
         tracer: Tracer | None = None,
+        max_waiting: int | None = None,
+        scratch: str | Path | None = None,
+        fetch_limit: int | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError(f"concurrency must be at least 1, got {concurrency}")
@@ -104,7 +122,14 @@ class ToolExecutorActor:
         self.stats = ToolExecutorStats()
         self.node_id = node_id
         self.files = files
+        self.scratch = scratch
+        """Where the temporary workspaces of calls whose conversation another node holds go
+        (None: the system's temp folder)."""
+        self.fetch_limit = fetch_limit
+        """Bytes of file content in one message to or from the owner node (None: half the
+        server's ``max_payload``)."""
         self.tracer = tracer or Tracer()
+        self.admission = None if max_waiting is None else Admission(concurrency, max_waiting)
         self._sub: Subscription | None = None
         self._local: Subscription | None = None
         self._in_flight: set[asyncio.Task[Any]] = set()
@@ -119,8 +144,14 @@ class ToolExecutorActor:
         if self._sub is not None:
             return
         subject = self.bus.subjects.tools_exec
+        admission = self.admission
         self._sub = await self.bus.subscribe(
-            subject, self._handle, queue=self.QUEUE, concurrency=self.concurrency
+            subject,
+            self._handle if admission is None else self._admitted,
+            queue=self.QUEUE,
+            concurrency=self.concurrency
+            if admission is None
+            else admission.subscription_concurrency,
         )
         if self.node_id is not None:
             self._local = await self.bus.subscribe(
@@ -152,6 +183,15 @@ class ToolExecutorActor:
         log.info("tool executor on %s stopped (%d calls cancelled)", sub.subject, len(leftover))
 
     # -- one call ------------------------------------------------------------------
+    async def _admitted(self, msg: Message, env: Envelope) -> Message | None:
+        """``_handle`` behind the admission: busy past its running and waiting calls."""
+        admission = self.admission
+        assert admission is not None
+        if not admission.admit():
+            return ErrorReply(code=BUSY, message=admission.busy(), subject=env.subject)
+        async with admission.slot():
+            return await self._handle(msg, env)
+
     async def _handle(self, msg: Message, env: Envelope) -> Message | None:
         if not isinstance(msg, ToolCall):
             log.warning("unexpected %s on %s", msg.kind, env.subject)
@@ -199,10 +239,34 @@ class ToolExecutorActor:
                 code="bad_params",
                 errors=problems[:MAX_SCHEMA_ERRORS],
             )
+        files = self.files(call.conversation_id, call.turn_id) if self.files else None
+        if files is not None or not call.owner or call.owner == self.node_id:
+            return await self._call(call, tool, files)
+        try:
+            remote = RemoteFiles(self.bus, call, scratch=self.scratch, limit=self._limit())
+        except OwnerRefused as exc:
+            return _failure(call, exc.message, code=exc.code, **exc.detail)
+        try:
+            result = await self._call(call, tool, remote.turn_files())
+            try:
+                await remote.finish()
+            except OwnerRefused as exc:
+                return _not_kept(call, result, exc)
+            return result
+        finally:
+            await remote.close()
+
+    def _limit(self) -> int:
+        limit = self.bus.max_payload // 2
+        return min(limit, self.fetch_limit) if self.fetch_limit else limit
+
+    async def _call(
+        self, call: ToolCall, tool: RegisteredTool, files: TurnFiles | None
+    ) -> ToolResult:
+        """Run ``tool`` with ``files`` as the call's workspace, within its timeout."""
         timeout = self._timeout_for(call, tool)
         loop = asyncio.get_running_loop()
         started = loop.time()
-        files = self.files(call.conversation_id, call.turn_id) if self.files else None
         ctx = ToolContext(
             call.conversation_id, call.turn_id, call.call_id, tool.name, started + timeout, files
         )
@@ -244,6 +308,9 @@ class ToolExecutorActor:
 
     def _raised(self, call: ToolCall, exc: Exception) -> ToolResult:
         kind = type(exc).__name__
+        if isinstance(exc, OwnerRefused):  # the owner node could not give the workspace
+            log.warning("tool %s call_id=%s: workspace %s", call.tool, call.call_id, exc.code)
+            return _failure(call, shorten(exc.message, 2000), code=exc.code, **exc.detail)
         log.warning("tool %s call_id=%s raised %s", call.tool, call.call_id, kind)
         log.debug("tool %s call_id=%s traceback", call.tool, call.call_id, exc_info=exc)
         return _failure(call, shorten(f"{kind}: {exc}", 2000), code="tool_error", type=kind)
@@ -312,4 +379,27 @@ def _failure(call: ToolCall, error: str, *, code: str, **data: Any) -> ToolResul
         ok=False,
         error=error,
         data={"code": code, **data},
+    )
+
+
+def _not_kept(call: ToolCall, result: ToolResult, refused: OwnerRefused) -> ToolResult:
+    """``result`` failed because the owner node refused to store the files the call wrote."""
+    data: dict[str, Any] = dict(result.data)
+    if "files" in data:
+        data["files"] = []
+    data.update(refused.detail)
+    data["code"] = refused.code
+    error = f"{refused.message}. The files this call wrote were not kept."
+    if result.error:
+        error = f"{result.error}; {error}"
+    log.warning("tool %s call_id=%s: changes refused (%s)", call.tool, call.call_id, refused.code)
+    return ToolResult(
+        conversation_id=call.conversation_id,
+        turn_id=call.turn_id,
+        call_id=call.call_id,
+        tool=call.tool,
+        ok=False,
+        content=result.content,
+        data=data,
+        error=shorten(error, 2000),
     )

@@ -15,6 +15,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from actline.actors.base import Actor, Ref
 from actline.actors.configuration.settings import NodeSettings
 from actline.actors.configuration.turn_settings import SettingsMemo, TurnSettings
 from actline.actors.ownership.ownership import Ownership
@@ -51,6 +52,29 @@ class Settler(Protocol):
         ...
 
 
+class Refs(Protocol):
+    """How a conversation and the decision of its running turn reach each other: in process
+    (``LocalRefs``, the local shortcut) or over NATS (``actline.actors.node.post``)."""
+
+    def conversation(self, actor: Actor, conversation_id: str) -> Ref:
+        """What the decision holds of its conversation's actor."""
+        ...
+
+    def turn(self, actor: Actor, turn_id: str) -> Ref:
+        """What the conversation (and the node's routing) hold of a turn's decision."""
+        ...
+
+
+class LocalRefs:
+    """The local shortcut: both ends in this process, messages passed as values."""
+
+    def conversation(self, actor: Actor, conversation_id: str) -> Ref:
+        return actor.ref()
+
+    def turn(self, actor: Actor, turn_id: str) -> Ref:
+        return actor.ref()
+
+
 @dataclass
 class Services:
     """Node-wide resources handed to every conversation and decision actor."""
@@ -81,6 +105,8 @@ class Services:
     local_tools: bool = False
     """This node runs a tool executor: external calls go to ``al.tools.exec.<node>``, where
     the conversation's workspace is (``ToolContext.files``)."""
+    refs: Refs = field(default_factory=LocalRefs)
+    """How the conversation and decision actors of a turn address each other."""
     embedding: BackgroundEmbedding | None = None
     """The node's backlog of committed rows to embed for conversations holding no memsearch
     index (None: each conversation queues its own)."""

@@ -13,7 +13,7 @@ from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-from actline.actors.base import ActorRef
+from actline.actors.base import Ref
 from actline.messages import AgentTask
 
 
@@ -218,4 +218,4 @@ class RunningTurn:
 
     turn_id: str
     conversation_id: str
-    decision: ActorRef
+    decision: Ref

@@ -24,7 +24,7 @@ from collections.abc import Mapping
 from typing import Any, Literal
 
 from actline import messages
-from actline.actors.base import Actor, ActorRef
+from actline.actors.base import Actor, Ref
 from actline.actors.configuration.turn_settings import TurnSettings
 from actline.actors.errors import ActorStopped, ConversationLost, UnexpectedMessage
 from actline.actors.services.shared import Services
@@ -62,7 +62,7 @@ class DecisionActor(Actor):
 
     def __init__(
         self,
-        conv: ActorRef,
+        conv: Ref,
         services: Services,
         request: TurnRequest,
         state: DecisionState,
@@ -241,11 +241,13 @@ class DecisionActor(Actor):
                 if self._tools_job is not None:
                     self._tools_job.cancel()
             case ev.SendAgentTask():
+                await self.services.ownership.settled(self.cid)  # a copy point
                 await self._send_task(effect)
             case ev.StartWaitTimer(generation=g, seconds=s):
                 commit = mb.Commit(self.tid, self._writes(), self._checkpoint())
                 with self.trace.step("commit", self.state.round):
                     await self.conv.ask(commit, timeout=ASK_TIMEOUT_S)
+                    await self.services.ownership.settled(self.cid)  # a copy point
                 self.trace.wait(self.state)
                 self._timer = self.later(s, ev.WaitTimeout(g))
             case ev.CancelWaitTimer():
@@ -460,6 +462,11 @@ class DecisionActor(Actor):
             self._tools_job = self.spawn(self._external(round_, tools.external), f"tools-{round_}")
 
     async def _external(self, round_: int, calls: tuple[ev.ToolSpec, ...]) -> None:
+        try:
+            await self.services.ownership.settled(self.cid)  # a copy point: the calls act outside
+        except ConversationLost as exc:
+            self.tell(exc)
+            return
         outcomes = await remote.call_tools(
             self.services,
             calls,

@@ -205,7 +205,8 @@ class EndTurn:
 
 @dataclass(frozen=True, slots=True)
 class Durable:
-    """The commit of round ``round`` is durable (and copied, in cluster mode); or it
+    """The commit of round ``round`` is durable in the node's store (in cluster mode its
+    durable copy follows at the turn's next copy point, ``actline.actors.ownership``); or it
     failed: ``lost`` (another node owns the conversation) or ``error``."""
 
     round: int

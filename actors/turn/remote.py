@@ -3,7 +3,11 @@ task, a progress card.
 
 Each function is one request on the bus and turns every failure into a value the
 decision loop can use (a failed ``GenerateResult``, a failed ``ToolOutcome``): a
-streamer or tool executor that is away never crashes a turn. An agent task is stored
+streamer or tool executor that is away never crashes a turn. A pool member that is full
+answers ``ErrorReply(code="busy")`` at once (``actline.actors.pools.admission``): the call is
+sent again, up to ``BUSY_TRIES`` times with a short growing pause, and the queue group
+picks a member anew each time; when every try finds a full member, the call fails with
+``model_busy`` (a model call) or a tool error saying so. An agent task is stored
 in the agent's durable inbox (``actline.actors.agents.inboxes``); when the agent is not connected,
 the model gets a notice and the Waiting card says so.
 """
@@ -16,18 +20,22 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from actline.actors.base import ActorRef
+from actline.actors.base import Ref
 from actline.actors.errors import ActorError
+from actline.actors.pools.admission import BUSY
 from actline.actors.pools.streamer import failed_result
 from actline.actors.services.shared import Services
 from actline.actors.services.task_book import TaskEntry
 from actline.actors.tracing import spans as tracing
 from actline.bus import BusError
+from actline.llm.errors import ModelError
+from actline.llm.protocol import Completion
 from actline.messages import (
     AgentTask,
     ErrorReply,
     GenerateRequest,
     GenerateResult,
+    Message,
     MessageError,
     Phase,
     ReActProgress,
@@ -47,25 +55,68 @@ BEST_EFFORT_NOTICE = (
 )
 
 
+BUSY_TRIES = 8
+"""How many times a call is sent while pool members answer busy."""
+BUSY_PAUSE_S = 0.02
+"""The pause before the second try; it doubles each try, up to ``BUSY_PAUSE_MAX_S``."""
+BUSY_PAUSE_MAX_S = 0.5
+
+
+def _is_busy(reply: Message) -> bool:
+    return isinstance(reply, ErrorReply) and reply.code == BUSY
+
+
+async def _ask_pool(
+    services: Services,
+    subject: str,
+    message: Message,
+    *,
+    timeout: float,
+    headers: dict[str, str] | None,
+) -> tuple[Message, int]:
+    """The reply of a pool on ``subject`` and the tries it took: sent again while a member
+    answers busy, at most ``BUSY_TRIES`` times (the last busy reply is returned)."""
+    bus = services.bus
+    pause, tried = BUSY_PAUSE_S, 1
+    reply = await bus.request(
+        subject, message, timeout=timeout, raise_remote=False, headers=headers
+    )
+    while _is_busy(reply) and tried < BUSY_TRIES:
+        await asyncio.sleep(pause)
+        pause, tried = min(pause * 2, BUSY_PAUSE_MAX_S), tried + 1
+        reply = await bus.request(
+            subject, message, timeout=timeout, raise_remote=False, headers=headers
+        )
+    return reply, tried
+
+
 async def generate(services: Services, request: GenerateRequest) -> GenerateResult:
     """One model call: this node's streamer in process (no copy of the context on the
-    wire), else the pool on ``al.llm.generate``."""
-    if services.streamer is not None:
+    wire), else (no streamer here, or the local shortcut off) the pool on
+    ``al.llm.generate``."""
+    if services.streamer is not None and services.settings.local_shortcut:
         return await services.streamer.call(request)
     bus = services.bus
     timeout = services.settings.model_timeout_s + 5.0
     try:
-        reply = await bus.request(
+        reply, tried = await _ask_pool(
+            services,
             bus.subjects.llm_generate,
             request,
             timeout=timeout,
-            raise_remote=False,
             headers=tracing.headers(),  # the streamer's span joins the turn's trace
         )
     except BusError as exc:
         return failed_result(request, "model_unreachable", f"no streamer answered: {exc}")
     if isinstance(reply, GenerateResult):
         return reply
+    if _is_busy(reply):
+        return failed_result(
+            request,
+            "model_busy",
+            f"every streamer asked was full ({tried} tries): start more model pool members "
+            "(actline pool models) or give them a larger --concurrency or --queue",
+        )
     text = reply.message if isinstance(reply, ErrorReply) else f"unexpected {reply.kind}"
     return failed_result(request, "model_unreachable", text)
 
@@ -90,6 +141,7 @@ async def call_tool(
         tool=call.tool,
         params=dict(call.params),
         timeout_s=timeout_s,
+        owner=services.settings.node_id,
     )
     subject = (
         bus.subjects.tools_exec_local(services.settings.node_id)
@@ -97,13 +149,17 @@ async def call_tool(
         else bus.subjects.tools_exec
     )
     try:
-        reply = await bus.request(
-            subject, message, timeout=timeout_s + 2.0, raise_remote=False, headers=headers
+        reply, tried = await _ask_pool(
+            services, subject, message, timeout=timeout_s + 2.0, headers=headers
         )
     except BusError as exc:
         return failed(call, f"the tool executors did not answer: {exc}")
     except MessageError as exc:  # e.g. parameters too large to send
         return failed(call, f"the call could not be sent: {exc}")
+    if _is_busy(reply):
+        return failed(
+            call, f"every tool executor asked was full ({tried} tries); try the call later"
+        )
     if not isinstance(reply, ToolResult):
         return failed(call, reply.message if isinstance(reply, ErrorReply) else f"got {reply.kind}")
     data: dict[str, object] = {"status": "ok" if reply.ok else "error"}
@@ -220,7 +276,7 @@ def absent_note(agents: Sequence[str]) -> str:
 
 async def best_effort(
     services: Services,
-    conv: ActorRef,
+    conv: Ref,
     render: Render | None,
     out: TurnOutput,
     reason: str,
@@ -275,3 +331,26 @@ async def publish_card(
         await bus.publish(bus.subjects.stream(conversation_id), card)
     except BusError as exc:
         log.warning("progress card of turn %s lost: %s", turn_id, exc)
+
+
+async def complete(services: Services, request: GenerateRequest) -> Completion:
+    """A model call run to the end with nothing streamed to clients (a compaction summary):
+    this node's streamer in process, or (the local shortcut off) a streamer of the pool on
+    ``al.llm.generate`` (``quiet``). Raises ``ModelError`` with the failure's reason."""
+    streamer = services.streamer
+    if streamer is not None and services.settings.local_shortcut:
+        return await streamer.complete(request)
+    quiet = request.model_copy(update={"quiet": True})
+    timeout = services.settings.model_timeout_s + 5.0
+    try:
+        reply, _ = await _ask_pool(
+            services, services.bus.subjects.llm_generate, quiet, timeout=timeout, headers=None
+        )
+    except BusError as exc:
+        raise ModelError(f"no streamer answered: {exc}") from None
+    if not isinstance(reply, GenerateResult):
+        detail = reply.message if isinstance(reply, ErrorReply) else f"got {reply.kind}"
+        raise ModelError(f"the streamer refused the call: {detail}")
+    if reply.error:
+        raise ModelError(f"{reply.error_code}: {reply.error}")
+    return Completion(reply.raw, reply.usage)

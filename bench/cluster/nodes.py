@@ -16,7 +16,7 @@ from typing import Any, Protocol
 from rich.console import Console
 
 from actline.actors.cluster.ray_job import NodeActor, load_requests, run_requests
-from actline.bus import Bus, EmbeddedNats
+from actline.bus import Bus, EmbeddedCluster, EmbeddedNats
 from actline.messages import ReActResult, TurnRequest
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -53,6 +53,16 @@ def embedded(store: Path) -> AbstractContextManager[Servers]:
     return EmbeddedNats(store_dir=store)
 
 
+def replicated(store: Path) -> AbstractContextManager[Servers]:
+    """Three nats-servers on loopback with routes between them (authenticated): every
+    stream and bucket has three replicas, as in production."""
+    return EmbeddedCluster(3, root=store)
+
+
+SERVERS: dict[str, ServerFactory] = {"cluster": replicated, "server": embedded}
+"""``--servers``: a replicated cluster of three, or one server."""
+
+
 def server_pids(server: Servers) -> list[int]:
     """The nats-server process ids behind ``server`` (``pids`` of a cluster, else ``pid``)."""
     pids = getattr(server, "pids", None)
@@ -78,6 +88,8 @@ class BenchNode(NodeActor):
                 "calls": streamer.calls if streamer is not None else 0,
                 "deferred": node.queue.deferred,
                 "ordered": node.queue.ordered,
+                "handed_off": node.queue.handed_off,
+                "taken_over": getattr(getattr(node.ownership, "leases", None), "taken_over", 0),
             }
         return out
 
@@ -112,14 +124,16 @@ def quiet(wait_s: float, below: float = QUIET_CORES) -> tuple[float, float]:
             return waited, busy
 
 
-def requests(tmp: Path, conversations: int, prefix: str) -> list[TurnRequest]:
-    """``conversations`` one-turn conversations, through the job's own file format."""
+def requests(tmp: Path, conversations: int, prefix: str, turns: int = 1) -> list[TurnRequest]:
+    """``conversations`` conversations of ``turns`` turns each, through the job's own file
+    format (the job submits a conversation's turns one after another)."""
     path = tmp / f"{prefix}.jsonl"
     with path.open("w") as handle:
         for c in range(conversations):
-            row = {"conversation_id": f"{prefix}{c}", "turn_id": f"{prefix}{c}-t1"}
-            row["text"] = QUESTIONS[c % len(QUESTIONS)]
-            handle.write(json.dumps(row) + "\n")
+            for t in range(turns):
+                row = {"conversation_id": f"{prefix}{c}", "turn_id": f"{prefix}{c}-t{t + 1}"}
+                row["text"] = QUESTIONS[(c + t) % len(QUESTIONS)]
+                handle.write(json.dumps(row) + "\n")
     return load_requests(path)
 
 
@@ -131,8 +145,11 @@ def start_nodes(
     latency: float,
     ack_wait: float,
     sync: bool,
+    *,
+    cluster: bool = True,
 ) -> list[Any]:
-    """``count`` node actors serving on ``server`` (their workers import this checkout)."""
+    """``count`` node actors serving on ``server`` (their workers import this checkout), in
+    cluster mode or (``cluster=False``, one node) single mode."""
     path = os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH", "")) if p)
     cls = ray.remote(num_cpus=NODE_CPUS, runtime_env={"env_vars": {"PYTHONPATH": path}})(BenchNode)
     creds = server.creds_path("node").read_text()
@@ -147,12 +164,16 @@ def start_nodes(
                 "node_ttl_s": NODE_TTL_S,
                 "ack_wait_s": ack_wait,
                 "storage_sync": sync,
+                "cluster": cluster,
             },
             model_latency=latency,
             creds=creds,
         )
         for i in range(count)
     ]
+    if os.environ.get("XX_SERIAL_START"):
+        for a in actors:
+            ray.get(a.start.remote(), timeout=180)
     ray.get([a.start.remote() for a in actors], timeout=180)
     return actors
 

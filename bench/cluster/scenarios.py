@@ -46,20 +46,31 @@ def throughput(
     nodes: int,
     per_node: int,
     warmup: int,
+    mode: str = "cluster",
+    turns: int = 1,
     sync: bool = False,
     quiet_wait_s: float = 0.0,
 ) -> dict[str, Any]:
-    """One measurement: fresh NATS and node actors, a warm-up batch, the timed batch."""
-    tag = f"{model}{nodes}-{time.monotonic_ns()}"
+    """One measurement: fresh NATS and node actors (``mode`` cluster, or single with one
+    node), a warm-up batch, the timed batch of ``per_node`` conversations of ``turns``
+    turns per node actor."""
+    tag = f"{model}{mode[0]}{nodes}-{time.monotonic_ns()}"
     with servers(tmp / f"nats-{tag}") as server:
         actors = start_nodes(
-            ray, server, tmp / f"home-{tag}", nodes, MODELS[model], ACK_WAIT_S, sync
+            ray,
+            server,
+            tmp / f"home-{tag}",
+            nodes,
+            MODELS[model],
+            ACK_WAIT_S,
+            sync,
+            cluster=mode == "cluster",
         )
         try:
             warm_s, warm, tries = 0.0, list[ReActResult](), 0
             while tries < WARMUP_TRIES:  # until every node actor took some of it
                 tries += 1
-                warm_turns = requests(tmp, warmup * nodes, f"w{tries}{tag}-")
+                warm_turns = requests(tmp, warmup * nodes, f"w{tries}{tag}-", turns)
                 took, got = asyncio.run(batch(server, warm_turns))
                 warm_s, warm = warm_s + took, warm + got
                 if all(u.get("taken", 0) > 0 for u in asyncio.run(usages(actors))):
@@ -77,7 +88,7 @@ def throughput(
             nats0 = sum(proc_cpu_s(p) for p in pids)
             driver0, machine0 = time.process_time(), machine_busy_s()
             seconds, results = asyncio.run(
-                batch(server, requests(tmp, per_node * nodes, f"m{tag}-"), sample)
+                batch(server, requests(tmp, per_node * nodes, f"m{tag}-", turns), sample)
             )
             driver = time.process_time() - driver0
             machine = machine_busy_s() - machine0
@@ -85,14 +96,21 @@ def throughput(
             after = asyncio.run(usages(actors))
         finally:
             stop_nodes(ray, actors)
-    turns = len(results)
-    node_cpu = sum(b["cpu_s"] - a["cpu_s"] for a, b in zip(before, after, strict=True))
-    calls = sum(b["calls"] - a["calls"] for a, b in zip(before, after, strict=True))
-    ms = 1e3 / turns
+    done = len(results)
+    pairs = list(zip(before, after, strict=True))
+
+    def grew(key: str) -> int:
+        return sum(int(b.get(key, 0)) - int(a.get(key, 0)) for a, b in pairs)
+
+    node_cpu = sum(b["cpu_s"] - a["cpu_s"] for a, b in pairs)
+    ms = 1e3 / done
     row: dict[str, Any] = {
         "model": model,
+        "mode": mode,
         "nodes": nodes,
-        "turns": turns,
+        "config": config_label(mode, nodes),
+        "turns_per_conversation": turns,
+        "turns": done,
         "completed": completed(results),
         "warmup_turns": len(warm),
         "warmup_completed": completed(warm),
@@ -102,10 +120,13 @@ def throughput(
         "quiet_waited_s": waited,
         "busy_cores_before": busy,
         "seconds": seconds,
-        "turns_per_s": turns / seconds,
-        "per_node_turns_per_s": turns / seconds / nodes,
-        "taken": [b["taken"] - a["taken"] for a, b in zip(before, after, strict=True)],
-        "calls_per_turn": calls / turns,
+        "turns_per_s": done / seconds,
+        "per_node_turns_per_s": done / seconds / nodes,
+        "taken": [b["taken"] - a["taken"] for a, b in pairs],
+        "calls_per_turn": grew("calls") / done,
+        "deferred": grew("deferred"),
+        "ordered": grew("ordered"),
+        "handed_off": grew("handed_off"),
         "node_cpu_ms_per_turn": node_cpu * ms,
         "nats_cpu_ms_per_turn": nats * ms,
         "driver_cpu_ms_per_turn": driver * ms,
@@ -118,6 +139,11 @@ def throughput(
         row[k] for k in ("node_cpu_ms_per_turn", "nats_cpu_ms_per_turn", "driver_cpu_ms_per_turn")
     )
     return row | bounds(row)
+
+
+def config_label(mode: str, nodes: int) -> str:
+    """``cluster x2``, ``single x1``: a measured configuration."""
+    return f"{mode} x{nodes}"
 
 
 def bounds(row: dict[str, Any]) -> dict[str, Any]:

@@ -1,7 +1,10 @@
 """The event log: an append-only LIMITS stream, read one subject at a time.
 
 ``append`` may dedupe by message id (within the server's duplicate window), ``next_after``
-walks one subject and ``last`` reads its newest message, with direct gets.
+walks one subject and ``last`` reads its newest message, with direct gets. Until its first
+operation is answered, within ``SETUP_S`` of ``open`` on a replicated cluster, one that
+finds no stream is tried again (``FirstAnswer``; a timeout is not: an append may have
+been stored).
 """
 
 from __future__ import annotations
@@ -16,7 +19,7 @@ from nats.js.client import JetStreamContext
 from ..errors import BusError, NoStream, StreamMissing
 from .api import DEFAULT_TIMEOUT, Bus, context, translate
 from .healer import Healer, exists
-from .streams import ensure_stream, replicas_for
+from .streams import UNWRITTEN, FirstAnswer, ensure_stream, replicas_for
 
 
 class EventLog:
@@ -28,6 +31,8 @@ class EventLog:
         self._timeout = timeout
         self._healer: Healer | None = None
         """Makes the stream again when it is gone (set by ``open``; None: only bound)."""
+        self._first = FirstAnswer(f"stream {name}", 1, UNWRITTEN)
+        """Tries the first operations again while the stream cannot answer (set by ``open``)."""
 
     @classmethod
     async def open(
@@ -68,12 +73,15 @@ class EventLog:
         )
         await ensure_stream(js, config, timeout)
         made = cls(name, js, timeout)
+        replicas = int(config.num_replicas or 1)
+        made._first = FirstAnswer(f"stream {name}", replicas, UNWRITTEN)
 
         async def there() -> bool | None:
             return await exists(js, name)
 
         async def remake() -> None:
             await ensure_stream(js, config, timeout)
+            made._first = FirstAnswer(f"stream {name}", replicas, UNWRITTEN)
 
         made._healer = Healer(f"stream {name}", there, remake)
         return made
@@ -102,15 +110,22 @@ class EventLog:
         Raises ``NoStream`` when the stream does not capture ``subject`` (or is gone).
         """
         headers = {"Nats-Msg-Id": msg_id} if msg_id else None
+
+        async def append() -> int:
+            try:
+                ack = await self._js.publish(subject, data, stream=self.name, headers=headers)
+            except nats.js.errors.NoStreamResponseError:  # not the stream's subject, or gone
+                raise NoStream(subject) from None
+            except nats.errors.Error as exc:
+                raise self._error(exc, f"append to {subject}") from None
+            return int(ack.seq)
+
         try:
-            ack = await self._js.publish(subject, data, stream=self.name, headers=headers)
-        except nats.js.errors.NoStreamResponseError:  # not the stream's subject, or gone
+            return await self._first.run(append)
+        except NoStream:
             if self._healer is not None:
                 self._healer.suspect()
-            raise NoStream(subject) from None
-        except nats.errors.Error as exc:
-            raise self._error(exc, f"append to {subject}") from None
-        return int(ack.seq)
+            raise
 
     async def next_after(self, subject: str, seq: int) -> tuple[int, bytes] | None:
         """The first message on ``subject`` at stream sequence ``seq`` or later, as

@@ -2,7 +2,10 @@
 
 Missing, deleted and aged-out keys read as None; ``create`` succeeds over a delete marker
 (and over a key aged out by the bucket TTL, which leaves no marker). A bucket made by
-``open`` is made again when it is found gone (``actline.bus.jetstream.healer``).
+``open`` is made again when it is found gone (``actline.bus.jetstream.healer``). Until its
+first operation is answered, within ``SETUP_S`` of ``open`` on a replicated cluster, one
+that finds the bucket missing or gets no answer is tried again (``FirstAnswer``): nodes
+started together make the bucket together, and its leader may still be being elected.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from nats.js.kv import KeyValue
 from ..errors import BusError, JetStreamError, KeyExists, StreamMissing, WrongRevision
 from .api import DEFAULT_TIMEOUT, Bus, context, translate
 from .healer import Healer, exists
-from .streams import ensure_replicas, replicas_for, set_up, settled
+from .streams import FirstAnswer, ensure_replicas, replicas_for, set_up, settled
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -56,6 +59,8 @@ class KvBucket:
         self._reopen: Callable[[], Awaitable[KvBucket]] | None = None
         """Makes the bucket again as ``open`` did (set by ``open``)."""
         self._healer: Healer | None = None
+        self._first = FirstAnswer(f"KV bucket {name}", 1)
+        """Tries the first operations again while the bucket cannot answer (set by ``open``)."""
 
     @classmethod
     async def open(
@@ -99,9 +104,12 @@ class KvBucket:
                         raise exc from None
                 await settled(js, f"KV_{name}", count)
             else:
-                await ensure_replicas(js, (await js.stream_info(f"KV_{name}")).config, count)
-            bucket = cls(name, kv, None, timeout, js)
-            bucket.ttl_s = await bucket.status_ttl()
+                have = (await js.stream_info(f"KV_{name}")).config
+                raised = await ensure_replicas(js, have, count)
+                await settled(js, f"KV_{name}", count, followers=raised)
+            ttl = (await kv.status()).ttl  # raw: a request with no answer is tried again
+            bucket = cls(name, kv, float(ttl) if ttl else None, timeout, js)
+            bucket._first = FirstAnswer(f"KV bucket {name}", count)
             return bucket
 
         try:
@@ -243,11 +251,11 @@ class KvBucket:
     async def _remake(self) -> None:
         assert self._reopen is not None
         fresh = await self._reopen()
-        self._kv, self.ttl_s = fresh._kv, fresh.ttl_s
+        self._kv, self.ttl_s, self._first = fresh._kv, fresh.ttl_s, fresh._first
 
     async def _healed(self, step: Callable[[], Awaitable[T]]) -> T:
         try:
-            return await step()
+            return await self._first.run(step)
         except StreamMissing:
             if self._healer is not None:
                 self._healer.suspect()

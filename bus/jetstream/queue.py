@@ -10,6 +10,7 @@ waiting may leave a message in the subscription's buffer; the next ``pull`` retu
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import logging
 import time
@@ -19,7 +20,14 @@ from dataclasses import dataclass, field, replace
 import nats.errors
 import nats.js.errors
 from nats.aio.msg import Msg
-from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy, StorageType, StreamConfig
+from nats.js.api import (
+    AckPolicy,
+    ConsumerConfig,
+    ConsumerInfo,
+    RetentionPolicy,
+    StorageType,
+    StreamConfig,
+)
 from nats.js.client import JetStreamContext
 
 from ..errors import AckFailed, AlreadyAcked, BusError
@@ -80,6 +88,12 @@ class QueueItem:
             dict(msg.headers or {}),
             meta.timestamp.timestamp() if meta.timestamp is not None else 0.0,
         )
+
+    @property
+    def ack_subject(self) -> str:
+        """Where this delivery is settled (its JetStream reply subject): another client of the
+        stream's consumer can settle it there (``WorkQueue.adopt``)."""
+        return str(self._msg.reply or "")
 
     def rearmed(self) -> QueueItem:
         """The same delivery, usable again after a delayed ``nak`` (the server still holds
@@ -163,6 +177,8 @@ class WorkQueue:
         self._psub = psub
         self._timeout = timeout
         self._js = js
+        self.adopted = 0
+        """Deliveries pulled by another client of the consumer and settled from here."""
 
     @classmethod
     async def open(
@@ -181,7 +197,9 @@ class WorkQueue:
         durable pull consumer (explicit ack, ``max_deliver`` and ``max_ack_pending``
         unlimited), creating it if missing. An existing stream or consumer that takes
         fewer subjects is widened to ``subject``. ``replicas``: None is the bus's
-        (``replicas_for(bus, bus.js_replicas)``); an existing stream with fewer is raised."""
+        (``replicas_for(bus, bus.js_replicas)``); an existing stream with fewer is raised.
+        Nodes opening the queue at once share one stream and consumer: each finds what
+        another made, tried again within ``SETUP_S`` while the cluster has not caught up."""
         wanted = [subject] if isinstance(subject, str) else list(subject)
         js = context(bus, timeout)
         await ensure_stream(
@@ -208,15 +226,20 @@ class WorkQueue:
         async def bind() -> JetStreamContext.PullSubscription:
             return await js.pull_subscribe(wanted[0], durable=consumer, stream=name, config=config)
 
-        try:
-            replicas = int(replicas or replicas_for(bus, bus.js_replicas))
-            psub = await set_up(bind, f"bind consumer {consumer} on {name}", replicas)
+        async def widen(psub: JetStreamContext.PullSubscription) -> ConsumerInfo:
             info = await psub.consumer_info()
             have = info.config.filter_subjects or [info.config.filter_subject or ">"]
             if set(have) != set(wanted) and ">" not in have:  # made by an older version
                 widened = replace(info.config, filter_subject=None, filter_subjects=wanted)
                 info = await js.add_consumer(name, widened)
                 log.info("consumer %s on %s now takes %s", consumer, name, ", ".join(wanted))
+            return info
+
+        what = f"bind consumer {consumer} on {name}"
+        try:
+            replicas = int(replicas or replicas_for(bus, bus.js_replicas))
+            psub = await set_up(bind, what, replicas)
+            info = await set_up(lambda: widen(psub), what, replicas)
             # A replicated consumer just made serves no pull until its leader is elected.
             deadline = time.monotonic() + 20.0
             while info.cluster is not None and not info.cluster.leader:
@@ -224,7 +247,8 @@ class WorkQueue:
                     log.warning("consumer %s on %s has no leader after 20s", consumer, name)
                     break
                 await asyncio.sleep(0.05)  # polling: the server sends no event
-                info = await psub.consumer_info()
+                with contextlib.suppress(nats.errors.TimeoutError, nats.js.errors.APIError):
+                    info = await psub.consumer_info()  # an answer may be lost while it elects
         except nats.errors.Error as exc:
             raise translate(exc, "bind consumer", target=name, timeout=timeout) from None
         actual = float(info.config.ack_wait or ack_wait_s)
@@ -237,6 +261,26 @@ class WorkQueue:
                 ack_wait_s,
             )
         return cls(name, ", ".join(wanted), consumer, psub, actual, timeout, js)
+
+    def adopt(self, ack_subject: str, data: bytes) -> QueueItem:
+        """A delivery another client pulled from this consumer, settled from here: its ack,
+        nak and in-progress go to ``ack_subject`` as if this client had pulled it.
+        ``AckFailed`` when the subject is not a delivery of this stream's consumer."""
+        try:
+            meta = Msg.Metadata._from_reply(ack_subject)
+        except (nats.errors.Error, ValueError, IndexError) as exc:
+            raise AckFailed("adopt", ack_subject, f"not a JetStream ack subject: {exc}") from None
+        if (meta.stream, meta.consumer) != (self.name, self.consumer):
+            raise AckFailed(
+                "adopt",
+                ack_subject,
+                f"a delivery of {meta.stream}/{meta.consumer}, not of {self.name}/{self.consumer}",
+            )
+        js = self._js
+        assert js is not None
+        msg = Msg(js._nc, subject=self.subject, reply=ack_subject, data=data)
+        self.adopted += 1
+        return QueueItem.of(msg)
 
     async def healthy(self) -> bool:
         """False when the stream or the consumer is gone (deleted by someone): reopen it."""

@@ -2,10 +2,16 @@
 
 Every stream and bucket is made with ``replicas`` (None: ``replicas_for(bus,
 bus.js_replicas)``, which follows the cluster: 1 on one server, 3 on three or more, or
-``ACTLINE_JS_REPLICAS``); an existing one with fewer is raised to it (logged), and a
-replicated one just made or raised is waited for until it has a leader. A setup request a
-replicated cluster does not answer (it may be electing a leader) is tried again for up to
-``SETUP_S``. An existing stream gains the subjects it lacks.
+``ACTLINE_JS_REPLICAS``); an existing one with fewer is raised to it (logged). A replicated
+one just made or raised is waited for until it has a leader and current followers, and one
+found until it has a leader (another node may have made it a moment ago). A setup request
+a replicated cluster does not answer (it may be electing a leader) is tried again for up to
+``SETUP_S``, and so is one that races another node making the same stream. An existing
+stream gains the subjects it lacks.
+
+Several nodes started at once make the same streams together: each makes or finds them, and
+the first operations on each (``FirstAnswer``) are tried again while the cluster cannot
+answer them yet, within ``SETUP_S`` of the open.
 """
 
 from __future__ import annotations
@@ -23,7 +29,15 @@ import nats.js.errors
 from nats.js.api import StreamConfig
 from nats.js.client import JetStreamContext
 
-from ..errors import JetStreamError, ReplicasUnavailable
+from ..errors import (
+    BusError,
+    JetStreamError,
+    JetStreamUnavailable,
+    NoStream,
+    ReplicasUnavailable,
+    RequestTimeout,
+    StreamMissing,
+)
 from .api import Bus, translate
 
 log = logging.getLogger(__name__)
@@ -73,8 +87,9 @@ def replicas_for(bus: Bus, wanted: int | None) -> int:
 
 async def set_up(step: Callable[[], Awaitable[T]], what: str, replicas: int) -> T:
     """``step()``, tried again for up to ``SETUP_S`` while a replicated cluster does not
-    answer (each retry logged); on one replica (one server) a timeout is raised at once.
-    Each step is idempotent: it finds what an earlier try made."""
+    answer or has not caught up with a stream another node made a moment ago (each retry
+    logged); on one replica (one server) a timeout is raised at once. Each step is
+    idempotent: it finds what an earlier try (or another node) made."""
     deadline = time.monotonic() + (SETUP_S if replicas > 1 else 0.0)
     pause = 0.25
     while True:
@@ -97,9 +112,12 @@ async def set_up(step: Callable[[], Awaitable[T]], what: str, replicas: int) -> 
             pause = min(pause * 2, 2.0)
 
 
-_CLUSTER_UNAVAILABLE = frozenset({10005, 10008, 10009, 10023})
-"""JetStream API errors of a cluster short of servers or leaders: no suitable peers,
-temporarily unavailable, not the leader, insufficient resources."""
+_CLUSTER_UNAVAILABLE = frozenset({10005, 10008, 10009, 10014, 10023, 10058, 10059})
+"""JetStream API errors of a cluster short of servers or leaders (no suitable peers,
+temporarily unavailable, not the leader, insufficient resources) or behind a concurrent
+creator: "stream name already in use" from a create whose stream the server then does not
+find, "stream not found" or "consumer not found" from a server that has not applied a
+stream or consumer just made."""
 
 
 def _unavailable(exc: Exception) -> bool:
@@ -111,12 +129,12 @@ def _unavailable(exc: Exception) -> bool:
     return True  # no answer, or no responders
 
 
-async def ensure_replicas(js: JetStreamContext, have: StreamConfig, wanted: int) -> None:
+async def ensure_replicas(js: JetStreamContext, have: StreamConfig, wanted: int) -> bool:
     """Raise an existing stream with fewer replicas than ``wanted`` to ``wanted`` (a log
-    line); a stream with more keeps them. ``JetStreamError`` when the server refuses."""
+    line; True); a stream with more keeps them. ``JetStreamError`` when the server refuses."""
     count = int(have.num_replicas or 1)
     if count >= wanted:
-        return
+        return False
     try:
         await js.update_stream(replace(have, num_replicas=wanted))
     except nats.js.errors.APIError as exc:
@@ -126,23 +144,34 @@ async def ensure_replicas(js: JetStreamContext, have: StreamConfig, wanted: int)
             int(exc.err_code or exc.code or 0),
         ) from None
     log.info("stream %s now has %d replicas (it had %d)", have.name, wanted, count)
-    await settled(js, str(have.name), wanted)
+    return True
 
 
-async def settled(js: JetStreamContext, name: str, replicas: int, limit: float = 20.0) -> None:
+async def settled(
+    js: JetStreamContext,
+    name: str,
+    replicas: int,
+    limit: float = 20.0,
+    *,
+    followers: bool = True,
+) -> None:
     """Wait (up to ``limit`` seconds) until a replicated stream has a leader and ``replicas
     - 1`` current followers: a stream just made or scaled up answers no publish until it has
     (its leader is elected in a moment; a work queue scaled up with its consumer took ~10 s
-    here). A stream of one replica is led at once."""
+    here). ``followers`` False waits for the leader only: a stream found may have been made
+    by another node a moment ago (its first write failed with "stream not found" when not
+    waited for), or have a server down for good, which a leader does not need. A stream of
+    one replica is led at once; one led long ago costs one stream info."""
     if replicas <= 1:
         return
+    wanted = replicas - 1 if followers else 0
     deadline = time.monotonic() + limit
     while time.monotonic() < deadline:
         with contextlib.suppress(nats.errors.Error):
             info = await js.stream_info(name)
             cluster = info.cluster
             peers = [p for p in (cluster.replicas or []) if p.current] if cluster else []
-            if cluster is not None and cluster.leader and len(peers) >= replicas - 1:
+            if cluster is not None and cluster.leader and len(peers) >= wanted:
                 return
         await asyncio.sleep(0.05)  # polling the stream's state: the server sends no event
     log.warning("stream %s has not settled on %d replicas within %gs", name, replicas, limit)
@@ -162,7 +191,8 @@ async def ensure_stream(js: JetStreamContext, config: StreamConfig, timeout: flo
             pass
         else:
             await _add_subjects(js, info.config, list(config.subjects or []))
-            await ensure_replicas(js, info.config, replicas)
+            raised = await ensure_replicas(js, info.config, replicas)
+            await settled(js, name, replicas, followers=raised)
             return
         try:
             await js.add_stream(config)
@@ -187,3 +217,54 @@ async def _add_subjects(js: JetStreamContext, have: StreamConfig, wanted: list[s
     await js.update_stream(replace(have, subjects=[*(have.subjects or []), *missing]))
     have.subjects = [*(have.subjects or []), *missing]
     log.info("stream %s now also captures %s", have.name, ", ".join(missing))
+
+
+class FirstAnswer:
+    """The first operations on a stream or bucket just opened on a replicated cluster: until
+    one gets an answer, within ``SETUP_S`` of the open, one that finds the stream missing,
+    JetStream unavailable or no answer at all (a stream just made, by this node or another,
+    whose leader is being elected) is tried again, each retry logged. Once the stream has
+    answered, or on one replica, every error is raised at once.
+
+    A check-and-set write tried again after a timeout that went through raises
+    ``KeyExists``/``WrongRevision`` as a concurrent writer's would; a plain ``put`` is
+    written twice."""
+
+    def __init__(
+        self,
+        what: str,
+        replicas: int,
+        retried: tuple[type[BusError], ...] = (StreamMissing, JetStreamUnavailable, RequestTimeout),
+    ) -> None:
+        self.what = what
+        self.retried = retried
+        self._deadline = time.monotonic() + (SETUP_S if replicas > 1 else 0.0)
+        self.answered = replicas <= 1
+
+    async def run(self, step: Callable[[], Awaitable[T]]) -> T:
+        """``step()``, tried again as the class says."""
+        pause = 0.25
+        while True:
+            try:
+                result = await step()
+            except self.retried as exc:
+                if self.answered or time.monotonic() + pause >= self._deadline:
+                    raise
+                log.warning(
+                    "%s: %s; trying again (just made, it may be electing its leader)",
+                    self.what,
+                    exc,
+                )
+                await asyncio.sleep(pause)  # backoff between tries of a first operation
+                pause = min(pause * 2, 2.0)
+                continue
+            except BusError:
+                self.answered = True  # a refusal (KeyExists, WrongRevision) is an answer
+                raise
+            self.answered = True
+            return result
+
+
+UNWRITTEN = (StreamMissing, NoStream, JetStreamUnavailable)
+"""Errors of a write that surely stored nothing (no stream took it), tried again by
+``FirstAnswer`` where a write stored twice would be wrong."""

@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
 from collections.abc import AsyncIterator, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from actline.actors import NodeSettings
 from actline.actors.client.client import Client, TurnHandle
+from actline.actors.configuration.models import NodeModels
 from actline.actors.node.node import Node
-from actline.actors.pools.tool_executor import ToolRegistry
+from actline.actors.pools.streamer import StreamerActor
+from actline.actors.pools.tool_executor import ToolExecutorActor, ToolRegistry
 from actline.bus import Bus
 from actline.llm import ReplayModel
 from actline.llm.protocol import Chunk
@@ -20,6 +23,9 @@ from actline.timeline.blocks import NOTICE, SIGNAL_DONE
 from actline.tools import KnowledgeSpace
 
 KB = Path(__file__).resolve().parents[2] / "examples" / "kb"
+SHORTCUT = os.environ.get("ACTLINE_LOCAL_SHORTCUT", "1").strip().lower() not in ("0", "false")
+"""``ACTLINE_LOCAL_SHORTCUT=0`` runs the actor tests with every hop of a turn over NATS
+(``make test`` runs the turn behaviours both ways)."""
 
 
 def say(
@@ -80,8 +86,40 @@ def settings(home: Path, **changes: Any) -> NodeSettings:
         wait_timeout_s=30.0,
         storage_sync=False,
         max_context_tokens=200_000,
+        local_shortcut=SHORTCUT,
     )
     return base.with_(**changes)
+
+
+class PooledNode(Node):
+    """A node whose model and tool calls go to pools on connections of their own (the
+    local shortcut off): a ``StreamerActor`` with the test's model and a
+    ``ToolExecutorActor`` with the node's tools and no workspace of its own (it reaches
+    the conversation's files through the node, as a pool elsewhere does). They stop with
+    the node."""
+
+    pools: list[StreamerActor | ToolExecutorActor]
+    pool_bus: Bus | None = None
+
+    async def start_pools(self, model: Any, streamers: int, tool_workers: int) -> None:
+        self.pools = []
+        self.pool_bus = await Bus.connect(self.bus.url, subject_names=self.bus.subjects)
+        if streamers:
+            models = NodeModels.of_node(self.settings.model, model)
+            self.pools.append(StreamerActor(self.pool_bus, models, concurrency=streamers))
+        if tool_workers:
+            executor = ToolExecutorActor(self.pool_bus, self.registry, concurrency=tool_workers)
+            self.pools.append(executor)
+        for pool in self.pools:
+            await pool.start()
+
+    async def stop(self) -> None:
+        await super().stop()
+        for pool in getattr(self, "pools", ()):
+            await pool.stop()
+        if self.pool_bus is not None:
+            await self.pool_bus.close()
+            self.pool_bus = None
 
 
 async def start_node(
@@ -93,16 +131,28 @@ async def start_node(
     registry: ToolRegistry | None = None,
     **changes: Any,
 ) -> Node:
-    node = Node(
+    """A started node; with the local shortcut off (``SHORTCUT``) its model and tool calls
+    go to pools on connections of their own (``PooledNode``)."""
+    wanted = settings(home, **changes)
+    if wanted.local_shortcut:
+        node = Node(
+            bus, wanted, model=model, store=store, registry=registry, knowledge=KnowledgeSpace(KB)
+        )
+        await node.start()
+        return node
+    pooled = PooledNode(
         bus,
-        settings(home, **changes),
+        wanted.with_(streamers=0, tool_workers=0),
         model=model,
         store=store,
         registry=registry,
         knowledge=KnowledgeSpace(KB),
     )
-    await node.start()
-    return node
+    # the pools first: a turn the node resumes as it starts calls them at once (the tool
+    # pool shares the node's registry, which the node fills as it starts)
+    await pooled.start_pools(model, wanted.streamers, wanted.tool_workers)
+    await pooled.start()
+    return pooled
 
 
 async def run_turn(client: Client, text: str, cid: str, **kwargs: Any) -> TurnHandle:

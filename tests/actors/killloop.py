@@ -434,7 +434,16 @@ async def read_durable(
 async def paced(conv: ConversationPlan, previous: TurnTrace | None) -> None:
     """Wait until the conversation's next turn may be submitted after ``previous``."""
     if previous is not None and conv.pacing == "after_accepted":
-        await previous.was_accepted.wait()
+        # its result proves it was accepted too: a turn.accepted lost on the wire (a client
+        # reconnecting while a NATS server fails over) does not hold the next turn back
+        waits = [
+            asyncio.ensure_future(e.wait()) for e in (previous.was_accepted, previous.answered)
+        ]
+        try:
+            await asyncio.wait(waits, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            for wait in waits:
+                wait.cancel()
     elif previous is not None and conv.pacing == "after_result":
         await previous.answered.wait()
 

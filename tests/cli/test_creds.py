@@ -60,7 +60,9 @@ def test_creds_refuses_what_it_cannot_issue_and_prints_to_a_pipe(tmp_path: Path)
     server = creds_cli(tmp_path / "h", "server")
     assert server.returncode == 0 and "type: full" in server.stdout
     assert "max_control_line: 65536" in server.stdout
-    with pytest.raises(RoleUnknown, match="choose one of node, client, agent, admin"):
+    with pytest.raises(
+        RoleUnknown, match="choose one of node, client, agent, pool-models, pool-tools, admin"
+    ):
         Authority.open(tmp_path / "h" / "auth").issue("root")
 
 

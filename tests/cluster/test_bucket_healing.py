@@ -61,6 +61,10 @@ async def test_a_deleted_bucket_is_made_again_and_the_node_serves_on(
                 return copy is not None and len(copy.blocks) == stored
 
             await until(whole, timeout=30)
+        # leases work on the bucket made again: a later turn of c1 runs under n1's lease
+        # (a lease found gone when the node checked its leases was let go, and taken anew)
+        later = await client.ask(QUESTION, conversation_id="c1", timeout=60)
+        assert later.status == "completed"
         assert await node.ownership.leases.owner("c1") == "n1"  # type: ignore[attr-defined]
     finally:
         await client.close()

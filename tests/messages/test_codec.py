@@ -52,6 +52,12 @@ def test_the_catalog_has_every_kind_of_the_design() -> None:
         "agent.hello", "agent.welcome", "agents.list", "agents.listed",
         # approvals
         "turn.approval",
+        # between nodes: a pulled turn passed to the node holding its conversation
+        "turn.handoff",
+        # between the actors of a node, with the local shortcut off
+        "actor.mail", "actor.answer",
+        # between nodes: the workspace of a conversation held elsewhere
+        "workspace.fetch", "workspace.files", "workspace.apply",
     }  # fmt: skip
     assert set(MESSAGE_TYPES) == expected
 

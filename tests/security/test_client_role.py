@@ -18,7 +18,7 @@ import pytest
 from nats.aio.msg import Msg
 
 from actline.bus import Envelope
-from actline.messages import Message, Subjects, TurnAccepted, TurnRequest, encode
+from actline.messages import Message, Subjects, TurnAccepted, TurnHandoff, TurnRequest, encode
 from tests.security.attempts import (
     ALLOWED,
     DENIED,
@@ -105,6 +105,16 @@ CLIENT_MAY_NOT_PUBLISH: list[
         "run a tool in a node's workspace",
         lambda s: s.tools_exec_local("node-1"),
         lambda s: tool_call(),
+    ),
+    (
+        "node_turns",
+        "pass a turn to a node as if another node pulled it",
+        lambda s: s.node_turns("node-1"),
+        lambda s: TurnHandoff(
+            request=TurnRequest(conversation_id="c-1", turn_id=TID, text="hi"),
+            ack_subject=f"$JS.ACK.{s.turn_stream}.{s.turn_consumer}.1.1.1.0.0",
+            from_node="node-2",
+        ),
     ),
     ("turn_result", "forge a turn.result", lambda s: s.result(TID), lambda s: forged_result()),
     (

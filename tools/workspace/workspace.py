@@ -138,9 +138,12 @@ def check_room(
     workspace: WorkspaceBackend, turn_id: str, changes: list[tuple[str, str, int | None]]
 ) -> None:
     """``QuotaExceeded`` unless the changes fit the conversation's quotas all at once
-    (``storage.Workspace.check_room``); git mode stores outside the store and is not counted."""
-    if changes and isinstance(workspace, Workspace):
-        workspace.check_room(turn_id, changes)
+    (``storage.Workspace.check_room``, or the ``check_room`` of another backend that counts,
+    such as a copy of a workspace held by another node); git mode stores outside the store
+    and is not counted."""
+    room = getattr(workspace, "check_room", None)
+    if changes and callable(room):
+        room(turn_id, changes)
 
 
 def _sha(data: bytes) -> str:

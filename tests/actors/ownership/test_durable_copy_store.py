@@ -237,13 +237,15 @@ async def test_merged_rounds_keep_the_latest_row_values(bus: Bus, tmp_path: Path
 async def test_a_conversation_never_copied_goes_out_whole_with_its_rows(
     bus: Bus, other_bus: Bus, tmp_path: Path
 ) -> None:
-    """``ClusterOwnership.prepare`` publishes a local-only conversation with every row, and
-    another node's ``prepare`` adopts it, pool and plans included."""
+    """``ClusterOwnership.prepare`` publishes a local-only conversation with every row and
+    turn record, and another node's ``prepare`` adopts it, pool and plans included: a turn
+    left running there resumes from its checkpoint (its prompt is never written twice)."""
     build = Build(Timeline(CID))
+    records = {"t1": {"status": "completed"}, "t2": {"status": "running", "round": 2}}
     with Store(tmp_path / "node-a") as mine, Store(tmp_path / "node-b") as theirs:
         for turn in ("t1", "t2"):
             grown(build, turn)
-            mine.persist(build.tl)
+            mine.persist(build.tl, turn_records={turn: records[turn]})
         a = ClusterOwnership(bus, "node-a")
         b = ClusterOwnership(other_bus, "node-b")
         await a.start()
@@ -252,7 +254,9 @@ async def test_a_conversation_never_copied_goes_out_whole_with_its_rows(
         rebuilt = await b.durable.read(CID)
         assert rebuilt is not None
         assert rebuilt.rows == mine.header_rows(CID) == all_rows(build.tl)
+        assert rebuilt.records == mine.turn_records(CID) == records
         await b.prepare(CID, theirs)
+        assert theirs.turn_records(CID) == records
         loaded = theirs.load(CID).timeline
         assert [x.to_dict() for x in loaded] == [x.to_dict() for x in build.tl]
         assert_same_rows(loaded, build.tl)

@@ -23,7 +23,7 @@ from typing import Any
 from actline.actors import Node
 from actline.actors.client.client import Client
 from actline.actors.client.results import ResultLog
-from actline.bus import Bus, BusError
+from actline.bus import Bus, BusError, NoQuorum
 from actline.messages import Subjects, TurnRequest, new_id
 from tests.actors.killloop import (
     ConversationPlan,
@@ -62,6 +62,11 @@ class Batch:
         self.nodes: list[Node] = []
         self._began = 0.0
         self._submitters: list[asyncio.Task[None]] = []
+        self.refused = 0
+        """Submits refused with ``NoQuorum`` (the NATS cluster without quorum) and made
+        again."""
+        self.submit_errors: list[str] = []
+        """Submits that failed otherwise (the batch cannot finish: said by its stall)."""
 
     async def __aenter__(self) -> Batch:
         self.bus = await Bus.connect(self.url, subject_names=self.subjects, name="failover")
@@ -110,11 +115,18 @@ class Batch:
             await paced(conv, previous)
             trace = self.observer.traces[turn.turn_id]
             trace.submitted_at = time.monotonic()
-            await self.client.submit_request(
-                TurnRequest(
-                    conversation_id=turn.conversation_id, turn_id=turn.turn_id, text=turn.text
-                )
+            request = TurnRequest(
+                conversation_id=turn.conversation_id, turn_id=turn.turn_id, text=turn.text
             )
+            while True:
+                try:
+                    await self.client.submit_request(request)
+                    break
+                except NoQuorum:  # not stored: submitted again, as its message says
+                    self.refused += 1
+                except BaseException as exc:
+                    self.submit_errors.append(f"{turn.turn_id}: {type(exc).__name__}: {exc}")
+                    raise
             previous = trace
 
     def results(self) -> int:

@@ -10,7 +10,14 @@ from typing import Any
 
 import pytest
 
-from actline.actors.cluster.ray_job import load_requests, main, node_actor_class, run_requests
+from actline.actors.cluster.ray_job import (
+    job_tag,
+    load_requests,
+    main,
+    node_actor_class,
+    node_ids,
+    run_requests,
+)
 from actline.actors.ownership.durable import JetStreamCopy
 from actline.bus import Bus, EmbeddedNats
 from actline.storage import Store
@@ -65,12 +72,32 @@ def test_two_node_actors_serve_40_conversations_of_2_turns_in_order(
     assert [r["turn_id"] for r in results] == [r["turn_id"] for r in rows]
     assert {r["status"] for r in results} == {"completed"}
     homes = sorted(p.name for p in (tmp_path / "home").iterdir())
-    assert homes == ["ray-node-0", "ray-node-1"]  # each node actor keeps its own LMDB
+    assert homes == node_ids(job_tag(), 2)  # each node actor keeps its own LMDB
     copies = asyncio.run(durable_copies(fresh_nats.url, [f"c{c}" for c in range(40)]))
     for cid, (_, blocks) in copies.items():
         prompts = [b["turn_id"] for b in blocks if b["type"] == "user.prompt"]
         assert prompts == [f"{cid}-t1", f"{cid}-t2"], cid  # both turns, in order, once
         assert [b["seq"] for b in blocks] == list(range(len(blocks)))
+
+
+@pytest.mark.timeout(300)
+def test_pool_actors_serve_the_model_calls_of_node_actors_without_streamers(
+    ray_local: Any, fresh_nats: EmbeddedNats, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    turns = tmp_path / "turns.jsonl"
+    rows = write_turns(turns, conversations=6, turns=2)
+    out = tmp_path / "results.jsonl"
+    args = ["--nats", fresh_nats.url, "--nodes", "1", "--cpus-per-node", "0.5"]
+    args += ["--model-pools", "1", "--tool-pools", "1"]
+    args += ["--creds", str(fresh_nats.creds_path("node"))]
+    args += ["--requests", str(turns), "--out", str(out), "--home", str(tmp_path / "home")]
+    status = main([*args, "--docs", str(KB)])
+    results = [json.loads(line) for line in out.read_text().splitlines()]
+    assert status == 0
+    assert [r["turn_id"] for r in results] == [r["turn_id"] for r in rows]
+    assert {r["status"] for r in results} == {"completed"}  # the node has no streamer
+    printed = capsys.readouterr().err
+    assert "pool models" in printed and "pool tools" in printed
 
 
 async def durable_copies(url: str, cids: list[str]) -> dict[str, Any]:
