@@ -4,9 +4,17 @@ All nodes share one work-queue stream capturing ``al.turn.submit`` and one durab
 pull consumer (``bus.WorkQueue``). A node pulls one request at a time while it has
 room (``max_active_turns``), keeps each message *in progress* while its turn runs (a
 heartbeat every ``ack_wait / 4``), acks it once the result is published (``settle``)
-and hands it back at once when another node owns the conversation (``requeue``, or
-``defer`` for a moment while that node holds the lease). An undecodable request
-becomes a dead letter and is terminated (never redelivered).
+and hands it back at once when the conversation was lost to another node (``requeue``).
+An undecodable request becomes a dead letter and is terminated (never redelivered).
+
+Handoffs (cluster mode): a request pulled here for a conversation another live node holds
+(or held back behind an earlier turn running there) is passed to that node as a
+``turn.handoff`` on ``<prefix>.node.<node>.turns``, with its delivery's ack subject; the
+holder adopts the delivery (``WorkQueue.adopt``) and settles it from then on
+(``receive``), so the request does not go back through the queue. The holder refuses it,
+with its reason, when it is full, no longer holds the conversation or an earlier turn is
+unfinished elsewhere; the request is then handed back for ``DEFER_S``, as when no holder
+could be named.
 
 Parking (``actline.actors.services.parking``): a turn waiting on outside input (its state
 machine in the waiting phase) is ``park``ed by its DecisionActor: it holds no slot, and its
