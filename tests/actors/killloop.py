@@ -48,6 +48,7 @@ from typing import Any, Literal
 
 from actline import messages
 from actline.actors.client.client import Client
+from actline.actors.errors import CopyBroken
 from actline.actors.ownership.durable import JetStreamCopy
 from actline.bus import Bus, Envelope, Subscription
 from actline.messages import ReActResult, Subjects, TurnAccepted, TurnRequest, new_id
@@ -412,6 +413,20 @@ def read_home(home: Path, plans: Sequence[ConversationPlan]) -> dict[str, Stored
     return out
 
 
+async def _read_settled(copy: JetStreamCopy, cid: str, timeout: float = 30.0) -> Any:
+    """The durable copy of ``cid`` once every replica serving its reads holds the rounds
+    its head names: a server just back from a fault (a freeze, a kill) catches up on the
+    stream a moment after the head moved, and a read it serves meanwhile is incomplete."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return await copy.read(cid)
+        except CopyBroken:
+            if time.monotonic() > deadline:
+                raise
+        await asyncio.sleep(0.2)  # the replica catching up sends no event
+
+
 async def read_durable(
     bus: Bus, plans: Sequence[ConversationPlan]
 ) -> dict[str, StoredConversation]:
@@ -420,7 +435,7 @@ async def read_durable(
     await copy.start()
     out = {}
     for conv in plans:
-        rebuilt = await copy.read(conv.conversation_id)
+        rebuilt = await _read_settled(copy, conv.conversation_id)
         blocks = rebuilt.blocks if rebuilt is not None else []
         records = rebuilt.records if rebuilt is not None else {}
         statuses = {
