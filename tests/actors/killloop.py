@@ -417,14 +417,17 @@ async def _read_settled(copy: JetStreamCopy, cid: str, timeout: float = 30.0) ->
     """The durable copy of ``cid`` once every replica serving its reads holds the rounds
     its head names: a server just back from a fault (a freeze, a kill) catches up on the
     stream a moment after the head moved, and a read it serves meanwhile is incomplete."""
-    deadline = time.monotonic() + timeout
-    while True:
+    got: list[Any] = []
+
+    async def whole() -> bool:
         try:
-            return await copy.read(cid)
+            got.append(await copy.read(cid))
         except CopyBroken:
-            if time.monotonic() > deadline:
-                raise
-        await asyncio.sleep(0.2)  # the replica catching up sends no event
+            return False
+        return True
+
+    await until(whole, timeout)
+    return got[-1]
 
 
 async def read_durable(
