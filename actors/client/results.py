@@ -18,9 +18,12 @@ in the NATS client's buffer, goes out when the connection is back and is confirm
 (for up to ``OUTAGE_WAIT_S``): it is not sent again, since every core subscriber would
 receive each copy. One sent to a server that stopped answering (the connection left it,
 ``Connection.reconnect_if_stalled``) gets no answer ever: it is stored again through the
-new server (the message id keeps one copy in the stream). A missing stream is recreated
-(a warning) and the result stored; a result that still cannot be stored goes out on core
-NATS alone (an error is logged) rather than not at all. Cancellation: each call is one
+new server (the message id keeps one copy in the stream). One left unconfirmed while the
+stream has no leader (its server died or froze, and an election can take the servers'
+whole election timeout, several seconds) is stored again once the stream answers, within
+``OUTAGE_WAIT_S``. A missing stream is recreated (a warning) and the result stored; a result
+that still cannot be stored goes out on core NATS alone (an error is logged) rather than
+not at all. Cancellation: each call is one
 or a few requests; ``CancelledError`` propagates.
 """
 
@@ -42,6 +45,7 @@ from actline.bus import (
     RequestTimeout,
     StreamMissing,
 )
+from actline.bus.conditions import outage
 from actline.messages import DecodeError, ReActResult
 
 __all__ = ["ResultLog", "open_results", "publish_result"]
@@ -51,8 +55,8 @@ log = logging.getLogger(__name__)
 STORE_TIMEOUT_S = 2.0
 """How long a node waits for the results stream to confirm a result."""
 OUTAGE_WAIT_S = 60.0
-"""How long a node waits for a lost connection to come back while a result's store is
-unconfirmed, before it stores the result again."""
+"""How long a node waits for a lost connection, or for a results stream without a leader,
+to come back while a result's store is unconfirmed."""
 READ_TIMEOUT_S = 2.0
 """How long a client waits for one read of the results stream."""
 
@@ -135,25 +139,37 @@ async def publish_result(bus: Bus, result: ReActResult, settings: NodeSettings) 
 
     Returns once it is stored or, when it cannot be, once it went out on core NATS. While
     the connection is away it waits for it (up to ``OUTAGE_WAIT_S``) rather than sending a
-    second copy. A store that finds no stream (``NoStream`` while nobody subscribes to the
-    subject, a timeout while a client does) recreates a missing stream and stores again:
-    the message id makes the second store of a stored result a no-op. Never raises a
-    ``BusError``.
+    second copy. A store left unconfirmed while connected (the stream's leader gone, one
+    being elected) is tried again through the same outage, up to ``OUTAGE_WAIT_S`` in all:
+    first the stream is asked whether it answers (a stream info, no copy sent), and the
+    result is stored again only once it does (the message id makes a second store of a
+    stored result a no-op). A missing stream is recreated. Never raises a ``BusError``.
     """
     subject = bus.subjects.result(result.turn_id)
+    loop = asyncio.get_running_loop()
+    give_up = loop.time() + OUTAGE_WAIT_S
+    where = "the result store"
     failure: Exception
     try:
         await _store(bus, result)
         return
-    except (NoStream, RequestTimeout):
+    except (NoStream, RequestTimeout) as exc:
+        failure = exc
+    except BusError as exc:
+        failure = exc
+        give_up = loop.time()
+    while loop.time() < give_up:
+        bus.conditions.failed(where, failure)
         try:
             await _recreate_if_missing(bus, settings)
             await _store(bus, result)
+            bus.conditions.succeeded(where)
             return
         except (BusError, SettingsError) as exc:
             failure = exc
-    except BusError as exc:
-        failure = exc
+            if not outage(exc):
+                break
+        await asyncio.sleep(min(STORE_TIMEOUT_S, max(0.0, give_up - loop.time())))
     log.error(
         "the result of turn %s was not stored (%s); publishing it without storing",
         result.turn_id,

@@ -157,7 +157,7 @@ class KvLeases:
                 self._beat_went_through()
                 return
             except WrongRevision:  # aged out (a stall longer than the TTL) or rewritten
-                entry = await nodes.get(key)
+                entry = await nodes.leader_get(key)
                 raw = unpack(entry.value or b"\xc0") if entry is not None else None
                 if (
                     entry is not None
@@ -242,13 +242,24 @@ class KvLeases:
         A missing key proves a node dead only once this node's own beats have gone
         through for a whole node TTL: while NATS fails over (a stream leader elected
         anew, ~5 s) every node's beats fail and their keys age out together, and a
-        living node beats again within a quarter TTL of the bucket coming back."""
+        living node beats again within a quarter TTL of the bucket coming back. It is
+        confirmed by the bucket's leader (a direct get may be answered by a replica that
+        lags), twice, a beat apart: a node whose beat came late (it was moving off a
+        server that stopped answering) has written its key again by then."""
         if self._nodes is None:
             return True
-        if await self._nodes.get(self.bus.subjects.kv_key(node)) is not None:
+        key = self.bus.subjects.kv_key(node)
+        if await self._nodes.get(key) is not None:
             return True
-        since = self._beats_ok_since
-        return since is None or time.monotonic() - since < self.node_ttl_s
+        for attempt in range(2):
+            since = self._beats_ok_since
+            if since is None or time.monotonic() - since < self.node_ttl_s:
+                return True
+            if await self._nodes.leader_get(key) is not None:
+                return True
+            if attempt == 0:
+                await asyncio.sleep(self.node_ttl_s / 4)
+        return False
 
     async def _written_here(self, cid: str) -> int | None:
         """The revision of ``cid``'s lease when this process wrote it last, else None."""

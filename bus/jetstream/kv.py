@@ -169,6 +169,22 @@ class KvBucket:
             raise self._error(exc, "get", key) from None
         return KvEntry(bytes(entry.value or b""), int(entry.revision or 0))
 
+    async def _leader_get(self, key: str) -> KvEntry | None:
+        js = self._js
+        assert js is not None  # set by open()
+        try:
+            msg = await js.get_msg(
+                f"KV_{self.name}", subject=f"$KV.{self.name}.{key}", direct=False
+            )
+        except nats.js.errors.NotFoundError:
+            return None
+        except nats.errors.Error as exc:
+            raise self._error(exc, "get", key) from None
+        headers = msg.headers or {}
+        if headers.get("KV-Operation") in ("DEL", "PURGE") or "Nats-Marker-Reason" in headers:
+            return None
+        return KvEntry(bytes(msg.data or b""), int(msg.seq or 0))
+
     async def _put(self, key: str, value: bytes) -> int:
         try:
             return int(await self._kv.put(key, value))
@@ -264,6 +280,13 @@ class KvBucket:
     async def get(self, key: str) -> KvEntry | None:
         """The live value of ``key``; None when it is missing, deleted or aged out."""
         return await self._healed(lambda: self._get(key))
+
+    async def leader_get(self, key: str) -> KvEntry | None:
+        """``get`` answered by the bucket's stream leader. A ``get`` is a direct get, which
+        any replica may answer, and a replica that lags (one back from a pause, catching
+        up) shows a key written meanwhile as missing or old; the leader has every write
+        it confirmed. One request to the leader: for a read that decides something."""
+        return await self._healed(lambda: self._leader_get(key))
 
     async def put(self, key: str, value: bytes) -> int:
         """Write ``key`` whatever it holds (the last writer wins); returns the new revision.
