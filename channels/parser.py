@@ -13,7 +13,8 @@ Rules:
   NAME when it is open and is ignored otherwise (a notice says so).
 - Inside a channel, markdown code is content: an inline span (a backtick run
   closed by an equal run on the same line within 256 characters) and a fenced
-  block. A stray backtick is just a character.
+  block. A stray backtick is just a character. A line ends at LF, CR or CRLF
+  alike, so a fence written with CRLF or CR line endings is the fence it is with LF.
 - Code never hides two tags, decided on purpose so that no channel can swallow
   another: the open channel's own close tag always closes it, and a declared
   channel's open tag always opens that channel, inside an inline span or a
@@ -61,6 +62,8 @@ from .tags import INVISIBLE, INVISIBLE_RE, MAX_TAG, PARTIAL_TAG_RE, TAG_RE, tag_
 MAX_INLINE = 256
 _INTEREST = re.compile(f"[<`{INVISIBLE}]")
 _BACKTICKS = re.compile("`+")
+_EOL = re.compile("[\r\n]")
+"""A line ends at LF, CR or CRLF (CRLF's CR ends it first)."""
 _TOKEN_CONTEXT = 80
 """Characters before an invisible one that can hold the start of a citation token."""
 
@@ -280,18 +283,20 @@ class ChannelStream:
         return PARTIAL_RE.search(INVISIBLE_RE.sub("", context)) is not None
 
     def _at_line_start(self) -> bool:
-        """True when the channel's text since its last newline (or start) is <= 3 spaces."""
+        """True when the channel's text since its last line end (LF, CR or CRLF; or its
+        start) is <= 3 spaces."""
         parts = self._cur_raw
         spaces = 0
         for k in range(len(parts) - 1, self._seg_start - 1, -1):
             part = parts[k]
-            nl = part.rfind("\n")
-            seg = part[nl + 1 :] if nl >= 0 else part
-            spaces += len(seg)
-            if spaces > 3 or seg.count(" ") != len(seg):
-                return False
-            if nl >= 0:
-                return True
+            i = len(part)
+            while i and part[i - 1] == " ":
+                i -= 1
+                spaces += 1
+                if spaces > 3:
+                    return False
+            if i:
+                return part[i - 1] in "\r\n"
         return True
 
     def _inline_close(self, buf: str, j: int, run: int, final: bool) -> int | None:
@@ -305,7 +310,8 @@ class ChannelStream:
         n = len(buf)
         limit = j + MAX_INLINE
         seg_end = min(n, limit)
-        nl = buf.find("\n", j, seg_end)
+        eol = _EOL.search(buf, j, seg_end)
+        nl = eol.start() if eol is not None else -1
         stop = nl if nl >= 0 else seg_end
         tag = self._strong_tag(buf, j, stop)
         if tag >= 0:

@@ -87,7 +87,8 @@ Hidden, pruned and compacted content is never lost: react.read(path) brings it b
 - react.search_files(root="files"|"outputs"[/<sub>], name_regex, content_regex, max_hits):
   list this turn's files with sizes and fi: paths (no content; react.read them).
 - agent.send(name, text): hand work to the outside agent called name. The loop then waits
-  for its DONE; the DONE summary appears in the timeline and you continue from it.
+  for its DONE; the DONE summary appears in the timeline and you continue from it. One
+  agent.send per reply: send the next one after this one's DONE.
 
 # Answering
 Answer from what you read: every factual sentence taken from a source ends with its

@@ -6,6 +6,9 @@ A conversation keeps its plans in a ``PlanBook``. At most one plan is current;
 plans never become current on their own, and only the current plan accepts
 acknowledgements.
 
+A plan is complete when every step is done or failed: it stays current but is no
+longer active (``PlanBook.active``), so ANNOUNCE stops showing it.
+
 Acknowledgements are note lines such as ``✓ 1. Gather sources`` or ``- [x] [2]``:
 a marker (``✓ ✔ [x]`` done, ``✗ ✘`` failed, ``… ...`` in progress, ``□ [ ]``
 pending), then the step number as ``[n]``, ``n``, ``n.``, ``n:`` or ``n)``.
@@ -158,6 +161,18 @@ class Plan:
         """True when every step is done or failed."""
         return all(step.status in ("done", "failed") for step in self.steps)
 
+    def completed_line(self) -> str:
+        """The one-time notice of a completed plan, e.g. ``plan p1 completed: all 3 steps
+        done`` or ``plan p1 completed: 2 of 3 steps done, 1 failed``."""
+        total = len(self.steps)
+        done = sum(step.status == "done" for step in self.steps)
+        steps = f"{total} step{'s' if total != 1 else ''}"
+        if done == total:
+            counted = f"all {steps} done" if total > 1 else "its one step done"
+        else:
+            counted = f"{done} of {steps} done, {total - done} failed"
+        return f"plan {self.plan_id} completed: {counted}"
+
 
 @dataclass(frozen=True, slots=True)
 class AckUpdate:
@@ -228,6 +243,14 @@ class PlanBook:
     def current(self) -> Plan | None:
         """The plan that accepts acknowledgements, if any."""
         return None if self._current is None else self._plans[self._current]
+
+    @property
+    def active(self) -> Plan | None:
+        """The current plan while a step of it is left (pending or in progress): the plan
+        ANNOUNCE shows. A complete plan stays current (a later acknowledgement can reopen a
+        step) but is no longer announced."""
+        plan = self.current
+        return None if plan is None or plan.complete else plan
 
     def get(self, plan_id: str) -> Plan | None:
         """The latest snapshot of ``plan_id``."""

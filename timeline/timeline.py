@@ -359,15 +359,20 @@ class Timeline:
     ) -> tuple[list[Block], list[str]]:
         """Apply plan-ack lines in ``notes`` to the current plan.
 
+        The acknowledgement that completes the plan queues its one-time ``completed``
+        notice: the next render says so, and no render announces the plan after that.
         Returns the blocks appended (a new snapshot and a ``react.plan.ack`` at
         ``ar:<turn>.react.plan.ack.<iteration>``) and the reasons of ignored lines.
         """
         updates: list[AckUpdate] = parse_ack_lines(notes)
         if not updates:
             return [], []
+        was_active = self.plans.active is not None
         plan, ignored = self.plans.ack(updates)
         if plan is None:
             return [], ignored
+        if was_active and plan.complete:
+            self.notices.once.append(plan.completed_line())
         snapshot = self.record_plan(plan, turn_id=turn_id, ts=ts)
         ack = self.append(
             Block.new(
@@ -385,7 +390,8 @@ class Timeline:
         return self._plan_blocks.get(plan_id)
 
     def active_plan_block(self) -> Block | None:
-        plan = self.plans.current
+        """The newest snapshot of the active plan (``PlanBook.active``), if any."""
+        plan = self.plans.active
         return None if plan is None else self.latest_plan_block(plan.plan_id)
 
     # -- persistence ----------------------------------------------------------------------------

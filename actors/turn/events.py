@@ -113,7 +113,8 @@ class ResumeReAct:
 
 @dataclass(frozen=True, slots=True)
 class ModelDecided:
-    """The model of round ``round`` decided tool calls (``agent.send`` ones in ``agent_calls``)."""
+    """The model of round ``round`` decided tool calls (``agent.send`` ones in ``agent_calls``:
+    one at most from a model reply, whose further hand-offs ``classify_reply`` refuses)."""
 
     round: int
     calls: tuple[ToolSpec, ...] = ()

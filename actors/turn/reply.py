@@ -34,6 +34,8 @@ from .protocol import CallLedger, Notice, check_decision
 AGENT_SEND = "agent.send"
 AGENT_ABSENT = "agent_absent"
 """The code of the notice that a task waits in the inbox of an agent that is not connected."""
+ONE_HANDOFF = "one_handoff_per_decision"
+"""The code of the notice that refuses a second ``agent.send`` in one decision."""
 MAX_FOLLOWUPS = 5
 
 T = TypeVar("T")
@@ -68,6 +70,9 @@ def classify_reply(
 ) -> Classified:
     """What round ``round_``'s reply means; ``ledger`` counts the calls it admits. A call
     whose tool matches ``approval_tools`` gets an approval id (it waits for approval).
+    A decision hands work to one outside agent at most: its first admitted ``agent.send``
+    goes out, every further one is not sent and becomes a notice (``ONE_HANDOFF``) that
+    the model sees next round; it never reaches the state machine, so no replay sends it.
     A reply that broke the protocol because it was empty, hit the output limit
     (``stop_reason`` ``max_tokens``) or was stopped repeating itself (``repetition``) is
     named so, with what it broke."""
@@ -86,6 +91,9 @@ def classify_reply(
     agent_calls: list[ev.AgentCall] = []
     refused: list[Notice] = []
     for call in checked.calls:
+        if call.tool == AGENT_SEND and agent_calls:
+            notices.append(_second_handoff(call, agent_calls[0]))
+            continue
         problem = ledger.admit(call) or _agent_problem(call)
         if problem is not None:
             (refused if problem.code == "repeated_call" else notices).append(problem)
@@ -200,6 +208,19 @@ def why_broken(first: Notice, channels: Mapping[str, str], stop_reason: str) -> 
         code,
         f"{words} ({first.code}: {first.message}) Write less: one short thinking line, "
         "then the decision.",
+    )
+
+
+def _second_handoff(call: ev.ToolSpec, sent: ev.AgentCall) -> Notice:
+    """The notice of an ``agent.send`` refused because ``sent`` hands off this decision."""
+    name = call.params.get("name")
+    to = f"to {name}" if isinstance(name, str) and is_valid_name(name) else "call"
+    return Notice(
+        ONE_HANDOFF,
+        f"One hand-off per decision: this agent.send {to} was not sent; this decision "
+        f"handed work to {sent.agent} (task {sent.task_id}). You may send the next "
+        "hand-off after this one, in a later decision.",
+        AGENT_SEND,
     )
 
 

@@ -2,8 +2,9 @@
 
 Never persisted, rebuilt each round: iteration and remaining budget, the
 authoritative UTC time and the user's local time, the active plan with step
-markers, notices (pruning, feedback, late DONE signals, ...), workspace state
-and the user-memory hotset.
+markers (a completed plan leaves it; the render after its completion carries a
+one-time ``plan … completed`` notice), notices (pruning, feedback, late DONE
+signals, ...), workspace state and the user-memory hotset.
 """
 
 from __future__ import annotations

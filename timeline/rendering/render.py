@@ -456,7 +456,7 @@ class Renderer:
             notices = [*tl.notices.current, *tl.notices.once]
             tl.notices.once.clear()
             text = announce_text(
-                announce or AnnounceContext(), now=now, plan=tl.plans.current, notices=notices
+                announce or AnnounceContext(), now=now, plan=tl.plans.active, notices=notices
             )
             tail.append({"type": "text", "text": text})
             labels.append("announce")

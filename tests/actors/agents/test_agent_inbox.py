@@ -201,24 +201,23 @@ async def test_an_agent_that_restarts_mid_task_gets_it_again_and_a_second_done_i
 
 
 async def test_tasks_for_two_agents_go_to_each_agent_only(setup: Setup) -> None:
+    # one hand-off per decision: the reviewer's, then, once it is done, the critic's
     both = [
-        say(
-            "Two reviews.",
-            calls=[
-                ("agent.send", {"name": REVIEWER, "text": "review it"}),
-                ("agent.send", {"name": "critic", "text": "criticise it"}),
-            ],
-        ),
+        say("A review first.", calls=[("agent.send", {"name": REVIEWER, "text": "review it"})]),
+        say("Then a critique.", calls=[("agent.send", {"name": "critic", "text": "criticise it"})]),
         say("Both answered.", answer="Reviewed and criticised."),
     ]
     async with setup.agent() as reviewer, setup.agent("critic") as critic:
         handle = await setup.submit("c1", both)
-        mine, theirs = await next_task(reviewer), await next_task(critic)
-        assert (mine.agent, theirs.agent) == (REVIEWER, "critic")
+        mine = await next_task(reviewer)
+        assert mine.agent == REVIEWER
+        verdict = await reviewer.done(mine, f"{REVIEWER} says fine")
+        assert isinstance(verdict, Ack) and verdict.detail == "applied", verdict
+        theirs = await next_task(critic)
+        assert theirs.agent == "critic"
         assert await reviewer.next(timeout=0.5) is None
-        for agent, task in ((reviewer, mine), (critic, theirs)):
-            verdict = await agent.done(task, f"{task.agent} says fine")
-            assert isinstance(verdict, Ack) and verdict.detail == "applied", verdict
+        verdict = await critic.done(theirs, "critic says fine")
+        assert isinstance(verdict, Ack) and verdict.detail == "applied", verdict
         await completed(handle)
 
 
