@@ -12,7 +12,7 @@ from typing import Any
 
 import lmdb
 
-from actline.timeline.blocks import COMPLETION, USER_PROMPT
+from actline.timeline.blocks import COMPLETION, STAGE_GATE, USER_PROMPT
 
 from .environment import Environment
 from .layout import block_key, check_id, path_key, unpack
@@ -23,7 +23,9 @@ class Outline:
     """What a list of conversations shows of one, read without loading it (``Store.outline``)."""
 
     title: str
-    """The first line of the first user block with text, among the first ``OUTLINE_HEAD``."""
+    """The title its first turn's gate wrote (the latest ``stage.gate`` block at that path:
+    a model's title follows the first one), else the first line of the first user block
+    with text, among the first ``OUTLINE_HEAD``."""
     turns: int
     """Its turns that have a decision-loop record (every turn that ran a round)."""
     last_turn: str
@@ -66,6 +68,10 @@ class ConversationLister(Environment):
                     if n >= OUTLINE_HEAD or not bytes(key).startswith(prefix):
                         break
                     block = unpack(raw)
+                    if block.get("type") == STAGE_GATE and block.get("path"):
+                        title = _gate_title(txn, self.db, cid, str(block["path"]))
+                        if title:
+                            break
                     text = str(block.get("text") or "").strip()
                     if str(block.get("type", "")).startswith("user") and text:
                         title = text.split("\n", 1)[0]
@@ -132,3 +138,19 @@ class ConversationLister(Environment):
             return briefs
 
         return self.read(fn)
+
+
+def _gate_title(txn: lmdb.Transaction, db: dict[str, Any], cid: str, path: str) -> str:
+    """The title of the latest ``stage.gate`` block stored at ``path`` ("" without one)."""
+    prefix = path_key(cid, path)
+    cursor = txn.cursor(db=db["paths"])
+    title = ""
+    if cursor.set_range(prefix):
+        for key in cursor.iternext(values=False):
+            if not bytes(key).startswith(prefix):
+                break
+            raw = txn.get(block_key(cid, int(key[len(prefix) :])), db=db["blocks"])
+            data = unpack(raw).get("data") if raw is not None else None
+            if isinstance(data, dict) and data.get("title"):
+                title = " ".join(str(data["title"]).split())
+    return title

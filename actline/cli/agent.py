@@ -5,12 +5,25 @@
 hello every beat so nodes know it is connected): every ``agent.task`` runs ``CMD`` once, the
 task text on its stdin (and ``ACTLINE_AGENT``, ``ACTLINE_TASK_ID``, ``ACTLINE_TURN_ID``,
 ``ACTLINE_CONVERSATION_ID`` in its environment). Tasks sent while it was not running wait for
-it. Its stdout, stripped and capped, becomes the ``agent.done`` summary (on the agent's own
-DONE subject); a non-zero exit, a command that cannot start, or one that outlives
-``--timeout`` answers with a summary saying it failed (the stderr tail included) so the turn
-never waits for nothing. Tasks run one at a time, in arrival order. It stops on SIGINT/SIGTERM
-(a running command is killed, its task left open: it is delivered again when the agent is
-back).
+it. Tasks run one at a time, in arrival order.
+
+How the command answers its task (one ``agent.done`` per task, on the agent's own DONE
+subject, the same durable path as ``actline done``):
+
+- **A DONE line.** A line of its stdout that is ``DONE(summary)`` or ``DONE(NAME, summary)``
+  (``NAME`` this agent's name), alone on its line (surrounding whitespace allowed; the summary
+  may hold parentheses and commas), answers the task at once with that summary, while the
+  command may still run. Only the first counts: a second one is logged and dropped. A DONE
+  inside a longer line or a fenced code block is output, not a signal; ``DONE(other, ...)``
+  naming another agent is ignored with a warning (a single word before the first comma is
+  read as a name).
+- **Its output.** Without a DONE line, its stdout, stripped and capped, is the summary once
+  it exits; a non-zero exit, a command that cannot start, or one that outlives ``--timeout``
+  answers with a summary saying it failed (the stderr tail included), so the turn never
+  waits for nothing.
+
+It stops on SIGINT/SIGTERM (a running command is killed; a task not answered yet is left
+open: it is delivered again when the agent is back).
 
 ``done`` publishes one ``agent.done`` and prints the node's verdict. ``agents`` lists the
 agents the nodes know: connected or not, last seen, open tasks.
@@ -22,11 +35,12 @@ import argparse
 import asyncio
 import contextlib
 import os
+import re
 import shlex
 import shutil
 import signal
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from rich.console import Console
@@ -44,7 +58,10 @@ from .turns import load_config
 
 __all__ = [
     "AgentRunner",
+    "DoneLine",
+    "DoneScanner",
     "Outcome",
+    "parse_done_line",
     "run_agent",
     "run_agents",
     "run_command",
@@ -87,10 +104,90 @@ class Outcome:
     ok: bool
 
 
+DONE_LINE = re.compile(r"^\s*DONE\((?P<body>.*)\)\s*$", re.DOTALL)
+"""A line that is a DONE signal: ``DONE(...)`` and nothing else but whitespace."""
+FENCE = re.compile(r"^ {0,3}(?P<fence>`{3,}|~{3,})")
+"""The opening or closing line of a fenced code block (Markdown)."""
+NOT_OPEN = frozenset(
+    {
+        "no_outstanding_task",
+        "unknown_task",
+        "unknown_turn",
+        "done_already_answered",
+        "done_unknown_task",
+    }
+)
+"""Verdict codes that mean the DONE found no open task to answer."""
+
+
+@dataclass(frozen=True, slots=True)
+class DoneLine:
+    """A ``DONE(...)`` line of a command's output: its summary and the agent name it gave
+    (None: ``DONE(summary)``, which names no one)."""
+
+    summary: str
+    name: str | None = None
+
+
+def parse_done_line(line: str) -> DoneLine | None:
+    """The DONE signal ``line`` is, or None when it is not one.
+
+    ``DONE(summary)`` or ``DONE(name, summary)``, alone on the line (whitespace around it
+    allowed). The summary runs to the line's last ``)``, so it may hold parentheses and
+    commas; the text before the first comma is a name only when it is one word that is a
+    valid agent name, else the whole body is the summary."""
+    found = DONE_LINE.match(line)
+    if found is None:
+        return None
+    body = found.group("body").strip()
+    head, comma, rest = body.partition(",")
+    if comma and is_valid_name(head.strip()):
+        return DoneLine(rest.strip(), head.strip())
+    return DoneLine(body)
+
+
+class DoneScanner:
+    """Reads a command's output line by line and finds its DONE lines, skipping fenced code
+    blocks (a DONE quoted in a code block is output, not a signal)."""
+
+    def __init__(self) -> None:
+        self._fence: str | None = None
+
+    def feed(self, line: str) -> DoneLine | None:
+        """The DONE signal ``line`` carries, given the lines fed before it (None: none)."""
+        fence = FENCE.match(line)
+        if fence is not None:
+            mark = fence.group("fence")
+            if self._fence is None:
+                self._fence = mark
+            elif (
+                mark[0] == self._fence[0] and len(mark) >= len(self._fence) and line.strip() == mark
+            ):
+                self._fence = None
+            return None
+        if self._fence is not None:
+            return None
+        return parse_done_line(line)
+
+
+def _cap(text: str) -> str:
+    if len(text) > MAX_SUMMARY:
+        return text[:MAX_SUMMARY] + f"\n… ({len(text) - MAX_SUMMARY} more characters cut)"
+    return text
+
+
 async def run_command(
-    argv: Sequence[str], stdin: str, *, timeout: float, env: dict[str, str] | None = None
+    argv: Sequence[str],
+    stdin: str,
+    *,
+    timeout: float,
+    env: dict[str, str] | None = None,
+    on_line: Callable[[str], None] | None = None,
 ) -> Outcome:
-    """Run ``argv`` with ``stdin``; its stdout as the summary, or a failure summary."""
+    """Run ``argv`` with ``stdin``; its stdout as the summary, or a failure summary.
+
+    ``on_line`` is told each line of stdout as it comes (without its line break), while the
+    command runs."""
     shown = shlex.join(argv)
     try:
         proc = await asyncio.create_subprocess_exec(
@@ -104,7 +201,7 @@ async def run_command(
         return Outcome(f"failed: {shown} could not start ({exc.strerror or exc})", False)
     try:
         async with asyncio.timeout(timeout):
-            out, err = await proc.communicate(stdin.encode())
+            out, err = await _talk(proc, stdin.encode(), on_line)
     except TimeoutError:
         with contextlib.suppress(ProcessLookupError):
             proc.kill()
@@ -119,13 +216,62 @@ async def run_command(
         tail = err.decode(errors="replace").strip()[-STDERR_TAIL:]
         detail = f": {tail}" if tail else ""
         return Outcome(f"failed: {shown} exited with code {proc.returncode}{detail}", False)
-    if len(text) > MAX_SUMMARY:
-        text = text[:MAX_SUMMARY] + f"\n… ({len(text) - MAX_SUMMARY} more characters cut)"
-    return Outcome(text or f"{shown} finished without output", True)
+    return Outcome(_cap(text) or f"{shown} finished without output", True)
+
+
+async def _talk(
+    proc: asyncio.subprocess.Process, data: bytes, on_line: Callable[[str], None] | None
+) -> tuple[bytes, bytes]:
+    """Write ``data`` to the command's stdin while its stdout (line by line to ``on_line``)
+    and stderr are read; then wait for it to exit."""
+    stdin, stdout, stderr = proc.stdin, proc.stdout, proc.stderr
+    assert stdin is not None and stdout is not None and stderr is not None
+
+    async def feed() -> None:
+        try:
+            stdin.write(data)
+            await stdin.drain()
+        except (BrokenPipeError, ConnectionResetError):  # it did not read its stdin
+            pass
+        finally:
+            stdin.close()
+
+    async def read_out() -> bytes:
+        chunks: list[bytes] = []
+        pending = bytearray()
+        while chunk := await stdout.read(65536):
+            chunks.append(chunk)
+            if on_line is None:
+                continue
+            pending.extend(chunk)
+            while (cut := pending.find(b"\n")) >= 0:
+                on_line(pending[:cut].decode(errors="replace"))
+                del pending[: cut + 1]
+        if on_line is not None and pending:
+            on_line(pending.decode(errors="replace"))
+        return b"".join(chunks)
+
+    async with asyncio.TaskGroup() as group:
+        group.create_task(feed())
+        out = group.create_task(read_out())
+        err = group.create_task(stderr.read())
+    await proc.wait()
+    return out.result(), err.result()
+
+
+@dataclass(slots=True)
+class _Answering:
+    """One task while its command runs: the DONE its output signalled, if any."""
+
+    task: AgentTask
+    scanner: DoneScanner = field(default_factory=DoneScanner)
+    sending: asyncio.Task[None] | None = None
+    """Sending the DONE of the first DONE line (None: no DONE line yet)."""
 
 
 class AgentRunner:
-    """Takes the tasks of one agent name and answers each with the command's output."""
+    """Takes the tasks of one agent name and answers each: by the command's DONE line, or
+    with its output."""
 
     def __init__(
         self, inbox: AgentInbox, argv: Sequence[str], timeout: float, out: Console
@@ -144,6 +290,7 @@ class AgentRunner:
             await self.answer(task)
 
     async def answer(self, task: AgentTask) -> None:
+        """Run the command for ``task``; its DONE line answers it, else its output does."""
         env = dict(os.environ)
         env.update(
             ACTLINE_AGENT=self.name,
@@ -151,19 +298,74 @@ class AgentRunner:
             ACTLINE_TURN_ID=task.turn_id,
             ACTLINE_CONVERSATION_ID=task.conversation_id,
         )
-        outcome = await run_command(self.argv, task.text, timeout=self.timeout, env=env)
+        state = _Answering(task)
         try:
-            verdict = await self.inbox.done(task, outcome.summary)
+            outcome = await run_command(
+                self.argv,
+                task.text,
+                timeout=self.timeout,
+                env=env,
+                on_line=lambda line: self._line(state, line),
+            )
+        except asyncio.CancelledError:
+            if state.sending is not None:  # stored or not: the node's verdict decides
+                state.sending.cancel()
+                await asyncio.gather(state.sending, return_exceptions=True)
+            raise
+        if state.sending is not None:
+            await state.sending
+            if not outcome.ok:
+                text = f"task {task.task_id}: after its DONE line, {outcome.summary}"
+                _say(self.out, text + "; nothing more was sent", "yellow")
+            return
+        await self._send(task, outcome.summary, "answered" if outcome.ok else "answered (failed)")
+
+    def _line(self, state: _Answering, line: str) -> None:
+        """One line of the command's output: a DONE line answers the task, once."""
+        found = state.scanner.feed(line)
+        if found is None:
+            return
+        task_id = state.task.task_id
+        if found.name is not None and found.name != self.name:
+            _say(
+                self.out,
+                f"task {task_id}: ignored a DONE line naming agent {found.name!r}, not "
+                f"{self.name!r}: write DONE({self.name}, summary) or DONE(summary)",
+                "yellow",
+            )
+            return
+        if not found.summary:
+            _say(self.out, f"task {task_id}: ignored a DONE line without a summary", "yellow")
+            return
+        if state.sending is not None:
+            _say(self.out, f"task {task_id}: its DONE was sent already; a second DONE line ignored")
+            return
+        summary = _cap(found.summary)
+        state.sending = asyncio.create_task(
+            self._send(state.task, summary, "answered by its DONE line", line=True),
+            name=f"agent:{self.name}:done:{task_id}",
+        )
+
+    async def _send(
+        self, task: AgentTask, summary: str, status: str, *, line: bool = False
+    ) -> None:
+        """Send the DONE of ``task`` (the same path as ``actline done``) and say the verdict."""
+        try:
+            verdict = await self.inbox.done(task, summary)
         except Exception as exc:  # the node is gone: say so and keep serving
             _say(self.out, f"task {task.task_id}: could not send DONE ({exc})", "red")
             return
-        self.answered += 1
-        status = "answered" if outcome.ok else "answered (failed)"
         if isinstance(verdict, ErrorReply):
+            if line and verdict.code in NOT_OPEN:
+                text = f"task {task.task_id}: its DONE line found no open task to answer"
+                _say(self.out, f"{text}; node: {verdict.code}: {verdict.message}", "red")
+                return
+            self.answered += 1
             text = f"task {task.task_id} {status}; node: {verdict.code}: {verdict.message}"
             _say(self.out, text, "red")
-        else:
-            _say(self.out, f"task {task.task_id} {status}; node: {verdict.detail or 'ok'}")
+            return
+        self.answered += 1
+        _say(self.out, f"task {task.task_id} {status}; node: {verdict.detail or 'ok'}")
 
 
 async def run_agent(args: argparse.Namespace, console: Console) -> int:

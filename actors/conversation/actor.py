@@ -76,6 +76,7 @@ from . import commits
 from .compactor import Compactor
 from .files import ConversationFiles
 from .intake import add_feedback, add_followup, contribute, followup_message_id, recorded_profile
+from .title import TitleGate, TitleWritten, gate_block
 
 log = logging.getLogger(__name__)
 
@@ -183,6 +184,9 @@ class ConversationActor(Actor):
                 return await self._followup(followup)
             case UserInput(message=Feedback() as feedback):
                 return await self._feedback(feedback)
+            case TitleWritten():
+                await self._titled(message)
+                return None
         raise UnexpectedMessage(self.name, type(message).__name__)
 
     def _apply(self, turn_id: str, writes: Writes) -> None:
@@ -249,7 +253,10 @@ class ConversationActor(Actor):
             # and the redelivered request starts the turn afresh. Its files first, off the
             # event loop when the workspace is slow.
             files = await self.files.attachments(request.turn_id, request.attachments)
+            new_conversation = not self.tl.turn_ids()
             contribute(self.tl, request, turn.profile.as_table(), files)
+            if new_conversation:
+                self._start_title(request, turn.model)
         else:
             self.tl.begin_turn(request.turn_id, request.ts.timestamp())
             services.task_book.recover([(self.cid, record)])  # its open agent tasks
@@ -270,6 +277,28 @@ class ConversationActor(Actor):
         services.task_book.turn_started(RunningTurn(request.turn_id, self.cid, self.current_ref))
         decision.start()
         return True
+
+    def _start_title(self, request: messages.TurnRequest, model: str) -> None:
+        """A real model writes the new conversation's title beside its first turn."""
+        gate = TitleGate.for_model(self.services, model)
+        if gate is None:
+            return
+
+        async def write() -> None:
+            titled = await gate.write(self.cid, request.turn_id, request.text)
+            if titled.source == "model" and self.accepting:
+                self.ref().tell(TitleWritten(request.turn_id, titled.title))
+
+        self.spawn(write(), "title")
+
+    async def _titled(self, message: TitleWritten) -> None:
+        """Store the model's title: the newer ``stage.gate`` block of the first turn,
+        persisted now when no turn runs, else with the running turn's next commit."""
+        if self.lost:
+            return
+        self.tl.append(gate_block(message.turn_id, self.services.clock(), message.title, "model"))
+        if self.current is None:
+            await self._persist({})
 
     async def _end_turn(self, end: EndTurn) -> None:
         """The one way a turn ends: its result persisted and published, or handed back."""

@@ -2,7 +2,8 @@
 
 A turn request, before the loop starts: the turn's header, the user's prompt, one meta
 block per attachment and, for the first turn of a conversation, a ``stage.gate`` with its
-title. An inline attachment's bytes go to the turn's workspace first
+title (``actline.actors.conversation.title``: the heuristic one, at once; a real model's may
+follow beside the turn). An inline attachment's bytes go to the turn's workspace first
 (``store_attachments``: ``fi:<turn>.user.attachments/<name>``), so a file that cannot be
 stored leaves nothing on the timeline. A followup joins the running turn, its attachments
 under a message-scoped path (``fi:<turn>.external.followup.attachments/<message>/<name>``);
@@ -22,7 +23,6 @@ from actline.messages import new_id
 from actline.timeline import Block, Timeline
 from actline.timeline.blocks import (
     FEEDBACK,
-    STAGE_GATE,
     USER_ATTACHMENT_META,
     USER_FOLLOWUP,
     USER_PROMPT,
@@ -30,8 +30,7 @@ from actline.timeline.blocks import (
 from actline.timeline.paths import ar_path, parse_path
 from actline.tools.workspace.workspace import WorkspaceBackend
 
-TITLE_WORDS = 8
-"""Words of the first prompt that title a new conversation."""
+from .title import gate_block, heuristic_title
 
 
 def store_attachments(
@@ -97,18 +96,7 @@ def contribute(
     for attachment, file in stored:
         tl.append(attachment_block(tl, tid, ts, attachment, file))
     if new_conversation:
-        words = request.text.split()
-        title = " ".join(words[:TITLE_WORDS]) + (" …" if len(words) > TITLE_WORDS else "")
-        tl.append(
-            Block.new(
-                STAGE_GATE,
-                tid,
-                ts,
-                path=ar_path(tid, "stage.gate"),
-                mime="application/json",
-                data={"title": title or "(untitled)", "new_conversation": True},
-            )
-        )
+        tl.append(gate_block(tid, ts, heuristic_title(request.text), "heuristic"))
 
 
 def recorded_profile(tl: Timeline, request: messages.TurnRequest) -> Mapping[str, Any]:

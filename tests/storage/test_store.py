@@ -20,6 +20,8 @@ from actline.storage import (
 )
 from actline.storage.layout import pack
 from actline.timeline import Block, Renderer, SourceRow, Timeline, TimelineConfig
+from actline.timeline.blocks import STAGE_GATE
+from actline.timeline.paths import ar_path
 from tests.timeline.builders import Build, words
 
 CFG = TimelineConfig(max_tokens=3000, cache_ttl_seconds=0)
@@ -473,3 +475,24 @@ def test_an_outline_reads_the_title_turns_and_last_turn_whatever_the_conversatio
     for other in (neighbour, before):
         assert (other.turns, other.last_turn, other.last_status) == (1, "t1", "failed")
     assert unknown == Outline("", 0, "", "", 0.0)
+
+
+def test_an_outline_titles_a_conversation_by_its_gates_latest_title(tmp_path: Path) -> None:
+    """The first turn's gate block holds the title; a model's title, stored later at the
+    same path (after the turn's other blocks), replaces the heuristic one."""
+
+    def gate(title: str, ts: float) -> Block:
+        data = {"title": title, "new_conversation": True}
+        return Block.new(STAGE_GATE, "t1", ts, path=ar_path("t1", "stage.gate"), data=data)
+
+    with Store(tmp_path / "db", sync=False) as store:
+        tl, _, b = conversation(0, "c1")
+        tl.append(gate("Retention Limits", 2e9))
+        b.turn("t1", "hi, what are the retention limits?")
+        b.rounds(30, size=50, prefix="r")  # the model's title lands past the outline's head
+        store.persist(tl)
+        heuristic = store.outline("c1").title
+        tl.append(gate("Message retention limits by tier", 2e9 + 1))
+        store.persist(tl)
+        written = store.outline("c1").title
+    assert (heuristic, written) == ("Retention Limits", "Message retention limits by tier")

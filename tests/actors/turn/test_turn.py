@@ -269,7 +269,9 @@ async def test_turns_of_a_new_and_a_known_conversation_and_a_gate_only_once(
     finally:
         await node.stop()
     gates = [b for b in tl.blocks if b.type == STAGE_GATE]
-    assert len(gates) == 1 and gates[0].data["title"] == "Tell me about the relay please"
+    # offline, the title is the first message's key phrase (a real model writes one)
+    assert len(gates) == 1 and gates[0].data["title"] == "Relay"
+    assert gates[0].data["source"] == "heuristic"
     assert [b.text for b in tl.blocks if b.type == COMPLETION] == ["First.", "Second."]
 
 
