@@ -32,6 +32,9 @@ median is reported.
 - tokenize (the baseline): ``actline.tools.search.text.tokenize(text)`` of the row, the floor of any
 add.
 
+The model's memory: how much the process's resident set grows from loading the embedder and
+embedding 64 rows with it (every weight read once), what a node pays for hybrid memsearch.
+
 Target: bm25 search p50 at 100,000 rows under 100 ms.
 
     python -m bench.memsearch [--quick] [--sizes 1000,10000,100000] [--samples 60]
@@ -351,11 +354,18 @@ def run(
     quick: bool = False,
 ) -> dict[str, Any]:
     started = time.perf_counter()
+    before = rss_mb()
     try:
         embedder: Embedder | None = Embedder.load()
         embedder_note = "all-MiniLM-L6-v2 (numpy)"
     except EmbeddingsUnavailable as exc:
         embedder, embedder_note = None, f"unavailable: {exc.reason}"
+    model_rss = None
+    if embedder is not None:  # every weight read once, as a node's first embeddings do
+        corpus = Corpus(SEED - 1)
+        embedder.embed([corpus.text() for _ in range(EMBED_ROWS)])
+        embedder.embed([corpus.text(*EMBED_TEXTS["short"]) for _ in range(EMBED_ROWS)])
+        model_rss = rss_mb() - before
     with Progress(transient=True) as progress:
         results = [
             measure_size(size, embedder, max(3, samples), scan_budget, progress)
@@ -380,6 +390,7 @@ def run(
         "vectors": "random unit vectors in the rows; the query embedded by the real model",
         "sizes": results,
         "updates": updates,
+        "model_rss_mb": model_rss,
         "targets": [target],
         "targets_met": target["met"] if top is not None else True,
         "seconds": time.perf_counter() - started,
@@ -390,6 +401,18 @@ def run(
 
 
 # -- report -------------------------------------------------------------------------------------
+def rss_mb() -> float:
+    """This process's resident memory in MB (``/proc/self/status``; 0 where there is none)."""
+    try:
+        with open("/proc/self/status", encoding="ascii") as status:
+            for line in status:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return 0.0
+
+
 def _us(value: float | None) -> str:
     if value is None:
         return "-"
@@ -451,6 +474,15 @@ def table(result: dict[str, Any]) -> Table:
                 f"{embed['word_pieces_mean']:.0f} word pieces"
             )
             out.add_row("", f"embed {how}", _us(value), "", f"{value / base:.0f}x", note)
+    if result.get("model_rss_mb") is not None:
+        out.add_row(
+            "model",
+            "memory",
+            f"{result['model_rss_mb']:.0f} MB",
+            "",
+            "",
+            "resident after loading it and embedding 64 rows",
+        )
     target = result["targets"][0]
     out.add_section()
     judged = "not measured" if target["value"] is None else verdict(target["met"])

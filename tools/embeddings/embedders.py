@@ -1,12 +1,13 @@
 """Which dense model memsearch uses (``ACTLINE_EMBED_MODEL``) and the process-wide instances.
 
-``minilm`` is all-MiniLM-L6-v2 (``actline.tools.embeddings.minilm``, the default: 384 wide, 130 to
-230 short rows a second on this project's 2 cores); ``mpnet`` is all-mpnet-base-v2
-(``actline.tools.embeddings.mpnet``: 768 wide, 11 to 50 short rows a second, about 10 times slower,
-and recall@3 0.92 to 0.97 where MiniLM has 0.87 to 0.90 on
-``tests/tools/search/test_memsearch_unseen.py``). Each model's vectors are cached under its own
-``model_id``, so switching models never mixes vectors: rows cached by the other model are embedded
-again.
+``minilm`` is all-MiniLM-L6-v2 (``actline.tools.embeddings.minilm``, the default: 384 wide, 130
+to 230 short rows a second on this project's 2 cores); ``mpnet`` is all-mpnet-base-v2
+(``actline.tools.embeddings.mpnet``: 768 wide, 11 to 50 short rows a second, about 10 times
+slower, and recall@3 0.92 to 0.97 where MiniLM has 0.89 to 0.92 on
+``tests/tools/search/test_memsearch_unseen.py``' first three sets). Loaded and used (64 rows
+embedded), MiniLM adds about 100 MB to a process, mpnet about 510 MB. Each model's vectors are
+cached under its own ``model_id``, so switching models never mixes vectors: rows cached by the
+other model are embedded again.
 """
 
 from __future__ import annotations

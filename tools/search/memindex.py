@@ -19,9 +19,10 @@ BM25 alone.
 
 ``search`` ranks rows by BM25 over the inverted index (``actline.tools.search.bm25``) and, with
 an embedder (hybrid), by the cosine of every embedded row to the query vector (one matrix
-product), fused by a convex combination with a recency bonus, a speaker boost and an exact
-identifier boost; ``actline.tools.search.fusion`` gives the formula and how its constants were
-measured. Vectors, their encoding and the cache are ``actline.tools.search.vectors``.
+product), fused by a convex combination with a recency bonus, a speaker boost, an exact
+identifier boost and a share of the score of the turn's other best row;
+``actline.tools.search.fusion`` gives the formula and how its constants were measured. Vectors,
+their encoding and the cache are ``actline.tools.search.vectors``.
 
 Rows are filtered by role, ``since`` and ``exclude_turns``; each turn gives one hit, its best
 row; ties go to the newer turn, then the smaller turn id. The index is not thread-safe: one
@@ -42,7 +43,7 @@ from numpy.typing import NDArray
 from actline.tools.embeddings.minilm import EmbeddingsUnavailable
 
 from .bm25 import Bm25Index, mass
-from .fusion import EXACT_BOOST, SPEAKER_BOOST, boost, fuse
+from .fusion import EXACT_BOOST, SPEAKER_BOOST, TURN_WEIGHT, boost, fuse, with_turn
 from .text import identifiers, snippet, tokenize
 from .vectors import (
     TextEmbedder,
@@ -154,6 +155,8 @@ class MemIndex:
         self._pending: dict[int, None] = {}
         """Row ids without a vector, oldest first (an ordered set)."""
         self.search_embed_rows = SEARCH_EMBED_ROWS
+        self.turn_weight = TURN_WEIGHT
+        """``actline.tools.search.fusion.TURN_WEIGHT`` (hybrid); 0 ranks each row alone."""
         self.model_texts = 0
         """Texts run through the model so far (not found in the cache): a statistic."""
 
@@ -329,6 +332,7 @@ class MemIndex:
                 candidates, fused = boost(candidates, fused, speaking, allowed, SPEAKER_BOOST)
             if exact is not None:
                 candidates, fused = boost(candidates, fused, exact, allowed, EXACT_BOOST)
+            fused = with_turn(self._turn[candidates], fused, self.turn_weight)
         else:
             candidates = np.flatnonzero((bm25 > 0) & allowed)
             fused = bm25[candidates]

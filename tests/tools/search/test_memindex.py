@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from numpy.typing import NDArray
 
 from actline.tools.embeddings.minilm import EmbeddingsUnavailable
+from actline.tools.search.fusion import with_turn
 from actline.tools.search.memindex import SNIPPET_CHARS, MemHit, MemIndex
 from actline.tools.search.text import tokenize
 from actline.tools.search.vectors import (
@@ -380,3 +381,40 @@ def test_vectors_round_trip_through_float16_bytes() -> None:
     assert np.allclose(back, vector, atol=2e-3)
     assert np.linalg.norm(back) == pytest.approx(1.0, abs=1e-6)
     assert np.allclose(decode_vector(list(vector)), vector, atol=1e-6)
+
+
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 4), st.floats(0, 3, allow_nan=False)), min_size=0, max_size=12
+    ),
+    st.sampled_from([0.0, 0.3, 0.9]),
+)
+def test_a_row_gains_a_share_of_the_best_other_row_of_its_turn(
+    rows: list[tuple[int, float]], weight: float
+) -> None:
+    turns = np.array([t for t, _ in rows], dtype=np.int32)
+    fused = np.array([f for _, f in rows], dtype=np.float64)
+    got = with_turn(turns, fused, weight)
+    for i, (turn, score) in enumerate(rows):
+        others = [f for j, (t, f) in enumerate(rows) if j != i and t == turn]
+        assert got[i] == pytest.approx(score + weight * max(others, default=0.0))
+    for turn in set(turns.tolist()):  # a turn's best row stays its best
+        mine = np.flatnonzero(turns == turn)
+        assert fused[mine].max() == fused[mine[np.argmax(got[mine])]]
+
+
+def test_a_turn_whose_prompt_and_answer_both_match_beats_one_matching_row() -> None:
+    index = MemIndex(BagEmbedder())
+    index.add(
+        [
+            row(1, "user", "which port does the exporter use now"),
+            row(1, "assistant", "the exporter port is 9187"),
+            row(2, "user", "which port does the exporter use"),
+            row(2, "assistant", "lunch is at noon in the canteen"),
+        ]
+    )
+    index.embed_pending()
+    query = "which port does the exporter use"
+    assert [h.turn_id for h in index.search(query, roles=ROLES, top_k=2)] == ["t1", "t2"]
+    index.turn_weight = 0.0  # each row alone: the exact prompt wins
+    assert [h.turn_id for h in index.search(query, roles=ROLES, top_k=2)] == ["t2", "t1"]

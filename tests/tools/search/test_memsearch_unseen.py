@@ -7,10 +7,11 @@ anything. All three are measured and printed (``pytest -s``) with BM25 alone bes
 and so is rank 1 for every identifier that appears in one turn only (the filler talks about
 near-neighbour ids in the same words).
 
-Each test runs with both dense models (``ACTLINE_EMBED_MODEL``): all-MiniLM-L6-v2, the
-default, and all-mpnet-base-v2, the only one that reaches the 0.9 target (``TARGET``) on
-every set. Embedding the 400 rows takes about 2 s with MiniLM and 8 to 36 s with mpnet on
-this project's shared 2-core machine (once per module).
+Each test runs with both dense models (``ACTLINE_EMBED_MODEL``): all-MiniLM-L6-v2, the default,
+and all-mpnet-base-v2, which reaches the 0.9 target (``TARGET``) on the project's three first
+sets. ``memqueries_tuning2`` is a second tuning set in a harder style (no content word shared
+with the fact, partial recall, bare identifiers). Embedding the 400 rows takes about 2 s with
+MiniLM and 8 to 36 s with mpnet on this project's shared 2-core machine (once per module).
 """
 
 from __future__ import annotations
@@ -22,12 +23,28 @@ from actline.tools.embeddings.mpnet import MPNetEmbedder
 from actline.tools.search.memindex import MemIndex
 from actline.tools.search.vectors import DictVectorCache
 
-from . import memfixture, memqueries_blind, memqueries_tuning, memqueries_unseen
+from . import (
+    memfixture,
+    memqueries_blind,
+    memqueries_fresh,
+    memqueries_tuning,
+    memqueries_tuning2,
+    memqueries_unseen,
+)
 
 TOP = 3
 TARGET = 0.9
 ROLES = {"user", "assistant"}
-SETS = {"tuning": memqueries_tuning, "unseen": memqueries_unseen, "blind": memqueries_blind}
+SETS = {
+    "tuning": memqueries_tuning,
+    "tuning2": memqueries_tuning2,
+    "unseen": memqueries_unseen,
+    "blind": memqueries_blind,
+    "fresh": memqueries_fresh,
+}
+# Embedding the 400 rows with mpnet takes 8 to 36 s, more on a busy machine: the fixture's
+# setup counts against the first test's time limit.
+pytestmark = pytest.mark.timeout(600)
 
 
 @pytest.fixture(scope="module", params=["minilm", "mpnet"])
@@ -84,18 +101,21 @@ def test_the_fixture_plants_every_fact_and_the_query_sets_cover_them() -> None:
 
 
 FLOORS = {
-    "minilm": {"tuning": 0.89, "unseen": 0.86, "blind": 0.89},
-    "mpnet": {"tuning": 0.94, "unseen": 0.97, "blind": 0.92},
+    "minilm": {"tuning": 0.90, "tuning2": 0.90, "unseen": 0.89, "blind": 0.92, "fresh": 0.78},
+    "mpnet": {"tuning": 0.94, "tuning2": 0.88, "unseen": 0.97, "blind": 0.92, "fresh": 0.76},
 }
 """What each set is asserted to keep with each model: its measured recall (one query fewer
-fails). all-MiniLM-L6-v2: tuning 79 of 88 = 0.898, unseen 32 of 37 = 0.865, blind 34 of 38 =
-0.895, below the 0.9 target on paraphrases sharing no word with the fact
-(``actline.tools.search.fusion`` lists what was tried). all-mpnet-base-v2 with the same fusion
-(chosen on the tuning set alone, then unseen and blind measured once): tuning 83 of 88 =
-0.943, unseen 36 of 37 = 0.973, blind 35 of 38 = 0.921. Asserted so that the recall cannot
-silently get worse; raise them when the ranking gets better."""
-REACHES_TARGET = {"minilm": False, "mpnet": True}
-"""Whether a model is asserted to reach ``TARGET`` on every set."""
+fails). all-MiniLM-L6-v2: tuning 80 of 88 = 0.909, tuning2 64 of 71 = 0.901, unseen 33 of 37 =
+0.892, blind 35 of 38 = 0.921; before a turn's second row counted (``TURN_WEIGHT``), 79, 61, 32
+and 34. all-mpnet-base-v2 with the same fusion: tuning 83 of 88 = 0.943, tuning2 63 of 71 =
+0.887, unseen 36 of 37 = 0.973, blind 35 of 38 = 0.921 (before: 83, 62, 36, 35). The constants
+were chosen on the two tuning sets alone, then unseen and blind measured once. Asserted so that
+the recall cannot silently get worse; raise them when the ranking gets better. ``fresh`` (46
+queries in the hardest style: 26 share no content word with the fact) was written while the
+ranking was being tuned, by someone who never saw it, and measured once after the tuning:
+MiniLM 37 of 46 = 0.804, mpnet 36 of 46 = 0.783, BM25 alone 18 of 46 = 0.391."""
+REACHES_TARGET = {"minilm": {"tuning", "tuning2"}, "mpnet": {"tuning", "unseen", "blind"}}
+"""The sets on which a model is asserted to reach ``TARGET``."""
 
 
 @pytest.mark.parametrize("name", list(SETS), ids=[f"{name}-set" for name in SETS])
@@ -106,7 +126,7 @@ def test_hybrid_recall_at_three(index: MemIndex, model: str, name: str) -> None:
     print(f"\nmemsearch recall@{TOP}, {name} set ({len(queries)} queries, 200 turns), {model}:")
     print(f"  bm25 {bm25:.3f}  hybrid {hybrid:.3f}  (target {TARGET})")
     assert hybrid >= FLOORS[model][name], "\n".join(misses)
-    if REACHES_TARGET[model]:
+    if name in REACHES_TARGET[model]:
         assert hybrid >= TARGET, "\n".join(misses)
 
 
