@@ -81,7 +81,16 @@ WEIGHTS = {
 COST_SCALE = 10_000
 OUTPUT_WEIGHT = 5.0
 """An output token costs this many base-price input tokens (Claude: $15 vs $3 per MTok)."""
-KEYS = {"id", "turns", "expect_facts", "forbid", "expect_tools", "profile", "tags"}
+KEYS = {
+    "id",
+    "turns",
+    "expect_facts",
+    "forbid",
+    "expect_tools",
+    "expect_sources",
+    "profile",
+    "tags",
+}
 _EMPHASIS = re.compile(r"[`*]")
 _SPACE = re.compile(r"\s+")
 
@@ -102,6 +111,9 @@ class EvalCase:
     profile: str | None = None
     tags: tuple[str, ...] = ()
     line: int = 0
+    expect_sources: tuple[str, ...] = ()
+    """Documents (paths under the knowledge folder) that hold the answer: a citation of
+    any of them is a right one. Empty: the case does not say."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -244,6 +256,7 @@ def _case(value: Any, source: str, line: int) -> EvalCase:
         profile=profile,
         tags=_strings(value, "tags", fail),
         line=line,
+        expect_sources=_strings(value, "expect_sources", fail),
     )
 
 
