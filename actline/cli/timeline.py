@@ -62,6 +62,7 @@ def _list(console: Console, store: Store, home: Path, as_json: bool) -> int:
     for row in rows:
         cost, turns = costs.get(row["conversation_id"], (Cost(), 0))
         row.update(
+            title=store.outline(row["conversation_id"]).title,
             turns=turns,
             cost_usd=cost.total_usd,
             saved_usd=cost.saved_usd,
@@ -76,6 +77,7 @@ def _list(console: Console, store: Store, home: Path, as_json: bool) -> int:
         return 0
     table = Table(title=f"conversations in {home}", header_style="bold")
     table.add_column("conversation", no_wrap=True)
+    table.add_column("title", max_width=40, overflow="ellipsis", no_wrap=True)
     for name in ("revision", "blocks", "turns", "cost", "caching saved"):
         table.add_column(name, no_wrap=True, justify="right")
     table.add_column("last active", no_wrap=True)
@@ -85,6 +87,7 @@ def _list(console: Console, store: Store, home: Path, as_json: bool) -> int:
         cost = costs.get(row["conversation_id"], (Cost(), 0))[0]
         table.add_row(
             row["conversation_id"],
+            row["title"],
             str(row["revision"]),
             str(row["blocks"]),
             str(row["turns"]),

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from actline.actors.conversation.title import heuristic_title
 from actline.bus import Authority, EmbeddedNats
 from tests.creds import creds_env
 
@@ -239,7 +240,10 @@ def test_timeline_list_shows_the_stored_conversation(
         json.loads(line)
         for line in actline("timeline", "--list", "--json", env=clean_env(home)).stdout.splitlines()
     ]
-    assert cid in [row["conversation_id"] for row in rows]
+    [row] = [row for row in rows if row["conversation_id"] == cid]
+    # titled by the gate: offline, the first question's key phrase
+    assert row["title"] == heuristic_title("How do the pricing tiers differ?")
+    assert row["title"] in table.stdout
 
 
 # -- serve, agent, done ----------------------------------------------------------------------------
