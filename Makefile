@@ -5,7 +5,7 @@ VENV   := .venv
 BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.installed
 
-.PHONY: demo test interop bench soak fuzz lint clean cluster-demo sandbox-deps browser-deps deploy-keys
+.PHONY: demo test recall interop bench soak fuzz lint clean cluster-demo sandbox-deps browser-deps deploy-keys
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -39,6 +39,11 @@ test: $(STAMP) sandbox-deps browser-deps
 # tool pools on NATS connections of their own (tests/actors/harness.py PooledNode; the
 # tool pool reaches the conversation's files through the node).
 HOP_TESTS := tests/actors/turn tests/actors/node/test_post.py
+
+# Memory-search recall on every query set with both dense models (make test runs the optional
+# all-mpnet-base-v2 on one set only: its query embeddings take minutes on two cores).
+recall: $(STAMP)
+	ACTLINE_RECALL_FULL=1 $(BIN)/python -m pytest -s --timeout=900 tests/tools/search/test_memsearch_unseen.py
 
 # The interop suite against a model server nobody here wrote: llama.cpp's llama-server (built
 # once by scripts/llama-server.sh, with SmolLM2-135M-Instruct) through both model APIs, one

@@ -173,7 +173,9 @@ class Runtime:
                 await config.check_model_server()
             self.store = await asyncio.to_thread(_open_store, settings.home, settings.storage_sync)
             if self._knowledge is None and settings.knowledge_dir is not None:
-                self._knowledge = await asyncio.to_thread(_open_knowledge, settings.knowledge_dir)
+                self._knowledge = await asyncio.to_thread(
+                    _open_knowledge, settings.knowledge_dir, settings.embeddings
+                )
         creds = config.creds_for(self.role, self.agent_name)
         if creds is not None:
             # kept by this home: renewed here; given (--creds): renewed by whoever holds
@@ -499,8 +501,10 @@ def _open_store(home: Path, sync: bool) -> Store:
         ) from None
 
 
-def _open_knowledge(path: Path) -> KnowledgeSpace:
+def _open_knowledge(path: Path, dense: bool) -> KnowledgeSpace:
+    """The knowledge space at ``path``: hybrid when ``dense`` (``ACTLINE_EMBEDDINGS``) and the
+    embeddings extra is installed, BM25 alone otherwise."""
     try:
-        return KnowledgeSpace(path)
+        return KnowledgeSpace(path, embedder="default" if dense else None)
     except KnowledgeError as exc:
         raise ConfigError(f"the knowledge folder {path} cannot be used: {exc}") from None

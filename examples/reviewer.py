@@ -28,13 +28,29 @@ CITATION = re.compile(r"\[\[S:(\d+)\]\]|\[S:(\d+)\]")
 
 
 def review(text: str) -> str:
-    """A short review of the task text."""
+    """A short review of the task text: what the draft under it says, and how well it is
+    sourced (the draft's points, its first one or two quoted, the sources they cite)."""
     body = text.split("\n---\n", 1)[0]
-    sids = {a or b for a, b in CITATION.findall(body)}
-    points = [line.strip("-• ").strip() for line in body.splitlines() if line.strip()]
-    first = points[0][:120] if points else "the task"
-    cited = f"{len(sids)} cited source(s)" if sids else "no citations to check"
-    return f"Reviewed '{first}': {cited}; the plan is sound, go ahead."
+    ask, _, draft = body.partition("Draft answer:")
+    sids = {a or b for a, b in CITATION.findall(draft or body)}
+    points = [
+        CITATION.sub("", line).strip("-• ").strip()
+        for line in (draft or body).splitlines()
+        if line.strip().startswith(("-", "•"))
+    ]
+    if not points:
+        first = ask.strip().splitlines()[0][:120] if ask.strip() else "the task"
+        return f"Reviewed '{first}': there is no draft with sources to check yet."
+    quoted = "; ".join(f"'{p[:100]}'" for p in points[:2])
+    cited = f"{len(sids)} cited source(s)" if sids else "no citations"
+    verdict = (
+        "every point is cited, the plan is sound, go ahead"
+        if all(
+            CITATION.search(line) for line in draft.splitlines() if line.lstrip()[:1] in ("-", "•")
+        )
+        else "add sources for the uncited points before going ahead"
+    )
+    return f"Reviewed the draft ({len(points)} point(s), {cited}): it says {quoted}; {verdict}."
 
 
 async def serve(inbox: AgentInbox, delay: float) -> None:

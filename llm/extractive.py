@@ -97,9 +97,12 @@ def refers_to_memory(text: str) -> bool:
     return bool(_MEMORY.search(text))
 
 
+_DANGLING = re.compile(r"[,;]?\s+(?:and|or|but|also|then)\s*(?=[.?!]|$)|\s+(?=[.?!,])")
+
+
 def _topic(text: str) -> str:
     """The question without the outside-agent clause and the reference to earlier turns."""
-    return _MEMORY.sub(" ", _AGENT.sub(" ", text))
+    return _DANGLING.sub("", _MEMORY.sub(" ", _AGENT.sub(" ", text)))
 
 
 def points_back(question: str) -> bool:
@@ -122,11 +125,46 @@ def with_antecedent(question: str, before: Sequence[str]) -> str:
     return question
 
 
+_ASKING = (
+    r"(?:how|what|which|when|where|who|why|whether|is|are|can|could|do|does|did|should|will"
+    r"|would)"
+)
+_SENTENCES = re.compile(r"(?<=[.?!])\s+(?=[A-Z])")
+_CLAUSE = re.compile(rf",?\s+(?:and|but|also)\s+(?={_ASKING}\b)", re.IGNORECASE)
+_QUESTION_START = re.compile(rf"^\s*{_ASKING}\b", re.IGNORECASE)
+
+
+def parts(question: str) -> list[str]:
+    """The questions a prompt asks, one per part: "How many X do we need and how do we Y?"
+    is two, each searched, read for and answered apart. Statements around them ("We are
+    rolling out to production.") and the outside-agent clause are left out when there are
+    two parts or more; a prompt of one question comes back whole, statements and all."""
+    found: list[str] = []
+    text = re.sub(r"([.?!])(?:\s*[.?!])+", r"\1", " ".join(_topic(question).split()))
+    for sentence in _SENTENCES.split(text):
+        sentence = sentence.strip()
+        if not sentence.endswith("?") and not _QUESTION_START.match(sentence):
+            continue
+        for piece in _CLAUSE.split(sentence):
+            piece = piece.strip(" ,;")
+            if terms(piece, stemmed=False):
+                found.append(piece if piece.endswith("?") else f"{piece}?")
+    return found if len(found) > 1 else [question]
+
+
 def search_query(text: str, stem: Stem = snowball_stem) -> str:
-    """The question as search words: content words (versions, identifiers and phrasal verbs
-    kept whole) and their synonyms, without the outside-agent clause (``actline.llm.query``)."""
-    found = search_text(analyze(_topic(text), stem))
-    return found or " ".join(dict.fromkeys(terms(text, stemmed=False)))[:300] or text.strip()[:300]
+    """The question in its own words (the dense side of a hybrid search embeds a sentence
+    better than a list of keywords), then the search words it does not hold already: phrasal
+    verbs joined (``backup``) and synonyms (``actline.llm.query``); without the outside-agent
+    clause."""
+    topic = " ".join(_topic(text).split()).strip(" .")
+    found = search_text(analyze(topic, stem))
+    if not found:
+        return " ".join(dict.fromkeys(terms(text, stemmed=False)))[:300] or text.strip()[:300]
+    have = {w.casefold().strip(".") for w in re.findall(r"[\w.$%-]+", topic)}
+    extra = [w for w in found.split() if w.casefold() not in have]
+    query = " ".join([topic, *extra])
+    return query[:300].rsplit(" ", 1)[0] if len(query) > 300 else query
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,6 +322,42 @@ class ExtractiveModel:
         )
 
 
+_FACTUAL = re.compile(r"[\d:()$%]")
+"""A heading that states a fact ("Team: $490 per month") makes no follow-up question."""
+_HEADING = re.compile(r"^#{2,4}\s+(.+?)\s*#*\s*$", re.MULTILINE)
+_VERB_HEADING = re.compile(r"^(?:[A-Z][a-z]+)\s+(?:a|an|the|your|\w+s?)\b")
+_HOW_HEADING = re.compile(r"^(?:how|what|which|when|where|why|who)\b", re.IGNORECASE)
+
+
+def _headings(text: str) -> list[str]:
+    """The section headings of a markdown document, in order."""
+    return [h.strip() for h in _HEADING.findall(text)]
+
+
+def _as_question(heading: str, title: str) -> str:
+    """A follow-up question from a section heading: a heading that asks ("How many nodes")
+    as it is, one that says what to do ("Restore a backup", "Rotate the signing key") as
+    "How do I …?", and a topic ("Compatibility") as "What about … in <title>?"."""
+    text = heading.rstrip("?.: ")
+    if _HOW_HEADING.match(text):
+        return f"{text[0].upper()}{text[1:]}?"
+    words = text.split()
+    first = words[0].casefold() if words else ""
+    if len(words) > 1 and first in _IMPERATIVE_VERBS:
+        return f"How do I {first} {' '.join(words[1:])}?".replace("  ", " ")
+    lowered = text if text[:2].isupper() else text[0].lower() + text[1:]
+    return f"What about {lowered} in {title}?"
+
+
+_IMPERATIVE_VERBS = frozenset(
+    """add apply back build change check configure connect create delete deploy disable enable
+    export find fix form get import install join limit migrate monitor move protect reload
+    remove rename replace restore revoke rotate run scale secure send set start stop test
+    troubleshoot tune turn uninstall update upgrade use verify watch write""".split()
+)
+"""Verbs a how-to heading starts with ("Rotate the signing key", "Verify a webhook signature")."""
+
+
 def _channel(name: str, body: str) -> str:
     return f"<channel:{name}>{body}</channel:{name}>"
 
@@ -322,18 +396,27 @@ class Policy:
                 "react.memsearch",
                 {
                     "query": search_query(self.question, self.stem),
-                    "targets": ["user", "assistant", "notes"],
+                    "targets": ["user", "assistant", "notes", "agents"],
                     "top_k": 3,
                 },
                 "… [1] recalling earlier turns",
             )
         for position, question in self.questions():
-            search = v.first_call_after("react.search_knowledge", position)
+            query = search_query(question, self.stem)
+            search = next(
+                (
+                    c
+                    for c in v.calls_of("react.search_knowledge")
+                    if c.position > position and c.params.get("query") == query
+                ),
+                None,
+            )
             if search is None:
+                words = search_text(analyze(_topic(question), self.stem)) or query
                 return self.call(
-                    f"Searching the knowledge space for: {search_query(question, self.stem)}",
+                    f"Searching the knowledge space for: {words}",
                     "react.search_knowledge",
-                    {"query": search_query(question, self.stem), "top_k": self.top_k},
+                    {"query": query, "top_k": self.top_k},
                     "… [1] searching the knowledge space",
                 )
             hits = [p for p in rerank_hits(search, question, self.stem) if p not in v.read_paths()]
@@ -368,8 +451,10 @@ class Policy:
         asked = list(self.view.asked_before)
         out = []
         for position, question in self.view.questions():
-            out.append((position, with_antecedent(question, asked)))
-            asked.append(question)
+            for part in parts(question):
+                own = part != question and analyze(part, self.stem).kind == "howto"
+                out.append((position, part if own else with_antecedent(part, asked)))
+                asked.append(part)  # a how-to part names its own action ("how do we back them up")
         return out
 
     def answer(self, limit: int = MAX_POINTS) -> Answer:
@@ -429,10 +514,16 @@ class Policy:
         if preface:
             lines += [preface, ""]
         recalled = v.memory_hits()
-        if recalled:
+        said = self.recalled_speech()
+        if said:
+            turn, speaker, snippet = said
+            lines += [f"Earlier in this conversation (turn {turn}), {speaker} said: {snippet}", ""]
+        elif recalled:
             turn, snippet = recalled[0]
             snippet = _CITATION.sub("", snippet)
             lines += [f"Earlier in this conversation (turn {turn}) we covered: {snippet}", ""]
+        if said and refers_to_memory(self.question):
+            points = []  # what was said is the answer; the documents searched add nothing
         lines += render_points(points)
         if not v.read_docs():
             lines.append(
@@ -468,15 +559,56 @@ class Policy:
             + _channel("usage", json.dumps(usage, ensure_ascii=False))
         )
 
+    def recalled_speech(self) -> tuple[str, str, str] | None:
+        """(turn, speaker, words) of the newest memsearch hit that an outside agent said,
+        when the question names that agent ("What did the reviewer say?")."""
+        asked = {w.casefold() for w in re.findall(r"[\w-]+", self.view.prompt)}
+        for call in reversed(self.view.calls_of("react.memsearch")):
+            data = call.result_json()
+            rows = data.get("hits") if isinstance(data, dict) else None
+            for hit in rows if isinstance(rows, list) else []:
+                if not isinstance(hit, dict) or not hit.get("snippet"):
+                    continue
+                speaker = str(hit.get("speaker") or "")
+                path = str(hit.get("block_path") or "")
+                if not speaker:
+                    named = [w for w in asked if w in path.casefold()]
+                    speaker = named[0] if named and hit.get("role") == "agents" else ""
+                head = str(hit["snippet"]).split(":", 1)[0].strip().casefold()
+                if not speaker and hit.get("role") != "user" and head in asked:
+                    speaker = head  # a DONE's row reads "<agent>: <summary>"
+                if speaker and speaker.casefold() in asked:
+                    words = _CITATION.sub("", " ".join(str(hit["snippet"]).split()))
+                    if words.casefold().startswith(f"{speaker.casefold()}:"):
+                        words = words[len(speaker) + 1 :].strip()
+                    return str(hit.get("turn_id", "?")), speaker, words[:400]
+        return None
+
     def followups(self) -> list[str]:
+        """Questions the read documents answer that this answer did not use: a section
+        heading of a cited document first, then of the other documents read, phrased from the
+        heading itself ("How do I restore a backup?", "What about compatibility in Backup and
+        restore?")."""
         v = self.view
-        read = set(v.read_paths())
-        titles = [t for p, t in v.hit_titles() if p not in read]
-        out = [f"What does the documentation say about {t}?" for t in titles[:2]]
-        for doc in v.read_docs():
+        answer = self.answer()
+        used = {(p.rank, p.section) for p in answer.points}
+        cited = {p.rank for p in answer.points}
+        docs = v.read_docs()
+        order = [i for i in cited if i < len(docs)] + [
+            i for i in range(len(docs)) if i not in cited
+        ]
+        out: list[str] = []
+        asked = set(terms(self.question))
+        for i in order:
+            for heading in _headings(docs[i].text):
+                if (i, heading) in used or set(terms(heading)) <= asked or _FACTUAL.search(heading):
+                    continue
+                question = _as_question(heading, docs[i].title)
+                if question not in out:
+                    out.append(question)
+                break
             if len(out) >= 3:
                 break
-            out.append(f"Tell me more about {doc.title}.")
         if len(out) < 2:
             out.append("Which sources did you use for this answer?")
         return out[:3]

@@ -52,6 +52,8 @@ SIBLING_PENALTY = 0.25
 MAX_POINTS = 4
 MAX_STEPS = 8
 LONG_CODE_LINES = 12
+MAX_ITEM_SENTENCES = 4
+MAX_FAMILY = 6
 
 _ITEM = re.compile(r"^(?:[-*+•]|\d+[.)])\s+")
 _NUMBERED = re.compile(r"^\d+[.)]\s+")
@@ -63,6 +65,14 @@ _FACT = re.compile(r"\d|:\s*\S")
 _MONEY = re.compile(r"\$\s?\d|\b(?:free|USD|dollars?|euros?)\b", re.IGNORECASE)
 _MONTHS = "January|February|March|April|May|June|July|August|September|October|November|December"
 _DATE = re.compile(rf"\b(?:\d{{1,2}} (?:{_MONTHS})|(?:{_MONTHS}) \d{{4}}|Q[1-4] \d{{4}}|\d{{4}})\b")
+_DAY = re.compile(
+    rf"\b(?:\d{{1,2}} (?:{_MONTHS})|(?:{_MONTHS}) \d{{1,2}}\b|\d{{4}}-\d{{2}}-\d{{2}}\b)"
+)
+"""A calendar date to the day: what "what date …?" asks for ("14 January 2025")."""
+_NAME = re.compile(r"\b[A-Z][a-z]+(?:\s+[A-Z]\.)?(?:\s+[A-Z][a-z]+)+\b")
+"""A person's or a party's name: two capitalised words or more ("Jane Doe")."""
+_PARTY = re.compile(r"[\w.+-]+@[\w-]+\.[\w.]+|\b(?:team|department|staff)\b", re.IGNORECASE)
+"""Who else can answer a "who" question: an address to write to, a team."""
 _FREQUENCY = re.compile(
     r"\bevery\s+(?:\d+\s+|other\s+)?(?:second|minute|hour|day|week|month|quarter|year)s?\b"
     r"|\b(?:daily|weekly|monthly|quarterly|yearly|hourly|annually)\b|\bonce an?\b"
@@ -81,6 +91,9 @@ _ASKS_HISTORY = re.compile(
 )
 _FULL_VERSION = re.compile(r"^\d+\.\d+\.\d+$")
 _VERSION = re.compile(r"\b\d+\.(?:\d+|x)(?:\.\d+)?\b")
+_SETTING = re.compile(r"`[^`\s]*[-_.=][^`]*`")
+"""A setting, header or key in backticks (`storage.encryption = true`, `Lumen-Message-Id`): how
+to do something can be to set it."""
 _COMMAND = re.compile(r"`[a-z][\w.-]* [^`]+`|\b(?:lumenctl|sudo|helm|docker|kubectl)\s+\w")
 
 
@@ -97,6 +110,8 @@ class Unit:
     section: str
     lead: str = ""
     """For code: the sentence or heading right before it."""
+    para: int = -1
+    """The position of the first sentence of the paragraph or list item the unit is part of."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -126,10 +141,11 @@ def _flush(out: list[Unit], doc: int, para: list[str], section: str, kind: str) 
     text = " ".join(para).replace("**", "")
     para.clear()
     pieces = _SENTENCE.split(text) if kind in ("prose", "item") else [text]
+    first = len(out)
     for piece in pieces:
         piece = piece.strip()
         if len(piece) >= 3:
-            out.append(Unit(doc, len(out), kind, piece, section))
+            out.append(Unit(doc, len(out), kind, piece, section, para=first))
 
 
 def units(text: str, doc: int = 0, title: str = "") -> list[Unit]:
@@ -205,7 +221,7 @@ def answers_kind(kind: str, text: str) -> bool:
 def _typed(kind: str, unit: Unit) -> bool:
     text = unit.text
     if kind == "howto":
-        return unit.kind in ("code", "step") or bool(_COMMAND.search(text))
+        return unit.kind in ("code", "step") or bool(_COMMAND.search(text) or _SETTING.search(text))
     if kind == "quantity":
         return bool(_FIGURE.search(text)) or " no " in f" {text.lower()} "
     if kind == "often":
@@ -214,6 +230,10 @@ def _typed(kind: str, unit: Unit) -> bool:
         return bool(_MONEY.search(text))
     if kind == "when":
         return bool(_DATE.search(text))
+    if kind == "date":
+        return bool(_DAY.search(text))
+    if kind == "who":
+        return bool(_PARTY.search(text) or _NAME.search(text))
     if kind == "version":
         return bool(_VERSION.search(text))
     return True
@@ -247,6 +267,8 @@ class _Scorer:
         self.siblings = self._siblings({t.word for t in analysis.salient})
         self.versions = {t.term for t in analysis.terms if _FULL_VERSION.match(t.term)}
         self.history = bool(_ASKS_HISTORY.search(analysis.question)) or bool(self.versions)
+        self.asked = {t.term for t in analysis.terms}
+        self.focus = [t for t in analysis.terms if t.term in analysis.focus]
         self.doc_terms = [set[str]() for _ in docs]
         for u, own in zip(self.units, self.own, strict=True):
             self.doc_terms[u.doc] |= own
@@ -320,6 +342,11 @@ class _Scorer:
         typed = _typed(kind, unit) or (
             kind == "howto" and unit.kind == "heading" and bool(_followers(self.units, unit, kind))
         )
+        if kind == "who" and typed and not _PARTY.search(unit.text):
+            typed = any(
+                not self.asked >= set(self.analysis.text_terms(n.group()))
+                for n in _NAME.finditer(unit.text)
+            )  # a name the question does not give
         score = coverage * (1 + TYPE_BONUS * typed) + HEADING_BONUS * self.heading[index]
         score += TITLE_BONUS * self.title_cover[unit.doc]
         if index in self.ledes:  # a document's opening says what the title is about
@@ -341,6 +368,13 @@ class _Scorer:
             score *= 0.8
         score -= 0.002 * unit.pos + 0.01 * unit.doc
         return Scored(unit, score, coverage, frozenset(covered), frozenset(own), typed)
+
+    def names_focus(self, index: int) -> bool:
+        """Whether the unit (with its heading, lead and title) names the thing whose value the
+        question asks for (``Analysis.focus``): "a group of 3 nodes" does not answer how many
+        consumer groups, "Team: $490" not what an extra node costs."""
+        have = self.own[index] | self.context[index] | self.lead[index]
+        return all(matches(have, t) or bool(t.alternatives & have) for t in self.focus)
 
     def missing_salient(self) -> list[str]:
         every = set().union(*self.doc_terms) if self.doc_terms else set()
@@ -368,6 +402,16 @@ def _followers(units_: list[Unit], unit: Unit, kind: str) -> list[Unit]:
         if nxt.kind == "prose" and len(after) > 1 and after[1].kind == "code":
             return [nxt, after[1]]
     return []
+
+
+def _whole_item(units_: list[Unit], unit: Unit) -> Unit:
+    """A list item's sentences as one unit: an item is one point ("Maximum size: 1 MiB by
+    default. The hard maximum is 8 MiB.")."""
+    same = [u for u in units_ if u.doc == unit.doc and u.para == unit.para and u.kind == "item"]
+    if len(same) < 2 or len(same) > MAX_ITEM_SENTENCES:
+        return unit
+    text = " ".join(u.text for u in same)
+    return Unit(unit.doc, same[0].pos, "item", text, unit.section, unit.lead, unit.para)
 
 
 def _body(units_: list[Unit], heading: Unit) -> list[Unit]:
@@ -415,6 +459,29 @@ def _around(
             chosen.append(s)
             covered |= s.own
     return chosen
+
+
+def _family(scorer: _Scorer, best: Scored) -> list[Scored]:
+    """For a comparison that names no two things ("How do the tiers differ?"): the members
+    of the family the best document lays side by side, its table rows or its headings that
+    state a fact ("Team: $490 per month"), at most ``MAX_FAMILY``."""
+    doc = best.unit.doc
+    rows = [i for i, u in enumerate(scorer.units) if u.doc == doc and u.kind == "row"]
+    heads = [
+        i
+        for i, u in enumerate(scorer.units)
+        if u.doc == doc and u.kind == "heading" and ":" in u.text and _FACT.search(u.text)
+    ]
+    members = heads if len(heads) >= 2 else rows
+    if len(members) < 2:
+        return []
+    lede = [i for i in sorted(scorer.ledes) if scorer.units[i].doc == doc][:1]
+    family = [scorer.score(i) for i in [*lede, *members[:MAX_FAMILY]]]
+    return [
+        *family[: len(lede)],
+        best,
+        *(s for s in family[len(lede) :] if s.unit is not best.unit),
+    ]
 
 
 def _starts_with(analysis: Analysis, unit: Unit, entity: QueryTerm) -> bool:
@@ -467,14 +534,23 @@ def select(
         if (s.unit.kind != "code" or analysis.kind == "howto")
         and not (s.unit.kind == "heading" and s.unit.text == scorer.titles[s.unit.doc])
     ] or scored
+    if scorer.focus:  # only what names the asked thing can give its value
+        eligible = [s for s in eligible if scorer.names_focus(scorer.index[id(s.unit)])]
     best = next((s for s in eligible if s.typed), None)
     if best is None or best.coverage < MIN_COVERAGE:
         return Selection((), " ".join(analysis.words) or "this question")
     chosen = _by_entity(scorer, eligible) if analysis.kind == "compare" else []
+    if analysis.kind == "compare" and not chosen:
+        chosen = _family(scorer, best)
     if not chosen:
         chosen = _around(best, eligible, max_points, scorer.weights)
     points: list[Unit] = []
     for s in chosen:
+        if s.unit.kind == "item":
+            whole = _whole_item(scorer.units, s.unit)
+            if any(u.pos == whole.pos and u.doc == whole.doc for u in points):
+                continue
+            s = Scored(whole, s.score, s.coverage, s.covered, s.own, s.typed)
         brought = [s.unit, *_followers(scorer.units, s.unit, analysis.kind)]
         if s.unit.kind == "step" and analysis.kind == "howto":  # a step: the whole procedure
             brought = _steps(scorer.units, s.unit) or brought

@@ -37,6 +37,7 @@ __all__ = [
     "QueryTerm",
     "Stem",
     "analyze",
+    "focus_terms",
     "match",
     "matches",
     "search_text",
@@ -45,7 +46,19 @@ __all__ = [
     "version_prefix",
 ]
 
-KINDS = ("howto", "quantity", "often", "money", "when", "version", "compare", "yesno", "other")
+KINDS = (
+    "howto",
+    "quantity",
+    "often",
+    "money",
+    "date",
+    "when",
+    "who",
+    "version",
+    "compare",
+    "yesno",
+    "other",
+)
 
 STOP_WORDS = frozenset(
     """a an the and or but if then else of to in on at by for with from as is are was were be
@@ -77,6 +90,9 @@ PHRASAL = {
     ("up", "to"): "maximum",
 }
 """Two words that mean one thing (``back up``, ``or newer``): their second would be a stop word."""
+
+_OBJECTS = frozenset("it them this that these those everything all".split())
+"""Pronouns that may sit inside a phrasal verb: "back them up" is "backup them"."""
 
 SYNONYMS: tuple[tuple[str, ...], ...] = (
     ("biggest", "largest", "maximum", "max", "highest", "longest", "most"),
@@ -119,10 +135,16 @@ GENERIC_WEIGHT = 0.3
 ASKED = {
     "version": frozenset({"version", "versions", "release", "releases"}),
     "money": frozenset({"cost", "costs", "price", "prices", "pricing", "fee", "fees", "pay"}),
+    "date": frozenset({"date", "dates", "day", "exact"}),
     "compare": frozenset({"difference", "differences", "differ", "differs", "compare", "versus"}),
 }
 """Words that name what a kind of question asks for: the answer's type stands for them."""
 ASKED_WEIGHT = 0.4
+
+_CONTEXT = re.compile(r"\s\((?P<context>[^()]*)\)\s*$")
+"""The question a short one points back at, in brackets after it ("What is new in it? (When was
+3.1.0 released?)"): its words count ``CONTEXT_WEIGHT`` and it does not set the kind."""
+CONTEXT_WEIGHT = 0.5
 
 _IMPERATIVE = re.compile(
     r"^\s*(?:please\s+)?(?:check|review|summari[sz]e|describe|explain|list|show|tell me about)\b",
@@ -155,7 +177,30 @@ _QUANTITY = re.compile(
     re.IGNORECASE,
 )
 _OFTEN = re.compile(r"\bhow\s+often\b|\bhow\s+frequently\b|\bat what interval\b", re.I)
-_WHEN = re.compile(r"\bwhen\b|\bwhat date\b|\buntil\b|\bsince when\b", re.IGNORECASE)
+_WHEN = re.compile(
+    r"(?:^|[.!?]\s+)when\b|\bwhat date\b|\buntil\b|\bsince when\b|\bby when\b", re.IGNORECASE
+)
+""""When" that asks for a time starts the question; "what happens when …" asks what happens."""
+_DATE_Q = re.compile(r"\b(?:what|which)\s+(?:[\w-]+\s+){0,4}(?:date|day)\b", re.IGNORECASE)
+"""A question for a calendar date ("What is the exact release date …?"), not just a time."""
+_WHO = re.compile(r"(?:^|[.!?]\s+)who\b", re.IGNORECASE)
+"""A question for a person or a party ("Who founded …?")."""
+_FOCUS_END = frozenset(
+    """does do did is are was were can could should would will may might must has have had per
+    of in on at for to with from by that which who when where than and or""".split()
+)
+"""Words that end the noun phrase a question asks about ("how many *consumer groups* per …")."""
+_FOCUS = re.compile(
+    r"\bhow\s+many\s+(?P<many>[^?]+)"
+    r"|\b(?:number|amount|count)\s+of\s+(?P<of>[^?]+)"
+    r"|\b(?:how\s+much|what)\s+(?:does|do|did|will|would|could)\s+(?P<paid>[^?]+?)\s+"
+    r"(?:cost|charge)"
+    r"|\b(?:price|cost|fee)\s+(?:of|for)\s+(?P<priced>[^?]+)"
+    r"|\b(?:which|what)\s+(?P<attr>(?:[\w.-]+\s+){0,2}port)s?\b",
+    re.IGNORECASE,
+)
+"""Where a question names the thing whose value it asks for: the counted thing, the priced
+thing, or an attribute that has a value of its own kind (a port: a number)."""
 _VERSION_Q = re.compile(
     r"\b(?:which|what)\s+(?:[\w-]+\s+){0,2}(?:version|release)s?\b", re.IGNORECASE
 )
@@ -240,6 +285,11 @@ def _joined(tokens: list[str]) -> list[str]:
     out: list[str] = []
     i = 0
     while i < len(tokens):
+        split = (tokens[i], tokens[i + 2]) if i + 2 < len(tokens) else None
+        if split in PHRASAL and tokens[i + 1] in _OBJECTS:  # "back them up"
+            out += [PHRASAL[split], tokens[i + 1]]
+            i += 3
+            continue
         pair = (tokens[i], tokens[i + 1]) if i + 1 < len(tokens) else None
         if pair in PHRASAL:
             out.append(PHRASAL[pair])
@@ -281,6 +331,9 @@ class Analysis:
     """Written forms of the synonyms (for the search query)."""
     compared: tuple[str, ...] = field(default=())
     """For a comparison: the terms of the things compared ("between X and Y", "X vs Y")."""
+    focus: tuple[str, ...] = field(default=())
+    """The terms of the thing whose value the question asks for ("how many *consumer groups*",
+    "what does *an extra node* cost", "which *gRPC port*"): an answer must name it."""
     stem: Callable[[str], str] = field(default=snowball_stem, repr=False, compare=False)
     """The stemmer the terms were made with: document text is read with the same one."""
 
@@ -298,6 +351,10 @@ def _kind(question: str) -> str:
         return "compare"
     if _HOWTO.search(question) and not _QUANTITY.search(question):
         return "howto"
+    if _WHO.search(question):
+        return "who"
+    if _DATE_Q.search(question):
+        return "date"
     if _VERSION_Q.search(question):
         return "version"
     if _MONEY.search(question):
@@ -321,17 +378,36 @@ def _is_salient(token: str, start: int, text: str) -> bool:
         return True
     if "-" in token and any(c.isdigit() for c in token):
         return True
+    if sum(c.isupper() for c in token) >= 2:
+        return True  # an acronym or a CamelCase name ("gRPC"), even at the start
     if not token[0].isupper() or token == "I":
         return False
-    if sum(c.isupper() for c in token) >= 2:
-        return True  # an acronym or a CamelCase name, even at the start
     return not _SENTENCE_START.search(text[:start])
+
+
+def focus_terms(question: str, stem: Callable[[str], str] = snowball_stem) -> list[str]:
+    """The terms of the noun phrase whose value ``question`` asks for (see ``Analysis.focus``):
+    its words up to the first verb or preposition that follows it, or none."""
+    found = _FOCUS.search(question)
+    if found is None:
+        return []
+    phrase = next(g for g in found.groups() if g is not None)
+    words: list[str] = []
+    for token, _ in _tokens(phrase):
+        word = token.casefold()
+        if word in _FOCUS_END or len(words) >= 4:
+            break
+        words.append(word)
+    return [t for w in _joined(words) for t in _word_terms(w, stem)[:1] if w not in GENERIC]
 
 
 def analyze(question: str, stem: Callable[[str], str] = snowball_stem) -> Analysis:
     """The kind, terms, synonyms and salient terms of ``question`` (see the module docstring)."""
     synonyms = _SYNONYMS if stem is snowball_stem else _synonym_table(stem)
-    kind = _kind(question)
+    context = _CONTEXT.search(question)
+    asking = question[: context.start()] if context else question
+    kind = _kind(asking)
+    own = set(text_terms(question[: context.start()], stem)) if context else None
     question = _IMPERATIVE.sub("", _HOW_CUE.sub("how", question))
     asked = ASKED.get(kind, frozenset())
     raw = _tokens(question)
@@ -350,6 +426,8 @@ def analyze(question: str, stem: Callable[[str], str] = snowball_stem) -> Analys
                 continue
             alternatives = synonyms.get(term, frozenset())
             weight = GENERIC_WEIGHT if word in GENERIC else ASKED_WEIGHT if word in asked else 1.0
+            if own is not None and term not in own:
+                weight *= CONTEXT_WEIGHT  # from the question it points back at, not its own
             terms[term] = QueryTerm(word, term, alternatives, word in salient_words, weight)
         for group in SYNONYMS:
             if word in group:
@@ -358,9 +436,13 @@ def analyze(question: str, stem: Callable[[str], str] = snowball_stem) -> Analys
     if kind == "compare" and (pair := _COMPARED.search(question)):
         for name in (n for n in pair.groups() if n):
             compared += [t for t in _word_terms(name.casefold(), stem) if t in terms][:1]
+    focus = [t for t in focus_terms(asking, stem) if t in terms]
+    if kind == "who" and not focus:  # who *founded* X: the answer must hold what was done
+        focus = [t.term for t in terms.values() if not t.salient and t.weight == 1.0]
     return Analysis(
         question=question,
         kind=kind,
+        focus=tuple(dict.fromkeys(focus)),
         compared=tuple(dict.fromkeys(compared)),
         stem=stem,
         terms=tuple(terms.values()),

@@ -93,7 +93,8 @@ class NodeSettings:
     """``ACTLINE_GC_THRESHOLD``: the collector's first threshold while a node runs (0 leaves
     the process's own; ``actline.actors.node.gc_tuning``)."""
     embeddings: bool = True
-    """``ACTLINE_EMBEDDINGS``: hybrid memsearch when the ``embeddings`` extra is installed."""
+    """``ACTLINE_EMBEDDINGS``: hybrid memsearch and knowledge search when the ``embeddings``
+    extra is installed."""
     embed_model: str = DEFAULT_EMBED_MODEL
     """``ACTLINE_EMBED_MODEL``: the dense model of hybrid memsearch: ``minilm``
     (all-MiniLM-L6-v2, the default) or ``mpnet`` (all-mpnet-base-v2: recall@3 0.92 to 0.97
@@ -143,6 +144,10 @@ class NodeSettings:
     calls, pass their messages in process when both ends live here. Off (``0``): every hop
     goes over NATS as a typed message (``actor.mail`` between the actors, ``llm.generate`` to
     the streamer pool), so ``actline tap`` sees a whole round; the same messages either way."""
+    model_titles: bool = True
+    """``ACTLINE_MODEL_TITLES``: a real model writes a new conversation's title in a tool-free
+    call beside its first turn (``actline.actors.conversation.title``); off (``0``), and with
+    the offline models, the title is the first message's key phrase."""
     copy_every_s: float = 2.0
     """``ACTLINE_COPY_EVERY``: cluster mode: how long a committed round may wait before it is
     copied to JetStream. Rounds are copied together at the turn's end, before anything the turn
@@ -371,6 +376,7 @@ _ENV: dict[str, tuple[str, type]] = {
     "node_ttl_s": ("ACTLINE_NODE_TTL", float),
     "copy_every_s": ("ACTLINE_COPY_EVERY", float),
     "local_shortcut": ("ACTLINE_LOCAL_SHORTCUT", bool),
+    "model_titles": ("ACTLINE_MODEL_TITLES", bool),
     "agent_beat_s": ("ACTLINE_AGENT_BEAT", float),
     "max_text_bytes": ("ACTLINE_MAX_TEXT_BYTES", int),
     "max_feedback_bytes": ("ACTLINE_MAX_FEEDBACK_BYTES", int),

@@ -286,8 +286,10 @@ class ConversationActor(Actor):
 
         async def write() -> None:
             titled = await gate.write(self.cid, request.turn_id, request.text)
-            if titled.source == "model" and self.accepting:
-                self.ref().tell(TitleWritten(request.turn_id, titled.title))
+            if titled.usage is not None and self.accepting:  # a call was made: record it
+                self.ref().tell(
+                    TitleWritten(request.turn_id, titled.title, titled.source, titled.usage)
+                )
 
         self.spawn(write(), "title")
 
@@ -296,7 +298,10 @@ class ConversationActor(Actor):
         persisted now when no turn runs, else with the running turn's next commit."""
         if self.lost:
             return
-        self.tl.append(gate_block(message.turn_id, self.services.clock(), message.title, "model"))
+        block = gate_block(
+            message.turn_id, self.services.clock(), message.title, message.source, message.usage
+        )
+        self.tl.append(block)
         if self.current is None:
             await self._persist({})
 

@@ -183,26 +183,37 @@ def title_of(blocks: Iterable[Block]) -> str:
     return title
 
 
-def gate_block(turn_id: str, ts: float, title: str, source: str) -> Block:
+def gate_block(
+    turn_id: str, ts: float, title: str, source: str, usage: Usage | None = None
+) -> Block:
     """The ``stage.gate`` block of a new conversation's first turn, titled by ``source``
-    (``heuristic`` or ``model``)."""
+    (``heuristic`` or ``model``); ``usage``: what the title call cost, when one was made
+    (the call runs beside the turn, so its tokens are recorded here, not in the turn's
+    usage)."""
+    data: dict[str, object] = {"title": title or UNTITLED, "new_conversation": True}
+    data["source"] = source
+    if usage is not None:
+        data["usage"] = usage.model_dump(mode="json")
     return Block.new(
         STAGE_GATE,
         turn_id,
         ts,
         path=ar_path(turn_id, "stage.gate"),
         mime="application/json",
-        data={"title": title or UNTITLED, "new_conversation": True, "source": source},
+        data=data,
     )
 
 
 @dataclass(frozen=True, slots=True)
 class TitleWritten:
-    """A model's title for the conversation to store: what the gate's task tells the
-    conversation's actor, which appends ``gate_block(turn_id, now, title, "model")``."""
+    """The gate's title for the conversation to store, once a model call was made: what the
+    gate's task tells the conversation's actor, which appends ``gate_block(turn_id, now,
+    title, source, usage)`` (``source`` ``heuristic`` when the reply was unusable)."""
 
     turn_id: str
     title: str
+    source: str = "model"
+    usage: Usage | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -226,10 +237,10 @@ class TitleGate:
     @classmethod
     def for_model(cls, services: Services, model: str) -> TitleGate | None:
         """The gate for the turn's ``model`` on this node (through its streamer, or the
-        pool's), or None when it is an offline model or not served: the heuristic title
-        stays."""
+        pool's), or None when it is an offline model, not served, or model titles are off
+        (``ACTLINE_MODEL_TITLES``): the heuristic title stays."""
         streamer = services.streamer
-        if streamer is None:
+        if streamer is None or not services.settings.model_titles:
             return None
         try:
             served = streamer.models(model)

@@ -87,6 +87,7 @@ def settings(home: Path, **changes: Any) -> NodeSettings:
         storage_sync=False,
         max_context_tokens=200_000,
         local_shortcut=SHORTCUT,
+        model_titles=False,  # scripted model servers answer the turn's rounds only
     )
     return base.with_(**changes)
 

@@ -40,7 +40,10 @@ async def start(
             **overrides,
         }
     )
-    node = Node(bus, settings, model=ExtractiveModel(), knowledge=KnowledgeSpace(KB))
+    # BM25 knowledge search, as the node processes of the kill loops run (ACTLINE_EMBEDDINGS=0):
+    # their answers are compared with these nodes'
+    knowledge = KnowledgeSpace(KB, embedder=None)
+    node = Node(bus, settings, model=ExtractiveModel(), knowledge=knowledge)
     try:
         await node.start()
     except BaseException:

@@ -7,14 +7,18 @@ same matching as ``actline eval``). On top of the eval's recall it checks what t
 - every citation ``[[S:n]]`` closes text that the document with source ``n`` holds (a cited
   line, a table row's cells, and a code block under a cited line);
 - no cited document is unrelated: each holds at least one of the case's expected facts;
-- a case tagged ``unanswerable`` is declined ("The documents do not cover …") with no citation.
+- a case tagged ``unanswerable`` is declined ("The documents do not cover …") with no citation;
+- a right source is cited: for an answerable case with ``expect_sources`` (paths relative to
+  ``examples/kb``), at least one cited document is one of them.
 
-``python -m tests.llm.answer_eval [CASES.jsonl ...]`` prints the figures per case file.
+``python -m tests.llm.answer_eval [-v] [--json] [CASES.jsonl ...]`` prints the figures per case
+file (``--json``: one JSON object of them per file).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import sys
 from dataclasses import dataclass, field
@@ -31,6 +35,7 @@ EVAL = ROOT / "examples" / "eval"
 ANSWERS = EVAL / "answers.jsonl"
 HELD_OUT = EVAL / "answers-heldout.jsonl"
 SHIPPED = EVAL / "kb.jsonl"
+TUNING = EVAL / "answers-tune2.jsonl"
 CASE_FILES = (ANSWERS, HELD_OUT, SHIPPED)
 DECLINE = "The documents do not cover"
 UNANSWERABLE = "unanswerable"
@@ -61,6 +66,13 @@ class CaseResult:
     def unanswerable(self) -> bool:
         return UNANSWERABLE in self.case.tags
 
+    @property
+    def right_source(self) -> bool | None:
+        """Whether a cited document is one the case expects; None when it expects none."""
+        if self.unanswerable or not self.case.expect_sources:
+            return None
+        return any(p.removeprefix("ks:") in self.case.expect_sources for p in self.cited)
+
 
 @dataclass
 class Report:
@@ -90,17 +102,43 @@ class Report:
         return sum(r.declined for r in rows), len(rows)
 
     @property
+    def right_sources(self) -> tuple[int, int]:
+        """(answers citing a right source, answerable cases with ``expect_sources``)."""
+        rows = [r.right_source for r in self.answerable if r.right_source is not None]
+        return sum(rows), len(rows)
+
+    @property
     def wrongly_declined(self) -> list[str]:
         return [r.case.id for r in self.answerable if r.declined]
 
+    def figures(self) -> dict[str, object]:
+        """The summary's figures, for ``--json``."""
+        declined, unanswerable = self.declined_unanswerable
+        right, expecting = self.right_sources
+        return {
+            "cases": len(self.results),
+            "facts_present": round(self.fact_share, 4),
+            "every_fact": round(self.complete_share, 4),
+            "right_source": round(right / expecting, 4) if expecting else None,
+            "right_source_cases": [right, expecting],
+            "unanswerable_declined": [declined, unanswerable],
+            "answerable_declined": self.wrongly_declined,
+            "forbidden_facts": sum(len(r.forbidden) for r in self.results),
+            "unrelated_citations": sum(len(r.unrelated) for r in self.results),
+            "bad_citations": sum(len(r.bad_citations) for r in self.results),
+        }
+
     def summary(self) -> str:
         declined, unanswerable = self.declined_unanswerable
+        right, expecting = self.right_sources
+        sources = f" · right source cited {right / max(1, expecting):.0%} ({right}/{expecting})"
         tags = sorted({t for r in self.answerable for t in r.case.tags})
         return "\n".join(
             [
                 f"cases {len(self.results)} · facts present {self.fact_share:.0%} · answers with "
-                f"every fact {self.complete_share:.0%} · unanswerable declined "
-                f"{declined}/{unanswerable} · answerable declined {len(self.wrongly_declined)}",
+                f"every fact {self.complete_share:.0%}{sources if expecting else ''} · "
+                f"unanswerable declined {declined}/{unanswerable} · answerable declined "
+                f"{len(self.wrongly_declined)}",
                 f"forbidden facts {sum(len(r.forbidden) for r in self.results)} · cited documents "
                 f"{sum(len(r.cited) for r in self.results)}, holding no expected fact "
                 f"{sum(len(r.unrelated) for r in self.results)} · citations not in their "
@@ -187,12 +225,14 @@ async def evaluate(
 
 
 def main(argv: list[str]) -> int:
-    files = [Path(a) for a in argv] or list(CASE_FILES)
+    options = {"-v", "--json"}
+    files = [Path(a) for a in argv if a not in options] or list(CASE_FILES)
     verbose = "-v" in argv
     for path in files:
-        if str(path) == "-v":
-            continue
         report = asyncio.run(evaluate(load_cases(path)))
+        if "--json" in argv:
+            print(json.dumps({"file": path.name, **report.figures()}, ensure_ascii=False))
+            continue
         print(f"== {path.name}")
         for r in report.results:
             flags = []
@@ -202,6 +242,8 @@ def main(argv: list[str]) -> int:
                 flags.append("declined")
             if r.unanswerable and not r.declined:
                 flags.append("not declined")
+            if r.right_source is False:
+                flags.append("no right source cited")
             flags += [f"forbidden {f!r}" for f in r.forbidden]
             flags += [f"unrelated {p}" for p in r.unrelated]
             flags += [f"bad citation {c}" for c in r.bad_citations]

@@ -150,6 +150,7 @@ async def test_a_claude_node_takes_its_llm_table_and_serves_the_claude_model_a_t
         toml = tmp_path / "actline.toml"  # the key stays in the environment
         toml.write_text(f'model = "claude-sonnet-4-6"\n[llm]\nbase_url = "{srv.base_url}"\n')
         env = {"ACTLINE_HOME": str(tmp_path / "home"), "ACTLINE_FOLLOWUP_GRACE": "0"}
+        env["ACTLINE_MODEL_TITLES"] = "0"  # the calls below are the turns' rounds only
         cfg = Config.load(toml, env={**env, "ANTHROPIC_API_KEY": "sk-test"})
         async with Runtime(cfg) as rt:
             own = await rt.ask("hello")

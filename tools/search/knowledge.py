@@ -7,7 +7,15 @@ files over ``max_file_bytes`` (the last with a warning). Each document is split 
 index; title terms count ``TITLE_WEIGHT`` times and tag terms ``TAG_WEIGHT`` times in every chunk of
 their document.
 
-``search`` scores only the chunks that hold a query term and returns one ``Hit`` per document,
+``search`` is hybrid when a dense embedder is available (``actline.tools.embeddings``, the same
+process-wide model memsearch uses; ``ACTLINE_EMBEDDINGS=off`` or ``embedder=None`` leaves BM25
+alone): each chunk's cosine to the query and its BM25 are fused by
+``actline.tools.search.fusion.fuse`` (the convex combination memsearch uses), so a paraphrase
+("a private key leaked") finds the chunk that says it otherwise ("compromised keys"). A query
+that shares no term with any chunk finds nothing, dense or not. Chunks are embedded on the
+first search after they are indexed, through a vector cache on disk (``VECTOR_CACHE``, one
+file per chunk text and model), so a document is embedded once per machine, not once per
+process, and ``refresh`` embeds only what changed. ``search`` returns one ``Hit`` per document,
 its best chunk, ordered by score (descending) then path. Documents are named by ``ks:``
 logical paths (``ks:pricing/tiers.md``, built by ``actline.timeline.paths.ks_path``). ``read``
 refuses a path that is not a ``ks:`` path, leaves the root (``..``, absolute, symlinks) or names no
@@ -25,15 +33,21 @@ import math
 import os
 import time
 from collections import Counter, defaultdict
+from collections.abc import Mapping, Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from actline.timeline.errors import PathError
 from actline.timeline.paths import ks_path, parse_path
 from actline.tools.errors import KnowledgeError
 
 from .text import chunk_texts, snippet, split_document, tokenize
+
+if TYPE_CHECKING:  # numpy comes with the embeddings extra: imported when a search is hybrid
+    import numpy as np
+
+    from .vectors import TextEmbedder, VectorCache
 
 __all__ = ["Doc", "Hit", "IndexStats", "KnowledgeSpace", "RefreshCounts"]
 
@@ -45,6 +59,42 @@ TITLE_WEIGHT = 3
 TAG_WEIGHT = 2
 MAX_FILE_BYTES = 1024 * 1024
 SUFFIXES = (".md", ".txt")
+VECTOR_CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "actline"
+"""Under it ``knowledge-vectors/``: one file per embedded chunk text and model."""
+QUERY_VECTORS = 256
+"""Query vectors kept per space (the oldest goes first): a repeated query is not embedded
+again."""
+
+
+class FileVectorCache:
+    """A ``VectorCache`` on disk: one file per key, written atomically (tmp, then rename), so
+    processes that share it never see half a vector."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+
+    def _file(self, key: str) -> Path:
+        return self.folder / key.replace(":", "-").replace("/", "_")
+
+    def get_many(self, keys: Sequence[str]) -> dict[str, bytes]:
+        out: dict[str, bytes] = {}
+        for key in keys:
+            try:
+                out[key] = self._file(key).read_bytes()
+            except OSError:
+                continue
+        return out
+
+    def put_many(self, items: Mapping[str, bytes]) -> None:
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            for key, raw in items.items():
+                target = self._file(key)
+                tmp = target.with_name(f".{target.name}.{os.getpid()}")
+                tmp.write_bytes(raw)
+                os.replace(tmp, target)
+        except OSError as exc:  # a read-only home: the vectors stay in memory
+            log.warning("knowledge: cannot cache vectors in %s: %s", self.folder, exc)
 
 
 @dataclass(frozen=True, slots=True)
@@ -127,7 +177,12 @@ class KnowledgeSpace:
     """
 
     def __init__(
-        self, root: str | os.PathLike[str], *, max_file_bytes: int = MAX_FILE_BYTES
+        self,
+        root: str | os.PathLike[str],
+        *,
+        max_file_bytes: int = MAX_FILE_BYTES,
+        embedder: TextEmbedder | Literal["default"] | None = "default",
+        vector_cache: VectorCache | None = None,
     ) -> None:
         root = Path(root)
         if not root.is_dir():
@@ -141,6 +196,11 @@ class KnowledgeSpace:
         self._next_id = 0
         self._norms: dict[int, float] | None = None
         self._skipped: dict[str, str] = {}
+        self._embedder = embedder
+        self._vector_cache = vector_cache
+        self._vectors: dict[int, np.ndarray[Any, np.dtype[np.float32]]] = {}
+        self._matrix: tuple[list[int], np.ndarray[Any, np.dtype[np.float32]]] | None = None
+        self._queries: dict[str, np.ndarray[Any, np.dtype[np.float32]]] = {}
         started = time.perf_counter()
         self.refresh()
         log.info(
@@ -155,8 +215,11 @@ class KnowledgeSpace:
         """The resolved root folder."""
         return self._root
 
-    def search(self, query: str, top_k: int = 5) -> list[Hit]:
-        """The ``top_k`` best documents for ``query`` by score, then path; ``[]`` if none match."""
+    def search(self, query: str, top_k: int = 5, *, question: str | None = None) -> list[Hit]:
+        """The ``top_k`` best documents for ``query`` by score, then path; ``[]`` if none match.
+
+        ``question``, the question in its own words, is what the dense side embeds when given
+        (a sentence embeds better than a list of keywords); ``query`` otherwise."""
         if top_k < 1:
             raise ValueError(f"top_k must be at least 1, got {top_k}")
         terms = set(tokenize(query))
@@ -173,6 +236,11 @@ class KnowledgeSpace:
             weight = idf[term] = math.log(1 + (count - len(postings) + 0.5) / (len(postings) + 0.5))
             for cid, tf in postings.items():
                 scores[cid] += weight * tf * (K1 + 1) / (tf + norms[cid])
+        if not scores:
+            return []
+        embedder = self._dense()
+        if embedder is not None:
+            scores = self._fused(embedder, question or query, scores, idf, terms)
         best: dict[str, tuple[float, int]] = {}
         for cid, score in scores.items():
             rel = self._chunks[cid].rel
@@ -192,6 +260,69 @@ class KnowledgeSpace:
             text = snippet(chunk.text, terms, idf)
             hits.append(Hit(path, doc.title, doc.url, score, text, chunk.index))
         return hits
+
+    @property
+    def mode(self) -> str:
+        """``hybrid`` when searches fuse dense and BM25 scores, else ``bm25``."""
+        return "hybrid" if self._dense() is not None else "bm25"
+
+    def _dense(self) -> TextEmbedder | None:
+        """The embedder, the process-wide one loaded on first use for ``"default"``."""
+        if self._embedder == "default":
+            from actline.tools.embeddings.embedders import default_embedder
+
+            self._embedder = default_embedder()
+            if self._embedder is not None and self._vector_cache is None:
+                self._vector_cache = FileVectorCache(VECTOR_CACHE / "knowledge-vectors")
+        return self._embedder
+
+    def _fused(
+        self,
+        embedder: TextEmbedder,
+        query: str,
+        bm25: dict[int, float],
+        idf: dict[str, float],
+        terms: set[str],
+    ) -> dict[int, float]:
+        """Every chunk's hybrid score for ``query`` (``actline.tools.search.fusion.fuse``)."""
+        import numpy as np
+
+        from .fusion import fuse
+        from .vectors import cache_vectors, decode_vector
+
+        pending = [cid for cid in self._chunks if cid not in self._vectors]
+        if pending:
+            texts = [self._embed_text(cid) for cid in pending]
+            raw, _ = cache_vectors(embedder, self._vector_cache, texts)
+            for cid, vector in zip(pending, raw, strict=True):
+                self._vectors[cid] = decode_vector(vector)
+            self._matrix = None
+        if self._matrix is None:
+            ids = sorted(self._chunks)
+            self._matrix = (ids, np.stack([self._vectors[cid] for cid in ids]))
+        ids, matrix = self._matrix
+        wanted = self._queries.get(query)
+        if wanted is None:
+            wanted = np.asarray(embedder.embed([query])[0], dtype=np.float32)
+            wanted /= float(np.linalg.norm(wanted)) or 1.0
+            if len(self._queries) >= QUERY_VECTORS:
+                self._queries.pop(next(iter(self._queries)))
+            self._queries[query] = wanted
+        dense = (matrix @ wanted).astype(np.float32)
+        count = len(self._chunks)
+        unseen = math.log(1 + (count + 0.5) / 0.5)  # a term in no chunk
+        mass = sum(idf.get(t, unseen) for t in terms)
+        lexical = np.asarray([bm25.get(cid, 0.0) for cid in ids], dtype=np.float64)
+        everyone = np.ones(len(ids), dtype=bool)
+        rows, fused = fuse(
+            dense, everyone, everyone, lexical, mass, np.zeros(len(ids)), 0.0, len(ids)
+        )
+        return {ids[int(r)]: float(f) for r, f in zip(rows, fused, strict=True)}
+
+    def _embed_text(self, cid: int) -> str:
+        """What is embedded for a chunk: its document's title, then its text."""
+        chunk = self._chunks[cid]
+        return f"{self._entries[chunk.rel].doc.title}\n{chunk.text}"
 
     def read(self, path: str) -> Doc:
         """The document at ``ks:<rel>``, read from disk now; ``KnowledgeError`` when refused."""
@@ -320,6 +451,8 @@ class KnowledgeSpace:
         entry = self._entries.pop(rel)
         for cid in entry.chunk_ids:
             chunk = self._chunks.pop(cid)
+            self._vectors.pop(cid, None)
+            self._matrix = None
             for term in chunk.terms:
                 postings = self._postings[term]
                 del postings[cid]
