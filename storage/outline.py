@@ -62,7 +62,7 @@ class ConversationLister(Environment):
 
         def fn(txn: lmdb.Transaction) -> Outline:
             blocks = txn.cursor(db=self.db["blocks"])
-            title = ""
+            title = first_line = ""
             if blocks.set_range(prefix):
                 for n, (key, raw) in enumerate(blocks):
                     if n >= OUTLINE_HEAD or not bytes(key).startswith(prefix):
@@ -73,9 +73,9 @@ class ConversationLister(Environment):
                         if title:
                             break
                     text = str(block.get("text") or "").strip()
-                    if str(block.get("type", "")).startswith("user") and text:
-                        title = text.split("\n", 1)[0]
-                        break
+                    if not first_line and str(block.get("type", "")).startswith("user") and text:
+                        first_line = text.split("\n", 1)[0]
+            title = title or first_line
             last: dict[str, Any] = {}
             # '0' follows '/': the first key past every "<cid>/<seq>" is at or after "<cid>0"
             at_end = blocks.prev() if blocks.set_range(f"{cid}0".encode()) else blocks.last()

@@ -250,7 +250,7 @@ async def run_async(sizes: Sequence[int], rounds: int, turns: int) -> dict[str, 
     """Every size on both sides, the measured turns interleaved (see the docstring)."""
     started = time.perf_counter()
     rounds = max(2, rounds)
-    knowledge = KnowledgeSpace(KB)
+    knowledge = KnowledgeSpace(KB, embedder=None)
     with tempfile.TemporaryDirectory(prefix="actline-bench-langgraph-") as tmp:
         root = Path(tmp)
         async with EmbeddedNats() as server:

@@ -58,7 +58,7 @@ async def _memory_node(
             Path(tmp), "n-memory", True, max_active_turns=capacity, wait_timeout_s=3600.0
         )
         model = InstantModel(Plan(2, NOBODY))
-        node = Node(bus, settings, model=model, knowledge=KnowledgeSpace(KB))
+        node = Node(bus, settings, model=model, knowledge=KnowledgeSpace(KB, embedder=None))
         await node.start()
         try:
             conn.send(("ready", {}))

@@ -91,7 +91,7 @@ async def run_async(
     sizes = sorted(set(sizes))
     rounds = max(2, rounds)
     modes = (True, False) if nosync else (True,)
-    knowledge = KnowledgeSpace(KB)
+    knowledge = KnowledgeSpace(KB, embedder=None)
     with tempfile.TemporaryDirectory(prefix="actline-bench-loop-") as tmp:
         root = Path(tmp)
         async with EmbeddedNats() as server, EmbeddedNats(insecure=True) as open_server:

@@ -120,7 +120,11 @@ async def measure(url: str, root: Path, conversations: int, total: int) -> dict[
 
     bus = await Bus.connect(url, name="bench-split-node", subject_names=Subjects(PREFIX))
     settings = node_settings(root, "n-split", True)
-    node = Node(bus, settings, model=ByTurnId(), knowledge=KnowledgeSpace(KB))
+    try:  # BM25 alone, as in bench.loop (a tree with hybrid knowledge search)
+        knowledge = KnowledgeSpace(KB, embedder=None)
+    except TypeError:  # an older tree: its knowledge search is BM25 alone anyway
+        knowledge = KnowledgeSpace(KB)
+    node = Node(bus, settings, model=ByTurnId(), knowledge=knowledge)
     await node.start()
     ctx = multiprocessing.get_context("spawn")
     ours, theirs = ctx.Pipe()

@@ -30,7 +30,7 @@ TARGET_PCT = 10.0
 
 
 async def measure(blocks: int, turns: int, rounds: int) -> dict[str, float]:
-    knowledge = KnowledgeSpace(KB)
+    knowledge = KnowledgeSpace(KB, embedder=None)
     samples: dict[bool, list[float]] = {True: [], False: []}
     with tempfile.TemporaryDirectory(prefix="actline-bench-trace-") as tmp:
         async with EmbeddedNats() as server:

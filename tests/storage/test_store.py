@@ -487,8 +487,8 @@ def test_an_outline_titles_a_conversation_by_its_gates_latest_title(tmp_path: Pa
 
     with Store(tmp_path / "db", sync=False) as store:
         tl, _, b = conversation(0, "c1")
+        b.turn("t1", "hi, what are the retention limits?")  # the prompt, then its gate
         tl.append(gate("Retention Limits", 2e9))
-        b.turn("t1", "hi, what are the retention limits?")
         b.rounds(30, size=50, prefix="r")  # the model's title lands past the outline's head
         store.persist(tl)
         heuristic = store.outline("c1").title
