@@ -147,6 +147,9 @@ async def run_demo(
             home=where,
             knowledge_dir=KB,
             model=chosen.model if chosen is not None else None,
+            # the offline demo model answers over the API but writes no titles: the
+            # conversation keeps its first message's key phrase
+            model_titles=chosen is not None,
             nats_creds=os.environ.get("ACTLINE_NATS_CREDS"),
             insecure=os.environ.get("ACTLINE_INSECURE", "") in ("1", "true", "yes", "on"),
         )
