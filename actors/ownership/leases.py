@@ -133,10 +133,15 @@ class KvLeases:
 
     async def stop(self) -> None:
         """Stop the beat and remove this node's key (its leases are released apart)."""
-        if self._beating is not None:
-            self._beating.cancel()
-            await asyncio.gather(self._beating, return_exceptions=True)
-            self._beating = None
+        beating = self._beating
+        while beating is not None and not beating.done():
+            # cancelled again until it ends: on Python 3.11 a ``wait_for`` whose beat
+            # finished at the moment it was cancelled swallows the cancellation
+            beating.cancel()
+            await asyncio.wait({beating}, timeout=self.node_ttl_s / 4)
+        if beating is not None and not beating.cancelled() and beating.exception() is not None:
+            log.warning("the beat of %s had ended: %s", self.node_id, beating.exception())
+        self._beating = None
         if self._nodes is not None and self._beat_revision is not None:
             try:
                 await self._nodes.delete(self.bus.subjects.kv_key(self.node_id))
