@@ -40,8 +40,8 @@ test: $(STAMP) sandbox-deps browser-deps
 # tool pool reaches the conversation's files through the node).
 HOP_TESTS := tests/actors/turn tests/actors/node/test_post.py
 
-# Memory-search recall on every query set with both dense models (make test runs the optional
-# all-mpnet-base-v2 on one set only: its query embeddings take minutes on two cores).
+# Memory-search recall on every query set with both dense models (make test runs the default
+# model only: the optional all-mpnet-base-v2's query embeddings take minutes on two cores).
 recall: $(STAMP)
 	ACTLINE_RECALL_FULL=1 $(BIN)/python -m pytest -s --timeout=900 tests/tools/search/test_memsearch_unseen.py
 

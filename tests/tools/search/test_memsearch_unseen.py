@@ -49,7 +49,13 @@ SETS = {
 pytestmark = pytest.mark.timeout(600)
 
 
-@pytest.fixture(scope="module", params=["minilm", "mpnet"])
+FULL = os.environ.get("ACTLINE_RECALL_FULL") == "1"
+"""Every set with both models (``make recall``). Otherwise (``make test``) the default model
+alone: the optional all-mpnet-base-v2's query embeddings cost minutes on two cores (its own
+tests, ``tests/tools/embeddings/test_mpnet.py``, run in ``make test``)."""
+
+
+@pytest.fixture(scope="module", params=["minilm", "mpnet"] if FULL else ["minilm"])
 def model(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
@@ -118,21 +124,10 @@ ranking was being tuned, by someone who never saw it, and measured once after th
 MiniLM 37 of 46 = 0.804, mpnet 36 of 46 = 0.783, BM25 alone 18 of 46 = 0.391."""
 REACHES_TARGET = {"minilm": {"tuning", "tuning2"}, "mpnet": {"tuning", "unseen", "blind"}}
 """The sets on which a model is asserted to reach ``TARGET``."""
-FULL = os.environ.get("ACTLINE_RECALL_FULL") == "1"
-"""Every set with both models (``make recall``). Otherwise (``make test``) the optional
-all-mpnet-base-v2 runs the blind set and the identifiers only: its query embeddings cost
-minutes on two cores."""
-QUICK = {"minilm": set(SETS), "mpnet": {"blind"}}
-
-
-def measured(model: str, name: str) -> None:
-    if not FULL and name not in QUICK[model]:
-        pytest.skip(f"{model} on the {name} set runs in `make recall` (ACTLINE_RECALL_FULL=1)")
 
 
 @pytest.mark.parametrize("name", list(SETS), ids=[f"{name}-set" for name in SETS])
 def test_hybrid_recall_at_three(index: MemIndex, model: str, name: str) -> None:
-    measured(model, name)
     queries = SETS[name].QUERIES
     hybrid, misses = recall(index, queries, "hybrid")
     bm25, _ = recall(index, queries, "bm25")
@@ -160,8 +155,6 @@ def test_exact_identifiers_rank_first(index: MemIndex) -> None:
 def test_facts_only_in_an_answer_are_found(index: MemIndex, model: str) -> None:
     """Thirteen facts live only in the assistant's answer: asked about, their turn is found."""
     for name, module in SETS.items():
-        if not FULL and name not in QUICK[model]:
-            continue  # make recall measures it
         queries = [(q, t) for q, t in module.QUERIES if t in memfixture.ANSWER_ONLY]
         found, misses = recall(index, queries, "hybrid")
         print(f"\nfacts only in an answer, {name} set: {found:.3f} of {len(queries)} queries")
