@@ -28,24 +28,62 @@ except PackageNotFoundError:  # running from a source tree that is not installed
 
 if TYPE_CHECKING:
     from .config import Config
+    from .conversations import (
+        ConversationBusy,
+        ConversationInfo,
+        ConversationNotFound,
+        Conversations,
+        DeletedConversation,
+    )
     from .errors import ActlineError, ConfigError, RuntimeNotStarted
     from .runtime import Runtime
+    from .tools.hooks import Allow, Deny, ToolHooks, ToolUse
+    from .tools.registry import ToolContext, ToolOutput, ToolRegistry
+    from .tools.typed import TypedTool, tool
 
 _WHERE = {
     "ActlineError": "errors",
     "Config": "config",
     "ConfigError": "errors",
+    "ConversationBusy": "conversations",
+    "ConversationInfo": "conversations",
+    "ConversationNotFound": "conversations",
+    "Conversations": "conversations",
+    "DeletedConversation": "conversations",
     "Runtime": "runtime",
     "RuntimeNotStarted": "errors",
+    "Allow": "tools.hooks",
+    "Deny": "tools.hooks",
+    "ToolContext": "tools.registry",
+    "ToolHooks": "tools.hooks",
+    "ToolOutput": "tools.registry",
+    "ToolRegistry": "tools.registry",
+    "ToolUse": "tools.hooks",
+    "TypedTool": "tools.typed",
+    "tool": "tools.typed",
 }
 
 __all__ = [
     "ActlineError",
+    "Allow",
     "Config",
     "ConfigError",
+    "ConversationBusy",
+    "ConversationInfo",
+    "ConversationNotFound",
+    "Conversations",
+    "DeletedConversation",
+    "Deny",
     "Runtime",
     "RuntimeNotStarted",
+    "ToolContext",
+    "ToolHooks",
+    "ToolOutput",
+    "ToolRegistry",
+    "ToolUse",
+    "TypedTool",
     "__version__",
+    "tool",
 ]
 
 

@@ -62,6 +62,22 @@ def check_nats_url(url: str) -> str:
     return text
 
 
+def _check_approvals(patterns: str) -> None:
+    """``ConfigError`` when ``ACTLINE_APPROVE_TOOLS`` asks approvals to gate a hand-off to an
+    outside agent, which they cannot (``actline.actors.turn.approvals.UNGATED``)."""
+    if "agent." not in patterns.lower():
+        return
+    from actline.actors.turn.approvals import ungated  # only then: the turn package is large
+
+    found = ungated(p.strip().lower() for p in patterns.split(",") if p.strip())
+    if found:
+        raise ConfigError(
+            f"ACTLINE_APPROVE_TOOLS holds {', '.join(found)}: a hand-off to an outside agent "
+            "(agent.send) cannot wait for approval, it only stores the agent's task; remove "
+            "it, and gate what the agent does where it runs"
+        )
+
+
 def _flag(value: str | None, name: str) -> bool | None:
     if value is None or value == "":
         return None
@@ -87,6 +103,8 @@ class Config:
     """A ``.creds`` file to connect with (None: the embedded server's, made under home)."""
     insecure: bool = False
     """Run without authentication (an explicit choice; a warning says so)."""
+    nats_port: int | None = None
+    """The embedded nats-server's port (None: one the server picks)."""
 
     @classmethod
     def load(
@@ -121,6 +139,7 @@ class Config:
             raise ConfigError(
                 "both credentials (ACTLINE_NATS_CREDS / --creds) and --insecure are set: choose one"
             )
+        _check_approvals(node.approve_tools)
         return cls(
             node,
             llm,
@@ -172,6 +191,14 @@ class Config:
             raise ConfigError(
                 f"cannot keep credentials under {self.node.home / 'auth'}: {exc}; fix ACTLINE_HOME"
             ) from None
+
+    def joining(self, url: str, *, creds: Path | None, insecure: bool) -> Config:
+        """This config connecting to a running server at ``url`` (``actline serve``'s, found
+        in the home) with ``creds`` unless credentials were given, or without
+        authentication when that server runs so."""
+        if insecure:
+            return replace(self, nats_url=check_nats_url(url), nats_creds=None, insecure=True)
+        return replace(self, nats_url=check_nats_url(url), nats_creds=self.nats_creds or creds)
 
     def with_node(self, **changes: Any) -> Config:
         node = self.node.with_(**changes)

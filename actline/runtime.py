@@ -51,8 +51,11 @@ from actline.llm.protocol import Model
 from actline.messages import Ack, Attachment, ErrorReply, ReActResult, StreamDelta
 from actline.storage import StorageError, Store
 from actline.tools import KnowledgeError, KnowledgeSpace
+from actline.tools.hooks import Permission, ToolHooks
+from actline.tools.typed import TypedTool
 
 from .config import Config, ConfigError, local_user
+from .conversations import Conversations
 from .errors import RuntimeNotStarted
 
 __all__ = ["Runtime", "follow"]
@@ -109,14 +112,33 @@ class Runtime:
         knowledge: KnowledgeSpace | None = None,
         role: str | None = None,
         agent_name: str = "",
+        tools: Sequence[TypedTool] = (),
+        hooks: ToolHooks | None = None,
+        can_use_tool: Permission | None = None,
     ) -> None:
         """``role`` picks the credentials (default: ``node`` with a node, else ``client``;
-        ``agent`` with ``agent_name`` for an outside agent)."""
+        ``agent`` with ``agent_name`` for an outside agent). ``tools`` are ``@tool``
+        functions the node serves (beside ``registry``'s), ``hooks`` and ``can_use_tool``
+        run around every tool call of its turns (``actline.tools.hooks``; see ``hooks``)."""
         self.config = config or Config.load()
         self.run_node = node
         self.role = role or ("node" if node else "client")
         self.agent_name = agent_name
         self._model = model
+        if not node and (tools or hooks or can_use_tool):
+            raise ConfigError(
+                "tools, hooks and can_use_tool run in the node of this process, and "
+                "Runtime(node=False) has none: use node=True, or give them to the process "
+                "that runs the node (a pool started with `actline pool tools` does not run "
+                "hooks registered here)"
+            )
+        self._hooks = hooks if hooks is not None else ToolHooks()
+        if can_use_tool is not None:
+            self._hooks.permission(can_use_tool)
+        if tools:
+            registry = registry if registry is not None else ToolRegistry()
+            for typed in tools:
+                registry.add(typed)
         self._registry = registry
         self._knowledge = knowledge
         self.server: EmbeddedNats | None = None
@@ -128,6 +150,7 @@ class Runtime:
         self._dispatching: dict[str, asyncio.Task[None]] = {}
         """Turn id -> the task handing its deltas to the channel subscribers."""
         self._renewing: asyncio.Task[None] | None = None
+        self._conversations: Conversations | None = None
 
     # -- lifecycle ---------------------------------------------------------------------------------
     async def __aenter__(self) -> Runtime:
@@ -147,6 +170,25 @@ class Runtime:
         if self._bus is None:
             raise RuntimeNotStarted("Runtime.bus")
         return self._bus
+
+    @property
+    def conversations(self) -> Conversations:
+        """The stored conversations: list, search, get, rename, delete, export, fork
+        (``actline.conversations``)."""
+        if self._conversations is None:
+            self._conversations = Conversations(self)
+        return self._conversations
+
+    @property
+    def hooks(self) -> ToolHooks:
+        """The hooks and permission callback around this node's tool calls; add to them with
+        ``@rt.hooks.pre``, ``@rt.hooks.post``, ``@rt.hooks.permission``
+        (``ConfigError`` without a node here)."""
+        if not self.run_node:
+            raise ConfigError(
+                "Runtime(node=False) runs no node here, so it has no tool hooks: use node=True"
+            )
+        return self._hooks
 
     @property
     def client(self) -> Client:
@@ -181,12 +223,18 @@ class Runtime:
             # kept by this home: renewed here; given (--creds): renewed by whoever holds
             # the keys (actline creds renew FILE). Either way taken before they expire.
             self._renewing = asyncio.create_task(self._renew_creds(), name="runtime:creds")
-        if config.insecure:
-            log.warning("running WITHOUT authentication (--insecure / ACTLINE_INSECURE)")
+        if config.insecure:  # the one warning (the embedded server logs it at INFO)
+            log.warning(
+                "running WITHOUT authentication (--insecure / ACTLINE_INSECURE=1): any process "
+                "that reaches NATS can submit turns, read every stream and answer for agents"
+            )
         if config.nats_url is None:
             authority = None if config.insecure else config.authority()
             self.server = await EmbeddedNats(
-                store_dir=_nats_dir(settings.home), authority=authority, insecure=config.insecure
+                port=config.nats_port,
+                store_dir=_nats_dir(settings.home),
+                authority=authority,
+                insecure=config.insecure,
             ).astart()
         try:
             self._bus = await Bus.connect(
@@ -203,6 +251,7 @@ class Runtime:
                 registry=self._registry,
                 store=self.store,
                 knowledge=self._knowledge,
+                hooks=self._hooks,
             )
             await self.node.start()
         self._client = Client(self._bus)

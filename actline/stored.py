@@ -5,12 +5,14 @@ older record's usage is priced when read). ``actline timeline`` and the web cons
 them.
 
 The store at ``ACTLINE_HOME`` is opened read-mostly next to any node using it (LMDB
-readers never block the writer).
+readers never block the writer). A Ray job's home holds one node home per node actor,
+``<home>/<node id>`` (``node_homes``).
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -48,6 +50,21 @@ def open_existing(home: Path) -> Store:
         raise ConfigError(
             f"ACTLINE_HOME={home} cannot be opened ({exc}); it is not writable or not a store"
         ) from None
+
+
+def is_node_home(path: Path) -> bool:
+    """Whether ``path`` is a node's home: it holds a store or a traces folder."""
+    return (path / "data.mdb").is_file() or (path / "traces").is_dir()
+
+
+def node_homes(home: Path) -> list[Path]:
+    """The node homes under ``home``: ``home`` itself when it is one, else each folder
+    directly beneath it that is one (a Ray job's ``<home>/<node id>``), by name; ``[home]``
+    when there is none, so that opening it names what is missing."""
+    if is_node_home(home) or not home.is_dir():
+        return [home]
+    found = sorted(p for p in home.iterdir() if p.is_dir() and is_node_home(p))
+    return found or [home]
 
 
 def stored_conversations(store: Store) -> list[dict[str, Any]]:
@@ -144,10 +161,19 @@ def turn_costs(store: Store, cid: str) -> list[TurnCost]:
     return sorted((t for t in found if t is not None), key=lambda t: t.ts)
 
 
+def _inherited(record: Any) -> bool:
+    """A fork's copy of a turn its parent ran (``actline.storage.forks``): its cost is the
+    parent's, counted there once."""
+    return isinstance(record, dict) and bool(record.get("inherited_from"))
+
+
 def conversation_costs(store: Store) -> dict[str, tuple[Cost, int]]:
-    """Conversation id -> what its finished turns cost together, and how many there are."""
+    """Conversation id -> what its finished turns cost together, and how many there are (a
+    fork's turns copied from its parent are the parent's)."""
     totals: dict[str, tuple[Cost, int]] = {}
     for cid, tid, record in _records(store):
+        if _inherited(record):
+            continue
         turn = turn_cost(tid, record)
         if turn is not None:
             cost, n = totals.get(cid, (Cost(), 0))
@@ -155,17 +181,34 @@ def conversation_costs(store: Store) -> dict[str, tuple[Cost, int]]:
     return totals
 
 
+def finished_turns(store: Store) -> list[tuple[str, TurnCost]]:
+    """``(conversation id, turn)`` of every finished turn in the store (each once: not a
+    fork's copy of its parent's)."""
+    out: list[tuple[str, TurnCost]] = []
+    for cid, tid, record in _records(store):
+        if _inherited(record):
+            continue
+        turn = turn_cost(tid, record)
+        if turn is not None:
+            out.append((cid, turn))
+    return out
+
+
+def costs_by_day(turns: Iterable[TurnCost]) -> list[tuple[str, Cost, int]]:
+    """``(day, cost, turns)`` of ``turns``, by the UTC day each result was made
+    (``YYYY-MM-DD``), oldest day first."""
+    days: dict[str, tuple[Cost, int]] = {}
+    for turn in turns:
+        day = turn.ts[:10] or "unknown"
+        cost, n = days.get(day, (Cost(), 0))
+        days[day] = (cost + turn.cost, n + 1)
+    return [(day, cost, n) for day, (cost, n) in sorted(days.items())]
+
+
 def daily_costs(store: Store) -> list[tuple[str, Cost, int]]:
     """``(day, cost, turns)`` of every finished turn in the store, by the UTC day its result
     was made (``YYYY-MM-DD``), oldest day first."""
-    days: dict[str, tuple[Cost, int]] = {}
-    for _, tid, record in _records(store):
-        turn = turn_cost(tid, record)
-        if turn is not None:
-            day = turn.ts[:10] or "unknown"
-            cost, n = days.get(day, (Cost(), 0))
-            days[day] = (cost + turn.cost, n + 1)
-    return [(day, cost, n) for day, (cost, n) in sorted(days.items())]
+    return costs_by_day(turn for _, turn in finished_turns(store))
 
 
 def first_line(text: str, width: int = TEXT_WIDTH) -> str:

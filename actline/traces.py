@@ -26,8 +26,9 @@ def turn_trace(records: Sequence[dict[str, Any]], turn_id: str | None) -> dict[s
         if not found:
             raise ConfigError(
                 f"no trace of turn {turn_id!r} under the home: tracing was off "
-                "(ACTLINE_TRACE=0), the turn ran elsewhere, or the id is wrong "
-                "(actline trace --last shows the latest)"
+                "(ACTLINE_TRACE=0), the turn ran on a node whose home was not given "
+                "(--home is repeatable; a Ray job's: --home .actline-cluster), or the id is "
+                "wrong (actline trace --last shows the latest)"
             )
         session = found[-1]
     trace_id = session["trace_id"]

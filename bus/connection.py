@@ -15,7 +15,8 @@ A server that stalls (a frozen process, a host that stops answering while its so
 open) is noticed only by nats-py's pings, every two minutes; a caller that must get through
 within seconds (a node's beat) calls ``reconnect_if_stalled``: a ping without an answer in
 time moves the connection to another server of the cluster at once. ``conditions``
-(``actline.bus.conditions``) logs the outages its loops see once each.
+(``actline.bus.conditions``) logs the outages its loops see once each; ``on_outage`` tells
+a command's user when the connection drops and when it is back.
 """
 
 from __future__ import annotations
@@ -242,7 +243,10 @@ class Connection:
             if self._established and self.counters["control_line_refused"] == 1:
                 log.error("%s", ControlLineTooLong(self.url))
             return
-        level = logging.DEBUG if isinstance(exc, ConnectionRefusedError) else logging.WARNING
+        # a refused reconnect, or the server going away (the disconnect is logged, and told
+        # by ``on_outage``): not warnings
+        quiet = isinstance(exc, ConnectionRefusedError | nats.errors.UnexpectedEOF)
+        level = logging.DEBUG if quiet else logging.WARNING
         log.log(level, "nats error on %s: %s: %s", self.url, type(exc).__name__, exc)
 
     async def _on_disconnect(self) -> None:
@@ -270,6 +274,30 @@ class Connection:
         """Call ``hook()`` when the connection drops (the client is reconnecting by then);
         returns the function that removes it. A hook must not block."""
         return _add_hook(self._disconnect_hooks, hook)
+
+    def on_outage(self, lost: Callable[[], None], back: Callable[[], None]) -> Callable[[], None]:
+        """Call ``lost()`` once when the connection drops (the client is reconnecting; not
+        when it is closed) and ``back()`` once when it is up again, once each per outage;
+        returns the function that removes both. They must not block."""
+        down: list[bool] = []
+
+        def dropped() -> None:
+            if not down and not self._nc.is_closed:
+                down.append(True)
+                lost()
+
+        def returned() -> None:
+            if down:
+                down.clear()
+                back()
+
+        remove = (self.on_disconnect(dropped), self.on_reconnect(returned))
+
+        def unhook() -> None:
+            for each in remove:
+                each()
+
+        return unhook
 
     async def close(self) -> None:
         """Drain subscriptions and close the connection."""

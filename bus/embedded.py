@@ -13,7 +13,7 @@ Authentication is on unless ``insecure=True``: the server trusts an ``Authority`
 (given, or ``<store_dir>/auth``) and every connection needs credentials it issued
 (``creds_path(role, ...)``). A tenant the authority makes while the server runs, and a
 revocation, are pushed to it at once (``claims``). ``insecure=True`` runs an open
-server and logs a warning.
+server (the caller warns its user; logged here at INFO).
 """
 
 from __future__ import annotations
@@ -198,7 +198,8 @@ class EmbeddedNats(Service):
         self.log_path = self.store_dir / "nats-server.log"
         config = self.store_dir / "nats-server.conf"
         if self.insecure:
-            log.warning("the embedded nats-server runs WITHOUT authentication (insecure)")
+            # the runtime that asked for it warned the user (actline.config.warn_insecure)
+            log.info("the embedded nats-server runs WITHOUT authentication (insecure)")
         elif self.authority is None:
             self.authority = Authority.open(self.store_dir / "auth")
         config.write_text(self._config_text())

@@ -11,7 +11,8 @@ of another, whatever its patterns say.
   model calls (``llm.``) and tool calls (``tools.``) too, as the pool roles do.
 - ``client``: submits turns; sends followups, feedback, skip and cancel; reads its
   prefix's streams and results (and the results stream by direct get); asks for the
-  agent list. Nothing under ``agent.``, ``llm.``, ``tools.``; no JetStream management
+  agent list; asks the nodes to list, rename, delete, export or fork stored conversations
+  (``conv.manage``). Nothing under ``agent.``, ``llm.``, ``tools.``; no JetStream management
   (it cannot create, delete or purge a stream).
 - ``agent NAME``: says hello on its own subject, pulls its own tasks from its own
   durable consumer, publishes DONE on its own DONE subject. Nothing else.
@@ -179,6 +180,7 @@ def _client(s: Subjects, name: str, approves: tuple[str, ...]) -> Permissions:
             s.conv_any("followup"),
             s.conv_any("feedback"),
             s.agents_list,
+            s.conv_manage,
             "$JS.API.INFO",
             # the turn stream's replicas: whether JetStream has quorum (bus.conditions)
             f"$JS.API.STREAM.INFO.{s.turn_stream}",

@@ -88,6 +88,48 @@ class Call:
 
 
 @dataclass(frozen=True, slots=True)
+class ToolEntry:
+    """An external tool the system prompt lists: its name, description and params schema."""
+
+    name: str
+    description: str
+    schema: Mapping[str, Any]
+
+
+_TOOLS_HEADING = "\n# External tools\n"
+_TOOL_LINE = re.compile(r"^- (?P<name>[a-z][a-z0-9_]*(?:\.[a-z][a-z0-9_]*)+): ?(?P<rest>.*)$")
+
+
+def external_tools(system: str) -> list[ToolEntry]:
+    """The ``# External tools`` the system prompt lists (``- name: description Params:
+    {json schema}``), in order; a tool whose params are not JSON on its line has none."""
+    start = system.find(_TOOLS_HEADING)
+    if start < 0:
+        return []
+    out = []
+    for line in system[start + len(_TOOLS_HEADING) :].split("\n"):
+        if line.startswith("#"):
+            break  # the next section
+        found = _TOOL_LINE.match(line)
+        if found is None:
+            continue  # a description's next line
+        rest = found.group("rest")
+        description, _, params = rest.partition(" Params: ")
+        if rest.startswith("Params: "):
+            description, params = "", rest[len("Params: ") :]
+        try:
+            schema = json.loads(params) if params else {}
+        except ValueError:
+            schema = {}
+        out.append(
+            ToolEntry(
+                found.group("name"), description.strip(), schema if isinstance(schema, dict) else {}
+            )
+        )
+    return out
+
+
+@dataclass(frozen=True, slots=True)
 class ReadDoc:
     """A knowledge document read in the current turn."""
 

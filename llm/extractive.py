@@ -46,7 +46,7 @@ from actline.messages import GenerateRequest, Usage
 from actline.timeline.tokens import DEFAULT_COUNTER
 
 from . import passages
-from .context import Call, TurnView, parse_context, terms
+from .context import Call, ToolEntry, TurnView, external_tools, parse_context, terms
 from .passages import answers_kind, select
 from .protocol import Chunk
 from .query import SYNONYM_WEIGHT, Stem, analyze, matches, search_text, snowball_stem
@@ -277,8 +277,90 @@ def render_points(points: Sequence[Point]) -> list[str]:
     return lines
 
 
+OWN_TOOLS = frozenset({"code.exec_python", "files.read", "files.write", "http.fetch"})
+"""actline's built-in tools: the offline model calls only the user's own (and no skill's)."""
+_QUOTED = re.compile(r"\"([^\"]+)\"|“([^”]+)”|'([^']+)'")
+_CAPITALISED = re.compile(r"(?<![.?!]\s)(?<!^)\b([A-Z][\w-]*(?:\s+[A-Z][\w-]*)*)")
+_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.])")
+
+
+def choose_tool(question: str, tools: Sequence[ToolEntry]) -> tuple[str, dict[str, object]] | None:
+    """The user's tool a question asks for, with its params read off the question, or None.
+
+    Conservative on purpose: a word of the tool's name must be a word of the question, every
+    required param must be found in it (a string: quoted text, else capitalised words that do
+    not start a sentence; a number: a number; an enum: one of its values named), and params
+    of other types must not be required. Of several, the one sharing the most words with
+    the question (name first, then description) wins; ties go to the first by name."""
+    asked = set(terms(question))
+    best: tuple[int, str, dict[str, object]] | None = None
+    for entry in sorted(tools, key=lambda t: t.name):
+        if entry.name in OWN_TOOLS or entry.name.startswith("skill."):
+            continue
+        named = asked & set(terms(entry.name.replace(".", " ").replace("_", " ")))
+        if not named:
+            continue
+        params = fill_params(question, entry)
+        if params is None:
+            continue
+        score = 2 * len(named) + len(asked & set(terms(entry.description)))
+        if best is None or score > best[0]:
+            best = (score, entry.name, params)
+    return None if best is None else (best[1], best[2])
+
+
+def fill_params(question: str, entry: ToolEntry) -> dict[str, object] | None:
+    """The params of ``entry`` found in ``question``; None when a required one is not."""
+    props = entry.schema.get("properties")
+    props = props if isinstance(props, dict) else {}
+    required = entry.schema.get("required")
+    required = set(required) if isinstance(required, list) else set()
+    skip = set(terms(entry.name.replace(".", " ").replace("_", " "), stemmed=False))
+    strings = [next(g for g in m.groups() if g) for m in _QUOTED.finditer(question)]
+    strings += [
+        m.group(1)
+        for m in _CAPITALISED.finditer(question)
+        if m.group(1).casefold() not in skip and m.group(1) not in strings
+    ]
+    numbers = _NUMBER.findall(question)
+    words = {w.casefold() for w in re.findall(r"[\w-]+", question)}
+    out: dict[str, object] = {}
+    for name, spec in props.items():
+        kind = _kind(spec)
+        value: object = None
+        if kind == "enum":
+            named = [v for v in spec.get("enum", ()) if str(v).casefold() in words]
+            value = named[0] if named and len(str(named[0])) > 1 else None
+        elif kind == "string" and strings:
+            value = strings.pop(0)
+        elif kind in ("integer", "number") and numbers:
+            found = next((n for n in numbers if kind == "number" or "." not in n), None)
+            if found is not None:
+                numbers.remove(found)
+                value = int(found) if kind == "integer" else float(found)
+        if value is not None:
+            out[name] = value
+        elif name in required:
+            return None
+    return out
+
+
+def _kind(spec: object) -> str:
+    """``enum``, ``string``, ``integer``, ``number`` or something the question cannot fill."""
+    if not isinstance(spec, dict):
+        return ""
+    if "enum" in spec:
+        return "enum"
+    choices = [c for c in spec.get("anyOf", ()) if isinstance(c, dict) and c.get("type") != "null"]
+    if len(choices) == 1:
+        return _kind(choices[0])
+    kind = spec.get("type")
+    return kind if isinstance(kind, str) else ""
+
+
 class ExtractiveModel:
-    """A ``Model`` that plans, searches, reads, notes, delegates and answers from documents."""
+    """A ``Model`` that plans, searches, reads, notes, delegates and answers from documents,
+    and calls a user's tool that a question plainly asks for (``choose_tool``)."""
 
     def __init__(
         self,
@@ -383,6 +465,7 @@ class Policy:
         self.stem = stem
         self.question = with_antecedent(view.prompt, view.asked_before)
         self.agent = agent_request(view.prompt)
+        self.tool = choose_tool(view.prompt, external_tools(view.system)) if view.system else None
 
     def output(self) -> str:
         v = self.view
@@ -390,6 +473,13 @@ class Policy:
             return self.complete("I reached the iteration limit, so this answer uses what I have.")
         if not v.calls_of("react.plan"):
             return self.plan()
+        if self.tool is not None:
+            name, params = self.tool
+            called = v.calls_of(name)
+            if not called:
+                return self.call(f"Calling {name} for this.", name, params, f"… [1] {name}")
+            if called[-1].result is not None:
+                return self.tool_answer(called[-1])
         if refers_to_memory(self.question) and not v.calls_of("react.memsearch"):
             return self.call(
                 "Looking through earlier turns of our conversation first.",
@@ -469,6 +559,13 @@ class Policy:
 
     def plan(self) -> str:
         steps = []
+        if self.tool is not None:
+            return self.call(
+                f"Planning how to answer: call {self.tool[0]}; answer with what it returns.",
+                "react.plan",
+                {"mode": "create", "steps": [f"Call {self.tool[0]}", "Answer with its result"]},
+                "",
+            )
         if refers_to_memory(self.question):
             steps.append("Recall what earlier turns said")
         steps += [
@@ -559,6 +656,27 @@ class Policy:
             + _channel("usage", json.dumps(usage, ensure_ascii=False))
         )
 
+    def tool_answer(self, call: Call) -> str:
+        """The answer from a user's tool: what it returned, or why it gave nothing."""
+        data = call.result_json()
+        data = data if isinstance(data, dict) else {}
+        if data.get("status") == "ok":
+            content = str(data.get("content") or "").strip()
+            if not content and data.get("data"):
+                content = json.dumps(data["data"], ensure_ascii=False)
+            text = content or f"{call.tool} returned nothing."
+        else:
+            error = str(data.get("error") or call.result or "no result").strip()
+            text = f"I could not get this from {call.tool}: {error}"
+        usage = {"sids": [], "sources": [], "model": "extractive"}
+        return (
+            _channel("thinking", f"Writing the answer from {call.tool}.")
+            + _decision("complete", notes="✓ [2] answered")
+            + _channel("answer", text)
+            + _channel("followup", "[]")
+            + _channel("usage", json.dumps(usage, ensure_ascii=False))
+        )
+
     def recalled_speech(self) -> tuple[str, str, str] | None:
         """(turn, speaker, words) of the newest memsearch hit that an outside agent said,
         when the question names that agent ("What did the reviewer say?")."""
@@ -622,6 +740,8 @@ __all__ = [
     "Point",
     "agent_request",
     "answer_points",
+    "choose_tool",
+    "fill_params",
     "pick_points",
     "refers_to_memory",
     "render_points",

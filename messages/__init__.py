@@ -43,6 +43,10 @@ from .tools import (
     WorkspaceFiles,
 )
 from .turn import (
+    ConversationManage,
+    ConversationManaged,
+    ConversationRemoved,
+    ConversationSummary,
     Feedback,
     Followup,
     ReActResult,
@@ -73,6 +77,10 @@ __all__ = [
     "Attachment",
     "CancelReAct",
     "ContextTelemetry",
+    "ConversationManage",
+    "ConversationManaged",
+    "ConversationRemoved",
+    "ConversationSummary",
     "Cost",
     "DeadLetter",
     "DecodeError",

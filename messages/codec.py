@@ -19,7 +19,16 @@ from .llm import GenerateRequest, GenerateResult
 from .react import ApprovalDecision, CancelReAct, ReActProgress, SkipWaiting, StreamDelta
 from .system import Ack, DeadLetter, ErrorReply
 from .tools import ToolCall, ToolResult, WorkspaceApply, WorkspaceFetch, WorkspaceFiles
-from .turn import Feedback, Followup, ReActResult, TurnAccepted, TurnHandoff, TurnRequest
+from .turn import (
+    ConversationManage,
+    ConversationManaged,
+    Feedback,
+    Followup,
+    ReActResult,
+    TurnAccepted,
+    TurnHandoff,
+    TurnRequest,
+)
 
 MAX_PAYLOAD: Final = 8 * 1024 * 1024
 """The embedded server's ``max_payload``; larger payloads travel as storage references."""
@@ -36,6 +45,8 @@ Message = Annotated[
     | SkipWaiting
     | CancelReAct
     | ApprovalDecision
+    | ConversationManage
+    | ConversationManaged
     | GenerateRequest
     | GenerateResult
     | AgentTask
@@ -73,6 +84,8 @@ MESSAGE_TYPES: Final[dict[str, type[Any]]] = {
         SkipWaiting,
         CancelReAct,
         ApprovalDecision,
+        ConversationManage,
+        ConversationManaged,
         GenerateRequest,
         GenerateResult,
         AgentTask,

@@ -211,6 +211,12 @@ class Subjects:
         return f"{self.prefix}.conv.{cid}.{_token(verb, 'verb')}"
 
     @property
+    def conv_manage(self) -> str:
+        """Managing stored conversations (``conv.manage`` requests: list, get, rename, delete,
+        export, fork), served by the nodes' queue group ``manage``."""
+        return f"{self.prefix}.conv.manage"
+
+    @property
     def tools_exec(self) -> str:
         """The ToolExecutorActor pool (queue group ``tools``)."""
         return f"{self.prefix}.tools.exec"

@@ -1,4 +1,5 @@
-"""Turn lifecycle messages: what a client submits and what it gets back."""
+"""Turn lifecycle messages: what a client submits and what it gets back; and the management
+of stored conversations (``conv.manage``, below)."""
 
 from __future__ import annotations
 
@@ -95,4 +96,76 @@ class Feedback(WireModel):
     turn_id: Id
     rating: int = 0
     text: str = ""
+    ts: UtcDatetime = Field(default_factory=utcnow)
+
+
+# -- managing stored conversations: list, get, rename, delete, export, fork ----------------
+#
+# ``conv.manage`` is a request on ``<prefix>.conv.manage`` (``Subjects.conv_manage``), served
+# by the nodes' queue group ``manage``; a node answers ``conv.managed`` or an ``error.reply``
+# (``conversation_not_found``, ``conversation_busy``, ``invalid_input``, ``cluster_mode``,
+# ``too_large``) whose ``detail`` names the conversation (and the running turn).
+#
+# What each operation takes and gives back:
+#
+# - ``list``: ``search`` (words, all must match), ``limit``; ``conversations`` newest first.
+# - ``get``: ``conversation_id``; ``conversations`` holds it.
+# - ``rename``: ``conversation_id``, ``title``; ``conversations`` holds it renamed.
+# - ``delete``: ``conversation_id``; ``deleted`` says what was removed.
+# - ``export``: ``conversation_id``, ``format`` (``json`` or ``markdown``); ``export``.
+# - ``fork``: ``conversation_id``, ``at`` (a turn id, or its 1-based number as text),
+#   ``title``; ``conversations`` holds the new conversation.
+
+ManageOp = Literal["list", "get", "rename", "delete", "export", "fork"]
+
+
+class ConversationManage(WireModel):
+    """One management operation on the stored conversations (a request to the nodes)."""
+
+    kind: Literal["conv.manage"] = "conv.manage"
+    op: ManageOp
+    conversation_id: Id | None = None
+    title: str | None = None
+    search: str | None = None
+    limit: int | None = None
+    format: str = "json"
+    at: str | None = None
+    """``fork``: the last turn kept, by id or by its 1-based number written as text."""
+    ts: UtcDatetime = Field(default_factory=utcnow)
+
+
+class ConversationSummary(WireModel):
+    """One conversation as ``list``, ``get``, ``rename`` and ``fork`` give it back."""
+
+    conversation_id: Id
+    title: str = ""
+    created: float = 0.0
+    updated: float = 0.0
+    turns: int = 0
+    input_tokens: int = 0
+    output_tokens: int = 0
+    cache_read_tokens: int = 0
+    cost_usd: float | None = None
+    forked_from: Id | None = None
+    forked_at_turn: Id | None = None
+
+
+class ConversationRemoved(WireModel):
+    """What a ``delete`` removed."""
+
+    conversation_id: Id
+    blocks: int = 0
+    turns: int = 0
+    files: int = 0
+    artifacts: int = 0
+
+
+class ConversationManaged(WireModel):
+    """A node's answer to ``conv.manage``."""
+
+    kind: Literal["conv.managed"] = "conv.managed"
+    op: ManageOp
+    conversations: list[ConversationSummary] = Field(default_factory=list)
+    deleted: ConversationRemoved | None = None
+    export: str = ""
     ts: UtcDatetime = Field(default_factory=utcnow)

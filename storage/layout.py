@@ -26,6 +26,10 @@ One LMDB environment per node with named databases (keys are bytes)::
     ufacts     <sha256(user_id)[:32]>/<row> -> msgpack memory fact row (``fact/<hash>``,
                                               ``actline.timeline.editing.facts``) shared by a
                                               user's conversations (memory scope ``user``)
+    convmeta   <cid>                       -> msgpack {title, renamed, forked_from: [cid, turn_id],
+                                              fork_seq, created}: what management set (a
+                                              title of the user's own, a fork's origin; see
+                                              ``actline.storage.manage``)
     artifacts, artrefs, workspace: see their modules.
 """
 
@@ -52,6 +56,7 @@ DATABASES = (
     "vectors",
     "usage",
     "ufacts",
+    "convmeta",
 )
 SEQ_DIGITS = 12
 MAX_PATH_KEY = 400

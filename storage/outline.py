@@ -23,7 +23,8 @@ class Outline:
     """What a list of conversations shows of one, read without loading it (``Store.outline``)."""
 
     title: str
-    """The title its first turn's gate wrote (the latest ``stage.gate`` block at that path:
+    """Its own title when it was renamed (``actline.storage.manage``), else the title its
+    first turn's gate wrote (the latest ``stage.gate`` block at that path:
     a model's title follows the first one), else the first line of the first user block
     with text, among the first ``OUTLINE_HEAD``."""
     turns: int
@@ -75,7 +76,7 @@ class ConversationLister(Environment):
                     text = str(block.get("text") or "").strip()
                     if not first_line and str(block.get("type", "")).startswith("user") and text:
                         first_line = text.split("\n", 1)[0]
-            title = title or first_line
+            title = _own_title(txn, self.db, cid) or title or first_line
             last: dict[str, Any] = {}
             # '0' follows '/': the first key past every "<cid>/<seq>" is at or after "<cid>0"
             at_end = blocks.prev() if blocks.set_range(f"{cid}0".encode()) else blocks.last()
@@ -138,6 +139,13 @@ class ConversationLister(Environment):
             return briefs
 
         return self.read(fn)
+
+
+def _own_title(txn: lmdb.Transaction, db: dict[str, Any], cid: str) -> str:
+    """The title a rename (or a fork) stored in the management row ("" without one)."""
+    raw = txn.get(cid.encode(), db=db["convmeta"])
+    row = unpack(raw) if raw is not None else None
+    return str(row.get("title") or "") if isinstance(row, dict) else ""
 
 
 def _gate_title(txn: lmdb.Transaction, db: dict[str, Any], cid: str, path: str) -> str:

@@ -25,6 +25,7 @@ SERIAL = (
     "tests/actors/node/test_parking.py::test_parked_turns_of_a_killed_node_resume",
     "tests/cluster/test_parking_cluster.py::test_turns_parked_on_a_killed_cluster_node",
     "tests/cli/test_cli.py::test_make_demo_from_the_readme_runs",  # the checkout's ./.actline
+    "tests/cli/test_serve_client.py::test_an_agent_resumes_after_serve_restarts_on_the_same_port",
 )
 
 

@@ -94,13 +94,15 @@ FLOORS: dict[str, dict[str, int]] = {
         "sandbox": 1,
         "workspace": 1,
         "registry": 2,  # the external tool registry: a call's context names its workspace
+        "typed": 3,  # @tool: a typed function as a registry's tool
+        "hooks": 3,  # the hooks and permission callback around tool calls
         "search": 2,
         "skills": 3,
         "mcp_bridge": 3,
         "react": 4,
         "builtin": 5,  # the built-in external tools: files.* reuse the react.* file targets
     },
-    "actline": {".": 0, "terminal": 1, "web": 2, "cli": 3},
+    "actline": {".": 0, "terminal": 1, "web": 2, "http": 2, "cli": 3},
 }
 """Per package with sub-packages: the floor of each sub-package and of the package's own
 modules (``.``; a module of the package's own that sits above some sub-package has a floor

@@ -12,10 +12,11 @@ from __future__ import annotations
 import asyncio
 import copy
 import inspect
+import json
 import re
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import jsonschema.exceptions
 from jsonschema.validators import validator_for
@@ -29,6 +30,7 @@ __all__ = [
     "TOOL_NAME_PATTERN",
     "RegisteredTool",
     "ToolContext",
+    "ToolDefinition",
     "ToolFn",
     "ToolOutput",
     "ToolRegistry",
@@ -144,11 +146,50 @@ class RegisteredTool:
         return [shorten(f"{err.json_path}: {err.message}") for err in errors]
 
 
+@runtime_checkable
+class ToolDefinition(Protocol):
+    """A tool that describes itself, as ``@tool`` makes one (``actline.tools.typed``)."""
+
+    @property
+    def name(self) -> str: ...
+    @property
+    def description(self) -> str: ...
+    @property
+    def schema(self) -> dict[str, Any]: ...
+    @property
+    def timeout_s(self) -> float | None: ...
+    @property
+    def needs_approval(self) -> bool: ...
+
+    async def invoke(self, params: dict[str, Any], ctx: ToolContext) -> Any:
+        """Run one call: ``fn(params, ctx)`` of the registry."""
+
+
 class ToolRegistry:
     """The tools of one node, by name; ``describe()`` lists them for the system prompt."""
 
     def __init__(self) -> None:
         self._tools: dict[str, RegisteredTool] = {}
+
+    def add(self, typed: ToolDefinition) -> RegisteredTool:
+        """Register a ``@tool``-decorated function (``actline.tools.typed``) under its name.
+
+        Raises ``ValueError`` for a plain function (decorate it with ``@tool`` or use
+        ``register``) and for a name already registered."""
+        if not isinstance(typed, ToolDefinition):
+            what = getattr(typed, "__qualname__", type(typed).__name__)
+            raise ValueError(
+                f"{what} is not a @tool: decorate it with actline.tool, or register a plain "
+                "fn(params, ctx) with ToolRegistry.register(name, fn, schema=...)"
+            )
+        return self.register(
+            typed.name,
+            typed.invoke,
+            schema=typed.schema,
+            description=typed.description or typed.name,
+            timeout_s=typed.timeout_s,
+            needs_approval=typed.needs_approval,
+        )
 
     def register(
         self,
@@ -226,6 +267,19 @@ class ToolRegistry:
             }
             for tool in sorted(self._tools.values(), key=lambda t: t.name)
         ]
+
+    def prompt_entries(self) -> dict[str, str]:
+        """Name -> the line the system prompt lists: the description, then the params'
+        JSON schema when the tool has any and the description does not name them already
+        ("Params: ..."): a model needs their names and types."""
+        entries = {}
+        for tool in self._tools.values():
+            line = tool.description
+            if tool.schema.get("properties") and "Params:" not in line:
+                params = json.dumps(tool.schema, ensure_ascii=False, separators=(",", ":"))
+                line = " ".join(f"{line} Params: {params}".split())  # one line
+            entries[tool.name] = line
+        return entries
 
     def __contains__(self, name: object) -> bool:
         return name in self._tools

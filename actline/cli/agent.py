@@ -23,7 +23,10 @@ subject, the same durable path as ``actline done``):
   waits for nothing.
 
 It stops on SIGINT/SIGTERM (a running command is killed; a task not answered yet is left
-open: it is delivered again when the agent is back).
+open: it is delivered again when the agent is back). When the server goes away it says
+"disconnected from URL: retrying", reconnects to the same URL for as long as it takes (a
+restarted ``actline serve`` keeps its port), says "reconnected to URL" and takes tasks again.
+Without ``--nats`` or ``NATS_URL`` it joins the running ``actline serve`` of its home.
 
 ``done`` publishes one ``agent.done`` and prints the node's verdict. ``agents`` lists the
 agents the nodes know: connected or not, last seen, open tasks.
@@ -78,7 +81,8 @@ def _need_nats(config: Config, command: str) -> str:
     if config.nats_url is None:
         raise ConfigError(
             f"actline {command} joins a running NATS server: pass --nats nats://host:4222 or "
-            "set NATS_URL (the URL actline serve prints)"
+            "set NATS_URL (the URL actline serve prints), or start actline serve with this "
+            f"home ({config.node.home})"
         )
     return config.nats_url
 
@@ -384,6 +388,10 @@ async def run_agent(args: argparse.Namespace, console: Console) -> int:
         loop.add_signal_handler(sig, stop.set)
     try:
         async with Runtime(config, node=False, role="agent", agent_name=name) as rt:
+            rt.bus.on_outage(
+                lambda: _say(console, f"disconnected from {url}: retrying", "yellow"),
+                lambda: _say(console, f"reconnected to {url}", "green"),
+            )
             inbox = AgentInbox(rt.bus, name)
             runner = AgentRunner(inbox, argv, args.timeout, console)
             waited: list[str] = []

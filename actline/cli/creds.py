@@ -19,6 +19,11 @@ own. What each role may do is in the README's security section.
   server is told at once (``--nats URL``, ``NATS_URL``, or the embedded server this
   home runs), and closes their connections.
 - ``actline creds server`` prints the trust block a nats-server needs.
+- ``actline creds http NAME`` issues a bearer token of the HTTP API (``actline serve
+  --http``) for the client role of tenant ``--prefix`` (``--approver``: it may approve and
+  deny too), printed once (or written to ``--out``, mode 0600); the home keeps only its
+  hash (``actline.http.tokens``). ``list`` shows the tokens too; ``revoke NAME`` (or the
+  token's id, or ``http:NAME``) revokes them, at once for a running server.
 """
 
 from __future__ import annotations
@@ -38,6 +43,8 @@ from actline.bus.auth import read_identity, write_secret
 from actline.bus.claims import push_account
 from actline.config import Config
 from actline.errors import ConfigError
+from actline.http.errors import ApiError
+from actline.http.tokens import HttpToken, TokenStore
 from actline.messages import SubjectError, subjects
 
 from .turns import load_config
@@ -97,6 +104,71 @@ def _list(authority: Authority, console: Console) -> int:
             state,
         )
     console.print(table)
+    tokens = TokenStore(authority.root).tokens()
+    if tokens:
+        console.print(_token_table(authority, tokens, now))
+    return 0
+
+
+def _token_table(authority: Authority, tokens: list[HttpToken], now: float) -> Table:
+    """The HTTP API's tokens: who, which tenant and role, until when, in what state."""
+    table = Table(title=f"HTTP API tokens issued from {authority.root} (hashes only)")
+    for column in ("tenant", "role", "name", "token id", "issued", "expires", "state"):
+        table.add_column(column)
+    colour = {"valid": "green", "expired": "yellow", "revoked": "red"}
+    for token in tokens:
+        state = token.state(now)
+        table.add_row(
+            token.tenant,
+            token.role,
+            token.name,
+            token.id,
+            _when(token.issued),
+            _when(token.expires),
+            f"[{colour[state]}]{state}[/{colour[state]}]",
+        )
+    return table
+
+
+def _http_token(
+    authority: Authority, args: argparse.Namespace, prefix: str, console: Console
+) -> int:
+    """``actline creds http NAME``: a new bearer token, shown once (module docstring)."""
+    if not args.name:
+        raise ConfigError("a token needs a name (who uses it): actline creds http NAME")
+    if args.tools:
+        raise ConfigError("--tools is for NATS credentials; an HTTP token approves every tool")
+    authority.account(prefix)  # the tenant's account, made on first use
+    token, record = TokenStore(authority.root).issue(
+        args.name, tenant=prefix, approver=args.approver, ttl_s=parse_ttl(args.ttl)
+    )
+    if args.out is not None:
+        write_secret(args.out, token + "\n")
+        console.print(f"[bold]{record.name}[/bold] HTTP token {record.id}: {args.out} (mode 0600)")
+    elif not sys.stdout.isatty():
+        sys.stdout.write(token + "\n")
+        return 0
+    else:
+        console.print(f"[bold]{record.name}[/bold] HTTP token (shown once, keep it): {token}")
+    console.print(
+        f"  tenant {record.tenant} · role {record.role} · id {record.id} · "
+        f"valid until {_when(record.expires)}"
+    )
+    console.print(
+        '  use: curl -H "Authorization: Bearer $TOKEN" http://127.0.0.1:PORT/v1/conversations'
+    )
+    console.print(f"  revoke: actline creds revoke {record.id}")
+    return 0
+
+
+def _revoke_http(authority: Authority, which: str, console: Console) -> int:
+    """Revoke HTTP tokens by id or name; the running server sees the file change."""
+    try:
+        revoked = TokenStore(authority.root).revoke(which)
+    except ApiError as exc:
+        raise ConfigError(f"{exc.message} (see actline creds list)") from None
+    for token in revoked:
+        console.print(f"HTTP token {token.id} ({token.name}, tenant {token.tenant}) is revoked")
     return 0
 
 
@@ -131,14 +203,21 @@ def _revoke(
     if args.all:
         tenant = args.prefix or subjects.current().prefix
         authority.revoke_tenant(tenant)
-        console.print(f"every credential of tenant {tenant} issued until now is revoked")
+        TokenStore(authority.root).revoke_tenant(tenant)
+        console.print(
+            f"every credential and HTTP token of tenant {tenant} issued until now is revoked"
+        )
+    elif args.name.startswith("http:"):
+        return _revoke_http(authority, args.name.removeprefix("http:"), console)
+    elif args.name and not any(row.user == args.name for row in authority.issued()):
+        return _revoke_http(authority, args.name, console)
     elif args.name:
         tenant = authority.revoke_user(args.name)
         console.print(f"user {args.name} of tenant {tenant} is revoked")
     else:
         raise ConfigError(
-            "revoke what? actline creds revoke USERKEY (see actline creds list), or "
-            "actline creds revoke --all --prefix TENANT"
+            "revoke what? actline creds revoke USERKEY or HTTP_TOKEN_ID (see actline creds "
+            "list), or actline creds revoke --all --prefix TENANT"
         )
     url = _server_url(config)
     if url is None:
@@ -168,6 +247,8 @@ def run_creds(args: argparse.Namespace, console: Console) -> int:
                 return _renew(authority, args, console)
             case "revoke":
                 return _revoke(authority, config, args, console)
+            case "http":
+                return _http_token(authority, args, prefix, console)
         return _issue(authority, args, prefix, console)
     except (AuthError, SubjectError, ValueError) as exc:
         raise ConfigError(str(exc)) from None

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -106,6 +107,19 @@ def chosen_model(model: str | None, api: str | None, base_url: str | None) -> LL
     settings = LLMSettings.from_env(model=model, api=api, base_url=base_url)
     check_servable(settings)
     return settings
+
+
+def own_command() -> str:
+    """How this shell reaches the ``actline`` being run: ``.venv/bin/actline`` (relative to the
+    working directory) when it is a virtual environment's script that is not on PATH, else
+    ``actline``."""
+    script = Path(sys.argv[0])
+    on_path = shutil.which("actline")
+    if script.name != "actline" or (on_path and Path(on_path).resolve() == script.resolve()):
+        return "actline"
+    with contextlib.suppress(ValueError):
+        return str(script.resolve().relative_to(Path.cwd().resolve()))
+    return str(script)
 
 
 async def run_demo(
@@ -214,13 +228,8 @@ async def run_demo(
             if close is not None:
                 await close()
     out.print()
-    out.print(
-        summary_table(
-            stats,
-            where=str(where),
-            inspect=f"actline timeline {cid} --rendered",
-            wall_s=time.perf_counter() - started,
-        )
-    )
+    out.print(summary_table(stats, where=str(where), wall_s=time.perf_counter() - started))
+    out.print(Text("see the timeline the model reads next:", "dim"))
+    out.print(Text(f"{own_command()} timeline {cid} --rendered"), soft_wrap=True)  # never wrapped
     failed = [s for s in stats if s.status != "completed"]
     return 1 if failed else 0

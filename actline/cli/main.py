@@ -48,7 +48,7 @@ DEFAULT_AGENT_TIMEOUT_S = 600.0
 
 def _common() -> argparse.ArgumentParser:
     """Options accepted before or after the command name."""
-    common = argparse.ArgumentParser(add_help=False)
+    common = argparse.ArgumentParser(add_help=False, allow_abbrev=False)
     common.add_argument(
         "--config", metavar="PATH", default=argparse.SUPPRESS, help="the actline.toml to read"
     )
@@ -137,8 +137,13 @@ def _node_options(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _home(parser: argparse.ArgumentParser, what: str = "the node's store (ACTLINE_HOME)") -> None:
+    parser.add_argument("--home", metavar="DIR", type=Path, default=None, help=what)
+
+
 def _agent_flags(parser: argparse.ArgumentParser) -> None:
-    _nats(parser, "required: NATS_URL or --nats")
+    _nats(parser, "default: NATS_URL, else the running actline serve of --home")
+    _home(parser, "whose actline serve to join, and whose keys (ACTLINE_HOME)")
     parser.add_argument(
         "--timeout",
         metavar="S",
@@ -154,7 +159,9 @@ def _split_agent_command(args: argparse.Namespace) -> None:
     rest = list(args.cmd)
     if "--" in rest:
         cut = rest.index("--")
-        flags = argparse.ArgumentParser(prog="actline agent NAME", parents=[_common()])
+        flags = argparse.ArgumentParser(
+            prog="actline agent NAME", parents=[_common()], allow_abbrev=False
+        )
         _agent_flags(flags)
         flags.parse_args(rest[:cut], namespace=args)
         rest = rest[cut + 1 :]
@@ -169,13 +176,16 @@ def _parser() -> argparse.ArgumentParser:
         prog="actline",
         description="A timeline-native ReAct agent runtime: actors over NATS, a Ray cluster job.",
         parents=[_common()],  # its own copy: set_defaults below changes the actions' defaults
+        allow_abbrev=False,  # --conv is not --conversation: an option is spelled out
     )
     parser.set_defaults(config=None, debug=False, verbose=0, log_format=None)
     parser.add_argument("--version", action="version", version=f"actline {__version__}")
     commands = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     def command(name: str, help: str) -> argparse.ArgumentParser:
-        return commands.add_parser(name, help=help, description=help, parents=[common])
+        return commands.add_parser(
+            name, help=help, description=help, parents=[common], allow_abbrev=False
+        )
 
     demo = command("demo", "start an embedded nats-server and show a turn going through it")
     _nats(demo, "default: an embedded one")
@@ -188,11 +198,23 @@ def _parser() -> argparse.ArgumentParser:
     serve = command("serve", "run a node until Ctrl-C (an embedded nats-server without NATS_URL)")
     _nats(serve, "default: NATS_URL, else an embedded one")
     _node_options(serve)
+    serve.add_argument(
+        "--port", metavar="N", type=int, default=None,
+        help="the embedded nats-server's port, kept across restarts (default 4222 when free)",
+    )  # fmt: skip
+    serve.add_argument(
+        "--http", metavar="PORT", type=int, default=None,
+        help="also serve the HTTP API on this port (bearer tokens: actline creds http)",
+    )  # fmt: skip
+    serve.add_argument(
+        "--http-host", metavar="HOST", default="127.0.0.1",
+        help="the HTTP API's interface (default loopback)",
+    )  # fmt: skip
 
     ask = command("ask", "ask one question and stream the turn")
     ask.add_argument("question", help="the user's message")
     ask.add_argument("--conversation", metavar="ID", default=None, help="continue this one")
-    _nats(ask, "default: NATS_URL; unset: embedded server + in-process node")
+    _nats(ask, "default: NATS_URL, else the running actline serve of --home, else embedded")
     _node_options(ask)
     ask.add_argument("--json", action="store_true", help="print only the result as JSON")
     ask.add_argument("--no-thinking", action="store_true", help="hide the thinking stream")
@@ -209,7 +231,7 @@ def _parser() -> argparse.ArgumentParser:
 
     result = command("result", "print a turn's stored result (kept ACTLINE_RESULT_RETENTION)")
     result.add_argument("turn", metavar="TURN_ID", help="the turn's id")
-    _nats(result, "default: NATS_URL; unset: the embedded server's store under --home")
+    _nats(result, "default: NATS_URL, else the running actline serve of --home, else its store")
     result.add_argument(
         "--home", metavar="DIR", type=Path, default=None, help="the node's store (ACTLINE_HOME)"
     )
@@ -217,8 +239,12 @@ def _parser() -> argparse.ArgumentParser:
 
     chat = command("chat", "an interactive conversation in the terminal")
     chat.add_argument("--conversation", metavar="ID", default=None, help="continue this one")
-    _nats(chat, "default: NATS_URL, else an embedded one")
+    _nats(chat, "default: NATS_URL, else the running actline serve of --home, else an embedded one")
     _node_options(chat)
+    chat.add_argument(
+        "--local-node", action="store_true",
+        help="run a node in this process even when a server is running",
+    )  # fmt: skip
 
     web = command("console", "a web console: live turns, timelines, agents, traces")
     web.add_argument("--port", type=int, default=8765, help="0 picks a free port")
@@ -241,7 +267,8 @@ def _parser() -> argparse.ArgumentParser:
     done.add_argument("summary", help="what the agent did")
     done.add_argument("--task", metavar="ID", default=None, help="the task id (else the oldest)")
     done.add_argument("--turn", metavar="ID", default=None, help="the turn id")
-    _nats(done, "required: NATS_URL or --nats")
+    _nats(done, "default: NATS_URL, else the running actline serve of --home")
+    _home(done, "whose actline serve to join, and whose keys (ACTLINE_HOME)")
 
     feedback = command("feedback", "rate a turn and say why: the model sees it next turn")
     feedback.add_argument("conversation", metavar="CID", help="the conversation's id")
@@ -284,7 +311,8 @@ def _parser() -> argparse.ArgumentParser:
         decide.add_argument(
             "--timeout", metavar="S", type=float, default=5.0, help="wait this long for the node"
         )
-        _nats(decide, "required: NATS_URL or --nats")
+        _nats(decide, "default: NATS_URL, else the running actline serve of --home")
+        _home(decide, "whose actline serve to join, and whose keys (ACTLINE_HOME)")
 
     creds = command(
         "creds",
@@ -303,16 +331,19 @@ def _parser() -> argparse.ArgumentParser:
             "list",
             "renew",
             "revoke",
+            "http",
         ],
         help="what the holder may do (pool-models, pool-tools: an actline pool process); "
         "server: the trust block of a nats-server's config; "
-        "list, renew FILE, revoke USERKEY: what was issued",
+        "http NAME: a bearer token of the HTTP API (actline serve --http); "
+        "list, renew FILE, revoke USERKEY|TOKEN_ID|http:NAME: what was issued",
     )
     creds.add_argument(
         "name",
         nargs="?",
         default="",
-        help="the agent's or approver's name; renew: the .creds file; revoke: the user key",
+        help="the agent's, approver's or HTTP token's name; renew: the .creds file; "
+        "revoke: the user key, or an HTTP token's id or name",
     )
     creds.add_argument(
         "--approver",
@@ -376,7 +407,8 @@ def _parser() -> argparse.ArgumentParser:
     )
 
     agents = command("agents", "list outside agents: connected or not, last seen, open tasks")
-    _nats(agents, "required: NATS_URL or --nats")
+    _nats(agents, "default: NATS_URL, else the running actline serve of --home")
+    _home(agents, "whose actline serve to join, and whose keys (ACTLINE_HOME)")
     agents.add_argument("--json", action="store_true", help="one JSON object per agent")
 
     profiles = command("profiles", "show the runtime profiles a turn may name, as resolved here")
@@ -393,6 +425,41 @@ def _parser() -> argparse.ArgumentParser:
     )
     evals.add_argument(
         "--timeout", metavar="S", type=float, default=120.0, help="wait this long per turn"
+    )
+
+    conversations = command(
+        "conversations", "list, rename, delete, export or search the stored conversations"
+    )
+    conversations.add_argument(
+        "action", nargs="?", default="list",
+        choices=["list", "show", "rename", "delete", "export", "search"],
+        help="list (default), show CID, rename CID TITLE, delete CID, export CID, search TEXT",
+    )  # fmt: skip
+    conversations.add_argument("args", nargs="*", metavar="ARG", help="CID, TITLE or TEXT")
+    conversations.add_argument(
+        "--format", choices=["json", "markdown"], default="json", help="export: the format"
+    )
+    conversations.add_argument(
+        "--out", metavar="FILE", type=Path, default=None, help="export: write here"
+    )
+    conversations.add_argument("--yes", action="store_true", help="delete without asking")
+    conversations.add_argument("--json", action="store_true", help="print JSON")
+    _nats(conversations, "default: NATS_URL, else the running actline serve of --home")
+    conversations.add_argument(
+        "--home", metavar="DIR", type=Path, default=None, help="the node's store (ACTLINE_HOME)"
+    )
+
+    fork = command("fork", "a new conversation whose timeline is this one up to a turn")
+    fork.add_argument("conversation", metavar="CID", help="the conversation to fork")
+    fork.add_argument(
+        "--at", metavar="TURN", required=True,
+        help="the last turn kept: its id or its number (1 = the first turn)",
+    )  # fmt: skip
+    fork.add_argument("--title", metavar="TEXT", default=None, help="the new one's title")
+    fork.add_argument("--json", action="store_true", help="print the new conversation as JSON")
+    _nats(fork, "default: NATS_URL, else the running actline serve of --home")
+    fork.add_argument(
+        "--home", metavar="DIR", type=Path, default=None, help="the node's store (ACTLINE_HOME)"
     )
 
     timeline = command("timeline", "show a stored conversation (no NATS needed)")
@@ -494,16 +561,35 @@ def _dispatch(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
             from .evaluate import run_eval
 
             return run_until_signal(run_eval(args, console))
+        case "conversations":
+            from .conversations import run_conversations
+
+            return run_until_signal(run_conversations(args, console))
+        case "fork":
+            from .conversations import run_fork
+
+            return run_until_signal(run_fork(args, console))
         case "timeline":
-            from .timeline import run_timeline
+            from .stored.timeline import run_timeline
 
             return run_until_signal(run_timeline(args, console))
         case "trace":
-            from .trace import run_trace
+            from .stored.trace import run_trace
 
             return run_trace(args, console)
     parser.print_help(sys.stderr)
     return 2
+
+
+def _command_parser(
+    parser: argparse.ArgumentParser, command: str | None
+) -> argparse.ArgumentParser:
+    """The parser of ``command`` (the top level's when there is none)."""
+    for action in parser._subparsers._group_actions if parser._subparsers else ():
+        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+            found: argparse.ArgumentParser = action.choices[command]
+            return found
+    return parser
 
 
 def _configure_logging(args: argparse.Namespace) -> None:
@@ -518,7 +604,9 @@ def _configure_logging(args: argparse.Namespace) -> None:
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; returns the process exit code."""
     parser = _parser()
-    args = parser.parse_args(argv)
+    args, unknown = parser.parse_known_args(argv)
+    if unknown:  # said with the command's usage, not the top level's
+        _command_parser(parser, args.command).error(f"unrecognized arguments: {' '.join(unknown)}")
     try:
         _configure_logging(args)
         return _dispatch(args, parser)

@@ -293,9 +293,9 @@ def _parse_followups(text: str) -> list[str]:
     return [str(v) for v in value] if isinstance(value, list) else []
 
 
-def summary_table(stats: Sequence[TurnStats], *, where: str, inspect: str, wall_s: float) -> Table:
-    """Rounds, tokens in/out, cache read %, cost and what caching saved, wall time, where the
-    timeline is, how to see it."""
+def summary_table(stats: Sequence[TurnStats], *, where: str, wall_s: float) -> Table:
+    """Rounds, tokens in/out, cache read %, cost and what caching saved, wall time, and where
+    the timeline is (the command that shows it goes on a line of its own, to be copied)."""
     total = TurnStats()
     for s in stats:
         total.rounds += s.rounds
@@ -338,7 +338,7 @@ def summary_table(stats: Sequence[TurnStats], *, where: str, inspect: str, wall_
         f"{wall_s:.1f} s",
         style="bold",
     )
-    table.caption = f"timeline stored in {where} · inspect it: {inspect}"
+    table.caption = f"timeline stored in {where}"
     return table
 
 

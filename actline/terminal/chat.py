@@ -15,6 +15,10 @@ conversation id was given), streamed with ``TurnPrinter``. While a turn runs:
   and ``deny`` commands); ``/approve [ap-ID] [reason]`` and ``/deny [ap-ID] [reason]`` decide
   it from the chat (every pending one without an id). Skipping the wait denies them.
 
+The chat is a client of the node serving ``config.nats_url`` (``node=False``: the CLI's choice
+when a server runs) or runs a node itself. When the connection to NATS drops it says
+"disconnected from URL: retrying" and, once it is back, "reconnected to URL" (dim lines).
+
 At the prompt, Ctrl-C once prints a hint and twice within ``DOUBLE_PRESS_S`` quits; Ctrl-D,
 ``/quit`` and ``/exit`` quit; ``/new`` starts a new conversation; ``/id`` prints its id.
 
@@ -152,11 +156,17 @@ class _Chat(ChatCommands):
 
     # -- the loop ----------------------------------------------------------------------------------
     async def run(self) -> int:
-        embedded = " (embedded)" if self.rt.server is not None else ""
-        self.say(
-            f"actline chat · model {self.rt.config.node.model} · "
-            f"NATS {self.rt.nats_url}{embedded}: outside agents answer there"
-        )
+        if self.rt.node is None:
+            self.say(
+                f"actline chat · a client of the node on NATS {self.rt.nats_url}: "
+                "outside agents answer there"
+            )
+        else:
+            embedded = " (embedded)" if self.rt.server is not None else ""
+            self.say(
+                f"actline chat · model {self.rt.config.node.model} · "
+                f"NATS {self.rt.nats_url}{embedded}: outside agents answer there"
+            )
         self.say(HELP)
         if self.cid:
             self.say(f"continuing conversation {self.cid}")
@@ -287,8 +297,12 @@ async def run_chat(
     stdin: int | None = None,
     double_press_s: float = DOUBLE_PRESS_S,
     turn_config: dict[str, Any] | None = None,
+    node: bool = True,
 ) -> int:
     """Chat on the terminal until the user quits; returns the exit code (see the module doc).
+
+    ``node``: run a node in this process (False: a client of the node serving
+    ``config.nats_url``).
 
     ``ConfigError`` when the runtime cannot start or ``conversation_id`` is not stored.
 
@@ -296,7 +310,7 @@ async def run_chat(
     sent only when it is a terminal. ``double_press_s`` is the Ctrl-C double-press window.
     ``turn_config`` goes with every turn (``--profile``: the profile also for a node elsewhere).
     """
-    rt = await Runtime(config).start()
+    rt = await Runtime(config, node=node).start()
     try:
         if conversation_id is not None:
             rt.check_conversation(conversation_id)
@@ -313,6 +327,11 @@ async def run_chat(
         interactive=os.isatty(fd),
         window=double_press_s,
         turn_config=turn_config,
+    )
+    url = rt.nats_url
+    rt.bus.on_outage(
+        lambda: chat.say(f"disconnected from {url}: retrying", "dim"),
+        lambda: chat.say(f"reconnected to {url}", "dim"),
     )
     loop = asyncio.get_running_loop()
     handled: list[int] = []

@@ -3,8 +3,17 @@
 ``make_app(runtime, token)`` serves ``/`` (the page; ``?token=`` sets the HttpOnly
 SameSite=Strict cookie ``actline_console``), ``/static/*``, the JSON API under ``/api``
 and ``/events/{conversation_id}``. Every route needs the cookie or ``?token=``; without
-it the answer is 401 "token required". The runtime is started and closed by the caller
-(``actline.cli.console``); the app's lifespan starts and stops its ``Hub``.
+it the answer is 401 "token required", with a token that is not this start's (a typo, or
+the cookie of an earlier start: the token changes each start) a 401 that says so and what
+to do. The runtime is started and closed by the caller (``actline.cli.console``); the
+app's lifespan starts and stops its ``Hub``.
+
+Conversations: ``GET /api/conversations?search=`` lists them (``Runtime.conversations``,
+newest first, with dates, turns and cost; ``search``: words all found in a title, question
+or answer), ``PATCH /api/conversations/{cid} {title}`` renames one, ``DELETE
+/api/conversations/{cid}`` deletes it (the answer says what was removed) and ``POST
+/api/conversations/{cid}/fork {at, title?}`` forks it after turn ``at`` (an id or a
+1-based number). An unknown conversation is a 404, one whose turn runs a 409.
 
 Approvals: ``POST /api/turns/{tid}/approve|deny {approval_id?, reason?}`` decide a turn's
 pending tool calls (None: every pending one), as ``actline approve`` does: the approver is
@@ -20,6 +29,7 @@ import asyncio
 import base64
 import binascii
 import hmac
+import html
 import mimetypes
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -29,7 +39,13 @@ from typing import Any
 from sse_starlette.sse import EventSourceResponse
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import FileResponse, JSONResponse, PlainTextResponse, Response
+from starlette.responses import (
+    FileResponse,
+    HTMLResponse,
+    JSONResponse,
+    PlainTextResponse,
+    Response,
+)
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
@@ -43,6 +59,7 @@ from actline.messages.ids import is_valid_id, is_valid_name
 from actline.terminal.attachments import check_attachments
 
 from ..config import ConfigError
+from ..conversations import ConversationBusy, ConversationNotFound
 from ..runtime import Runtime
 from . import views
 from .live import Hub
@@ -54,19 +71,63 @@ COOKIE = "actline_console"
 STATIC = Path(__file__).resolve().parent / "static"
 
 
-class TokenGuard:
-    """ASGI middleware: HTTP requests without the token get 401 "token required"."""
+MISSING = "401: token required (open the URL actline console printed)"
+WRONG = (
+    "401: the console token is wrong or expired. The token changes each time actline "
+    "console starts: open the URL (http://HOST:PORT/?token=...) that its latest start "
+    "printed, or start it again for a new one."
+)
+PAGE_401 = """<!doctype html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>actline console: {title}</title></head>
+<body style="font: 15px/1.5 system-ui, sans-serif; max-width: 40rem; margin: 2rem auto;
+ padding: 0 1rem">
+<h1 style="font-size: 1.3rem">{title}</h1><p data-testid="refusal">{text}</p></body></html>
+"""
 
-    def __init__(self, app: ASGIApp, allowed: Callable[[Request], bool]) -> None:
+
+class TokenGuard:
+    """ASGI middleware: an HTTP request without the token gets 401 "token required", one
+    with another token (a typo, an earlier start's cookie) a 401 saying it is wrong or
+    expired; a browser gets either as a page, with a stale cookie removed."""
+
+    def __init__(self, app: ASGIApp, token: str) -> None:
         self.app = app
-        self.allowed = allowed
+        self.token = token
+
+    def matches(self, given: str) -> bool:
+        return hmac.compare_digest(given.encode(), self.token.encode())
+
+    def verdict(self, request: Request) -> str:
+        """``ok`` (the query's token or the cookie is this start's), ``missing`` (neither is
+        given) or ``wrong``."""
+        given = [request.query_params.get("token"), request.cookies.get(COOKIE)]
+        tokens = [t for t in given if t]
+        if not tokens:
+            return "missing"
+        return "ok" if any(self.matches(t) for t in tokens) else "wrong"
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] == "http" and not self.allowed(Request(scope)):
-            text = "401: token required (open the URL actline console printed)"
-            await PlainTextResponse(text, status_code=401)(scope, receive, send)
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
             return
-        await self.app(scope, receive, send)
+        request = Request(scope)
+        verdict = self.verdict(request)
+        if verdict == "ok":
+            await self.app(scope, receive, send)
+            return
+        text = MISSING if verdict == "missing" else WRONG
+        response: Response
+        if "text/html" in request.headers.get("accept", ""):
+            title = "token required" if verdict == "missing" else "wrong or expired token"
+            page = PAGE_401.format(title=title, text=html.escape(text))
+            response = HTMLResponse(page, status_code=401)
+        else:
+            response = PlainTextResponse(text, status_code=401)
+        if verdict == "wrong" and COOKIE in request.cookies:
+            response.delete_cookie(COOKIE, httponly=True, samesite="strict")
+        await response(scope, receive, send)
 
 
 class BadInput(Exception):
@@ -157,10 +218,6 @@ def make_app(runtime: Runtime, token: str, *, home: Path | None = None) -> Starl
         client=runtime.client,
     )
 
-    def authorised(request: Request) -> bool:
-        given = request.query_params.get("token") or request.cookies.get(COOKIE) or ""
-        return hmac.compare_digest(given.encode(), token.encode())
-
     async def page(request: Request) -> Response:
         response = FileResponse(STATIC / "index.html", media_type="text/html")
         if request.query_params.get("token"):
@@ -168,11 +225,49 @@ def make_app(runtime: Runtime, token: str, *, home: Path | None = None) -> Starl
         return response
 
     async def list_conversations(request: Request) -> Response:
+        search = request.query_params.get("search", "").strip() or None
         store = stores.maybe()
-        if store is None:
-            return JSONResponse([])
-        rows = await asyncio.to_thread(views.conversations, store, hub.status, hub.running)
-        return JSONResponse(rows)
+        try:
+            infos = await runtime.conversations.list(search=search, limit=views.LIST_LIMIT)
+        except (ConversationNotFound, ConversationBusy):
+            raise
+        except ConfigError:
+            # no node serves conversation management: the store's own list, when it is here
+            if store is None:
+                raise
+            rows = await asyncio.to_thread(
+                views.conversations, store, hub.status, hub.running, search=search
+            )
+            return JSONResponse(rows)
+        found = [info.to_json() for info in infos]
+        if store is not None:
+            found = await asyncio.to_thread(
+                views.with_status, store, found, hub.status, hub.running
+            )
+        return JSONResponse(found)
+
+    async def rename(request: Request) -> Response:
+        cid = _id(request.path_params["cid"], "conversation_id")
+        title = _text(await _body(request), "title")
+        info = await runtime.conversations.rename(cid, title)
+        return JSONResponse(info.to_json())
+
+    async def delete(request: Request) -> Response:
+        cid = _id(request.path_params["cid"], "conversation_id")
+        deleted = await runtime.conversations.delete(cid)
+        return JSONResponse(deleted.to_json())
+
+    async def fork(request: Request) -> Response:
+        cid = _id(request.path_params["cid"], "conversation_id")
+        body = await _body(request)
+        at = body.get("at")
+        if isinstance(at, bool) or not isinstance(at, str | int) or at in ("", 0):
+            raise BadInput(f"'at' must be a turn id or its number, 1 for the first (got {at!r})")
+        title = body.get("title") or None
+        if title is not None and not isinstance(title, str):
+            raise BadInput(f"'title' must be a string (got {title!r})")
+        info = await runtime.conversations.fork(cid, at=at, title=title)
+        return JSONResponse(info.to_json())
 
     async def submit(request: Request) -> Response:
         body = await _body(request)
@@ -323,6 +418,9 @@ def make_app(runtime: Runtime, token: str, *, home: Path | None = None) -> Starl
         Route("/", page),
         Route("/favicon.ico", lambda request: Response(status_code=204)),
         Route("/api/conversations", list_conversations),
+        Route("/api/conversations/{cid}", rename, methods=["PATCH"]),
+        Route("/api/conversations/{cid}", delete, methods=["DELETE"]),
+        Route("/api/conversations/{cid}/fork", fork, methods=["POST"]),
         Route("/api/turns", submit, methods=["POST"]),
         Route("/api/turns/{turn_id}/followup", followup, methods=["POST"]),
         Route("/api/turns/{turn_id}/skip", skip, methods=["POST"]),
@@ -357,10 +455,12 @@ def make_app(runtime: Runtime, token: str, *, home: Path | None = None) -> Starl
 
     handlers: dict[Any, Any] = {
         BadInput: lambda request, exc: _error(400, str(exc)),
+        ConversationNotFound: lambda request, exc: _error(404, str(exc)),
+        ConversationBusy: lambda request, exc: _error(409, str(exc), code="conversation_busy"),
         ConfigError: lambda request, exc: _error(409, str(exc)),
         BusError: lambda request, exc: _error(503, f"NATS: {exc}"),
     }
     app = Starlette(routes=routes, lifespan=lifespan, exception_handlers=handlers)
-    app.add_middleware(TokenGuard, allowed=authorised)
+    app.add_middleware(TokenGuard, token=token)
     app.state.hub = hub
     return app

@@ -1,10 +1,15 @@
 """actline as a Ray job: N node actors that share one NATS, and an optional batch of turns.
 
-    python -m actline.actors.cluster.ray_job --nats URL --nodes 2 [--model NAME] [--config
-    actline.toml]
-                             [--requests turns.jsonl --out results.jsonl]
+    .venv/bin/python -m actline.actors.cluster.ray_job --nats URL --insecure --nodes 2 \
+        --docs examples/kb [--model NAME] [--config actline.toml] \
+        [--requests turns.jsonl --out results.jsonl]
     ray job submit --working-dir . --runtime-env-json '{"env_vars": {...}}' \
-        -- python -m actline.actors.cluster.ray_job --nats URL --nodes 4 --model claude-sonnet-4-6
+        -- /path/to/actline/.venv/bin/python -m actline.actors.cluster.ray_job \
+        --nats URL --creds node.creds --docs examples/kb --nodes 4 --requests turns.jsonl
+
+Run it with the project's Python (the venv's): ``ray job submit`` runs the entrypoint in a
+shell on the head node, where a bare ``python`` is often the system's, without the project's
+dependencies; such a Python gets one line naming the fix (``environment``).
 
 Each ``NodeActor`` is an async Ray actor that runs one ``actline.actors.node.node.Node`` in cluster
 mode (its asyncio loop, its NATS connection, its own LMDB under ``<home>/<node id>``; conversations
@@ -17,16 +22,23 @@ conversations to the others: its leases are taken once its beat is gone
 from the durable copy.
 The driver waits until every node serves. With ``--requests`` (JSON lines of ``turn.request``
 dicts) it submits the turns — the turns of one conversation one after another, conversations
-in parallel — collects every ``turn.result`` with a progress bar, writes them to ``--out``
-and exits 1 when any turn did not complete or timed out. Without ``--requests`` it serves
-until SIGINT/SIGTERM. ``ray.init()`` joins the cluster named by ``RAY_ADDRESS`` (as under
-``ray job submit``) or starts a local one.
+in parallel — collects every ``turn.result`` with a progress bar, writes them to ``--out``,
+prints how many answers cite sources, cite none (declined among them), were best effort,
+failed or timed out (``summary``), says when answers cite no source, and exits 1 when any
+turn did not complete or timed out. Without ``--requests`` it serves until SIGINT/SIGTERM.
 
-The model: the node actors build it from the same settings as ``actline serve``
-(``actline.actors.configuration.settings_file.load_settings``: defaults < ``--config`` /
-``ACTLINE_CONFIG`` /
-``./actline.toml`` < ``ACTLINE_*`` < ``--model``, ``--api``, ``--base-url``; the ``[llm]``
-and ``[models.NAME]`` tables, which travel to every actor). The driver resolves
+The knowledge folder: ``--docs``, else ``ACTLINE_DOCS``, else ``docs`` in the settings file;
+the job refuses to start without one (``--no-docs`` runs without), or with one that does not
+exist or holds no document (``options.check_knowledge``). A relative folder is read from the
+job's working directory, on the head and in every actor (``--working-dir .`` uploads it).
+``ray.init()`` joins the cluster named by ``RAY_ADDRESS`` (as under ``ray job submit``) or
+starts a local one.
+
+The model and the turns' profile: the node actors build them from the same settings as
+``actline serve`` (``actline.actors.configuration.settings_file.load_settings``: defaults <
+``--config`` / ``ACTLINE_CONFIG`` / ``./actline.toml`` < ``ACTLINE_*`` < ``--model``,
+``--api``, ``--base-url``, ``--profile``, ``--docs``; the ``[llm]`` and ``[models.NAME]``
+tables, which travel to every actor). The driver resolves
 them once and refuses to start what cannot run (a claude model without
 ``ANTHROPIC_API_KEY``) with the fix, before any actor starts; every actor gets the node
 settings and the ``[llm]`` settings without the key. The key reaches the actors through
@@ -59,18 +71,26 @@ from dataclasses import fields
 from pathlib import Path
 from typing import Any
 
-from rich.console import Console
-from rich.progress import Progress
+from .environment import missing_dependency, require
 
-from actline import messages
-from actline.actors.client.client import Client, TurnHandle
-from actline.actors.configuration.settings import NodeSettings
-from actline.actors.configuration.settings_file import load_settings
-from actline.actors.errors import RequestsFileError, SettingsFileError
-from actline.bus import Bus, NoQuorum
-from actline.llm import APIS, LLMSettings, ModelConfigError, check_servable
-from actline.llm.reachable import check_reachable
-from actline.messages import ReActResult, TurnRequest, diag
+try:
+    from rich.console import Console
+    from rich.progress import Progress
+
+    from actline import messages
+    from actline.actors.client.client import Client, TurnHandle
+    from actline.actors.configuration.settings import NodeSettings
+    from actline.actors.configuration.settings_file import load_settings
+    from actline.actors.errors import RequestsFileError, SettingsError, SettingsFileError
+    from actline.bus import Bus, NoQuorum
+    from actline.llm import LLMSettings, ModelConfigError, check_servable
+    from actline.llm.reachable import check_reachable
+    from actline.messages import ReActResult, TurnRequest, diag
+
+    from .options import check_knowledge, parse
+    from .summary import TIMED_OUT, summarise
+except ModuleNotFoundError as exc:  # a Python without the project's dependencies
+    raise missing_dependency(exc) from None
 
 __all__ = ["NodeActor", "job_tag", "load_requests", "main", "node_ids", "run_requests"]
 
@@ -259,7 +279,7 @@ async def run_requests(
                         conversation_id=request.conversation_id,
                         turn_id=request.turn_id,
                         status="failed",
-                        error=f"no result within {timeout_s:g}s: {exc}",
+                        error=f"{TIMED_OUT} {timeout_s:g}s: {exc}",
                     )
                 results[request.turn_id] = result
                 progress.advance(task)
@@ -325,63 +345,12 @@ async def wait_through_outages(
 
 
 def _parse(argv: Sequence[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m actline.actors.cluster.ray_job", description=__doc__
-    )
-    parser.add_argument("--nats", default=os.environ.get("NATS_URL"), help="NATS URL")
-    parser.add_argument("--nodes", type=int, default=2, help="node actors to start")
-    parser.add_argument("--requests", type=Path, default=None, help="JSONL of turn requests")
-    parser.add_argument("--out", type=Path, default=None, help="JSONL of turn results")
-    parser.add_argument("--home", type=Path, default=Path(".actline-cluster"))
-    parser.add_argument("--docs", type=Path, default=None, help="knowledge space folder")
-    parser.add_argument(
-        "--model", default=None, help="the nodes' model (ACTLINE_MODEL; default extractive)"
-    )
-    parser.add_argument(
-        "--api",
-        choices=APIS,
-        default=None,
-        help="the model's API: messages (Anthropic) or openai (Chat Completions); ACTLINE_API",
-    )
-    parser.add_argument(
-        "--base-url", metavar="URL", default=None, help="the model server (ACTLINE_BASE_URL)"
-    )
-    parser.add_argument(
-        "--config",
-        type=Path,
-        default=None,
-        help="settings file (default: ACTLINE_CONFIG, else ./actline.toml when it exists)",
-    )
-    parser.add_argument("--cpus-per-node", type=float, default=1.0)
-    parser.add_argument(
-        "--model-pools",
-        type=int,
-        default=0,
-        help="model pool actors; the node actors then send every model call to them (0)",
-    )
-    parser.add_argument(
-        "--tool-pools",
-        type=int,
-        default=0,
-        help="tool pool actors; the node actors then send every tool call to them (0)",
-    )
-    parser.add_argument("--timeout", type=float, default=300.0, help="seconds per turn")
-    parser.add_argument(
-        "--ack-wait", type=float, default=None, help="turn redelivery after (ACTLINE_ACK_WAIT)"
-    )
-    parser.add_argument(
-        "--creds",
-        type=Path,
-        default=os.environ.get("ACTLINE_NATS_CREDS") or None,
-        help="node credentials (ACTLINE_NATS_CREDS; `actline creds node`)",
-    )
-    parser.add_argument(
-        "--insecure", action="store_true", help="the NATS server has no authentication"
-    )
-    return parser.parse_args(argv)
+    return parse(argv, __doc__)
 
 
-async def _drive(args: argparse.Namespace, actors: list[Any], console: Console) -> int:
+async def _drive(
+    args: argparse.Namespace, actors: list[Any], console: Console, docs: Path | None
+) -> int:
     ids = await asyncio.wait_for(
         asyncio.gather(*(a.start.remote() for a in actors)), READY_TIMEOUT_S
     )
@@ -403,9 +372,11 @@ async def _drive(args: argparse.Namespace, actors: list[Any], console: Console) 
     with out.open("w", encoding="utf-8") as handle:
         for result in results:
             handle.write(json.dumps(result.model_dump(mode="json"), ensure_ascii=False) + "\n")
-    failed = [r for r in results if r.status != "completed"]
-    console.print(f"{len(results) - len(failed)}/{len(results)} turns completed; wrote {out}")
-    return 1 if failed else 0
+    summary = summarise(results)
+    for line in summary.lines(docs):
+        console.print(line, highlight=False, soft_wrap=True)
+    console.print(f"wrote {out}", highlight=False, soft_wrap=True)
+    return 0 if summary.all_completed else 1
 
 
 def key_variable(api: str) -> str:
@@ -416,13 +387,17 @@ def key_variable(api: str) -> str:
 def job_settings(args: argparse.Namespace) -> tuple[dict[str, Any], dict[str, Any], str | None]:
     """The node settings, the model settings without the key, and the key: resolved as
     ``actline serve`` does and checked (``ModelConfigError``: a claude model without a key)."""
-    overrides = {"model": args.model, "knowledge_dir": args.docs}
+    overrides = {"model": args.model, "knowledge_dir": args.docs, "profile": args.profile}
     overrides["ack_wait_s"] = args.ack_wait
     overrides |= {"api": args.api, "base_url": args.base_url}
     loaded = load_settings(args.config, overrides=overrides)
+    node = loaded.node
+    check_knowledge(args, node.knowledge_dir)  # SettingsError: none, missing or empty
+    if args.no_docs:
+        node = node.with_(knowledge_dir=None)
     check_servable(loaded.llm)
     llm = {f.name: getattr(loaded.llm, f.name) for f in fields(loaded.llm) if f.name != "api_key"}
-    return {**loaded.node.as_dict(), "cluster": True}, llm, loaded.llm.api_key
+    return {**node.as_dict(), "cluster": True}, llm, loaded.llm.api_key
 
 
 def start_pools(
@@ -465,6 +440,7 @@ def start_pools(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    require()  # ray, and the rest: one line naming the fix
     import ray
 
     args = _parse(argv)
@@ -483,8 +459,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         served = LLMSettings(**llm)
         if not served.offline:  # a server that does not answer the driver: before any actor
             asyncio.run(check_reachable(served.for_model(served.model)))
-    except (SettingsFileError, ModelConfigError) as exc:
-        console.print(str(exc))
+    except (SettingsError, SettingsFileError, ModelConfigError) as exc:
+        console.print(str(exc), highlight=False, soft_wrap=True)
         return 2
     creds = None
     if args.creds is not None:
@@ -523,7 +499,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         actor = actor_class.options(name=f"actline-{node_id}", **options)
         actors.append(actor.remote(args.nats, settings, creds=creds, llm=llm))
     try:
-        return asyncio.run(_drive(args, actors, console))
+        return asyncio.run(_drive(args, actors, console, nodes.get("knowledge_dir")))
     finally:
         for actor in [*actors, *pools]:
             try:

@@ -72,11 +72,13 @@ from actline.messages import (
 from actline.storage import Store, committer
 from actline.storage.committer import Committer
 from actline.tools import KnowledgeSpace
+from actline.tools.hooks import ToolHooks
 from actline.tools.react.core import ReactTools
 from actline.tools.workspace.workspace import TurnFiles
 
 from . import gc_tuning
 from .holding import Holds, evict_idle
+from .manage import Management
 from .post import PostOffice
 from .turn_queue import TurnQueue
 
@@ -100,10 +102,13 @@ class Node:
         registry: ToolRegistry | None = None,
         store: Store | None = None,
         knowledge: KnowledgeSpace | None = None,
+        hooks: ToolHooks | None = None,
     ) -> None:
         self.bus = bus
+        self.hooks = hooks
+        """The permission callback and hooks around every tool call of this node's turns."""
         self.settings = settings or NodeSettings.from_env()
-        self.registry = registry or ToolRegistry()
+        self.registry = registry if registry is not None else ToolRegistry()
         self._model = model
         self._models = dict(models or {})
         self._llm = llm  # model settings (None: LLMSettings.from_env); claude needs its key
@@ -122,6 +127,8 @@ class Node:
         """The mail of this node's actors over NATS (the local shortcut off)."""
         self.services: Services | None = None
         self.agents: AgentTasks | None = None
+        self.management: Management | None = None
+        """Conversation management (``conv.manage``: list, rename, delete, export, fork)."""
         self._mcp = contextlib.AsyncExitStack()
         self._commits: Committer | None = None
         self.ownership: Ownership = LocalOwnership()
@@ -193,7 +200,7 @@ class Node:
                 copy_every_s=settings.copy_every_s,
             )
         await self.ownership.start()
-        tools = {t["name"]: str(t.get("description") or "") for t in self.registry.describe()}
+        tools = self.registry.prompt_entries()
         self._commits = Committer(self._store)
         self._commits.start()
         book = TaskBook()
@@ -209,6 +216,7 @@ class Node:
             knowledge=self._knowledge,
             external_tools=self.registry.names,
             approval_tools=self.registry.approval_required,
+            tool_hooks=self.hooks,
             task_book=book,
             agents=self.agents,
             local_tools=settings.tool_workers > 0,
@@ -250,6 +258,16 @@ class Node:
                 subjects.conv_any("feedback"), self._on_input, queue=self.ownership.input_queue
             )
         )
+        self.management = Management(
+            self.bus,
+            self._store,
+            settings,
+            actors=self._conversations,
+            loading=self._loading,
+            holds=self._holds,
+            release=self.ownership.release,
+        )
+        self._subs.append(await self.management.start())
         workspaces = WorkspaceServer(self.bus, self.node_id, lambda c: self.conversations.get(c))
         self._subs.append(await workspaces.start())  # for tool executors without the files
         recovered = self.services.task_book.recover(

@@ -25,6 +25,7 @@ from actline.bus import Bus
 from actline.storage import Store
 from actline.storage.committer import Committer
 from actline.tools import KnowledgeSpace
+from actline.tools.hooks import ToolHooks
 from actline.tools.react.core import ReactTools
 
 from .memory import BackgroundEmbedding
@@ -96,6 +97,8 @@ class Services:
     external_tools: Callable[[], list[str]] = list
     approval_tools: Callable[[], list[str]] = list
     """The registered tools whose calls need approval (``actline.actors.turn.approvals``)."""
+    tool_hooks: ToolHooks | None = None
+    """The permission callback and hooks around every tool call (``actline.tools.hooks``)."""
     streamer: StreamerActor | None = None
     """This node's streamer pool, called in process (None: use the pool over NATS)."""
     task_book: TaskBook = field(default_factory=TaskBook)

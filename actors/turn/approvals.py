@@ -5,7 +5,9 @@ A call needs approval when its tool matches one of the turn's ``approval_tools``
 ``ACTLINE_APPROVE_TOOLS``, the tools registered with ``needs_approval`` (registry, MCP
 config ``"approval": true``) and the turn config's ``approve_tools``: a turn may add
 patterns, never remove one the node requires (a client must not lift an operator's
-guard). ``agent.send`` is not an approval-gated tool (it only stores a task).
+guard). ``agent.send`` is not an approval-gated tool (it only stores a task): a pattern
+that names it alone (``agent.send``, ``agent.*``) is refused where the settings are read
+(``ungated``), rather than silently never matching.
 
 The state machine (``actline.actors.turn.state``) holds a decision's calls in Waiting while an
 approval is pending; the DecisionActor turns its ``DenyCall`` effects into the call's
@@ -23,6 +25,20 @@ from actline.messages import Ack, ErrorReply, new_id
 from . import events as ev
 from .blocks import call_block
 from .mailbox import ToolOutcome, Write
+
+UNGATED = ("agent.send",)
+"""Calls that never wait for approval: a hand-off to an outside agent only stores its task
+(what the agent does is gated where it runs)."""
+
+
+def ungated(patterns: Iterable[str]) -> tuple[str, ...]:
+    """The patterns that name only calls approvals cannot gate (``agent.send``,
+    ``agent.*``): a setting holding one asks for something that never happens."""
+    return tuple(
+        p
+        for p in patterns
+        if p.startswith("agent.") and any(fnmatch.fnmatchcase(t, p) for t in UNGATED)
+    )
 
 
 def needs_approval(tool: str, patterns: Iterable[str]) -> bool:

@@ -11,9 +11,11 @@ What the turn puts on the timeline is collected as ``Writes`` and travels with i
 exchange with the conversation (``actline.actors.turn.mailbox``: a round is at most three, and one
 group commit). A round's commit becomes durable while its model call runs; the reply is
 acted on only after ``Durable``, so a node that dies loses at most the round in flight
-and ``ResumeReAct`` continues it. Every way a turn ends is one ``EndTurn``. Stopping the
-actor cancels the jobs it spawned (an ask in flight is abandoned); ``self.trace`` records
-the turn's spans (``actline.actors.turn.trace``).
+and ``ResumeReAct`` continues it. Every way a turn ends is one ``EndTurn``. Every tool call
+passes the node's hooks (``actline.tools.hooks``) here: a round's calls in ``_start_tools``
+(a job, so a cancel is not held up), their outcomes as they come back, and ``agent.send`` in
+``_send_task``. Stopping the actor cancels the jobs it spawned (an ask in flight is
+abandoned); ``self.trace`` records the turn's spans (``actline.actors.turn.trace``).
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import logging
 from collections.abc import Mapping
+from dataclasses import dataclass, replace
 from typing import Any, Literal
 
 from actline import messages
@@ -31,6 +34,7 @@ from actline.actors.services.shared import Services
 from actline.bus import BusError
 from actline.messages import CancelReAct, GenerateResult, ReActResult, SkipWaiting, TurnRequest
 from actline.timeline import AnnounceContext, Block
+from actline.tools.hooks import Refusal, ToolHooks, ToolUse
 
 from . import events as ev
 from . import mailbox as mb
@@ -43,7 +47,7 @@ from .reply import AGENT_ABSENT, AGENT_SEND, TurnOutput, classify_reply
 from .salvage import answer_from_replies, salvage
 from .state import DecisionState, TurnPhase, transition
 from .state.checkpoint import checkpoint, resume_event
-from .tool_round import BlockBudget, ToolRound
+from .tool_round import BlockBudget, ToolRound, after, gate, refused
 from .trace import TurnTrace
 from .verdict import verdict
 from .watchdog import WATCHDOG, Watchdog
@@ -55,6 +59,14 @@ ASK_TIMEOUT_S = 120.0  # how long one exchange with the conversation may take
 
 class _Begin:
     """First message: start or resume the state machine."""
+
+
+@dataclass(frozen=True, slots=True)
+class _NotSent:
+    """An ``agent.send`` the hooks refused: its task is answered at once, so the turn does
+    not wait for an agent that never got it."""
+
+    signal: ev.DoneSignal
 
 
 class DecisionActor(Actor):
@@ -188,6 +200,8 @@ class DecisionActor(Actor):
                 await self._tools_ran(message)
             case ev.WaitTimeout():
                 await self.feed(message)
+            case _NotSent(signal=signal):
+                await self.feed(signal)
             case ConversationLost():
                 raise message
             case _:
@@ -456,10 +470,29 @@ class DecisionActor(Actor):
         self.pending.extend(call_block(self.tid, c.call_id, c.tool, c.params, now) for c in calls)
         self.trace.tools(round_, calls)
         tools = self._round_tools = ToolRound(round_, calls)
+        hooks = self.services.tool_hooks
+        if hooks:  # the permission callback and the pre hooks first (actline.tools.hooks)
+            self._tools_job = self.spawn(self._gated(tools, hooks), f"tools-{round_}")
+            return
         if tools.react:
             self.conv.tell(mb.RunTools(self.tid, round_, tools.react, self._writes()))
         if tools.external:
             self._tools_job = self.spawn(self._external(round_, tools.external), f"tools-{round_}")
+
+    async def _gated(self, tools: ToolRound, hooks: ToolHooks) -> None:
+        """The round's calls past the hooks: the refused ones are failed outcomes at once,
+        the others run as ``_start_tools`` runs them, with the params the hooks left."""
+        running, refusals = await gate(hooks, tools.calls, self.cid, self.tid)
+        if self._round_tools is not tools:
+            return
+        tools.gated(running, refusals)
+        if not running:
+            self.tell(mb.ExternalRan(tools.round, ()))  # every call refused: the round is done
+            return
+        if tools.react:
+            self.conv.tell(mb.RunTools(self.tid, tools.round, tools.react, self._writes()))
+        if tools.external:
+            await self._external(tools.round, tools.external)
 
     async def _external(self, round_: int, calls: tuple[ev.ToolSpec, ...]) -> None:
         try:
@@ -475,6 +508,9 @@ class DecisionActor(Actor):
             timeout_s=self.turn.tool_timeout_s,
             headers=self.trace.headers,
         )
+        hooks = self.services.tool_hooks
+        if hooks:
+            outcomes = await after(hooks, calls, outcomes, self.cid, self.tid)
         self.tell(mb.ExternalRan(round_, outcomes))
 
     async def _tools_ran(self, message: mb.ReactRan | mb.ExternalRan) -> None:
@@ -487,6 +523,11 @@ class DecisionActor(Actor):
         if isinstance(message, mb.ReactRan):
             tools.react_ran(message.outcomes, self._notice)
             await publish_displays(self.services.bus, self.out, tools, message.outcomes)
+            hooks = self.services.tool_hooks
+            if hooks and hooks.post_hooks:
+                ran = [tools.outcomes[c.call_id] for c in tools.react]
+                posted = await after(hooks, tools.react, ran, self.cid, self.tid)
+                tools.outcomes.update((o.call_id, o) for o in posted)
         else:
             tools.external_ran(message.outcomes)
         complete = tools.complete(BlockBudget.read(self.services, self.cid))  # the block quota
@@ -499,6 +540,22 @@ class DecisionActor(Actor):
     async def _send_task(self, effect: ev.SendAgentTask) -> None:
         params = {"name": effect.agent, "text": effect.text}
         call = call_block(self.tid, effect.call_id, AGENT_SEND, params, self._now())
+        hooks = self.services.tool_hooks
+        if hooks:
+            use = ToolUse(AGENT_SEND, params, self.cid, self.tid, effect.call_id)
+            verdict = await hooks.before(use)
+            if not isinstance(verdict, Refusal) and verdict.params.get("name") != effect.agent:
+                reason = "a hook may change the text of agent.send, not the agent it goes to"
+                verdict = Refusal("the hooks", reason, "hook_failed")
+            if isinstance(verdict, Refusal):
+                self.pending.extend((call, refused(effect.call_id, AGENT_SEND, verdict)))
+                summary = f"the task was not sent: {verdict.error(AGENT_SEND)}"
+                signal = ev.DoneSignal(
+                    f"refused-{effect.call_id}", effect.agent, self.tid, effect.task_id, summary
+                )
+                self.tell(_NotSent(signal))
+                return
+            effect = replace(effect, text=str(verdict.params.get("text", effect.text)))
         sent = await remote.send_task(
             self.services, effect, conversation_id=self.cid, turn_id=self.tid
         )

@@ -9,6 +9,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+from actline.cli.main import main
+from actline.config import Config, ConfigError
+
 ROOT = Path(__file__).resolve().parents[2]
 
 
@@ -156,3 +161,37 @@ def test_doctor_reports_each_check_and_bm25_only_without_embeddings(tmp_path: Pa
     assert hybrid.returncode == 2
     assert "hybrid: BM25 + all-MiniLM-L6-v2" in hybrid.stdout
     assert "cannot reach NATS at nats://127.0.0.1:9" in hybrid.stdout
+
+
+def test_an_unknown_option_is_said_with_the_commands_usage(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["ask", "--question", "x"])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2
+    assert err.startswith("usage: actline ask") and "unrecognized arguments: --question" in err
+
+
+def test_an_abbreviated_option_is_not_taken_for_the_long_one(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    with pytest.raises(SystemExit):
+        main(["ask", "--conv", "c-1", "hello"])
+    assert "unrecognized arguments: --conv" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("patterns", ["agent.send", "code.*,agent.*"])
+def test_approve_tools_naming_agent_send_is_refused(tmp_path: Path, patterns: str) -> None:
+    env = {"ACTLINE_HOME": str(tmp_path), "ACTLINE_APPROVE_TOOLS": patterns}
+    with pytest.raises(ConfigError, match=r"ACTLINE_APPROVE_TOOLS holds agent\.(send|\*)"):
+        Config.load(env=env)
+    everything = Config.load(env={**env, "ACTLINE_APPROVE_TOOLS": "*"})
+    assert everything.node.approve_tools == "*"
+
+
+def test_insecure_is_warned_once(tmp_path: Path) -> None:
+    result = run("result", "--insecure", "--home", str(tmp_path), "t-1")
+    assert result.returncode == 1
+    assert result.stderr.count("WITHOUT authentication") == 1, result.stderr
+    assert result.stderr.count("WARNING") == 1

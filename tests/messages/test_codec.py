@@ -52,6 +52,8 @@ def test_the_catalog_has_every_kind_of_the_design() -> None:
         "agent.hello", "agent.welcome", "agents.list", "agents.listed",
         # approvals
         "turn.approval",
+        # managing stored conversations (list, rename, delete, export, fork)
+        "conv.manage", "conv.managed",
         # between nodes: a pulled turn passed to the node holding its conversation
         "turn.handoff",
         # between the actors of a node, with the local shortcut off

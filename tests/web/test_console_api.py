@@ -349,3 +349,45 @@ async def test_a_gated_tool_call_is_approved_from_the_console(console: Console) 
     ok = await console.post(f"{path}/approve", {"approval_id": pending["approval_id"]})
     assert ok["ok"] is True and "approved by client " in ok["detail"], ok
     assert (await handle.wait(30)).status == "completed"
+
+
+async def test_conversations_are_searched_renamed_forked_and_deleted_but_not_while_busy(
+    console: Console,
+) -> None:
+    first = await console.post("/api/turns", {"text": "How do the pricing tiers differ?"})
+    cid = first["conversation_id"]
+    assert (await console.events(cid))[-1]["status"] == "completed"
+    waiting = await console.post(
+        "/api/turns", {"text": "Ask reviewer to check the quotas", "conversation_id": cid}
+    )
+    await console.events(cid, WAITING)
+
+    async def call(method: str, path: str, body: Any = None, status: int = 200) -> Any:
+        async with console.http.request(method, console.base + path, json=body) as res:
+            assert res.status == status, await res.text()
+            return await res.json()
+
+    busy = await call("PATCH", f"/api/conversations/{cid}", {"title": "Tiers"}, status=409)
+    assert busy["code"] == "conversation_busy" and waiting["turn_id"] in busy["error"]
+    await call("DELETE", f"/api/conversations/{cid}", status=409)
+    fork = await call(
+        "POST", f"/api/conversations/{cid}/fork", {"at": 1, "title": "Tiers zanzibar"}
+    )
+    assert fork["forked_from"] == [cid, first["turn_id"]] and fork["turns"] == 1, fork
+    await call("POST", f"/api/conversations/{cid}/fork", {}, status=400)  # no 'at'
+    assert await console.post(f"/api/turns/{waiting['turn_id']}/cancel", {"conversation_id": cid})
+    await console.events(cid)
+
+    renamed = await call("PATCH", f"/api/conversations/{cid}", {"title": "Pricing tiers"})
+    assert renamed["title"] == "Pricing tiers"
+    found = await console.get("/api/conversations?search=pricing%20TIERS")
+    assert {r["conversation_id"] for r in found} == {cid, fork["conversation_id"]}
+    assert all(r["cost_usd"] is not None and r["created"] <= r["updated"] for r in found)
+    assert [
+        r["conversation_id"] for r in await console.get("/api/conversations?search=zanzibar")
+    ] == [fork["conversation_id"]]
+    gone = await call("DELETE", f"/api/conversations/{cid}")
+    assert gone["conversation_id"] == cid and gone["turns"] == 2 and gone["blocks"] > 0, gone
+    await call("DELETE", f"/api/conversations/{cid}", status=404)
+    left = await console.get("/api/conversations")
+    assert [r["conversation_id"] for r in left] == [fork["conversation_id"]]

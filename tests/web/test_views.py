@@ -44,6 +44,7 @@ def test_the_list_shows_each_conversation_from_its_outline_and_loads_none(
         rows = views.conversations(store, {}, {})
         live = views.conversations(store, {"t2": "waiting"}, {"c-busy": "t2"})
         two = views.conversations(store, {}, {}, limit=2)
+        found = views.conversations(store, {}, {}, search="QUESTION 60")
     by_id = {r["conversation_id"]: r for r in rows}
     assert set(by_id) == {"c-long", "c-busy", "c-new"}
     assert by_id["c-long"]["title"] == "c-long question 1"
@@ -53,6 +54,8 @@ def test_the_list_shows_each_conversation_from_its_outline_and_loads_none(
     updated = [float(r["updated"]) for r in rows]
     assert updated == sorted(updated, reverse=True)
     assert [r["conversation_id"] for r in two] == [r["conversation_id"] for r in rows[:2]]
+    assert [r["conversation_id"] for r in found] == ["c-long"]  # words of a question
+    assert all(0 < r["created"] <= r["updated"] for r in rows), rows
 
 
 def test_a_conversations_turns_are_read_turn_by_turn_as_the_block_scan_read_them(

@@ -27,7 +27,7 @@ async function api(method, path, body) {
   const text = await res.text();
   let data = null;
   try { data = text ? JSON.parse(text) : null; } catch (e) { data = { error: text }; }
-  if (!res.ok) throw new Error((data && data.error) || res.statusText);
+  if (!res.ok) throw Object.assign(new Error((data && data.error) || res.statusText), { status: res.status });
   return data;
 }
 
@@ -111,15 +111,107 @@ function showConnection(s) {
   node.classList.toggle("down", s !== "connected");
 }
 
+// -- dates: local and short, as "today 14:02", "yesterday 09:15", "Nov 27", "Nov 27, 2025" --
+function humanTime(ts) {
+  if (!ts) return "-";
+  const d = new Date(Number(ts) * 1000), now = new Date();
+  const pad = (n) => String(n).padStart(2, "0");
+  const hm = `${pad(d.getHours())}:${pad(d.getMinutes())}`;
+  const midnight = (x) => new Date(x.getFullYear(), x.getMonth(), x.getDate()).getTime();
+  const days = Math.round((midnight(now) - midnight(d)) / 86400000);
+  if (days === 0) return `today ${hm}`;
+  if (days === 1) return `yesterday ${hm}`;
+  const opts = { month: "short", day: "numeric" };
+  if (d.getFullYear() !== now.getFullYear()) opts.year = "numeric";
+  return d.toLocaleDateString("en-US", opts);
+}
+
+function listNote(text, error) {
+  const note = $("#list-note");
+  note.textContent = text;
+  note.classList.toggle("error", !!error);
+}
+
 async function loadConversations() {
+  const search = $("#conversation-search").value.trim();
+  const query = search ? `?search=${encodeURIComponent(search)}` : "";
   let rows = [];
-  try { rows = await api("GET", "/api/conversations"); } catch (e) { return; }
+  try { rows = await api("GET", `/api/conversations${query}`); } catch (e) { listNote(e.message, true); return; }
+  if ($("#conversation-search").value.trim() !== search) return;  // a newer search is on its way
   const list = $("#conversation-list");
-  list.replaceChildren(...rows.map((r) => el("li", {
-    "data-testid": "conversation-item", "data-cid": r.conversation_id,
-    cls: r.conversation_id === state.cid ? "active" : "",
-    onclick: () => openConversation(r.conversation_id),
-  }, el("span", { text: r.title }), el("span", { cls: "meta", text: `${r.turns} turn(s) · ${r.last_status || "-"}` }))));
+  const titles = Object.fromEntries(rows.map((r) => [r.conversation_id, r.title]));
+  list.replaceChildren(...rows.map((r) => conversationItem(r, titles)));
+  if (state.cid && titles[state.cid]) $("#current-conversation").textContent = `${titles[state.cid]} · ${state.cid}`;
+  if (search && !rows.length) list.append(el("li", { cls: "muted empty", text: `no conversation has "${search}"` }));
+}
+
+function conversationItem(r, titles) {
+  // a fork's cost is its own turns' (those before the fork are its parent's)
+  const cid = r.conversation_id, parent = r.forked_from && r.forked_from[0];
+  let cost = r.cost_usd === null || r.cost_usd === undefined ? "cost unknown" : formatUsd(r.cost_usd);
+  if (parent) cost += " since the fork";
+  const title = el("span", { cls: "title", "data-testid": "conversation-title", text: r.title || cid });
+  const li = el("li", {
+    "data-testid": "conversation-item", "data-cid": cid,
+    cls: cid === state.cid ? "active" : "",
+    onclick: () => openConversation(cid),
+  }, title,
+  el("span", { cls: "meta", "data-testid": "conversation-meta", text: `${r.turns} turn(s) · ${cost} · ${r.last_status || "-"}` }),
+  el("span", { cls: "meta", "data-testid": "conversation-dates", title: `created ${new Date(r.created * 1000).toLocaleString()}, updated ${new Date(r.updated * 1000).toLocaleString()}`,
+    text: `updated ${humanTime(r.updated)} · created ${humanTime(r.created)}` }),
+  parent ? el("span", { cls: "meta", "data-testid": "forked-from", "data-cid": parent, title: `${parent} after turn ${r.forked_from[1]}`,
+    text: `forked from ${titles[parent] || parent}` }) : "",
+  el("span", { cls: "actions" },
+    el("button", { type: "button", cls: "small", "data-testid": "rename", text: "rename", onclick: (e) => { e.stopPropagation(); renameItem(li, r); } }),
+    el("button", { type: "button", cls: "small", "data-testid": "delete", text: "delete", onclick: (e) => { e.stopPropagation(); deleteItem(r); } })));
+  return li;
+}
+
+function renameItem(li, r) {
+  const input = el("input", { "data-testid": "rename-input", cls: "rename", value: r.title || "", "aria-label": "new title" });
+  const save = async () => {
+    const title = input.value.trim();
+    if (!title || title === r.title) { loadConversations(); return; }
+    try {
+      await api("PATCH", `/api/conversations/${encodeURIComponent(r.conversation_id)}`, { title });
+      listNote(`renamed: ${title}`);
+    } catch (e) { listNote(`rename: ${e.message}`, true); }
+    loadConversations();
+  };
+  input.addEventListener("click", (e) => e.stopPropagation());
+  input.addEventListener("keydown", (e) => {
+    if (e.key === "Enter") { e.preventDefault(); save(); }
+    else if (e.key === "Escape") loadConversations();
+  });
+  li.querySelector(".title").replaceWith(input);
+  input.focus();
+  input.select();
+}
+
+async function deleteItem(r) {
+  const what = `Delete "${r.title || r.conversation_id}"? Its ${r.turns} turn(s), blocks, files and artifacts are removed for good.`;
+  if (!window.confirm(what)) return;
+  try {
+    const d = await api("DELETE", `/api/conversations/${encodeURIComponent(r.conversation_id)}`);
+    listNote(`deleted ${d.conversation_id}: ${d.turns} turn(s), ${d.blocks} block(s), ${d.files} file(s), ${d.artifacts} artifact(s)`);
+    if (state.cid === r.conversation_id) openConversation(null);
+  } catch (e) { listNote(`delete: ${e.message}`, true); }
+  loadConversations();
+}
+
+async function forkAt(tid) {
+  const cid = state.cid;
+  try {
+    const info = await api("POST", `/api/conversations/${encodeURIComponent(cid)}/fork`, { at: tid });
+    listNote(`forked ${cid} after turn ${tid}: ${info.conversation_id}`);
+    openConversation(info.conversation_id);
+  } catch (e) { $("#ask-error").textContent = `fork: ${e.message}`; }
+  loadConversations();
+}
+
+function forkButton(tid) {
+  return el("button", { type: "button", cls: "small fork", "data-testid": "fork", text: "fork from here",
+    title: "a new conversation with this one's turns up to this one", onclick: () => forkAt(tid) });
 }
 
 function listen(cid) {
@@ -153,8 +245,9 @@ async function loadHistory(cid) {
     answer.innerHTML = markdown(t.answer, []);
     for (const a of answer.querySelectorAll("[data-testid]")) a.removeAttribute("data-testid");
     return el("div", { cls: "turn past", "data-turn": t.turn_id },
-      el("div", { cls: "muted", text: `turn ${t.turn_id}` }), el("div", { cls: "prompt", text: t.prompt }), answer,
-      el("div", { cls: "usage cost", "data-testid": "past-cost", text: costText(t.cost) }));
+      el("div", { cls: "head" }, el("span", { cls: "muted", text: `turn ${t.turn_id}` }), forkButton(t.turn_id)),
+      el("div", { cls: "prompt", text: t.prompt }), answer,
+      el("div", { cls: "usage cost", "data-testid": "past-cost", text: t.cost ? costText(t.cost) : "cost: not finished" }));
   });
   $("#history").prepend(...past);
 }
@@ -177,7 +270,7 @@ function turnView(tid) {
   const root = el("div", { cls: "turn", "data-turn": tid });
   const status = el("span", { "data-testid": "turn-status", cls: "status", text: "running" });
   const view = {
-    tid, root, status, answerText: "", sources: [], canvas: {}, thinking: null,
+    tid, root, status, answerText: "", sources: [], canvas: {}, thinking: null, planBoxes: {}, retries: [],
     cards: el("div", { cls: "cards" }),
     answer: el("div", { "data-testid": "answer", cls: "answer" }),
     sourceList: el("ol", { cls: "sources" }),
@@ -185,7 +278,8 @@ function turnView(tid) {
     panels: el("div", { cls: "panels" }),
     usage: el("div", { cls: "usage" }),
   };
-  root.append(el("div", { cls: "head" }, el("span", { cls: "muted", text: `turn ${tid}` }), status),
+  view.head = el("div", { cls: "head" }, el("span", { cls: "muted", text: `turn ${tid}` }), status);
+  root.append(view.head,
     view.cards, view.panels, view.answer, view.sourceList, view.followups, view.usage);
   $("#turn").append(root);
   state.turns[tid] = view;
@@ -196,61 +290,131 @@ function turnView(tid) {
 }
 
 const LABELS = { thinking: "thinking", tool_call: "tool call", tool_result: "tool result", plan: "plan", note: "note", waiting: "waiting", notice: "notice", complete: "complete" };
+const PLAN_TOOLS = ["react.plan", "react.note", "react.notes"];
+const ENDED = ["completed", "failed", "cancelled", "budget_exhausted", "protocol_failed"];
+
+function settle(view) {
+  // a turn that went on (or ended) leaves its waiting cards' buttons inert
+  for (const b of view.cards.querySelectorAll('.card[data-kind="waiting"] button')) b.disabled = true;
+}
+
+function paramsText(params) {
+  // "query: pricing tiers · top_k: 3"
+  return Object.entries(params || {}).map(([k, v]) => `${k}: ${typeof v === "string" ? v : JSON.stringify(v)}`).join(" · ");
+}
+
+function approvalRow(view, item) {
+  const said = el("span", { cls: "verdict muted" });
+  const buttons = [];
+  const decide = async (what) => {
+    for (const b of buttons) b.disabled = true;
+    said.textContent = what === "approve" ? "approving…" : "denying…";
+    try {
+      await api("POST", `/api/turns/${view.tid}/${what}`, { approval_id: item.approval_id, reason: `${what} in the console` });
+      said.textContent = what === "approve" ? "approved" : "denied";
+    } catch (e) {
+      said.textContent = "";
+      $("#ask-error").textContent = `${what}: ${e.message}`;
+      // refused by the node (decided already, no longer waiting): the buttons stay off
+      if (e.status !== 409 && !ENDED.includes(view.status.textContent)) for (const b of buttons) b.disabled = false;
+    }
+  };
+  buttons.push(el("button", { type: "button", "data-testid": "approve", text: "Approve", onclick: () => decide("approve") }),
+    el("button", { type: "button", "data-testid": "deny", text: "Deny", onclick: () => decide("deny") }));
+  return el("div", { cls: "row approval", "data-approval": item.approval_id },
+    el("span", { cls: "ask" }, el("code", { text: item.tool }), el("span", { "data-testid": "approval-params", text: ` ${paramsText(item.params)}` })),
+    ...buttons, said);
+}
 
 function addCard(view, ev) {
   const kind = ev.card_kind || ev.phase;
   const card = el("div", { "data-testid": "card", "data-kind": kind, cls: "card" });
   const label = el("span", { cls: "label", text: LABELS[kind] || kind });
+  const approvals = (kind === "waiting" && ev.data && ev.data.approvals) || [];
+  if (kind !== "waiting") settle(view);
+  retry(view);
   if (kind === "thinking") {
     const body = el("div", { cls: "stream" });
     card.append(el("details", {}, el("summary", {}, label, el("span", { text: ev.detail || "" })), body));
     view.thinking = body;
   } else {
-    card.append(label, el("span", { cls: "detail", text: ev.detail || "" }));
+    // an approval's call is shown once, in its row below (the detail repeats its arguments)
+    const detail = approvals.length ? `waiting for approval of ${approvals.length} call(s)` : ev.detail || "";
+    card.append(label, el("span", { cls: "detail", text: detail }));
     view.thinking = null;
   }
-  const data = Object.fromEntries(Object.entries(ev.data || {}).filter(([k]) => k !== "context"));
+  const data = Object.fromEntries(Object.entries(ev.data || {}).filter(([k]) => k !== "context" && k !== "approvals"));
   if (Object.keys(data).length) {
     card.append(el("details", { cls: "data" }, el("summary", { text: "details" }), el("pre", { text: JSON.stringify(data, null, 2) })));
   }
   if (["tool_call", "tool_result", "plan", "note"].includes(kind) && ev.round && state.cid) {
     const calls = el("div", { cls: "calls" });
     card.append(calls);
-    if (kind !== "tool_call") showCalls(calls, view.tid, ev.round);
-    else card.append(el("button", { type: "button", cls: "small", text: "arguments", onclick: () => showCalls(calls, view.tid, ev.round) }));
+    if (kind === "plan" || kind === "note") view.planBoxes[ev.round] = calls;
+    const planBox = view.planBoxes[ev.round];
+    if (kind === "tool_result" && planBox) {
+      // the plan card was drawn before its call ran: now it has its result
+      showCalls(view, planBox, ev.round, false, true);
+      showCalls(view, calls, ev.round, true, true);
+    } else if (kind !== "tool_call") showCalls(view, calls, ev.round, false, kind === "tool_result");
+    else card.append(el("button", { type: "button", cls: "small", text: "arguments", onclick: () => showCalls(view, calls, ev.round, false, false) }));
   }
   if (kind === "waiting") {
-    for (const item of (ev.data && ev.data.approvals) || []) {
-      const decide = (what) => api("POST", `/api/turns/${view.tid}/${what}`, { approval_id: item.approval_id, reason: `${what} in the console` })
-        .catch((e) => { $("#ask-error").textContent = `${what}: ${e.message}`; });
-      card.append(el("div", { cls: "row approval", "data-approval": item.approval_id },
-        el("span", { text: `needs approval: ${item.tool} ${JSON.stringify(item.params || {})}`.slice(0, 300) }),
-        el("button", { type: "button", "data-testid": "approve", text: "Approve", onclick: () => decide("approve") }),
-        el("button", { type: "button", "data-testid": "deny", text: "Deny", onclick: () => decide("deny") })));
-    }
+    for (const item of approvals) card.append(approvalRow(view, item));
     card.append(el("div", { cls: "row" },
       el("button", { type: "button", "data-testid": "skip", text: "Skip waiting", onclick: () => control(view, "skip") }),
       el("button", { type: "button", "data-testid": "cancel", text: "Cancel turn", onclick: () => control(view, "cancel") })));
     view.status.textContent = "waiting";
-  } else if (kind !== "complete" && !["completed", "failed", "cancelled", "budget_exhausted", "protocol_failed"].includes(view.status.textContent)) {
+  } else if (kind !== "complete" && !ENDED.includes(view.status.textContent)) {
     view.status.textContent = "running";
   }
   view.cards.append(card);
 }
 
-async function showCalls(box, tid, round) {
+function planView(c) {
+  // a plan's steps as a list, once (its arguments and its JSON result say the same): the
+  // result's (numbered, with their state) once it ran, else the arguments'
+  const p = c.params || {}, result = c.results[0];
+  const steps = (result && result.steps) || (Array.isArray(p.steps) ? p.steps : []);
+  return el("div", { cls: "plan", "data-testid": "plan" },
+    el("div", { cls: "muted", text: `${c.tool} ${p.mode || ""}`.trim() }),
+    el("ul", {}, ...steps.map((step) => el("li", { text: String(step) }))),
+    ...(result ? [el("span", { cls: "path-link", "data-testid": "result-path", text: result.path, onclick: (e) => openInline(e.target, result.path) }),
+      el("pre", { cls: "preview hidden" })] : []));
+}
+
+function retry(view) {
+  // the round calls read before the store had them, read again (the turn went on)
+  const again = view.retries;
+  view.retries = [];
+  for (const show of again) show();
+}
+
+async function showCalls(view, box, round, skipPlans, wantResults) {
+  // the round's calls with their results; a tool result card leaves out the plans its
+  // round's plan card shows. A card can come before the store has its round's results:
+  // those are read again with the turn's next event.
   let rows = [];
-  try { rows = await api("GET", `/api/turns/${tid}/rounds/${round}/calls?conversation_id=${state.cid}`); }
+  try { rows = await api("GET", `/api/turns/${view.tid}/rounds/${round}/calls?conversation_id=${state.cid}`); }
   catch (e) { box.textContent = e.message; return; }
-  box.replaceChildren(...rows.map((c) => el("div", { cls: "call", "data-testid": "tool-call" },
-    el("div", { cls: "muted", text: `${c.tool || c.call_id} ${JSON.stringify(c.params || {})}`.slice(0, 400) }),
-    ...c.results.map((r) => el("div", { cls: "result" },
-      el("span", { cls: "path-link", "data-testid": "result-path", text: r.path, onclick: (e) => openInline(e.target, r.path) }),
-      el("div", { cls: "preview", text: r.preview }))))));
+  if (wantResults && (!rows.length || rows.some((c) => !c.results.length)) && !ENDED.includes(view.status.textContent)) {
+    view.retries.push(() => showCalls(view, box, round, skipPlans, true));
+  }
+  const shown = skipPlans ? rows.filter((c) => !PLAN_TOOLS.includes(c.tool)) : rows;
+  if (!shown.length && rows.length) { box.replaceChildren(el("div", { cls: "muted", text: "shown in the plan above" })); return; }
+  box.replaceChildren(...shown.map((c) => {
+    if (c.tool === "react.plan") return el("div", { cls: "call", "data-testid": "tool-call" }, planView(c));
+    return el("div", { cls: "call", "data-testid": "tool-call" },
+      el("div", { cls: "muted args", text: `${c.tool || c.call_id} ${paramsText(c.params)}`.slice(0, 400) }),
+      ...c.results.map((r) => el("div", { cls: "result" },
+        el("span", { cls: "path-link", "data-testid": "result-path", text: r.path, onclick: (e) => openInline(e.target, r.path) }),
+        el("pre", { cls: /^[[{]/.test(r.preview) ? "preview json" : "preview", "data-testid": "result-preview", text: r.preview }))));
+  }));
 }
 
 async function openInline(node, path) {
   const box = node.parentElement.querySelector(".preview");
+  box.classList.remove("hidden");
   try {
     const data = await api("GET", `/api/conversations/${state.cid}/read?path=${encodeURIComponent(path)}`);
     box.textContent = data.text || data.error;
@@ -305,6 +469,9 @@ function result(view, ev) {
   const u = ev.usage || {};
   view.usage.replaceChildren(el("span", { "data-testid": "usage", text: `tokens ${ev.prompt_tokens || 0} in / ${u.output_tokens || 0} out · cache read ${ev.cache_read_pct || 0}% · ${ev.rounds} round(s)` }));
   if (ev.cost) view.usage.append(el("div", { "data-testid": "cost", cls: "cost", text: costText(ev.cost) }));
+  settle(view);
+  retry(view);
+  if (!view.head.querySelector(".fork")) view.status.before(forkButton(view.tid));
   loadConversations();
 }
 
@@ -435,14 +602,38 @@ async function sendDone(event) {
   } catch (e) { out.className = "error"; out.textContent = `refused: ${e.message}`; }
 }
 
-function spanText(s) {
-  // name, duration, the model calls' cost, and how many events the span has
+function spanLabel(s) {
+  // the span's name and what it is about (a tool's name, a model, a round), its duration, the
+  // model calls' cost, and how many events it has
   const a = s.attrs || {};
-  let text = `${s.name} ${Number(s.duration_ms || 0).toFixed(1)} ms`;
-  if ("actline.cost.usd" in a) text += ` ${formatUsd(a["actline.cost.usd"], !!a["actline.cost.estimated"])}`;
+  let text = s.name;
+  if (a.tool) text += ` ${a.tool}`;
+  else if (s.name === "model" && a.model) text += ` ${a.model}`;
+  else if (s.name === "round" && a.round !== undefined) text += ` ${a.round}`;
+  text += ` · ${Number(s.duration_ms || 0).toFixed(1)} ms`;
+  if ("actline.cost.usd" in a) text += ` · ${formatUsd(a["actline.cost.usd"], !!a["actline.cost.estimated"])}`;
   const events = (s.events || []).length;
   if (events) text += ` · ${events} event(s)`;
   return text;
+}
+
+function spanTree(spans) {
+  // the spans depth first (children by start time), each with its depth
+  const ids = new Set(spans.map((s) => s.span_id));
+  const children = {};
+  for (const s of spans) {
+    const parent = s.parent_id && ids.has(s.parent_id) ? s.parent_id : "";
+    (children[parent] = children[parent] || []).push(s);
+  }
+  const out = [];
+  const walk = (parent, depth) => {
+    for (const s of (children[parent] || []).sort((a, b) => a.offset_ms - b.offset_ms)) {
+      out.push([s, depth]);
+      walk(s.span_id, depth + 1);
+    }
+  };
+  walk("", 0);
+  return out;
 }
 
 async function loadTrace() {
@@ -459,10 +650,13 @@ async function loadTrace() {
   const cost = "actline.cost.usd" in ra ? `, cost ${formatUsd(ra["actline.cost.usd"], est)}` : "";
   const saved = "actline.cost.uncached_usd" in ra ? `, caching saved ${formatUsd(ra["actline.cost.uncached_usd"] - ra["actline.cost.usd"], est)}` : "";
   $("#trace-note").textContent = `${spans.length} spans, ${total.toFixed(0)} ms, status ${data.session.status}${cost}${saved}`;
-  chart.replaceChildren(...spans.map((s) => {
+  // each span a row: its label (indented by its depth) beside its bar on the time axis
+  chart.replaceChildren(...spanTree(spans).map(([s, depth]) => {
     const left = (100 * s.offset_ms) / total, width = Math.max(0.2, (100 * (s.duration_ms || 0)) / total);
-    return el("div", { "data-testid": "span", "data-name": s.name, cls: "span" },
-      el("div", { cls: s.status && s.status !== "ok" ? "bar error" : "bar", style: `left:${left}%;width:${width}%`, title: JSON.stringify({ ...(s.attrs || {}), events: s.events || [] }), text: spanText(s) }));
+    const tip = JSON.stringify({ ...(s.attrs || {}), events: s.events || [] });
+    return el("div", { "data-testid": "span", "data-name": s.name, "data-depth": String(depth), cls: "span", title: tip },
+      el("div", { cls: "span-label", "data-testid": "span-label", style: `padding-left:${0.3 + depth * 1.1}rem`, text: spanLabel(s) }),
+      el("div", { cls: "track" }, el("div", { cls: s.status && s.status !== "ok" ? "bar error" : "bar", style: `left:${left}%;width:${width}%` })));
   }));
 }
 
@@ -481,6 +675,8 @@ document.addEventListener("DOMContentLoaded", () => {
   $("#prompt").addEventListener("keydown", (e) => { if (e.key === "Enter" && (e.ctrlKey || e.metaKey)) { e.preventDefault(); send($("#prompt").value); } });
   $("#attach").addEventListener("change", () => { $("#attached").textContent = Array.from($("#attach").files).map((f) => f.name).join(", "); });
   $("#new-conversation").addEventListener("click", () => openConversation(null));
+  let typing = null;
+  $("#conversation-search").addEventListener("input", () => { clearTimeout(typing); typing = setTimeout(loadConversations, 250); });
   $("#timeline-refresh").addEventListener("click", loadTimeline);
   $("#agents-refresh").addEventListener("click", loadAgents);
   $("#trace-load").addEventListener("click", loadTrace);

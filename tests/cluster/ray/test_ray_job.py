@@ -96,8 +96,15 @@ def test_pool_actors_serve_the_model_calls_of_node_actors_without_streamers(
     assert status == 0
     assert [r["turn_id"] for r in results] == [r["turn_id"] for r in rows]
     assert {r["status"] for r in results} == {"completed"}  # the node has no streamer
-    printed = capsys.readouterr().err
+    printed = " ".join(capsys.readouterr().err.split())
     assert "pool models" in printed and "pool tools" in printed
+    # the summary counts the answers that cite sources (all of them but declines, over the kb)
+    cited = sum(1 for r in results if r["sources_used"])
+    assert cited > 0
+    assert f"12/12 turns completed: {cited} citing sources, {12 - cited} citing none" in printed
+    uncited = f"{12 - cited} of 12 answers cite no source: is the knowledge folder right?"
+    assert (uncited in printed) == (cited < 12), printed
+    assert f"wrote {out}" in printed
 
 
 async def durable_copies(url: str, cids: list[str]) -> dict[str, Any]:

@@ -43,7 +43,9 @@ def test_node_actors_get_the_api_base_url_and_configured_models(
     config = tmp_path / "actline.toml"
     config.write_text(TABLE, encoding="utf-8")
     monkeypatch.setenv("OPENAI_API_KEY", "sk-openai-driver")
-    nodes, llm, key = job_settings(_parse(["--nats", "nats://x:1", "--config", str(config)]))
+    nodes, llm, key = job_settings(
+        _parse(["--nats", "nats://x:1", "--no-docs", "--config", str(config)])
+    )
     assert (llm["api"], llm["base_url"]) == ("openai", "http://127.0.0.1:8000/v1")
     assert key == "sk-openai-driver"  # handed to the actors in their runtime env
     assert "api_key" not in llm and [s.name for s in llm["models"]] == ["qwen"]
@@ -64,6 +66,6 @@ def test_node_actors_get_the_api_base_url_and_configured_models(
 def test_the_flags_of_the_job_win_over_the_file(tmp_path: Path) -> None:
     config = tmp_path / "actline.toml"
     config.write_text(TABLE, encoding="utf-8")
-    args = ["--nats", "nats://x:1", "--config", str(config), "--api", "messages"]
+    args = ["--nats", "nats://x:1", "--no-docs", "--config", str(config), "--api", "messages"]
     _, llm, _ = job_settings(_parse([*args, "--base-url", "http://127.0.0.1:9"]))
     assert (llm["api"], llm["base_url"]) == ("messages", "http://127.0.0.1:9")

@@ -76,7 +76,7 @@ def test_node_actors_answer_with_the_claude_model_and_an_unknown_model_fails_wit
     turns, out = tmp_path / "turns.jsonl", tmp_path / "results.jsonl"
     turns.write_text("".join(json.dumps(r) + "\n" for r in rows))
     args = ["--nats", fresh_nats.url, "--creds", str(fresh_nats.creds_path("node"))]
-    args += ["--nodes", "2", "--cpus-per-node", "0.5", "--config", str(config)]
+    args += ["--nodes", "2", "--cpus-per-node", "0.5", "--config", str(config), "--no-docs"]
     args += ["--requests", str(turns), "--out", str(out), "--home", str(tmp_path / "home")]
     status = main(args)
     results = {r["turn_id"]: r for r in map(json.loads, out.read_text().splitlines())}
@@ -102,7 +102,7 @@ def test_node_actors_answer_with_the_claude_model_and_an_unknown_model_fails_wit
 def test_the_driver_refuses_a_claude_model_without_a_key_before_any_actor_starts(
     job_env: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], tmp_path: Path
 ) -> None:
-    args = ["--nats", "nats://127.0.0.1:9", "--insecure", "--model", MODEL]
+    args = ["--nats", "nats://127.0.0.1:9", "--insecure", "--model", MODEL, "--no-docs"]
     assert main([*args, "--home", str(tmp_path)]) == 2
     error = " ".join(capsys.readouterr().err.split())
     assert f"model {MODEL}: needs an Anthropic API key: export ANTHROPIC_API_KEY=" in error

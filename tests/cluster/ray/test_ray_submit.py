@@ -1,9 +1,10 @@
 """``ray job submit`` of the README's command against a local ``ray start --head``.
 
 The command is taken from the README (so the two cannot drift) and run as written, with the
-cluster's addresses, the credentials and the batch files of this test put in for the
-deployment's (hosts ``H1``..``H3``, ``/home/ubuntu/actline/...``, ``turns.jsonl``, the
-results path).
+cluster's addresses, the credentials, the project's Python and the batch files of this test
+put in for the deployment's (hosts ``H1``..``H3``, ``/home/ubuntu/actline/...``,
+``turns.jsonl``, the results path); the knowledge folder (``--docs examples/kb``) is read from
+the uploaded checkout.
 Two changes to its runtime environment, both because this NATS is local: no
 ``ACTLINE_NATS_CA`` (the test server has no TLS) and ``ANTHROPIC_BASE_URL`` pointing at the
 local Messages API. The job uploads this checkout (``--working-dir .``) and runs the copy; its
@@ -155,6 +156,7 @@ def localised(
         "http://H1:8265": head.address,
         "tls://H1:4222,tls://H2:4222,tls://H3:4222": nats.url,
         "/home/ubuntu/actline/deploy/node.creds": str(nats.creds_path("node")),
+        "/home/ubuntu/actline/.venv/bin/python": sys.executable,  # the project's Python
         "turns.jsonl": str(tmp / "turns.jsonl"),
         "/srv/actline/results.jsonl": str(tmp / "results.jsonl"),
     }
@@ -192,6 +194,9 @@ def test_the_readme_job_command_runs_on_a_local_head(
     assert [r["turn_id"] for r in results] == [r["turn_id"] for r in rows]
     assert {r["status"] for r in results} == {"completed"}, [r["error"] for r in results]
     assert {r["answer"] for r in results} == {"Answered by Claude."}
+    # the closing summary: every turn completed, none citing a source (the model cites none)
+    assert "6/6 turns completed: 0 citing sources, 6 citing none" in logs, logs
+    assert "6 of 6 answers cite no source: is the knowledge folder right? (examples/kb)" in logs
     models = [r.body["model"] for r in messages_api.server.calls]
     # one call per turn at least (a call tried again on a loaded machine adds one)
     assert set(models) == {"claude-sonnet-4-6"} and len(models) >= 6, models

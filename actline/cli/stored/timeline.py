@@ -7,6 +7,11 @@ marks (``--rendered``), and the stored conversations with what their turns cost 
 (``--list``). Below the table, each finished turn's tokens, cost and what caching saved
 (read from the stored turn results), and what the conversation holds against its quotas
 (``actline.storage.quota``).
+
+A Ray job's home (``--home .actline-cluster``) holds a node home per node actor,
+``<home>/<node id>``: ``--list`` lists the conversations of every node with the node, and
+``CID`` is shown from the node that holds its newest revision (a conversation that moved
+between nodes is in both stores; the older copies are named below the table).
 """
 
 from __future__ import annotations
@@ -30,15 +35,17 @@ from actline.stored import (
     TurnCost,
     block_text,
     conversation_costs,
-    daily_costs,
+    costs_by_day,
+    finished_turns,
     first_line,
+    node_homes,
     open_existing,
     stored_conversations,
     turn_costs,
 )
 from actline.timeline import Block, Renderer, TimelineConfig
 
-from .turns import check_conversation_id, load_config
+from ..turns import check_conversation_id, load_config
 
 __all__ = ["run_timeline"]
 
@@ -56,37 +63,74 @@ def _usd(cost: Cost, value: float | None = None) -> str:
     return format_usd(cost.total_usd if value is None else value, estimated=cost.estimated)
 
 
-def _list(console: Console, store: Store, home: Path, as_json: bool) -> int:
-    rows = stored_conversations(store)
-    costs = conversation_costs(store)
-    for row in rows:
-        cost, turns = costs.get(row["conversation_id"], (Cost(), 0))
-        row.update(
-            title=store.outline(row["conversation_id"]).title,
-            turns=turns,
-            cost_usd=cost.total_usd,
-            saved_usd=cost.saved_usd,
-            cost_estimated=cost.estimated,
-        )
+NodeStore = tuple[str, Store]
+"""A store and its node's name ("" for a home that is itself a node's)."""
+
+
+def _open_stores(home: Path) -> list[NodeStore]:
+    """The stores of ``home``, or of each node home under it (a Ray job's home)."""
+    homes = node_homes(home)
+    stored = [h for h in homes if (h / "data.mdb").is_file()]
+    if not stored:
+        open_existing(home)  # raises, naming what is missing
+    out: list[NodeStore] = []
+    try:
+        for h in stored:
+            out.append(("" if h == home else h.name, open_existing(h)))
+    except ConfigError:
+        _close(out)
+        raise
+    return out
+
+
+def _close(stores: list[NodeStore]) -> None:
+    for _, store in stores:
+        store.close()
+
+
+def _list(console: Console, stores: list[NodeStore], home: Path, as_json: bool) -> int:
+    rows: list[dict[str, Any]] = []
+    turns_by_id: dict[str, TurnCost] = {}  # a turn copied to several nodes counts once
+    for node, store in stores:
+        costs = conversation_costs(store)
+        for row in stored_conversations(store):
+            cost, turns = costs.get(row["conversation_id"], (Cost(), 0))
+            if node:
+                row["node"] = node
+            row.update(
+                title=store.outline(row["conversation_id"]).title,
+                turns=turns,
+                cost_usd=cost.total_usd,
+                saved_usd=cost.saved_usd,
+                cost_estimated=cost.estimated,
+                cost=cost,
+            )
+            rows.append(row)
+        for _, turn in finished_turns(store):
+            turns_by_id.setdefault(turn.turn_id, turn)
     if as_json:
         for row in rows:
-            print(json.dumps(row), flush=True)
+            print(json.dumps({k: v for k, v in row.items() if k != "cost"}), flush=True)
         return 0
     if not rows:
         console.print(Text(f"no conversations stored in {home}", "dim"))
         return 0
+    nodes = any(node for node, _ in stores)
     table = Table(title=f"conversations in {home}", header_style="bold")
     table.add_column("conversation", no_wrap=True)
+    if nodes:
+        table.add_column("node", no_wrap=True)
     table.add_column("title", max_width=40, overflow="ellipsis", no_wrap=True)
     for name in ("revision", "blocks", "turns", "cost", "caching saved"):
         table.add_column(name, no_wrap=True, justify="right")
     table.add_column("last active", no_wrap=True)
-    for row in rows:
+    for row in sorted(rows, key=lambda r: (r["conversation_id"], r.get("node", ""))):
         stamp = row["last_active"]
         when = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(stamp)) if stamp else ""
-        cost = costs.get(row["conversation_id"], (Cost(), 0))[0]
+        cost = row["cost"]
         table.add_row(
             row["conversation_id"],
+            *([row.get("node", "")] if nodes else []),
             row["title"],
             str(row["revision"]),
             str(row["blocks"]),
@@ -100,11 +144,25 @@ def _list(console: Console, store: Store, home: Path, as_json: bool) -> int:
     days.add_column("day", no_wrap=True)
     for name in ("turns", "cost", "caching saved"):
         days.add_column(name, no_wrap=True, justify="right")
-    for day, cost, turns in daily_costs(store):
+    for day, cost, turns in costs_by_day(turns_by_id.values()):
         days.add_row(day, str(turns), _usd(cost), _usd(cost, cost.saved_usd))
     if days.row_count:
         _print_wide(console, days)
     return 0
+
+
+def _holder(stores: list[NodeStore], cid: str) -> tuple[NodeStore, list[str]]:
+    """The store holding the newest revision of ``cid``, and the other nodes that hold it
+    (``NotStored`` when none does)."""
+    found: list[tuple[int, NodeStore]] = []
+    for entry in stores:
+        header = entry[1].header(cid)
+        if header is not None:
+            found.append((int(header.get("revision") or 0), entry))
+    if not found:
+        raise NotStored("conversation", cid)
+    found.sort(key=lambda f: f[0], reverse=True)
+    return found[0][1], [entry[0] for _, entry in found[1:]]
 
 
 def _turns(console: Console, turns: list[TurnCost]) -> None:
@@ -190,11 +248,11 @@ async def run_timeline(args: argparse.Namespace, console: Console) -> int:
     if args.list:
         if args.conversation is not None:
             raise ConfigError("actline timeline --list takes no conversation id")
-        store = open_existing(home)
+        stores = _open_stores(home)
         try:
-            return _list(console, store, home, args.json)
+            return _list(console, stores, home, args.json)
         finally:
-            store.close()
+            _close(stores)
     if args.conversation is None:
         raise ConfigError(
             "actline timeline needs a conversation id: actline timeline CID "
@@ -202,10 +260,9 @@ async def run_timeline(args: argparse.Namespace, console: Console) -> int:
         )
     cid = check_conversation_id(args.conversation)
     assert cid is not None
-    store = open_existing(home)
+    stores = _open_stores(home)
     try:
-        if store.header(cid) is None:
-            raise NotStored("conversation", cid)
+        (node, store), older = _holder(stores, cid)
         if args.rendered:
             _rendered(console, store, cid, config.node.max_context_tokens)
         elif args.json:
@@ -216,6 +273,11 @@ async def run_timeline(args: argparse.Namespace, console: Console) -> int:
             _table(console, cid, _blocks(store, cid))
             _turns(console, turn_costs(store, cid))
             console.print(Text(stored, "dim"), soft_wrap=True)
+            if node:
+                where = f"on node {node} ({home / node})"
+                if older:
+                    where += f"; older revisions on {', '.join(older)}"
+                console.print(Text(where, "dim"), soft_wrap=True)
             hint = "where a turn's time and tokens went: actline trace TURN_ID (or --last)"
             console.print(Text(hint, "dim"), soft_wrap=True)
     except NotStored:
@@ -224,5 +286,5 @@ async def run_timeline(args: argparse.Namespace, console: Console) -> int:
             "with actline timeline --list"
         ) from None
     finally:
-        store.close()
+        _close(stores)
     return 0

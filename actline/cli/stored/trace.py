@@ -5,7 +5,8 @@ and writes) and out, the cache-read share of the input
 (cache read / (input + cache read + cache write)), what its model calls cost in USD (the
 turn's line also what caching saved), tools, waits and status, and under a span its events
 (``context.edit``: name and attributes on one line); spans served on other nodes join it
-when their home's traces are merged in (``--home`` is repeatable). ``--json`` prints the
+when their home's traces are merged in (``--home`` is repeatable; a Ray job's home,
+``--home .actline-cluster``, stands for the node homes under it). ``--json`` prints the
 session and its spans as one JSON object; ``--last`` picks the latest turn traced. No NATS
 is needed.
 """
@@ -24,9 +25,10 @@ from rich.tree import Tree
 from actline.actors.tracing import sinks as trace_sinks
 from actline.config import ConfigError
 from actline.llm.pricing import format_usd
+from actline.stored import node_homes
 from actline.traces import COST, ESTIMATED, UNCACHED, turn_trace
 
-from .turns import load_config
+from ..turns import load_config
 
 __all__ = ["event_label", "label", "run_trace"]
 
@@ -106,7 +108,7 @@ def run_trace(args: argparse.Namespace, console: Console) -> int:
     if not homes:
         args.home = None
         homes = [load_config(args).node.home]
-    records = [r for home in homes for r in trace_sinks.read(home)]
+    records = [r for home in homes for node in node_homes(home) for r in trace_sinks.read(node)]
     found = turn_trace(records, None if args.last else args.turn)
     if args.json:
         print(json.dumps(found, ensure_ascii=False, default=str), flush=True)
