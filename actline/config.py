@@ -62,22 +62,6 @@ def check_nats_url(url: str) -> str:
     return text
 
 
-def _check_approvals(patterns: str) -> None:
-    """``ConfigError`` when ``ACTLINE_APPROVE_TOOLS`` asks approvals to gate a hand-off to an
-    outside agent, which they cannot (``actline.actors.turn.approvals.UNGATED``)."""
-    if "agent." not in patterns.lower():
-        return
-    from actline.actors.turn.approvals import ungated  # only then: the turn package is large
-
-    found = ungated(p.strip().lower() for p in patterns.split(",") if p.strip())
-    if found:
-        raise ConfigError(
-            f"ACTLINE_APPROVE_TOOLS holds {', '.join(found)}: a hand-off to an outside agent "
-            "(agent.send) cannot wait for approval, it only stores the agent's task; remove "
-            "it, and gate what the agent does where it runs"
-        )
-
-
 def _flag(value: str | None, name: str) -> bool | None:
     if value is None or value == "":
         return None
@@ -139,7 +123,6 @@ class Config:
             raise ConfigError(
                 "both credentials (ACTLINE_NATS_CREDS / --creds) and --insecure are set: choose one"
             )
-        _check_approvals(node.approve_tools)
         return cls(
             node,
             llm,

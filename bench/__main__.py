@@ -14,6 +14,7 @@ BENCHMARKS = {
     "cache": "bench.cache",
     "channels": "bench.channels",
     "console_list": "bench.console_list",
+    "conversations": "bench.storage.manage",
     "longrun": "bench.longrun",
     "loop": "bench.loop",
     "loop_split": "bench.loop.split",

@@ -16,6 +16,7 @@ import pytest
 
 from actline.bus import Bus, EmbeddedNats, Envelope
 from actline.messages import Message, TurnRequest
+from tests.ports import free_port
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -125,6 +126,17 @@ def test_the_python_api_example_runs(
     assert "StreamDelta" in lines and "ReActProgress" in lines
 
 
+def test_the_custom_tool_example_runs_offline(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("NATS_URL", raising=False)
+    exec(_block("@hooks.pre"), {"__name__": "readme"})
+    paris, atlantis = capsys.readouterr().out.strip().splitlines()
+    assert "It is 18 degrees and sunny in Paris." in paris  # the offline model called the tool
+    assert "refused by pre hook no_atlantis: Atlantis is not on the map" in atlantis
+
+
 def _actline(line: str) -> list[str]:
     """A README command line as argv, run with this interpreter."""
     words = shlex.split(line.split("  #", 1)[0].rstrip(" &"))
@@ -136,24 +148,19 @@ def test_the_command_line_example_runs(tmp_path: Path) -> None:
     block = re.search(r"## Command line.*?```sh\n(.*?)```", README, re.S)
     assert block is not None
     lines = [line for line in block.group(1).splitlines() if line.strip()]
-    serve, export, agent, ask = lines
+    serve, agent, ask, chat = lines
+    assert _actline(chat)[3:] == ["chat"]  # interactive: tests/cli/test_serve_client.py drives it
     env = {k: v for k, v in os.environ.items() if k != "NATS_URL"}
     env.update(ACTLINE_HOME=str(tmp_path / "home"), COLUMNS="200")
     env["ACTLINE_DOCS"] = str(ROOT / "examples" / "kb")
-    server = subprocess.Popen(
-        _actline(serve), cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True
-    )
+    # a port of its own: tests beside it may hold 4222 (serve's default when free)
+    argv = [*_actline(serve), "--port", str(free_port())]
+    server = subprocess.Popen(argv, cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True)
     workers = [server]
     try:
         assert server.stdout is not None
-        url = ""
-        for _ in range(20):
-            found = re.search(r"NATS_URL=(nats://127\.0\.0\.1:\d+)", server.stdout.readline())
-            if found:
-                url = found.group(1)
-                break
-        assert url and export.startswith("export NATS_URL=")
-        env["NATS_URL"] = url
+        assert "serving on nats://127.0.0.1:" in server.stdout.readline()
+        # agent and ask find the running serve through the home, with no NATS_URL
         reviewer = subprocess.Popen(
             _actline(agent), cwd=tmp_path, env=env, stdout=subprocess.PIPE, text=True
         )

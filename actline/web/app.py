@@ -30,6 +30,7 @@ import base64
 import binascii
 import hmac
 import html
+import logging
 import mimetypes
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
@@ -68,6 +69,7 @@ from .stores import StoreAccess
 __all__ = ["COOKIE", "make_app"]
 
 COOKIE = "actline_console"
+log = logging.getLogger(__name__)
 STATIC = Path(__file__).resolve().parent / "static"
 
 
@@ -231,14 +233,17 @@ def make_app(runtime: Runtime, token: str, *, home: Path | None = None) -> Starl
             infos = await runtime.conversations.list(search=search, limit=views.LIST_LIMIT)
         except (ConversationNotFound, ConversationBusy):
             raise
-        except ConfigError:
-            # no node serves conversation management: the store's own list, when it is here
+        except ConfigError as exc:
+            # no node serves conversation management (none runs, or cluster mode): the list
+            # is read from the store here, and said so; rename, delete and fork need a node
             if store is None:
                 raise
+            log.warning("conversation list read from the store at %s: %s", where, exc)
             rows = await asyncio.to_thread(
                 views.conversations, store, hub.status, hub.running, search=search
             )
-            return JSONResponse(rows)
+            note = f"read from the store here; rename, delete and fork need a node: {exc}"
+            return JSONResponse([{**row, "note": note} for row in rows])
         found = [info.to_json() for info in infos]
         if store is not None:
             found = await asyncio.to_thread(

@@ -26,7 +26,8 @@ Pure: no I/O.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import fnmatch
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, fields, replace
 from typing import Any
 
@@ -42,6 +43,21 @@ MAX_PATTERNS = 64
 MAX_PATTERN_CHARS = 128
 _PATTERN_CHARS = frozenset("abcdefghijklmnopqrstuvwxyz0123456789._-*?[]!")
 _TIMELINE = TimelineConfig()
+
+
+UNGATED = ("agent.send",)
+"""Calls that never wait for approval: a hand-off to an outside agent only stores its task
+(what the agent does is gated where it runs)."""
+
+
+def ungated(patterns: Iterable[str]) -> tuple[str, ...]:
+    """The patterns that name only calls approvals cannot gate (``agent.send``,
+    ``agent.*``): a setting holding one asks for something that never happens."""
+    return tuple(
+        p
+        for p in patterns
+        if p.startswith("agent.") and any(fnmatch.fnmatchcase(t, p) for t in UNGATED)
+    )
 
 
 def parse_patterns(value: object, field: str) -> tuple[str, ...]:
@@ -69,6 +85,15 @@ def parse_patterns(value: object, field: str) -> tuple[str, ...]:
                 "tool name patterns of letters, digits, . _ - and the wildcards * ? [ ]",
             )
         out.append(item.strip().lower())
+    never = ungated(out)
+    if never:
+        raise InputRefused(
+            field,
+            ", ".join(never),
+            "only patterns of tools that can wait for approval (a hand-off to an outside "
+            "agent, agent.send, only stores its task and never waits: gate what the agent "
+            "does where it runs)",
+        )
     return tuple(dict.fromkeys(out))
 
 

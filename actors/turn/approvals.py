@@ -7,7 +7,8 @@ config ``"approval": true``) and the turn config's ``approve_tools``: a turn may
 patterns, never remove one the node requires (a client must not lift an operator's
 guard). ``agent.send`` is not an approval-gated tool (it only stores a task): a pattern
 that names it alone (``agent.send``, ``agent.*``) is refused where the settings are read
-(``ungated``), rather than silently never matching.
+(``actline.actors.configuration.profiles.ungated``): the node's setting at start, a turn config
+when its turn arrives, rather than silently never matching.
 
 The state machine (``actline.actors.turn.state``) holds a decision's calls in Waiting while an
 approval is pending; the DecisionActor turns its ``DenyCall`` effects into the call's
@@ -25,20 +26,6 @@ from actline.messages import Ack, ErrorReply, new_id
 from . import events as ev
 from .blocks import call_block
 from .mailbox import ToolOutcome, Write
-
-UNGATED = ("agent.send",)
-"""Calls that never wait for approval: a hand-off to an outside agent only stores its task
-(what the agent does is gated where it runs)."""
-
-
-def ungated(patterns: Iterable[str]) -> tuple[str, ...]:
-    """The patterns that name only calls approvals cannot gate (``agent.send``,
-    ``agent.*``): a setting holding one asks for something that never happens."""
-    return tuple(
-        p
-        for p in patterns
-        if p.startswith("agent.") and any(fnmatch.fnmatchcase(t, p) for t in UNGATED)
-    )
 
 
 def needs_approval(tool: str, patterns: Iterable[str]) -> bool:

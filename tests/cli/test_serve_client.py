@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 from actline import served
+from tests.ports import free_port
 from tests.waiting import until
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -39,12 +40,6 @@ def _env() -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if k != "NATS_URL" and not k.startswith("ACTLINE_")}
     env.update(ACTLINE_DOCS="examples/kb", COLUMNS="200", TERM="dumb", PYTHONPATH=str(ROOT))
     return env
-
-
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def actline(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
@@ -127,7 +122,7 @@ def serve(home: Path, port: int, log: Path) -> Child:
 def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Path, str, str]]:
     """A running ``actline serve``: its home, URL and node id."""
     home = tmp_path_factory.mktemp("serve")
-    port = _free_port()
+    port = free_port()
     child = serve(home, port, home / "serve.out")
     try:
         text = asyncio.run(child.shows(f"serving on nats://127.0.0.1:{port}"))
@@ -174,7 +169,7 @@ async def test_deny_of_an_ended_turn_says_so_at_once(server: tuple[Path, str, st
 
 
 async def test_an_agent_resumes_after_serve_restarts_on_the_same_port(tmp_path: Path) -> None:
-    home, port = tmp_path / "home", _free_port()
+    home, port = tmp_path / "home", free_port()
     url = f"nats://127.0.0.1:{port}"
     first = serve(home, port, tmp_path / "serve1.out")
     agent: Child | None = None
@@ -236,6 +231,6 @@ def test_a_stale_state_file_is_ignored_and_said(tmp_path: Path) -> None:
     served.record(tmp_path, state)
     found, note = served.find(tmp_path)
     assert found is None and f"pid {dead.stdout.strip()}) is no longer running" in note
-    served.record(tmp_path, served.Served(f"nats://127.0.0.1:{_free_port()}", os.getpid(), None))
+    served.record(tmp_path, served.Served(f"nats://127.0.0.1:{free_port()}", os.getpid(), None))
     found, note = served.find(tmp_path)
     assert found is None and "nothing listens on" in note

@@ -138,6 +138,7 @@ async function loadConversations() {
   let rows = [];
   try { rows = await api("GET", `/api/conversations${query}`); } catch (e) { listNote(e.message, true); return; }
   if ($("#conversation-search").value.trim() !== search) return;  // a newer search is on its way
+  if (rows.length && rows[0].note) listNote(rows[0].note, false);  // read without a node: said
   const list = $("#conversation-list");
   const titles = Object.fromEntries(rows.map((r) => [r.conversation_id, r.title]));
   list.replaceChildren(...rows.map((r) => conversationItem(r, titles)));

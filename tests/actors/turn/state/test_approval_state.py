@@ -192,11 +192,13 @@ def test_a_checkpoint_never_resumes_into_running_an_unapproved_call() -> None:
 def test_patterns_are_checked_and_matched() -> None:
     assert parse_patterns(" code.*, http.fetch ,", "X") == ("code.*", "http.fetch")
     assert parse_patterns(["ops.*", "ops.*"], "X") == ("ops.*",)
-    for bad in ("code.*; rm", 7, [""], ["x" * 200]):
+    assert parse_patterns("*", "X") == ("*",)  # every tool that can wait for approval
+    for bad in ("code.*; rm", 7, [""], ["x" * 200], ["agent.send"], "ops.*, agent.*"):
         try:
             parse_patterns(bad, "config.approve_tools")
         except InputRefused as exc:
             assert exc.field == "config.approve_tools"
+            assert "agent." not in str(bad) or "never waits" in str(exc)  # a hand-off: named
         else:
             raise AssertionError(f"{bad!r} was accepted")
     assert needs_approval("mcp.git.push", ("mcp.git.*",))
