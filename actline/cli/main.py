@@ -274,12 +274,16 @@ def _parser() -> argparse.ArgumentParser:
     feedback.add_argument("conversation", metavar="CID", help="the conversation's id")
     feedback.add_argument("text", nargs="?", default="", help="what was good or wrong")
     feedback.add_argument(
-        "--turn", metavar="ID", default=None, help="the turn (default: the latest, node here)"
-    )
+        "--turn", metavar="ID", default=None,
+        help="the turn (default: the latest, with a node here; name it when joining a server)",
+    )  # fmt: skip
     feedback.add_argument(
         "--rating", metavar="R", default="0", help="-1, 0 or 1 (also: down, up); default 0"
     )
-    _nats(feedback, "default: NATS_URL; unset: embedded server + in-process node")
+    _nats(
+        feedback,
+        "default: NATS_URL, else the running actline serve of --home, else an embedded one",
+    )
     feedback.add_argument(
         "--home", metavar="DIR", type=Path, default=None, help="the node's store (ACTLINE_HOME)"
     )

@@ -52,12 +52,14 @@ CANCEL_WAIT_S = 2.0
 
 
 JOINS = frozenset(
-    {"chat", "ask", "result", "conversations", "fork", "approve", "deny"}
+    {"chat", "ask", "result", "conversations", "fork", "approve", "deny", "feedback"}
     | {"agent", "done", "agents"}
 )
 """The commands that join the running ``actline serve`` of their home when neither
 ``NATS_URL`` nor ``--nats`` names a server (``actline.served``)."""
-CLIENT_COMMANDS = frozenset({"chat", "ask", "result", "conversations", "fork", "approve", "deny"})
+CLIENT_COMMANDS = frozenset(
+    {"chat", "ask", "result", "conversations", "fork", "approve", "deny", "feedback"}
+)
 """Of those, the ones that join with the client credentials ``actline serve`` recorded
 (without ``--local-node``); the others connect as their own role."""
 

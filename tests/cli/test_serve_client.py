@@ -166,6 +166,14 @@ async def test_deny_of_an_ended_turn_says_so_at_once(server: tuple[Path, str, st
     assert denied.returncode == 1
     assert f"turn {turn} has ended (completed)" in denied.stdout
     assert "no_node" not in denied.stdout
+    cid = json.loads(asked.stdout)["conversation_id"]  # feedback joins the serve too
+    rated = actline(
+        "feedback", cid, "to the point", "--turn", turn, "--rating", "up", "--home", str(home)
+    )
+    assert rated.returncode == 0, rated.stdout + rated.stderr
+    assert f"feedback on turn {turn}" in rated.stdout
+    unnamed = actline("feedback", cid, "again", "--home", str(home))  # a client: name the turn
+    assert unnamed.returncode == 2 and "--turn TURN_ID" in unnamed.stderr
 
 
 async def test_an_agent_resumes_after_serve_restarts_on_the_same_port(tmp_path: Path) -> None:
