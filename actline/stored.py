@@ -19,10 +19,9 @@ from pathlib import Path
 from typing import Any
 
 import lmdb
-from pydantic import ValidationError
 
 from actline.config import ConfigError
-from actline.llm.pricing import price
+from actline.llm.pricing import result_cost
 from actline.messages import Cost, Usage
 from actline.storage import StorageError, Store
 from actline.storage.layout import unpack
@@ -119,12 +118,10 @@ def turn_cost(turn_id: str, record: Any) -> TurnCost | None:
     result = record.get("result") if isinstance(record, dict) else None
     if not isinstance(result, dict):
         return None
-    try:
-        usage = Usage.model_validate(result.get("usage") or {}, strict=False)
-        stored = result.get("cost")
-        cost = price(usage) if stored is None else Cost.model_validate(stored, strict=False)
-    except ValidationError:
+    found = result_cost(result)
+    if found is None:
         return None
+    usage, cost = found
     ts = result.get("ts")
     return TurnCost(
         turn_id=str(result.get("turn_id") or turn_id),

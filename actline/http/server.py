@@ -15,61 +15,18 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import ipaddress
-import socket
 from collections.abc import AsyncIterator, Callable
-
-import uvicorn
 
 from actline.bus import Authority
 
 from ..config import Config, ConfigError
+from ..hosting import bind, is_loopback, server_for, started, url_host
 from ..runtime import Runtime
 from .app import make_app
 from .tenants import Gateway
 from .tokens import TokenStore
 
-__all__ = ["is_loopback", "serve_http"]
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        return False
-
-
-class _Server(uvicorn.Server):
-    """uvicorn without its own signal handling (the node's command has its own), with an
-    event set once it accepts connections."""
-
-    def __init__(self, config: uvicorn.Config) -> None:
-        super().__init__(config)
-        self.ready = asyncio.Event()
-
-    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
-        await super().startup(sockets=sockets)
-        self.ready.set()
-
-    def capture_signals(self) -> contextlib.AbstractContextManager[None]:  # type: ignore[override]
-        return contextlib.nullcontext()
-
-
-def _bind(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    try:
-        sock.bind((host, port))
-    except OSError as exc:
-        sock.close()
-        raise ConfigError(
-            f"the HTTP API cannot listen on {host}:{port} ({exc.strerror}); pick another "
-            "--http port (0: any free one)"
-        ) from None
-    return sock
+__all__ = ["serve_http"]
 
 
 def _authority(rt: Runtime, config: Config) -> Authority | None:
@@ -94,22 +51,12 @@ async def serve_http(
     gateway = Gateway(rt.nats_url, _authority(rt, config))
     store = TokenStore(config.node.home / "auth")
     app = make_app(gateway, store, config.node)
-    sock = _bind(host, port)
-    server = _Server(
-        uvicorn.Config(
-            app, log_level="warning", lifespan="on", timeout_graceful_shutdown=2, access_log=False
-        )
-    )
+    sock = bind(host, port, fix="pick another --http port (0: any free one)")
+    server = server_for(app)
     serving = asyncio.create_task(server.serve(sockets=[sock]), name="http-api")
     try:
-        ready = asyncio.create_task(server.ready.wait())
-        await asyncio.wait({ready, serving}, return_when=asyncio.FIRST_COMPLETED)
-        ready.cancel()
-        if serving.done():
-            serving.result()
-            raise ConfigError("the HTTP API's server stopped while starting")
-        shown = f"[{host}]" if ":" in host else host
-        url = f"http://{shown}:{sock.getsockname()[1]}"
+        await started(server, serving, "the HTTP API's server")
+        url = f"http://{url_host(host)}:{sock.getsockname()[1]}"
         say(f"HTTP API at {url}/v1 (description: {url}/openapi.json)")
         say("  tokens: actline creds http NAME [--prefix TENANT] [--approver] [--ttl 30d]")
         if not is_loopback(host):

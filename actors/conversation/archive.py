@@ -16,9 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from pydantic import ValidationError
-
-from actline.llm.pricing import price
+from actline.llm.pricing import result_cost
 from actline.messages import ConversationSummary, Cost, Usage
 from actline.storage import Store
 from actline.storage.manage import management_row, turn_order
@@ -48,15 +46,7 @@ def turn_usage(record: Any) -> tuple[Usage, Cost] | None:
     """A final turn record's usage and cost (its stored cost, else priced now); None for a
     running turn or a record that does not read as a result."""
     result = record.get("result") if isinstance(record, Mapping) else None
-    if not isinstance(result, Mapping):
-        return None
-    try:
-        usage = Usage.model_validate(result.get("usage") or {}, strict=False)
-        stored = result.get("cost")
-        cost = price(usage) if stored is None else Cost.model_validate(stored, strict=False)
-    except ValidationError:
-        return None
-    return usage, cost
+    return result_cost(result) if isinstance(result, Mapping) else None
 
 
 def priced(records: Mapping[str, Any]) -> Priced:

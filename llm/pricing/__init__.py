@@ -2,6 +2,22 @@
 ``actline.llm.config`` into a ``Cost`` (``price``), and USD as people read it
 (``format_usd``). Pure: no I/O."""
 
-from .cost import CACHE_READ, CACHE_WRITE_1H, CACHE_WRITE_5M, format_usd, price, priced_entry
+from .cost import (
+    CACHE_READ,
+    CACHE_WRITE_1H,
+    CACHE_WRITE_5M,
+    format_usd,
+    price,
+    priced_entry,
+    result_cost,
+)
 
-__all__ = ["CACHE_READ", "CACHE_WRITE_1H", "CACHE_WRITE_5M", "format_usd", "price", "priced_entry"]
+__all__ = [
+    "CACHE_READ",
+    "CACHE_WRITE_1H",
+    "CACHE_WRITE_5M",
+    "format_usd",
+    "price",
+    "priced_entry",
+    "result_cost",
+]

@@ -8,13 +8,25 @@ display can say what caching saved. Nothing is rounded.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
+from typing import Any
+
+from pydantic import ValidationError
 
 from actline.messages import Cost, Usage
 
 from ..config import ALIASES, MODELS, ModelSpec, model_spec
 
-__all__ = ["CACHE_READ", "CACHE_WRITE_1H", "CACHE_WRITE_5M", "format_usd", "price", "priced_entry"]
+__all__ = [
+    "CACHE_READ",
+    "CACHE_WRITE_1H",
+    "CACHE_WRITE_5M",
+    "format_usd",
+    "price",
+    "priced_entry",
+    "result_cost",
+]
 
 CACHE_READ = 0.1
 CACHE_WRITE_5M = 1.25
@@ -78,3 +90,15 @@ def format_usd(value: float, *, estimated: bool = False) -> str:
     else:
         text = f"{sign}${size:,.4f}"
     return f"~{text}" if estimated else text
+
+
+def result_cost(result: Mapping[str, Any]) -> tuple[Usage, Cost] | None:
+    """A stored turn result's usage and cost (its stored cost, else priced now); None when
+    it does not read as one."""
+    try:
+        usage = Usage.model_validate(result.get("usage") or {}, strict=False)
+        stored = result.get("cost")
+        cost = price(usage) if stored is None else Cost.model_validate(stored, strict=False)
+    except ValidationError:
+        return None
+    return usage, cost

@@ -32,10 +32,9 @@ from actline.messages import ConversationManage, ConversationManaged, ErrorReply
 from actline.runtime import Runtime
 from actline.storage import Store
 from actline.storage.forks import ForkRefused
-from actline.storage.layout import DATABASES
 from tests.actors.harness import say
 from tests.storage.test_fork import CID as PARENT
-from tests.storage.test_fork import two_turns
+from tests.storage.test_fork import rows_of, two_turns
 
 from .test_runtime import config
 
@@ -44,22 +43,6 @@ Q1, Q2, Q3 = "What is alpha quartz?", "And beta zircon?", "What about gamma basa
 
 def answers(*texts: str) -> ReplayModel:
     return ReplayModel.of([say("thinking", answer=t) for t in texts])
-
-
-def rows_of(store: Store, cid: str) -> dict[tuple[str, bytes], bytes]:
-    """Every row of ``cid`` in every database."""
-    heads = (f"{cid}/".encode(), cid.encode() + b"\x00")
-    out: dict[tuple[str, bytes], bytes] = {}
-
-    def fn(txn: Any) -> None:
-        for name in DATABASES:
-            for key, value in txn.cursor(db=store.db[name]):
-                k = bytes(key)
-                if k == cid.encode() or k.startswith(heads):
-                    out[(name, k)] = bytes(value)
-
-    store.read(fn)
-    return out
 
 
 def texts(request: Any) -> str:
